@@ -1,0 +1,245 @@
+"""Command line: ``mtpstudio [plan|gui] …`` over the Qt-free core."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mtpstudio import __version__
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.plan import (
+    CacheType,
+    DesktopReclaim,
+    EngineFlavour,
+    FlashAttention,
+    LoadMode,
+    Plan,
+    load_plan,
+    plan_from_dict,
+    save_plan,
+)
+
+CACHE_TYPES = [c.value for c in CacheType]
+GUI_HINT = "To open the wizard, run `mtpstudio gui` in a graphical session."
+
+
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by commands that build a Plan; defaults are None = 'not given'."""
+    src = p.add_argument_group("model and target")
+    which = src.add_mutually_exclusive_group()
+    which.add_argument("--model", "-m", type=Path, help="GGUF file (first part of a split model)")
+    which.add_argument(
+        "--demo", nargs="?", const="", metavar="CARD",
+        help="use a demo model card (default: Qwen3.6-35B-A3B IQ4_XS)",
+    )
+    src.add_argument("--gpu", help="auto, cpu, a device id (CUDA0) or a catalogue GPU id")
+    src.add_argument("--plan", type=Path, help="start from this plan file")
+    src.add_argument("--engine", help="upstream, ik, or the path of a llama-server binary")
+
+    rt = p.add_argument_group("runtime")
+    rt.add_argument("--ctx", "-c", type=int, help="context size in tokens")
+    rt.add_argument("--cache-type-k", "-ctk", choices=CACHE_TYPES, help="K cache type")
+    rt.add_argument("--cache-type-v", "-ctv", choices=CACHE_TYPES, help="V cache type")
+    rt.add_argument(
+        "--flash-attn", "-fa", choices=[f.value for f in FlashAttention], help="flash attention"
+    )
+    rt.add_argument("--batch", "-b", type=int, help="logical batch size")
+    rt.add_argument("--ubatch", "-ub", type=int, help="physical batch size")
+    rt.add_argument("--parallel", "-np", type=int, help="server slots (default 1)")
+    rt.add_argument("--threads", "-t", type=int, help="CPU threads")
+    rt.add_argument("--n-cpu-moe", "-ncmoe", type=int, help="expert tensors of layers 0..N-1 on CPU")
+    rt.add_argument("--cpu-moe", "-cmoe", action="store_true", default=None, help="all experts on CPU")
+    rt.add_argument(
+        "--fit", action=argparse.BooleanOptionalAction, default=None,
+        help="let the engine's fit place experts (and shrink an auto context)",
+    )
+    rt.add_argument("--fit-margin", type=int, metavar="MIB", help="VRAM the fit leaves free")
+    rt.add_argument("--n-gpu-layers", "-ngl", type=int, help="layers on the GPU")
+    rt.add_argument("--load-mode", choices=[m.value for m in LoadMode], help="mmap, no-mmap, mlock")
+
+    mtp = p.add_argument_group("multi-token prediction")
+    mtp.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=None, help="MTP drafting")
+    mtp.add_argument("--draft-max", type=int, help="most drafted tokens per step")
+    mtp.add_argument("--draft-min", type=int, help="fewest drafted tokens per step")
+    mtp.add_argument("--draft-p-min", type=float, help="draft probability threshold")
+    mtp.add_argument("--draft-cache-type-k", choices=CACHE_TYPES, help="draft K cache type")
+    mtp.add_argument("--draft-cache-type-v", choices=CACHE_TYPES, help="draft V cache type")
+
+    srv = p.add_argument_group("server")
+    srv.add_argument("--host", help="listen address (default 127.0.0.1)")
+    srv.add_argument("--port", type=int, help="TCP port (default 8080)")
+    srv.add_argument("--api-key", help="API key (needed beyond loopback)")
+    srv.add_argument(
+        "--desktop", choices=[d.value for d in DesktopReclaim], help="desktop VRAM reclamation"
+    )
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The Plan the options describe: the --plan file (or defaults) with given options applied."""
+    base = load_plan(args.plan) if args.plan else Plan()
+    data = base.model_dump(mode="json")
+    direct = {
+        "ctx": "runtime.ctx", "cache_type_k": "runtime.cache_type_k",
+        "cache_type_v": "runtime.cache_type_v", "flash_attn": "runtime.flash_attn",
+        "batch": "runtime.batch", "ubatch": "runtime.ubatch", "parallel": "runtime.parallel",
+        "threads": "runtime.threads", "fit_margin": "runtime.fit_margin_mib",
+        "n_gpu_layers": "runtime.n_gpu_layers", "load_mode": "runtime.load_mode",
+        "mtp": "mtp.enabled", "draft_max": "mtp.draft_max", "draft_min": "mtp.draft_min",
+        "draft_p_min": "mtp.draft_p_min", "draft_cache_type_k": "mtp.cache_type_k",
+        "draft_cache_type_v": "mtp.cache_type_v", "host": "server.host", "port": "server.port",
+        "api_key": "server.api_key", "desktop": "desktop", "gpu": "device",
+    }
+    for attr, dotted in direct.items():
+        value = getattr(args, attr)
+        if value is not None:
+            _set(data, dotted, value)
+    if args.model is not None:
+        _set(data, "model", {"path": str(args.model), "card": None})
+    elif args.demo is not None:
+        from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
+
+        _set(data, "model", {"path": None, "card": args.demo or DEFAULT_MODEL_CARD})
+    if args.engine is not None:
+        if args.engine in {f.value for f in EngineFlavour}:
+            _set(data, "engine.flavour", args.engine)
+        else:
+            _set(data, "engine.binary", args.engine)
+    if args.n_cpu_moe is not None:
+        _set(data, "runtime.moe", "n_cpu_moe")
+        _set(data, "runtime.n_cpu_moe", args.n_cpu_moe)
+    if args.cpu_moe:
+        _set(data, "runtime.moe", "all_cpu")
+    if args.fit is True:
+        _set(data, "runtime.moe", "fit")
+    elif args.fit is False and data["runtime"]["moe"] == "fit":
+        _set(data, "runtime.moe", "n_cpu_moe")
+    plan = plan_from_dict(data)
+    _check_device(plan.device)
+    return plan
+
+
+def _check_device(device: str) -> None:
+    if device in {"auto", "cpu"} or device.upper().startswith(("CUDA", "VULKAN", "ROCM")):
+        return
+    from mtpstudio.core.catalog.gpus import gpu_card
+
+    gpu_card(device)  # raises CatalogError naming the known ids
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from mtpstudio.core.model_source import load_model_info
+    from mtpstudio.core.summary import plan_report
+
+    plan = plan_from_args(args)
+    info = load_model_info(plan.model)
+    if args.save:
+        save_plan(plan, args.save)
+    if args.json:
+        out = {"plan": plan.model_dump(mode="json"), "model": _model_json(info)}
+        print(json.dumps(out, indent=2))
+    else:
+        sys.stdout.write(plan_report(plan, info))
+        if args.save:
+            print(f"\nPlan saved to {args.save}")
+    return 0
+
+
+def _model_json(info: Any) -> dict[str, Any]:
+    keys = [
+        "architecture", "name", "block_count", "n_layer", "n_nextn_layer", "n_embd", "n_head",
+        "n_head_kv", "key_length", "value_length", "context_length", "vocab_size", "n_expert",
+        "n_expert_used", "expert_ffn_length", "shared_expert_ffn_length",
+        "full_attention_interval", "ssm_inner_size", "ssm_state_size", "ssm_group_count",
+        "ssm_time_step_rank", "ssm_conv_kernel", "file_size", "n_params", "tensor_bytes",
+    ]
+    out: dict[str, Any] = {k: getattr(info, k) for k in keys}
+    out["recurrent_layers"] = list(info.recurrent_layers)
+    out["bits_per_weight"] = round(info.bits_per_weight, 4)
+    out["quant_mix"] = dict(info.quant_mix)
+    return out
+
+
+def has_display(environ: dict[str, str] | None = None) -> bool:
+    """True when a GUI can open: an X11/Wayland display, or an explicit Qt platform."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY") or env.get("QT_QPA_PLATFORM"))
+
+
+def _cmd_gui(args: argparse.Namespace) -> int:
+    if not has_display():
+        raise MtpStudioError(
+            "no display is available for the wizard",
+            hint="Run it in a graphical session, or use `mtpstudio plan --demo` here.",
+        )
+    from mtpstudio.ui.app import run_app
+
+    plan = load_plan(args.plan) if args.plan else None
+    return run_app(plan)
+
+
+def _cmd_default(args: argparse.Namespace) -> int:
+    """No subcommand: open the wizard when there is a display, else print the demo plan."""
+    if has_display():
+        return _cmd_gui(argparse.Namespace(plan=None))
+    parser = build_parser()
+    code = _cmd_plan(parser.parse_args(["plan", "--demo"]))
+    print(f"\nNo display found. {GUI_HINT}")
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mtpstudio",
+        description="Plan, launch and benchmark llama-server with multi-token prediction.",
+    )
+    parser.add_argument("--version", action="version", version=f"mtpstudio {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p_plan = sub.add_parser("plan", help="print the model summary and the options chosen")
+    _add_plan_options(p_plan)
+    p_plan.add_argument("--save", type=Path, metavar="PLAN_JSON", help="write the plan here")
+    p_plan.add_argument("--json", action="store_true", help="print JSON")
+    p_plan.set_defaults(func=_cmd_plan)
+
+    p_gui = sub.add_parser("gui", help="open the wizard")
+    p_gui.add_argument("--plan", type=Path, help="open this plan")
+    p_gui.set_defaults(func=_cmd_gui)
+    return parser
+
+
+def one_line_error(exc: MtpStudioError) -> str:
+    """The error and what to do next, on one line."""
+    text = f"mtpstudio: {exc}"
+    if exc.hint:
+        text += f" — {exc.hint}"
+    return " ".join(text.split())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = getattr(args, "func", _cmd_default)
+    try:
+        return func(args)
+    except MtpStudioError as exc:
+        print(one_line_error(exc), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Qt-free core: the Plan, model facts, detection, engines, budget and rendering."""

@@ -1,0 +1,454 @@
+"""The memory model: Plan + model + target device -> bytes per segment per device, and host RAM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
+from mtpstudio.core.memory_terms import (
+    ComputeShape,
+    compute_bytes,
+    kv_bytes_per_cell,
+    output_buffer_bytes,
+    pad_to,
+    recurrent_row_bytes,
+)
+from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.placement import ModelWeights, Placement, place, split_weights
+from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
+
+MIB = 1024 * 1024
+UNQUANTIZED_CACHE = frozenset({"f32", "f16", "bf16"})
+
+
+def quantized(cache_type: str) -> bool:
+    """True for block-quantized cache types (q8_0, q4_0, ...)."""
+    return cache_type not in UNQUANTIZED_CACHE
+
+# Segment names in drawing order; the JSON output and the bar use these keys.
+DEVICE_SEGMENTS = (
+    "weights",
+    "kv_cache",
+    "recurrent_state",
+    "mtp_kv_cache",
+    "mtp_compute",
+    "compute",
+    "output",
+    "desktop",
+    "other_processes",
+    "driver_overhead",
+    "margin",
+)
+HOST_SEGMENTS = (
+    "weights_mapped",
+    "weights_resident",
+    "weights_locked",
+    "kv_cache",
+    "recurrent_state",
+    "mtp_kv_cache",
+    "compute",
+    "output",
+    "prompt_cache_max",
+)
+PROMPT_CACHE_DEFAULT = 8192 * MIB  # upstream --cache-ram default
+
+
+@dataclass(frozen=True)
+class TargetDevice:
+    """The device the plan is for: a GPU (detected or from the catalogue) or the CPU.
+
+    Attributes:
+        id: ``CUDA0``-style id, or ``CPU`` for a CPU-only plan.
+        name: what to call it.
+        total_bytes: memory size; ``None`` when unknown (CPU without host facts).
+        desktop_bytes: VRAM the desktop (compositor, shell) holds.
+        other_bytes: VRAM other processes hold.
+        driver_overhead_bytes: the engine's own driver/CUDA context, outside its buffers.
+    """
+
+    id: str
+    name: str
+    total_bytes: int | None
+    desktop_bytes: int = 0
+    other_bytes: int = 0
+    driver_overhead_bytes: int = 0
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.id != "CPU"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """System memory facts (from detection); unknown values are ``None``."""
+
+    total_bytes: int | None = None
+    available_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceBudget:
+    """Segments of one device; ``free_bytes``/``fits`` are ``None`` when the size is unknown."""
+
+    id: str
+    name: str
+    total_bytes: int | None
+    segments: dict[str, int]
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(self.segments.values())
+
+    @property
+    def free_bytes(self) -> int | None:
+        return None if self.total_bytes is None else self.total_bytes - self.used_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        free = self.free_bytes
+        return None if free is None else free >= 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "total_bytes": self.total_bytes,
+            "segments": dict(self.segments),
+            "free_bytes": self.free_bytes,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True)
+class HostBudget:
+    """System RAM: CPU-side weights and buffers."""
+
+    total_bytes: int | None
+    available_bytes: int | None
+    segments: dict[str, int]
+
+    @property
+    def needed_bytes(self) -> int:
+        """RAM that must be there for the load: resident weights and buffers (no page cache)."""
+        s = self.segments
+        return (
+            s["weights_resident"]
+            + s["weights_locked"]
+            + s["kv_cache"]
+            + s["recurrent_state"]
+            + s["mtp_kv_cache"]
+            + s["compute"]
+            + s["output"]
+        )
+
+    @property
+    def fits(self) -> bool | None:
+        if self.available_bytes is None:
+            return None
+        return self.needed_bytes <= self.available_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total_bytes": self.total_bytes,
+            "available_bytes": self.available_bytes,
+            "segments": dict(self.segments),
+            "needed_bytes": self.needed_bytes,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True)
+class EffectiveSettings:
+    """What the engine will really use after padding and its own rules."""
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_stream: int
+    n_seq: int
+    flash_attn: bool
+    mtp_active: bool
+    n_rs_seq: int
+    cpu_expert_layers: frozenset[int]
+    n_gpu_layers: int | None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The answer to 'will it fit': per-device segments, host RAM, warnings.
+
+    ``parts`` holds the engine-side totals per buffer kind (all devices together), the figures
+    the engine's own load log reports.
+    """
+
+    devices: tuple[DeviceBudget, ...]
+    host: HostBudget
+    effective: EffectiveSettings
+    placement: Placement
+    warnings: tuple[str, ...] = field(default=())
+    parts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool | None:
+        verdicts = [d.fits for d in self.devices] + [self.host.fits]
+        if any(v is False for v in verdicts):
+            return False
+        return None if any(v is None for v in verdicts) else True
+
+    def to_json(self, argv: list[str] | None = None) -> dict[str, Any]:
+        return {
+            "devices": [d.to_json() for d in self.devices],
+            "host": self.host.to_json(),
+            "argv": list(argv or []),
+            "warnings": list(self.warnings),
+        }
+
+
+def _effective(
+    plan: Plan, model: ModelInfo, facts: EngineMemoryFacts, cpu_expert_layers: frozenset[int]
+) -> tuple[EffectiveSettings, list[str]]:
+    rt = plan.runtime
+    warnings: list[str] = []
+    n_seq = rt.parallel
+    fa = rt.flash_attn is not FlashAttention.OFF
+    pad = facts.kv_pad_flash if fa else facts.kv_pad_plain
+    n_ctx = pad_to(rt.ctx, pad)
+    if facts.per_slot_streams and n_seq > 1:
+        n_ctx_seq = pad_to(n_ctx // n_seq, 256)
+        n_ctx = n_ctx_seq * n_seq
+        n_stream = n_seq
+    else:
+        n_ctx_seq, n_stream = n_ctx, 1
+    mtp_active = False
+    if plan.mtp.enabled:
+        if not model.has_mtp:
+            warnings.append(
+                "MTP is on but the model has no MTP (nextn) layer: the engine will not draft."
+            )
+        elif model.architecture not in facts.mtp_architectures:
+            warnings.append(
+                f"{facts.flavour.value} cannot run MTP for {model.architecture}: it loads the "
+                "model without drafting (switch engine or turn MTP off)."
+            )
+        else:
+            mtp_active = True
+    n_rs_seq = 0
+    if (
+        mtp_active
+        and facts.recurrent_rollback_copies
+        and model.architecture in facts.rollback_architectures
+    ):
+        n_rs_seq = plan.mtp.draft_max
+    if mtp_active and model.recurrent_layers:
+        if n_seq == 1:
+            warnings.append(
+                "slots on auto would quadruple the recurrent state with MTP: using --parallel 1"
+            )
+        else:
+            warnings.append(
+                f"{n_seq} slots with MTP keep {n_seq * (1 + n_rs_seq)} recurrent-state copies; "
+                "use --parallel 1 unless you serve several users"
+            )
+    if rt.ctx > model.context_length > 0:
+        warnings.append(
+            f"ctx {rt.ctx} is beyond the model's native context {model.context_length}"
+        )
+    if quantized(rt.cache_type_v.value) and not fa:
+        warnings.append("a quantized V cache needs flash attention: the engine will refuse")
+    if n_ctx != rt.ctx:
+        warnings.append(f"ctx {rt.ctx} is padded to {n_ctx} by the engine")
+    eff = EffectiveSettings(
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx_seq,
+        n_stream=n_stream,
+        n_seq=n_seq,
+        flash_attn=fa,
+        mtp_active=mtp_active,
+        n_rs_seq=n_rs_seq,
+        cpu_expert_layers=cpu_expert_layers,
+        n_gpu_layers=rt.n_gpu_layers,
+    )
+    return eff, warnings
+
+
+def cpu_expert_layers_for(plan: Plan, model: ModelInfo) -> frozenset[int]:
+    """Expert layers the plan's MoE placement keeps on the CPU (fit is resolved elsewhere)."""
+    rt = plan.runtime
+    if not model.is_moe:
+        return frozenset()
+    if rt.moe is MoePlacement.ALL_CPU:
+        return frozenset(range(model.block_count))
+    if rt.moe is MoePlacement.N_CPU_MOE:
+        return frozenset(range(min(rt.n_cpu_moe, model.block_count)))
+    return frozenset()
+
+
+def compute_budget(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec | None = None,
+    weights: ModelWeights | None = None,
+    cpu_expert_layers: frozenset[int] | None = None,
+) -> Budget:
+    """Predict what the engine allocates for ``plan`` on ``target``.
+
+    ``weights`` (from ``ModelWeights.from_model``) makes repeated calls cheap; ``cpu_expert_layers``
+    overrides the plan's MoE placement (the fit planner uses it). With ``moe = fit`` the engine's
+    own fit is simulated (see ``fit_planner.engine_fit``).
+    """
+    weights = weights or ModelWeights.from_model(model)
+    host = host or HostSpec()
+    if cpu_expert_layers is None:
+        if plan.runtime.moe is MoePlacement.FIT and target.is_gpu and target.total_bytes:
+            from mtpstudio.core.fit_planner import engine_fit_layers
+
+            cpu_expert_layers = engine_fit_layers(plan, model, target, facts, host, weights)
+        else:
+            cpu_expert_layers = cpu_expert_layers_for(plan, model)
+    eff, warnings = _effective(plan, model, facts, cpu_expert_layers)
+    placement = place(
+        model,
+        gpu=target.is_gpu,
+        n_gpu_layers=eff.n_gpu_layers,
+        cpu_expert_layers=cpu_expert_layers,
+        load_mtp=eff.mtp_active,
+    )
+    split = split_weights(weights, placement)
+
+    attn_layers = model.attention_layers
+    gpu_attn = sum(1 for i in attn_layers if i in placement.gpu_layers)
+    cpu_attn = len(attn_layers) - gpu_attn
+    rt = plan.runtime
+    tk, tv = rt.cache_type_k.value, rt.cache_type_v.value
+    cells = eff.n_ctx_seq * eff.n_stream
+    kv_gpu = kv_bytes_per_cell(model, gpu_attn, tk, tv) * cells
+    kv_cpu = kv_bytes_per_cell(model, cpu_attn, tk, tv) * cells
+
+    rows = max(1, eff.n_seq) * (1 + eff.n_rs_seq)
+    if facts.recurrent_in_kv_buffer:
+        rows = min(max(1, eff.n_seq), eff.n_ctx)
+    rs_row = recurrent_row_bytes(model)
+    rec = model.recurrent_layers
+    rs_gpu = rs_row * rows * sum(1 for i in rec if i in placement.gpu_layers)
+    rs_cpu = rs_row * rows * sum(1 for i in rec if i not in placement.gpu_layers)
+
+    mtp_kv = mtp_compute = mtp_output = 0
+    mtp_on_gpu = False
+    if eff.mtp_active:
+        if facts.mtp_uses_draft_cache_types:
+            dk, dv = plan.mtp.cache_type_k.value, plan.mtp.cache_type_v.value
+        else:
+            dk, dv = tk, tv
+        mtp_kv = kv_bytes_per_cell(model, model.n_nextn_layer, dk, dv) * cells
+        mtp_compute = compute_bytes(
+            model,
+            ComputeShape(
+                n_tokens=min(eff.n_ctx, rt.ubatch),
+                n_kv=eff.n_ctx_seq,
+                n_stream=eff.n_stream,
+                n_outputs=max(1, eff.n_seq),
+                flash_attn=eff.flash_attn,
+                quantized_kv=quantized(dk) or quantized(dv),
+            ),
+            recurrent=False,
+        )
+        mtp_output = output_buffer_bytes(model, eff.n_seq)
+        mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
+
+    n_outputs_max = min(rt.batch, eff.n_seq * (1 + (plan.mtp.draft_max if eff.mtp_active else 0)))
+    main_compute = compute_bytes(
+        model,
+        ComputeShape(
+            n_tokens=min(eff.n_ctx, rt.ubatch),
+            n_kv=eff.n_ctx_seq,
+            n_stream=eff.n_stream,
+            n_outputs=min(min(eff.n_ctx, rt.ubatch), n_outputs_max),
+            flash_attn=eff.flash_attn,
+            quantized_kv=quantized(tk) or quantized(tv),
+        ),
+    )
+    output = output_buffer_bytes(model, eff.n_seq)
+
+    load_mode = rt.load_mode
+    cpu_weights = split.cpu_bytes
+    if target.is_gpu:
+        margin = plan.runtime.fit_margin_mib * MIB
+        gpu_segments = {
+            "weights": split.gpu_bytes,
+            "kv_cache": kv_gpu,
+            "recurrent_state": rs_gpu,
+            "mtp_kv_cache": mtp_kv if mtp_on_gpu else 0,
+            "mtp_compute": mtp_compute if mtp_on_gpu else 0,
+            "compute": main_compute,
+            "output": 0,
+            "desktop": target.desktop_bytes,
+            "other_processes": target.other_bytes,
+            "driver_overhead": target.driver_overhead_bytes,
+            "margin": margin,
+        }
+        devices = (DeviceBudget(target.id, target.name, target.total_bytes, gpu_segments),)
+        host_segments = {
+            "weights_mapped": cpu_weights if load_mode is LoadMode.MMAP else 0,
+            "weights_resident": cpu_weights if load_mode is LoadMode.NO_MMAP else 0,
+            "weights_locked": cpu_weights if load_mode is LoadMode.MLOCK else 0,
+            "kv_cache": kv_cpu,
+            "recurrent_state": rs_cpu,
+            "mtp_kv_cache": 0 if mtp_on_gpu else mtp_kv,
+            "compute": 0 if mtp_on_gpu else mtp_compute,
+            "output": output + mtp_output,
+            "prompt_cache_max": PROMPT_CACHE_DEFAULT,
+        }
+        if split.cpu_expert_bytes and load_mode is LoadMode.MMAP:
+            warnings.append(
+                f"{split.cpu_expert_bytes / MIB:,.0f} MiB of experts stay in system RAM "
+                "(memory-mapped): the first tokens read them from disk"
+            )
+    else:
+        cpu_segments = {
+            "weights": cpu_weights,
+            "kv_cache": kv_cpu,
+            "recurrent_state": rs_cpu,
+            "mtp_kv_cache": mtp_kv,
+            "mtp_compute": mtp_compute,
+            "compute": main_compute,
+            "output": output + mtp_output,
+            "desktop": 0,
+            "other_processes": 0,
+            "driver_overhead": 0,
+            "margin": 0,
+        }
+        total = target.total_bytes if target.total_bytes is not None else host.total_bytes
+        devices = (DeviceBudget("CPU", target.name, total, cpu_segments),)
+        host_segments = {
+            "weights_mapped": cpu_weights if load_mode is LoadMode.MMAP else 0,
+            "weights_resident": cpu_weights if load_mode is LoadMode.NO_MMAP else 0,
+            "weights_locked": cpu_weights if load_mode is LoadMode.MLOCK else 0,
+            "kv_cache": kv_cpu,
+            "recurrent_state": rs_cpu,
+            "mtp_kv_cache": mtp_kv,
+            "compute": main_compute + mtp_compute,
+            "output": output + mtp_output,
+            "prompt_cache_max": PROMPT_CACHE_DEFAULT,
+        }
+    host_budget = HostBudget(host.total_bytes, host.available_bytes, host_segments)
+    for d in devices:
+        if d.fits is False and d.free_bytes is not None:
+            warnings.append(
+                f"{d.id} is {-d.free_bytes / MIB:,.0f} MiB short: lower ctx, use a smaller cache "
+                "type, or move more expert layers to the CPU (see the Fit suggestions)"
+            )
+    if host_budget.fits is False:
+        warnings.append("not enough free system RAM for the CPU-side weights and buffers")
+    parts = {
+        "weights_total": split.gpu_bytes + split.cpu_bytes,
+        "kv_cache": kv_gpu + kv_cpu,
+        "recurrent_state": rs_gpu + rs_cpu,
+        "mtp_kv_cache": mtp_kv,
+        "output": output,
+        "mtp_output": mtp_output,
+        "compute": main_compute,
+        "mtp_compute": mtp_compute,
+    }
+    return Budget(devices, host_budget, eff, placement, tuple(warnings), parts)

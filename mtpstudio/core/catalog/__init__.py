@@ -1,0 +1,1 @@
+"""Embedded GPU and model cards: the demo default."""

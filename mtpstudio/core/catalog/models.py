@@ -1,0 +1,95 @@
+"""Catalogue model cards: demo GGUF headers built on first use into the user cache."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from platformdirs import user_cache_dir
+
+from mtpstudio.core.catalog.header import write_card_header
+from mtpstudio.core.catalog.qwen36 import QWEN36_CARDS
+from mtpstudio.core.catalog.spec import ModelCardSpec
+from mtpstudio.core.errors import CatalogError
+from mtpstudio.core.gguf import read_model_info
+from mtpstudio.core.model_info import ModelInfo
+
+__all__ = [
+    "CARD_FORMAT_VERSION",
+    "DEFAULT_MODEL_CARD",
+    "ModelCardSpec",
+    "model_card",
+    "model_card_info",
+    "model_card_path",
+    "model_cards",
+    "write_card_header",
+]
+
+DEFAULT_MODEL_CARD = "qwen3.6-35b-a3b-iq4_xs"
+"""The model everybody asks about: Qwen3.6-35B-A3B at IQ4_XS, with its MTP layer."""
+
+CARD_FORMAT_VERSION = 1
+"""Part of each cached file's name; bump it whenever a spec or the writer changes."""
+
+
+def model_cards() -> tuple[ModelCardSpec, ...]:
+    """All catalogue model cards, the default first."""
+    return QWEN36_CARDS
+
+
+def model_card(card_id: str) -> ModelCardSpec:
+    """The card spec with this id.
+
+    Raises:
+        CatalogError: the id is unknown; the message lists the known ids.
+    """
+    for spec in model_cards():
+        if spec.card_id == card_id:
+            return spec
+    known = ", ".join(spec.card_id for spec in model_cards())
+    raise CatalogError(
+        f"unknown model card '{card_id}'; known: {known}",
+        hint="Pick one of the listed demo cards, or open a GGUF file.",
+    )
+
+
+def _cache_dir() -> Path:
+    return Path(user_cache_dir("mtpstudio")) / "catalog"
+
+
+def model_card_path(card_id: str) -> Path:
+    """The card's GGUF header in the user cache, written on first use and reused after.
+
+    The file is written to a temporary name in the same folder and renamed into place, so
+    a reader never sees a partial card, and two processes racing both end with a whole one.
+
+    Raises:
+        CatalogError: the id is unknown or the cache folder cannot be written.
+    """
+    spec = model_card(card_id)
+    path = _cache_dir() / f"{spec.card_id}-v{CARD_FORMAT_VERSION}.gguf"
+    if path.is_file():
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            write_card_header(spec, tmp)
+            tmp.chmod(0o644)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise CatalogError(
+            f"cannot write the demo card {card_id} to {path.parent}: {exc.strerror or exc}",
+            hint="Make the cache folder writable, or set XDG_CACHE_HOME to one that is.",
+        ) from None
+    return path
+
+
+def model_card_info(card_id: str) -> ModelInfo:
+    """The card's ModelInfo, read from its cached header by the project's GGUF reader."""
+    return read_model_info(model_card_path(card_id))

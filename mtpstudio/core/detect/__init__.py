@@ -1,0 +1,1 @@
+"""Hardware and engine detection behind injected sources (NVML, sysfs, /proc, runner)."""

@@ -1,0 +1,1 @@
+"""Engine adapters: capability facts and Plan -> argv/env, one module per engine."""

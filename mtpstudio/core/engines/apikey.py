@@ -1,0 +1,128 @@
+"""The server's API key: generated with ``secrets``, kept in a user-only (0600) file.
+
+The key file holds the key on one line and nothing else, so both engines can read it with
+``--api-key-file`` (ik_llama.cpp would take a comment line for a second key). It lives in
+``$XDG_CONFIG_HOME/mtpstudio/`` (folder 0700). ``ensure_api_key`` says whether it created the
+key, so the caller shows a new key once and afterwards only says where it is.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from platformdirs import user_config_dir
+
+from mtpstudio.core.atomic import write_text_atomic
+from mtpstudio.core.errors import MtpStudioError
+
+__all__ = [
+    "KEY_FILE_NAME",
+    "ApiKey",
+    "ApiKeyError",
+    "default_key_path",
+    "ensure_api_key",
+    "generate_api_key",
+    "read_api_key",
+    "replace_api_key",
+]
+
+KEY_FILE_NAME = "server-api-key"
+KEY_PREFIX = "mtps-"
+_KEY_MODE = 0o600
+_DIR_MODE = 0o700
+
+
+class ApiKeyError(MtpStudioError):
+    """The API key file cannot be read, is unsafe, or cannot be written."""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A key and its file; ``created`` is True only when this call made the key."""
+
+    key: str
+    path: Path
+    created: bool
+
+    def __repr__(self) -> str:  # never print the key by accident
+        return f"ApiKey(path={self.path!r}, created={self.created})"
+
+
+def default_key_path() -> Path:
+    """``$XDG_CONFIG_HOME/mtpstudio/server-api-key``."""
+    return Path(user_config_dir("mtpstudio")) / KEY_FILE_NAME
+
+
+def generate_api_key() -> str:
+    """A new random key: 256 bits, URL-safe, with a recognisable prefix."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def read_api_key(path: Path) -> str:
+    """The key stored at ``path``; the file must be the user's own and not readable by others.
+
+    Raises:
+        ApiKeyError: the file is missing, unsafe (group/other permissions, other owner),
+            empty, or holds more than one line.
+    """
+    try:
+        info = path.stat()
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ApiKeyError(f"the API key file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ApiKeyError(f"cannot read the API key file {path}: {exc}") from None
+    if info.st_uid != os.getuid():
+        raise ApiKeyError(
+            f"the API key file {path} belongs to another user",
+            hint="Remove it; mtpstudio will generate a new key.",
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise ApiKeyError(
+            f"the API key file {path} can be read by other users "
+            f"(mode {stat.S_IMODE(info.st_mode):04o})",
+            hint=f"Run `chmod 600 {path}`, or replace the key since others may have seen it.",
+        )
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) != 1 or any(c.isspace() for c in lines[0]):
+        raise ApiKeyError(
+            f"the API key file {path} must hold exactly one key on one line",
+            hint="Remove it; mtpstudio will generate a new key.",
+        )
+    return lines[0]
+
+
+def _write_key(path: Path, key: str) -> None:
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
+    except OSError as exc:
+        raise ApiKeyError(f"cannot create {folder}: {exc.strerror or exc}") from None
+    write_text_atomic(path, key + "\n", mode=_KEY_MODE)
+
+
+def ensure_api_key(path: Path | None = None) -> ApiKey:
+    """The stored key, or a new one written to ``path`` (default ``default_key_path()``).
+
+    Raises:
+        ApiKeyError: an existing file is unsafe or malformed (it is never overwritten
+            silently), or a new one cannot be written.
+    """
+    target = path or default_key_path()
+    if target.exists():
+        return ApiKey(read_api_key(target), target, created=False)
+    key = generate_api_key()
+    _write_key(target, key)
+    return ApiKey(key, target, created=True)
+
+
+def replace_api_key(path: Path | None = None) -> ApiKey:
+    """Write a fresh key over the old one (clients must then use the new key)."""
+    target = path or default_key_path()
+    key = generate_api_key()
+    _write_key(target, key)
+    return ApiKey(key, target, created=True)

@@ -1,0 +1,223 @@
+"""Adapter for ik_llama.cpp ``llama-server`` (flags per engines.md §0, §3, §6)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from mtpstudio.core.engines.base import (
+    AdapterBase,
+    FlagSpelling,
+    Option,
+    SpecBuilder,
+    format_float,
+)
+from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
+
+__all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "IK_MTP_ARCHITECTURES", "SPELLINGS",
+           "IkAdapter"]  # fmt: skip
+
+IK_MTP_ARCHITECTURES = frozenset({"glm4moe"})
+"""Architectures whose MTP ik_llama.cpp honours (engines.md §0.1: GLM-4.x MoE only)."""
+
+IK_FIT_MARGIN_DEFAULT_MIB = 1024  # ik reads --fit-margin 0 as this
+
+SPELLINGS = MappingProxyType(
+    {
+        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
+        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
+        Option.PORT: FlagSpelling(("--port",), "8080"),
+        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
+        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
+        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
+        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
+        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
+        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
+        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
+        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
+        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
+        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
+        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
+        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
+        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
+        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+        Option.FIT: FlagSpelling(("--fit",), None),
+        Option.FIT_MARGIN: FlagSpelling(("--fit-margin",), "1024"),
+        Option.MLOCK: FlagSpelling(("--mlock",), None),
+        Option.NO_MMAP: FlagSpelling(("--no-mmap",), None),
+        Option.MTP: FlagSpelling(("-mtp", "--multi-token-prediction"), None),
+        Option.DRAFT_MAX: FlagSpelling(("--draft-max", "--draft", "--draft-n"), "2"),
+        Option.DRAFT_MIN: FlagSpelling(("--draft-min", "--draft-n-min"), "0"),
+        Option.DRAFT_P_MIN: FlagSpelling(("--draft-p-min",), "0.5"),
+    }
+)
+
+DOCUMENTED_FLAGS = frozenset(
+    {
+        "-m", "--model", "--host", "--port", "--api-key", "--api-key-file",
+        "-c", "--ctx-size", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
+        "-fa", "--flash-attn", "-b", "--batch-size", "-ub", "--ubatch-size",
+        "-np", "--parallel", "-t", "--threads",
+        "-ngl", "--n-gpu-layers", "--gpu-layers", "--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe",
+        "-ot", "--override-tensor", "--fit", "--fit-margin", "--mlock", "--no-mmap",
+        "-mtp", "--multi-token-prediction", "--draft-max", "--draft", "--draft-n",
+        "--draft-min", "--draft-n-min", "--draft-p-min", "--spec-type", "-ctkd", "-ctvd",
+        "--verbosity",
+    }
+)  # fmt: skip
+"""Flags of the ik_llama.cpp snapshot described in engines.md §3."""
+
+DOCUMENTED_SPEC_TYPES = (
+    "none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+)  # fmt: skip
+
+
+class IkAdapter(AdapterBase):
+    """Plan -> ``llama-server`` command line for ik_llama.cpp builds."""
+
+    flavour = EngineFlavour.IK
+    spellings = SPELLINGS
+    documented_flags = DOCUMENTED_FLAGS
+    documented_spec_types = DOCUMENTED_SPEC_TYPES
+    documented_mtp = MtpSupport.UNKNOWN_UNTIL_LAUNCH
+    engine_name = "ik_llama.cpp"
+
+    def _flash_attn_note(self, value: FlashAttention, quantized_v: bool, b: SpecBuilder) -> str:
+        if value is FlashAttention.AUTO:
+            return "Flash attention: ik_llama.cpp reads auto as on."
+        return super()._flash_attn_note(value, quantized_v, b)
+
+    def _emit_placement(self, plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
+        rt = plan.runtime
+        if plan.device == "cpu":
+            if rt.moe is MoePlacement.FIT:
+                b.warn("The target is the CPU, so the engine's fit is not used.")
+            b.emit(
+                Option.GPU_LAYERS,
+                ["0"],
+                "device",
+                "Keep every layer on the CPU (the plan's device is cpu).",
+            )
+            return
+        if rt.moe is MoePlacement.FIT:
+            self._check_fit_alone(plan, b)
+            margin = rt.fit_margin_mib
+            if margin == 0:
+                b.warn(
+                    "ik_llama.cpp reads a fit margin of 0 as 1024 MiB; 1 MiB, the smallest "
+                    "margin it honours, is used instead."
+                )
+                margin = 1
+            if plan.mtp.enabled:
+                b.warn(
+                    "ik_llama.cpp's fit does not count the MTP draft context; leave a larger "
+                    "fit margin so drafting has room."
+                )
+            b.emit(
+                Option.FIT,
+                [],
+                "runtime.moe",
+                "Let ik_llama.cpp offload every layer and move experts to RAM, last layer "
+                "first, until the model fits (it never changes the context).",
+                purpose="the engine's fit",
+            )
+            b.emit(
+                Option.FIT_MARGIN,
+                [str(margin)],
+                "runtime.fit_margin_mib",
+                f"Leave {margin} MiB of VRAM free on each GPU when fitting.",
+                purpose="the fit margin",
+            )
+            return
+        self._emit_gpu_layers(plan, b)
+        self._emit_expert_placement(plan, model, b)
+
+    def _emit_load_mode(self, plan: Plan, b: SpecBuilder) -> None:
+        mode = plan.runtime.load_mode
+        if mode is LoadMode.NO_MMAP:
+            b.emit(
+                Option.NO_MMAP,
+                [],
+                "runtime.load_mode",
+                "Read the weights into memory instead of memory-mapping the file.",
+                purpose="loading without mmap",
+            )
+        elif mode is LoadMode.MLOCK:
+            b.emit(
+                Option.MLOCK,
+                [],
+                "runtime.load_mode",
+                "Lock the memory-mapped weights in RAM so they are never swapped out.",
+                purpose="locking the weights in RAM",
+            )
+
+    def _emit_mtp(self, plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
+        mtp = plan.mtp
+        if model is not None and model.architecture == "qwen35moe" and model.n_nextn_layer > 0:
+            b.warn(
+                "ik_llama.cpp probably cannot load this qwen35moe GGUF: it treats the MTP "
+                "block as an ordinary layer and stops at a missing tensor; use a GGUF converted "
+                "without MTP for ik_llama.cpp."
+            )
+        if not mtp.enabled:
+            return
+        if not b.accepts(Option.MTP):
+            raise b.unsupported(Option.MTP, "MTP drafting")
+        if model is None:
+            b.warn(
+                "ik_llama.cpp decides at load time whether MTP is active (this snapshot honours "
+                "it only for GLM-4.x MoE models); check the log for 'MTP will be disabled'."
+            )
+        elif model.architecture not in IK_MTP_ARCHITECTURES:
+            b.warn(
+                f"MTP cannot be active: ik_llama.cpp honours -mtp only for "
+                f"{', '.join(sorted(IK_MTP_ARCHITECTURES))} models, and this model is "
+                f"{model.architecture}; the server will log 'MTP will be disabled' and run "
+                "without drafting."
+            )
+        elif not model.has_mtp:
+            b.warn(
+                "MTP cannot be active: the model has no MTP (nextn) layer; the server will run "
+                "without drafting."
+            )
+        runtime = plan.runtime
+        if (mtp.cache_type_k, mtp.cache_type_v) != (runtime.cache_type_k, runtime.cache_type_v):
+            b.warn(
+                "ik_llama.cpp's MTP context uses the main cache types "
+                f"({runtime.cache_type_k.value}/{runtime.cache_type_v.value}); the plan's draft "
+                f"cache types ({mtp.cache_type_k.value}/{mtp.cache_type_v.value}) do not apply."
+            )
+        b.emit(
+            Option.MTP,
+            [],
+            "mtp.enabled",
+            "Draft tokens with the model's own MTP (nextn) layer, where ik_llama.cpp supports it.",
+            purpose="MTP drafting",
+        )
+        b.emit(
+            Option.DRAFT_MAX,
+            [str(mtp.draft_max)],
+            "mtp.draft_max",
+            f"Draft at most {mtp.draft_max} tokens per step.",
+            purpose="the MTP draft depth",
+        )
+        if mtp.draft_min > 0:
+            b.emit(
+                Option.DRAFT_MIN,
+                [str(mtp.draft_min)],
+                "mtp.draft_min",
+                f"Draft at least {mtp.draft_min} tokens per step.",
+                purpose="the minimum draft depth",
+            )
+        b.emit(
+            Option.DRAFT_P_MIN,
+            [format_float(mtp.draft_p_min)],
+            "mtp.draft_p_min",
+            f"Stop drafting when the draft's probability falls below "
+            f"{format_float(mtp.draft_p_min)}.",
+            purpose="the draft p-min",
+        )
+
+    def _emit_logging(self, plan: Plan, b: SpecBuilder, for_mtpstudio_launch: bool) -> None:
+        """ik prints the buffer sizes at its default verbosity; nothing to add."""

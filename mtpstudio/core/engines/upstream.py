@@ -1,0 +1,261 @@
+"""Adapter for upstream llama.cpp ``llama-server`` (flags per engines.md §3, §6)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from mtpstudio.core.engines.base import (
+    AdapterBase,
+    FlagSpelling,
+    Option,
+    SpecBuilder,
+    describe_build,
+    format_float,
+)
+from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.errors import AdapterError
+from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
+
+__all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "SPELLINGS", "UpstreamAdapter"]
+
+MTP_SPEC_TYPE = "draft-mtp"
+LOG_VERBOSITY_FOR_MTPSTUDIO = "4"  # buffer sizes and fit decisions are logged at >= 4
+
+SPELLINGS = MappingProxyType(
+    {
+        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
+        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
+        Option.PORT: FlagSpelling(("--port",), "8080"),
+        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
+        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
+        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
+        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
+        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
+        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
+        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
+        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
+        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
+        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
+        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
+        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
+        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
+        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+        Option.FIT: FlagSpelling(("--fit", "-fit"), "on"),
+        Option.FIT_TARGET: FlagSpelling(("--fit-target", "-fitt"), "1024"),
+        Option.LOAD_MODE: FlagSpelling(("-lm", "--load-mode"), "auto"),
+        # Older upstream builds (before -lm) spelled the load mode with these switches.
+        Option.MLOCK: FlagSpelling(("--mlock",), None),
+        Option.NO_MMAP: FlagSpelling(("--no-mmap",), None),
+        Option.SPEC_TYPE: FlagSpelling(("--spec-type",), "none"),
+        Option.DRAFT_MAX: FlagSpelling(
+            ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"), "2"
+        ),
+        Option.DRAFT_MIN: FlagSpelling(("--spec-draft-n-min", "--draft-min", "--draft-n-min"), "0"),
+        Option.DRAFT_P_MIN: FlagSpelling(("--spec-draft-p-min", "--draft-p-min"), "0.5"),
+        Option.DRAFT_CACHE_K: FlagSpelling(
+            ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), "f16"
+        ),
+        Option.DRAFT_CACHE_V: FlagSpelling(
+            ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "f16"
+        ),
+        Option.VERBOSITY: FlagSpelling(("-lv", "--log-verbosity", "--verbosity"), "3"),
+    }
+)
+
+DOCUMENTED_FLAGS = frozenset(
+    {
+        "-m", "--model", "--host", "--port", "--api-key", "--api-key-file",
+        "-c", "--ctx-size", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
+        "-fa", "--flash-attn", "-b", "--batch-size", "-ub", "--ubatch-size",
+        "-np", "--parallel", "-t", "--threads",
+        "-ngl", "--n-gpu-layers", "--gpu-layers", "--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe",
+        "-ot", "--override-tensor", "--fit", "-fit", "--fit-target", "-fitt",
+        "-lm", "--load-mode", "--spec-type",
+        "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", "--draft-p-min",
+        "--spec-draft-type-k", "-ctkd", "--cache-type-k-draft",
+        "--spec-draft-type-v", "-ctvd", "--cache-type-v-draft",
+        "-lv", "--log-verbosity", "--verbosity",
+    }
+)  # fmt: skip
+"""Flags of the upstream snapshot described in engines.md §3 (``--mlock``, ``--no-mmap``,
+``--draft-max`` and ``--draft-min`` are gone from it)."""
+
+DOCUMENTED_SPEC_TYPES = (
+    "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+)  # fmt: skip
+
+
+class UpstreamAdapter(AdapterBase):
+    """Plan -> ``llama-server`` command line for upstream llama.cpp builds."""
+
+    flavour = EngineFlavour.UPSTREAM
+    spellings = SPELLINGS
+    documented_flags = DOCUMENTED_FLAGS
+    documented_spec_types = DOCUMENTED_SPEC_TYPES
+    documented_mtp = MtpSupport.AVAILABLE
+    engine_name = "upstream llama.cpp"
+    expert_tensors = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+    def _flash_attn_note(self, value: FlashAttention, quantized_v: bool, b: SpecBuilder) -> str:
+        if value is FlashAttention.AUTO and quantized_v:
+            b.warn(
+                "Flash attention is on auto with a quantized V cache: if the engine turns it "
+                "off on a device, loading fails; set flash attention on."
+            )
+        return super()._flash_attn_note(value, quantized_v, b)
+
+    def _emit_placement(self, plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
+        rt = plan.runtime
+        fit_off_note = (
+            "Use exactly the placement below; llama-server's fit (on by default) would re-plan it."
+        )
+        if plan.device == "cpu":
+            if rt.moe is MoePlacement.FIT:
+                b.warn("The target is the CPU, so the engine's fit is not used.")
+            b.emit(Option.FIT, ["off"], "runtime.moe", fit_off_note, required=False)
+            b.emit(
+                Option.GPU_LAYERS,
+                ["0"],
+                "device",
+                "Keep every layer on the CPU (the plan's device is cpu).",
+            )
+            return
+        if rt.moe is MoePlacement.FIT:
+            self._check_fit_alone(plan, b)
+            b.emit(
+                Option.FIT,
+                ["on"],
+                "runtime.moe",
+                "Let llama-server place layers and experts so the model fits the free VRAM "
+                "(it keeps the context given by -c).",
+                purpose="the engine's fit",
+            )
+            b.emit(
+                Option.FIT_TARGET,
+                [str(rt.fit_margin_mib)],
+                "runtime.fit_margin_mib",
+                f"Leave {rt.fit_margin_mib} MiB of VRAM free on each GPU when fitting.",
+                purpose="the fit margin",
+            )
+            return
+        b.emit(Option.FIT, ["off"], "runtime.moe", fit_off_note, required=False)
+        self._emit_gpu_layers(plan, b)
+        self._emit_expert_placement(plan, model, b)
+
+    def _emit_load_mode(self, plan: Plan, b: SpecBuilder) -> None:
+        mode = plan.runtime.load_mode
+        if mode is LoadMode.MMAP:
+            return  # the engine's default (auto: memory-map unless a device cannot)
+        if mode is LoadMode.NO_MMAP:
+            if b.accepts(Option.LOAD_MODE):
+                b.emit(
+                    Option.LOAD_MODE,
+                    ["none"],
+                    "runtime.load_mode",
+                    "Read the weights into memory instead of memory-mapping the file.",
+                )
+            else:
+                b.emit(
+                    Option.NO_MMAP,
+                    [],
+                    "runtime.load_mode",
+                    "Read the weights into memory instead of memory-mapping the file.",
+                    purpose="loading without mmap (-lm none)",
+                )
+            return
+        if b.accepts(Option.LOAD_MODE):
+            b.emit(
+                Option.LOAD_MODE,
+                ["mmap+mlock"],
+                "runtime.load_mode",
+                "Memory-map the weights and lock them in RAM so they are never swapped out.",
+            )
+        else:
+            b.emit(
+                Option.MLOCK,
+                [],
+                "runtime.load_mode",
+                "Lock the weights in RAM so they are never swapped out.",
+                purpose="locking the weights in RAM (-lm mmap+mlock)",
+            )
+
+    def _emit_mtp(self, plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
+        mtp = plan.mtp
+        if not mtp.enabled:
+            return
+        build = b.build
+        if build.mtp is not MtpSupport.AVAILABLE or (
+            build.spec_types and MTP_SPEC_TYPE not in build.spec_types
+        ):
+            raise AdapterError(
+                f"{describe_build(build)} cannot draft with MTP (its --spec-type has no "
+                f"{MTP_SPEC_TYPE})",
+                hint="Turn MTP off in the plan, or choose a newer upstream build.",
+            )
+        if model is not None and not model.has_mtp:
+            raise AdapterError(
+                f"the model {model.name or model.architecture} has no MTP (nextn) layer, so "
+                "MTP drafting cannot run",
+                hint="Turn MTP off, or use a GGUF converted with its MTP layer.",
+            )
+        b.emit(
+            Option.SPEC_TYPE,
+            [MTP_SPEC_TYPE],
+            "mtp.enabled",
+            "Draft tokens with the model's own MTP (nextn) layer.",
+            purpose="MTP drafting",
+        )
+        b.emit(
+            Option.DRAFT_MAX,
+            [str(mtp.draft_max)],
+            "mtp.draft_max",
+            f"Draft at most {mtp.draft_max} tokens per step; each one adds a copy of the "
+            "recurrent state.",
+            purpose="the MTP draft depth",
+        )
+        if mtp.draft_min > 0:
+            b.emit(
+                Option.DRAFT_MIN,
+                [str(mtp.draft_min)],
+                "mtp.draft_min",
+                f"Draft at least {mtp.draft_min} tokens per step.",
+                purpose="the minimum draft depth",
+            )
+        b.emit(
+            Option.DRAFT_P_MIN,
+            [format_float(mtp.draft_p_min)],
+            "mtp.draft_p_min",
+            f"Stop drafting when the draft's probability falls below "
+            f"{format_float(mtp.draft_p_min)}.",
+            purpose="the draft p-min",
+        )
+        for option, value, setting, which in (
+            (Option.DRAFT_CACHE_K, mtp.cache_type_k, "mtp.cache_type_k", "K"),
+            (Option.DRAFT_CACHE_V, mtp.cache_type_v, "mtp.cache_type_v", "V"),
+        ):
+            b.emit(
+                option,
+                [value.value],
+                setting,
+                f"Store the MTP draft context's {which} cache as {value.value} (independent "
+                "of the main cache).",
+                purpose=f"the MTP draft {which} cache type",
+            )
+
+    def _emit_logging(self, plan: Plan, b: SpecBuilder, for_mtpstudio_launch: bool) -> None:
+        if not for_mtpstudio_launch:
+            return
+        emitted = b.emit(
+            Option.VERBOSITY,
+            [LOG_VERBOSITY_FOR_MTPSTUDIO],
+            "launch",
+            "Log verbosity 4: prints the buffer sizes mtpstudio compares with its prediction.",
+            required=False,
+        )
+        if not emitted:
+            b.warn(
+                f"{describe_build(b.build)} has no -lv, so its log may lack the buffer sizes "
+                "mtpstudio checks."
+            )

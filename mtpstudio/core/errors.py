@@ -1,0 +1,39 @@
+"""The one exception hierarchy of mtpstudio's core; every message is one plain sentence."""
+
+from __future__ import annotations
+
+
+class MtpStudioError(Exception):
+    """Base of every error the core raises on purpose.
+
+    The message is one sentence that says what is wrong; ``hint`` says what to do next.
+    GUI and CLI show ``str(error)`` and the hint, never a traceback.
+    """
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class GgufError(MtpStudioError):
+    """A file is not a GGUF file this reader can use (says what and at which byte offset)."""
+
+
+class PlanError(MtpStudioError):
+    """A Plan is invalid or cannot be loaded or saved."""
+
+
+class CatalogError(MtpStudioError):
+    """A catalogue id is unknown or a card cannot be built."""
+
+
+class DetectionError(MtpStudioError):
+    """Hardware or engine detection could not run at all (a partial report is not an error)."""
+
+
+class AdapterError(MtpStudioError):
+    """A Plan option cannot be expressed for an engine build; the message names both."""
+
+
+class RenderError(MtpStudioError):
+    """A file cannot be rendered, e.g. a value that cannot be quoted safely for its format."""

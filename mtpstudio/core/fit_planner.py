@@ -1,0 +1,139 @@
+"""Fit planning: the engine's own --fit, and the two questions users ask of the budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mtpstudio.core.budget import Budget, HostSpec, TargetDevice, compute_budget
+from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
+from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.placement import ModelWeights
+from mtpstudio.core.plan import MoePlacement, Plan, plan_from_dict
+
+CTX_STEP = 256
+
+
+@dataclass(frozen=True)
+class FitSuggestion:
+    """A Plan change that makes the budget fit (or the closest it gets), with its budget."""
+
+    changes: dict[str, Any]
+    plan: Plan
+    budget: Budget
+    message: str
+
+    @property
+    def fits(self) -> bool:
+        return self.budget.fits is not False
+
+
+def _device_fits(budget: Budget) -> bool:
+    return all(d.fits is not False for d in budget.devices)
+
+
+def engine_fit_layers(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+) -> frozenset[int]:
+    """Expert layers the engine's fit moves to the CPU: back to front until the device fits.
+
+    Both engines fill from the back (upstream: dense-only layers back-to-front, then full
+    layers front-to-back; ik: overrides from the last layer down), so the front layers keep
+    their experts on the GPU. Partial layers are not modelled: whole layers move.
+    """
+    n = model.n_layer
+    for k in range(n + 1):
+        layers = frozenset(range(n - k, n))
+        budget = compute_budget(plan, model, target, facts, host, weights, cpu_expert_layers=layers)
+        if _device_fits(budget):
+            return layers
+    return frozenset(range(model.block_count))
+
+
+def _with(plan: Plan, changes: dict[str, Any]) -> Plan:
+    data = plan.model_dump(mode="json")
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return plan_from_dict(data)
+
+
+def largest_context(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec | None = None,
+    weights: ModelWeights | None = None,
+    ceiling: int | None = None,
+) -> FitSuggestion:
+    """The largest context (a multiple of 256, up to the native context) at this offload."""
+    host = host or HostSpec()
+    weights = weights or ModelWeights.from_model(model)
+    top = ceiling or max(model.context_length, CTX_STEP)
+
+    def budget_at(ctx: int) -> tuple[Plan, Budget]:
+        p = _with(plan, {"runtime.ctx": ctx})
+        return p, compute_budget(p, model, target, facts, host, weights)
+
+    lo, hi = 1, top // CTX_STEP
+    best: tuple[Plan, Budget] | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        p, b = budget_at(mid * CTX_STEP)
+        if _device_fits(b):
+            best, lo = (p, b), mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        p, b = budget_at(CTX_STEP)
+        return FitSuggestion(
+            {"runtime.ctx": CTX_STEP}, p, b,
+            "nothing fits even at ctx 256: move expert layers to the CPU first",
+        )
+    p, b = best
+    return FitSuggestion(
+        {"runtime.ctx": p.runtime.ctx}, p, b,
+        f"largest context that fits at this offload: {p.runtime.ctx:,} tokens",
+    )
+
+
+def fewest_cpu_expert_layers(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec | None = None,
+    weights: ModelWeights | None = None,
+) -> FitSuggestion:
+    """The smallest ``--n-cpu-moe N`` that fits at this context."""
+    host = host or HostSpec()
+    weights = weights or ModelWeights.from_model(model)
+    if not model.is_moe:
+        b = compute_budget(plan, model, target, facts, host, weights)
+        return FitSuggestion({}, plan, b, "the model has no experts to move")
+    last: tuple[Plan, Budget] | None = None
+    for n in range(model.block_count + 1):
+        changes: dict[str, Any] = {"runtime.moe": MoePlacement.N_CPU_MOE.value, "runtime.n_cpu_moe": n}
+        p = _with(plan, changes)
+        b = compute_budget(p, model, target, facts, host, weights)
+        last = (p, b)
+        if _device_fits(b):
+            return FitSuggestion(
+                changes, p, b,
+                f"fewest expert layers on the CPU at ctx {plan.runtime.ctx:,}: --n-cpu-moe {n}",
+            )
+    assert last is not None
+    p, b = last
+    return FitSuggestion(
+        {"runtime.moe": MoePlacement.ALL_CPU.value}, p, b,
+        "even with every expert on the CPU it does not fit: lower the context or cache types",
+    )

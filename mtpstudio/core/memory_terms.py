@@ -1,0 +1,151 @@
+"""Byte counts of the engine's memory pieces: KV cache, recurrent state, outputs, compute."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mtpstudio.core.model_info import ModelInfo
+
+# (block size, bytes per block) of the K/V cache types (ggml-common.h).
+CACHE_TYPE_BLOCKS: dict[str, tuple[int, int]] = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "bf16": (1, 2),
+    "q8_0": (32, 34),
+    "q6_0": (32, 26),
+    "q5_1": (32, 24),
+    "q5_0": (32, 22),
+    "q4_1": (32, 20),
+    "q4_0": (32, 18),
+    "iq4_nl": (32, 18),
+}
+F32 = 4
+
+
+def pad_to(value: int, multiple: int) -> int:
+    """``value`` rounded up to a multiple of ``multiple``."""
+    return -(-value // multiple) * multiple
+
+
+def row_bytes(cache_type: str, n: int) -> int:
+    """Bytes of one row of ``n`` elements of ``cache_type`` (ggml_row_size)."""
+    block, size = CACHE_TYPE_BLOCKS[cache_type]
+    return n // block * size
+
+
+def kv_bytes_per_cell(model: ModelInfo, layers: int, type_k: str, type_v: str) -> int:
+    """K plus V bytes for one context cell over ``layers`` attention layers."""
+    k = row_bytes(type_k, model.key_length * model.n_head_kv)
+    v = row_bytes(type_v, model.value_length * model.n_head_kv)
+    return layers * (k + v)
+
+
+def recurrent_row_bytes(model: ModelInfo) -> int:
+    """Bytes of one recurrent-state row (conv + delta-net state) of one layer, F32."""
+    if not model.ssm_inner_size:
+        return 0
+    conv = (model.ssm_conv_kernel - 1) * (
+        model.ssm_inner_size + 2 * model.ssm_group_count * model.ssm_state_size
+    )
+    state = model.ssm_state_size * model.ssm_inner_size
+    return F32 * (conv + state)
+
+
+@dataclass(frozen=True)
+class ComputeShape:
+    """What a worst-case graph reservation depends on."""
+
+    n_tokens: int
+    n_kv: int
+    n_stream: int
+    n_outputs: int
+    flash_attn: bool
+    quantized_kv: bool = False
+
+
+# Peak live floats per token, as (embedding, q, kv) for the attention block and (embedding,
+# ffn width, recurrent width) for the FFN / delta-net block, per architecture family and flash
+# attention. Measured on the CPU backend with llama-server -lv 4 over several model shapes
+# (benchmarks/compute_buffer_sweep.py); the graph allocator reuses memory, so these are fitted
+# counts of simultaneously live activations, not a structural derivation.
+_ATTN = {
+    ("dense", True): (5.0, 4.0, 0.0),
+    ("dense", False): (3.0, 3.0, 2.0),
+    ("moe", True): (0.0, 2.0, 10.0),
+    ("moe", False): (0.0, 2.0, 10.0),
+    ("hybrid", True): (0.0, 2.0, 10.0),
+    ("hybrid", False): (0.0, 4.0, 8.0),
+}
+_FFN = {
+    ("dense", True): (1.0, 3.5, 0.0),
+    ("dense", False): (2.0, 3.5, 0.0),
+    ("moe", True): (1.0, 4.0, 0.0),
+    ("moe", False): (1.0, 4.0, 0.0),
+    ("hybrid", True): (1.0, 3.0, 2.0),
+    ("hybrid", False): (1.0, 3.0, 2.0),
+}
+
+
+# The MTP draft context runs only the nextn block (attention + MoE, no delta-net).
+_MTP_ATTN = {
+    ("hybrid", True): (0.0, 2.0, 8.0),
+    ("hybrid", False): (0.0, 4.0, 6.0),
+    ("moe", True): (0.0, 2.0, 8.0),
+    ("moe", False): (0.0, 4.0, 6.0),
+    ("dense", True): (5.0, 4.0, 0.0),
+    ("dense", False): (3.0, 3.0, 2.0),
+}
+_QUANT_KV_EXTRA = {"dense": 8, "hybrid": 8, "moe": 0}
+
+
+def model_family(model: ModelInfo) -> str:
+    """``hybrid`` (recurrent + attention), ``moe`` or ``dense``."""
+    if model.recurrent_layers:
+        return "hybrid"
+    return "moe" if model.is_moe else "dense"
+
+
+def ffn_width(model: ModelInfo) -> int:
+    """Feed-forward activations per token: routed experts used plus the shared expert."""
+    if model.is_moe:
+        return model.n_expert_used * model.expert_ffn_length + model.shared_expert_ffn_length
+    return model.ffn_length
+
+
+def recurrent_width(model: ModelInfo) -> int:
+    """Delta-net conv channels per token (q, k and v of the gated DeltaNet)."""
+    if not model.ssm_inner_size:
+        return 0
+    return 2 * model.ssm_state_size * model.ssm_group_count + model.ssm_inner_size
+
+
+def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = True) -> int:
+    """Estimate one context's compute buffer: mask + the larger of the attention and FFN peaks.
+
+    ``recurrent=False`` leaves the delta-net block out (the MTP draft context only runs the
+    nextn layer, which is full attention + MoE).
+    """
+    family = model_family(model)
+    fa = shape.flash_attn
+    t = shape.n_tokens
+    q_dim = model.n_head * model.key_length
+    kv_dim = model.n_head_kv * model.key_length
+    # The reservation splits the ubatch over the streams, so the mask is n_kv x n_tokens.
+    mask = shape.n_kv * t * (2 if fa else F32)
+    ae, aq, akv = (_MTP_ATTN if not recurrent and model.has_mtp else _ATTN)[(family, fa)]
+    attn = F32 * t * (ae * model.n_embd + aq * q_dim + akv * kv_dim)
+    if not fa:
+        attn += shape.n_kv * t * model.n_head * F32
+    fe, ff, fr = _FFN[(family, fa)]
+    width_r = recurrent_width(model) if recurrent else 0
+    ffn = F32 * t * (fe * model.n_embd + ff * ffn_width(model) + fr * width_r)
+    if fa and shape.quantized_kv and recurrent:
+        # a quantized K/V cache adds about 8 bytes per query element to the attention peak
+        attn += _QUANT_KV_EXTRA[family] * t * q_dim
+    logits = F32 * shape.n_outputs * model.vocab_size
+    return int(mask + max(attn, ffn) + logits)
+
+
+def output_buffer_bytes(model: ModelInfo, n_seq: int) -> int:
+    """The host output buffer reserved at start: logits for ``n_seq`` outputs."""
+    return F32 * model.vocab_size * max(1, n_seq)

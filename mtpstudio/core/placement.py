@@ -1,0 +1,165 @@
+"""Where each weight tensor lands under the engine's rules (-ngl, --n-cpu-moe, --cpu-moe, fit)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mtpstudio.core.model_info import ModelInfo, TensorInfo
+
+EXPERT_TENSOR = re.compile(r"^blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps\b")
+OUTPUT_TENSORS = frozenset({"output.weight", "output_norm.weight", "output_norm.bias"})
+INPUT_TENSORS = frozenset({"token_embd.weight", "token_embd_norm.weight", "token_types.weight"})
+
+# CUDA pads quantized rows to a multiple of 512 elements and aligns tensors to 128 bytes
+# (ggml-cuda's get_alloc_size / buffer alignment).
+CUDA_ROW_PADDING = 512
+CUDA_ALIGNMENT = 128
+CPU_ALIGNMENT = 32
+UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """Weight bytes of one block, split into expert tensors and the rest."""
+
+    layer: int
+    dense_bytes: int
+    expert_bytes: int
+    dense_gpu_bytes: int
+    expert_gpu_bytes: int
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """A model's weights grouped for fast placement (computed once per model).
+
+    ``*_gpu_bytes`` are the sizes a CUDA buffer allocates for the same tensors (row padding and
+    alignment), used when the tensors land on a GPU.
+    """
+
+    input_bytes: int
+    output_bytes: int
+    output_gpu_bytes: int
+    other_bytes: int
+    layers: tuple[LayerWeights, ...]
+    n_layer: int
+
+    @classmethod
+    def from_model(cls, model: ModelInfo) -> ModelWeights:
+        dense: dict[int, int] = {}
+        expert: dict[int, int] = {}
+        dense_gpu: dict[int, int] = {}
+        expert_gpu: dict[int, int] = {}
+        input_bytes = output_bytes = output_gpu = other = 0
+        for t in model.tensors:
+            gpu = cuda_alloc_size(t)
+            if t.name in INPUT_TENSORS:
+                input_bytes += t.n_bytes
+            elif t.name in OUTPUT_TENSORS:
+                output_bytes += t.n_bytes
+                output_gpu += gpu
+            elif (layer := t.layer) is not None:
+                if EXPERT_TENSOR.match(t.name):
+                    expert[layer] = expert.get(layer, 0) + t.n_bytes
+                    expert_gpu[layer] = expert_gpu.get(layer, 0) + gpu
+                else:
+                    dense[layer] = dense.get(layer, 0) + t.n_bytes
+                    dense_gpu[layer] = dense_gpu.get(layer, 0) + gpu
+            else:
+                other += t.n_bytes
+        layers = tuple(
+            LayerWeights(
+                i, dense.get(i, 0), expert.get(i, 0), dense_gpu.get(i, 0), expert_gpu.get(i, 0)
+            )
+            for i in range(model.block_count)
+        )
+        return cls(input_bytes, output_bytes, output_gpu, other, layers, model.n_layer)
+
+
+def cuda_alloc_size(t: TensorInfo) -> int:
+    """Bytes a CUDA buffer takes for ``t``: quantized rows padded to 512 elements, 128-aligned."""
+    size = t.n_bytes
+    if t.type_name not in UNQUANTIZED and t.shape and t.shape[0] % CUDA_ROW_PADDING:
+        pad_elems = CUDA_ROW_PADDING - t.shape[0] % CUDA_ROW_PADDING
+        rows = t.n_elements // t.shape[0]
+        if rows:
+            per_row = t.n_bytes // rows
+            size += per_row * pad_elems // t.shape[0]
+    return -(-size // CUDA_ALIGNMENT) * CUDA_ALIGNMENT
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which layers and expert tensors sit on the GPU.
+
+    Attributes:
+        gpu_layers: block indices whose non-expert tensors are on the GPU.
+        cpu_expert_layers: block indices whose expert tensors stay on the CPU.
+        output_on_gpu: the output layer (output.weight, output_norm) is on the GPU.
+        loaded_layers: block indices that are loaded at all (MTP blocks only with MTP on).
+    """
+
+    gpu_layers: frozenset[int]
+    cpu_expert_layers: frozenset[int]
+    output_on_gpu: bool
+    loaded_layers: frozenset[int]
+
+
+def place(
+    model: ModelInfo,
+    *,
+    gpu: bool,
+    n_gpu_layers: int | None,
+    cpu_expert_layers: Iterable[int],
+    load_mtp: bool,
+) -> Placement:
+    """Apply the engine's placement rules.
+
+    ``-ngl`` counts ``block_count + 1`` layers from the back; the output layer counts as one,
+    so ``-ngl 1`` puts only the output layer on the GPU. ``None`` means all layers.
+    """
+    loaded = frozenset(
+        i for i in range(model.block_count) if i < model.n_layer or load_mtp
+    )
+    if not gpu:
+        return Placement(frozenset(), frozenset(loaded), False, loaded)
+    total = model.block_count + 1
+    ngl = total if n_gpu_layers is None else min(n_gpu_layers, total)
+    first_gpu = model.block_count + 1 - ngl
+    gpu_layers = frozenset(i for i in loaded if i >= first_gpu)
+    experts_cpu = frozenset(i for i in cpu_expert_layers if i in loaded) | (loaded - gpu_layers)
+    return Placement(gpu_layers, experts_cpu, ngl >= 1, loaded)
+
+
+@dataclass(frozen=True)
+class WeightSplit:
+    """Weight bytes per side after placement."""
+
+    gpu_bytes: int
+    cpu_bytes: int
+    cpu_expert_bytes: int
+
+
+def split_weights(weights: ModelWeights, placement: Placement) -> WeightSplit:
+    """Sum the weight bytes on the GPU and on the CPU for a placement."""
+    gpu = cpu = cpu_experts = 0
+    cpu += weights.input_bytes + weights.other_bytes
+    if placement.output_on_gpu:
+        gpu += weights.output_gpu_bytes
+    else:
+        cpu += weights.output_bytes
+    for lw in weights.layers:
+        if lw.layer not in placement.loaded_layers:
+            continue
+        if lw.layer in placement.gpu_layers:
+            gpu += lw.dense_gpu_bytes
+        else:
+            cpu += lw.dense_bytes
+        if lw.layer in placement.cpu_expert_layers:
+            cpu += lw.expert_bytes
+            cpu_experts += lw.expert_bytes
+        else:
+            gpu += lw.expert_gpu_bytes
+    return WeightSplit(gpu, cpu, cpu_experts)

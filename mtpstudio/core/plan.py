@@ -1,0 +1,434 @@
+"""The Plan: the whole configuration as one versioned pydantic model, shared by GUI and CLI."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from mtpstudio.core.atomic import write_text_atomic
+from mtpstudio.core.errors import PlanError
+
+SCHEMA_VERSION = 1
+MIN_CTX = 256
+DEFAULT_PORT = 8080
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class CacheType(StrEnum):
+    """K/V cache element types both engines accept for ``-ctk``/``-ctv``."""
+
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+    Q8_0 = "q8_0"
+    Q5_1 = "q5_1"
+    Q5_0 = "q5_0"
+    Q4_1 = "q4_1"
+    Q4_0 = "q4_0"
+    IQ4_NL = "iq4_nl"
+
+
+class EngineFlavour(StrEnum):
+    """Which llama.cpp family a ``llama-server`` binary belongs to."""
+
+    UPSTREAM = "upstream"
+    IK = "ik"
+
+
+class FlashAttention(StrEnum):
+    """``-fa`` setting."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+class MoePlacement(StrEnum):
+    """Where the routed-expert tensors go."""
+
+    FIT = "fit"
+    N_CPU_MOE = "n_cpu_moe"
+    ALL_CPU = "all_cpu"
+    GPU = "gpu"
+
+
+class LoadMode(StrEnum):
+    """How weights are loaded: memory-mapped, read into memory, or locked in RAM."""
+
+    MMAP = "mmap"
+    NO_MMAP = "no-mmap"
+    MLOCK = "mlock"
+
+
+class DesktopReclaim(StrEnum):
+    """How desktop VRAM is reclaimed, lightest first."""
+
+    NONE = "none"
+    NVIDIA_PROFILE = "nvidia-profile"
+    IGPU = "igpu"
+    LLVMPIPE = "llvmpipe"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+
+
+class ModelChoice(_Section):
+    """The model: a GGUF file on disk or a demo card from the catalogue."""
+
+    path: Path | None = Field(
+        default=None, description="GGUF file (the first part of a split model)."
+    )
+    card: str | None = Field(
+        default="qwen3.6-35b-a3b-iq4_xs",
+        description="Demo model card id, used when no path is given.",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path_on_one_line(cls, value: Path | None) -> Path | None:
+        if value is not None and "\n" in str(value):
+            raise ValueError("model path must not contain a newline")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if self.path is None and not self.card:
+            raise ValueError("choose a model: a GGUF path or a demo card id")
+        return self
+
+    @property
+    def label(self) -> str:
+        return str(self.path) if self.path is not None else f"demo card {self.card}"
+
+
+class EngineChoice(_Section):
+    """The inference engine build."""
+
+    flavour: EngineFlavour = Field(
+        default=EngineFlavour.UPSTREAM,
+        description="upstream llama.cpp or the ik_llama.cpp fork; they spell flags differently.",
+    )
+    binary: Path | None = Field(
+        default=None, description="Path of the llama-server binary; none means found by detection."
+    )
+
+    @field_validator("binary")
+    @classmethod
+    def _binary_on_one_line(cls, value: Path | None) -> Path | None:
+        if value is not None and "\n" in str(value):
+            raise ValueError("engine path must not contain a newline")
+        return value
+
+
+class MtpOptions(_Section):
+    """Multi-token prediction: the model's own nextn layer drafts tokens."""
+
+    enabled: bool = Field(default=True, description="Draft tokens with the model's MTP layer.")
+    draft_max: int = Field(
+        default=2, description="Most tokens drafted per step (--spec-draft-n-max / --draft-max)."
+    )
+    draft_min: int = Field(default=0, description="Fewest tokens drafted per step.")
+    draft_p_min: float = Field(
+        default=0.75, description="Stop drafting when the draft's probability falls below this."
+    )
+    cache_type_k: CacheType = Field(
+        default=CacheType.F16, description="K cache type of the draft context."
+    )
+    cache_type_v: CacheType = Field(
+        default=CacheType.F16, description="V cache type of the draft context."
+    )
+
+    @field_validator("draft_max")
+    @classmethod
+    def _draft_max_range(cls, value: int) -> int:
+        if not 1 <= value <= 16:
+            raise ValueError("draft max must be between 1 and 16")
+        return value
+
+    @field_validator("draft_min")
+    @classmethod
+    def _draft_min_range(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("draft min must not be negative")
+        return value
+
+    @field_validator("draft_p_min")
+    @classmethod
+    def _p_min_range(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError("draft p-min must be between 0 and 1")
+        return value
+
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> Self:
+        if self.draft_min > self.draft_max:
+            raise ValueError(
+                f"draft min ({self.draft_min}) must not exceed draft max ({self.draft_max})"
+            )
+        return self
+
+
+class RuntimeOptions(_Section):
+    """What the engine is asked to allocate and how it places weights."""
+
+    ctx: int = Field(default=32768, description="Context size in tokens (-c).")
+    cache_type_k: CacheType = Field(default=CacheType.Q8_0, description="K cache type (-ctk).")
+    cache_type_v: CacheType = Field(default=CacheType.Q8_0, description="V cache type (-ctv).")
+    flash_attn: FlashAttention = Field(
+        default=FlashAttention.ON, description="Flash attention (-fa); quantized V needs it."
+    )
+    batch: int = Field(default=2048, description="Logical batch size (-b).")
+    ubatch: int = Field(default=512, description="Physical batch size (-ub); drives compute buffers.")
+    parallel: int = Field(
+        default=1, description="Server slots (-np); more slots multiply the recurrent state."
+    )
+    threads: int | None = Field(
+        default=None, description="CPU threads (-t); none lets the engine choose."
+    )
+    moe: MoePlacement = Field(
+        default=MoePlacement.N_CPU_MOE,
+        description="Expert placement: the engine's fit, N layers on CPU, all on CPU, or all on GPU.",
+    )
+    n_cpu_moe: int = Field(
+        default=0, description="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe)."
+    )
+    fit_margin_mib: int = Field(
+        default=1024, description="VRAM left free by the fit (MiB; --fit-target / --fit-margin)."
+    )
+    load_mode: LoadMode = Field(
+        default=LoadMode.MMAP, description="Weights memory-mapped, read in, or locked in RAM."
+    )
+    n_gpu_layers: int | None = Field(
+        default=None, description="Layers on the GPU (-ngl); none means all (or fit's choice)."
+    )
+
+    @field_validator("ctx")
+    @classmethod
+    def _ctx_floor(cls, value: int) -> int:
+        if value < MIN_CTX:
+            raise ValueError(f"ctx must be at least {MIN_CTX}")
+        if value > 4 * 1024 * 1024:
+            raise ValueError("ctx must be at most 4194304")
+        return value
+
+    @field_validator("batch", "ubatch")
+    @classmethod
+    def _batch_positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("batch sizes must be at least 1")
+        return value
+
+    @field_validator("parallel")
+    @classmethod
+    def _slots_range(cls, value: int) -> int:
+        if not 1 <= value <= 256:
+            raise ValueError("parallel (slots) must be between 1 and 256")
+        return value
+
+    @field_validator("threads")
+    @classmethod
+    def _threads_positive(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError("threads must be at least 1")
+        return value
+
+    @field_validator("n_cpu_moe", "fit_margin_mib")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("n_cpu_moe and fit margin must not be negative")
+        return value
+
+    @field_validator("n_gpu_layers")
+    @classmethod
+    def _ngl_not_negative(cls, value: int | None) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError("gpu layers must not be negative")
+        return value
+
+    @model_validator(mode="after")
+    def _ubatch_within_batch(self) -> Self:
+        if self.ubatch > self.batch:
+            raise ValueError(f"ubatch ({self.ubatch}) must not exceed batch ({self.batch})")
+        return self
+
+
+class ServerOptions(_Section):
+    """Where the server listens."""
+
+    host: str = Field(default="127.0.0.1", description="Listen address; loopback by default.")
+    port: int = Field(default=DEFAULT_PORT, description="TCP port.")
+    api_key: str | None = Field(
+        default=None, description="API key; required when listening beyond loopback."
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host_plain(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("host must be a plain address without spaces")
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port_range(cls, value: int) -> int:
+        if not 1 <= value <= 65535:
+            raise ValueError("port must be between 1 and 65535")
+        return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _key_plain(cls, value: str | None) -> str | None:
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise ValueError("API key must be non-empty and contain no spaces")
+        return value
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+
+
+class OutputPaths(_Section):
+    """Where generated files go (relative paths are under the export directory)."""
+
+    export_dir: Path | None = Field(
+        default=None, description="Folder for exported files; none means the XDG data dir."
+    )
+    service_name: str = Field(
+        default="mtpstudio-llama", description="systemd unit name, without .service."
+    )
+    env_file: str = Field(default="mtpstudio-llama.env", description="EnvironmentFile name.")
+    launch_script: str = Field(default="mtpstudio-llama.sh", description="Launch script name.")
+
+    @field_validator("service_name")
+    @classmethod
+    def _unit_name(cls, value: str) -> str:
+        allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.\\@")
+        if not value or not set(value) <= allowed:
+            raise ValueError(
+                "service name may only use letters, digits and : - _ . \\ @ (systemd unit names)"
+            )
+        return value
+
+    @field_validator("env_file", "launch_script")
+    @classmethod
+    def _file_name(cls, value: str) -> str:
+        if not value or "/" in value or "\n" in value or value in {".", ".."}:
+            raise ValueError("file names must be plain names without / or newlines")
+        return value
+
+
+TargetDevice = Annotated[
+    str,
+    Field(
+        description=(
+            "'auto' (the detected GPU with most VRAM), 'cpu', a detected device id such as "
+            "'CUDA0', or a catalogue GPU id such as 'rtx-4070-super'."
+        )
+    ),
+]
+
+
+class Plan(_Section):
+    """Everything mtpstudio needs to plan, render, launch and benchmark one server."""
+
+    schema_version: Literal[1] = Field(
+        default=SCHEMA_VERSION, description="Version of this file's layout."
+    )
+    device: TargetDevice = "auto"
+    model: ModelChoice = Field(default_factory=ModelChoice, description="The model to serve.")
+    engine: EngineChoice = Field(default_factory=EngineChoice, description="The engine build.")
+    runtime: RuntimeOptions = Field(
+        default_factory=RuntimeOptions, description="Context, caches, batches and placement."
+    )
+    mtp: MtpOptions = Field(default_factory=MtpOptions, description="Multi-token prediction.")
+    server: ServerOptions = Field(default_factory=ServerOptions, description="Listen address.")
+    desktop: DesktopReclaim = Field(
+        default=DesktopReclaim.NONE, description="How desktop VRAM is reclaimed."
+    )
+    outputs: OutputPaths = Field(default_factory=OutputPaths, description="Generated files.")
+
+    @field_validator("device")
+    @classmethod
+    def _device_plain(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("device must be 'auto', 'cpu', a device id or a catalogue GPU id")
+        return value
+
+    def to_json(self) -> str:
+        """The plan as stable, human-readable JSON (sorted keys, two-space indent)."""
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """Turn pydantic's report into short sentences such as 'runtime.ctx: ctx must be at least 256'."""
+    parts: list[str] = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"])
+        ctx = item.get("ctx") or {}
+        if item["type"] == "value_error" and "error" in ctx:
+            message = str(ctx["error"])
+        elif item["type"] == "extra_forbidden":
+            message = "unknown setting"
+        elif item["type"] == "missing":
+            message = "missing"
+        else:
+            message = item["msg"][:1].lower() + item["msg"][1:]
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+def plan_from_dict(data: dict[str, Any]) -> Plan:
+    """Validate plain data into a Plan, raising PlanError with readable messages."""
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise PlanError(
+            f"plan schema_version {version!r} is not supported (this mtpstudio reads "
+            f"{SCHEMA_VERSION})",
+            hint="Upgrade mtpstudio or recreate the plan.",
+        )
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        raise PlanError(f"invalid plan: {describe_validation_error(exc)}") from None
+
+
+def plan_from_json(text: str) -> Plan:
+    """Parse a Plan from JSON text."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(
+            f"plan is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    if not isinstance(data, dict):
+        raise PlanError("plan must be a JSON object")
+    return plan_from_dict(data)
+
+
+def load_plan(path: Path) -> Plan:
+    """Read a Plan file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"plan file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"cannot read plan file {path}: {exc}") from None
+    return plan_from_json(text)
+
+
+def save_plan(plan: Plan, path: Path) -> None:
+    """Write a Plan atomically (temp file in the same folder, then rename)."""
+    write_text_atomic(path, plan.to_json())

@@ -1,0 +1,513 @@
+"""Plan + LaunchSpec -> the text of the unit, environment file, launch script and session files.
+
+Pure: nothing here writes files or runs commands (``core.install`` does that). Templates are
+Jinja2 files shipped as package data (``mtpstudio.templates``), rendered with
+``StrictUndefined``, autoescape off and quoting filters from ``core.quoting``; every rendered
+``ExecStart=`` is split back with systemd's rules and compared with the LaunchSpec's argv
+before it is returned.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from platformdirs import user_config_dir, user_data_dir
+
+from mtpstudio.core import quoting
+from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.errors import RenderError
+from mtpstudio.core.plan import DesktopReclaim, LoadMode, Plan
+
+__all__ = [
+    "NVIDIA_PROFILE_PROCESSES",
+    "RenderedFile",
+    "ServiceLayout",
+    "SessionSettings",
+    "SessionVariant",
+    "UnitScope",
+    "render_nvidia_profile",
+    "render_reclaim_files",
+    "render_service_files",
+    "render_session_files",
+    "session_variant_for",
+    "template_environment",
+]
+
+TEMPLATE_PACKAGE = "mtpstudio.templates"
+NVIDIA_PROFILE_PROCESSES = ("kwin_wayland", "Xwayland", "plasmashell")
+_USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+
+# Variables the software-rendering sessions set (and take back out of the user manager).
+_MESA_ONLY = ("__EGL_VENDOR_LIBRARY_FILENAMES", "__GLX_VENDOR_LIBRARY_NAME")
+_SOFTWARE_GL = ("LIBGL_ALWAYS_SOFTWARE", "GALLIUM_DRIVER", "LP_NUM_THREADS")
+SESSION_VARIABLES = ("KWIN_COMPOSE", "KWIN_DRM_DEVICES", *_SOFTWARE_GL, *_MESA_ONLY)
+"""Every variable a mtpstudio session may set; a user unit unsets them for llama-server."""
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One generated file and where it is meant to go.
+
+    Attributes:
+        name: the file name.
+        text: the whole content.
+        mode: permission bits to write it with.
+        install_path: the suggested absolute path.
+        explanation: one line for the GUI / CLI listing.
+        privileged: installing it needs root (the helper).
+        warnings: things to tell the user about this file.
+    """
+
+    name: str
+    text: str
+    mode: int
+    install_path: Path
+    explanation: str
+    privileged: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+class UnitScope(StrEnum):
+    """A system unit (runs at boot as ``User=``) or a user unit (the user's own manager)."""
+
+    SYSTEM = "system"
+    USER = "user"
+
+
+@dataclass(frozen=True)
+class ServiceLayout:
+    """Where the unit, the environment file and the launch script go."""
+
+    scope: UnitScope
+    unit_path: Path
+    env_path: Path
+    script_path: Path
+
+    @classmethod
+    def for_plan(
+        cls,
+        plan: Plan,
+        scope: UnitScope = UnitScope.SYSTEM,
+        *,
+        config_dir: Path | None = None,
+        data_dir: Path | None = None,
+    ) -> ServiceLayout:
+        """The standard places: ``/etc/systemd/system`` + ``/etc/mtpstudio`` for a system
+        unit, ``$XDG_CONFIG_HOME/systemd/user`` + ``$XDG_CONFIG_HOME/mtpstudio`` for a user
+        unit; the script in ``plan.outputs.export_dir`` or ``$XDG_DATA_HOME/mtpstudio``.
+        """
+        out = plan.outputs
+        config = config_dir or Path(user_config_dir())
+        export = out.export_dir or (data_dir or Path(user_data_dir())) / "mtpstudio"
+        unit_name = f"{out.service_name}.service"
+        if scope is UnitScope.SYSTEM:
+            unit = Path("/etc/systemd/system") / unit_name
+            env = Path("/etc/mtpstudio") / out.env_file
+        else:
+            unit = config / "systemd" / "user" / unit_name
+            env = config / "mtpstudio" / out.env_file
+        return cls(scope, unit, env, export / out.launch_script)
+
+
+class SessionVariant(StrEnum):
+    """Which login session keeps the desktop off the NVIDIA card's VRAM."""
+
+    WAYLAND_IGPU = "wayland-igpu"  # the display is on the iGPU: KWin uses only that GPU
+    WAYLAND_LLVMPIPE = "wayland-llvmpipe"  # the display is on NVIDIA: software rendering
+    X11_LLVMPIPE = "x11-llvmpipe"  # X11 Plasma with software GL
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """Paths and choices for the session files (defaults: Arch/CachyOS Plasma 6).
+
+    ``igpu_card`` is the iGPU's DRM node, preferably the stable
+    ``/dev/dri/by-path/pci-…-card`` link; the wrapper resolves it at login.
+    """
+
+    igpu_card: str | None = None
+    startplasma_wayland: str = "/usr/bin/startplasma-wayland"
+    startplasma_x11: str = "/usr/bin/startplasma-x11"
+    dbus_run_session: str = "/usr/lib/plasma-dbus-run-session-if-needed"
+    wrapper_dir: str = "/usr/local/lib/mtpstudio"
+    wayland_sessions_dir: str = "/usr/local/share/wayland-sessions"
+    x11_sessions_dir: str = "/usr/local/share/xsessions"
+    mesa_egl_vendor_file: str = "/usr/share/glvnd/egl_vendor.d/50_mesa.json"
+    llvmpipe_threads: int | None = None
+
+
+def session_variant_for(display_on_igpu: bool, *, x11: bool = False) -> SessionVariant:
+    """The variant detection calls for: iGPU routing when a monitor hangs off the iGPU."""
+    if x11:
+        return SessionVariant.X11_LLVMPIPE
+    return SessionVariant.WAYLAND_IGPU if display_on_igpu else SessionVariant.WAYLAND_LLVMPIPE
+
+
+# --------------------------------------------------------------------------------------------
+# Jinja
+
+
+def _load_template(name: str) -> str:
+    try:
+        return resources.files(TEMPLATE_PACKAGE).joinpath(name).read_text(encoding="utf-8")
+    except (FileNotFoundError, IsADirectoryError):
+        raise jinja2.TemplateNotFound(name) from None
+
+
+def _comment(text: str) -> str:
+    """Text for a ``#`` comment line (one line, never ending in a backslash)."""
+    quoting.check_one_line(text, "a comment")
+    return text.rstrip("\\ ")
+
+
+def _comment_wrap(text: str, first: str = "# ", rest: str | None = None, width: int = 96) -> str:
+    """``text`` as ``#`` comment lines of at most ``width`` columns (hanging indent ``rest``)."""
+    quoting.check_one_line(text, "a comment")
+    rest = first if rest is None else rest
+    lines = textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return "\n".join(line.rstrip("\\ ") for line in lines) or first.rstrip()
+
+
+@lru_cache(maxsize=1)
+def template_environment() -> jinja2.Environment:
+    """The Jinja environment for mtpstudio's templates (shared, read-only after creation)."""
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load_template),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    filters: Mapping[str, Callable[..., Any]] = {
+        "comment": _comment,
+        "comment_wrap": _comment_wrap,
+        "shell": quoting.shell_quote,
+        "shell_join": quoting.shell_join,
+        "systemd_path": quoting.systemd_path,
+        "systemd_text": quoting.systemd_text,
+        "env_file_assignment": lambda pair: quoting.env_file_assignment(*pair),
+        "desktop_string": quoting.desktop_string,
+        "desktop_exec": quoting.desktop_exec_line,
+    }
+    env.filters.update(filters)
+    return env
+
+
+def _render(template: str, **context: Any) -> str:
+    try:
+        return template_environment().get_template(template).render(**context)
+    except jinja2.TemplateError as exc:  # a bug in a template, not bad input
+        raise RenderError(f"template {template} failed: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# service files
+
+
+def _notes_context(spec: LaunchSpec) -> list[dict[str, str]]:
+    return [{"flag": n.flag, "explanation": n.explanation} for n in spec.flags]
+
+
+def _exec_start(spec: LaunchSpec) -> str:
+    return quoting.systemd_command_line(spec.argv, spec.arg_groups)
+
+
+def _check_exec_start(text: str, spec: LaunchSpec, name: str) -> None:
+    """Split the rendered ExecStart back (systemd's rules) and compare with the argv."""
+    values = [v for s, k, v in quoting.parse_unit_file(text) if (s, k) == ("Service", "ExecStart")]
+    try:
+        argv = quoting.split_systemd_command_line(values[0]) if len(values) == 1 else None
+    except ValueError:
+        argv = None
+    if argv != list(spec.argv):
+        raise RenderError(f"the ExecStart= written into {name} does not reproduce the command")
+
+
+def _drop_patterns(prefixes: Sequence[str]) -> list[str]:
+    return [p + "*" if p.endswith("_") else p for p in prefixes]
+
+
+def _script_lines(spec: LaunchSpec) -> list[str]:
+    lines = []
+    start = 1
+    for note in spec.flags:
+        lines.append(quoting.shell_join(spec.argv[start : start + len(note.words)]))
+        start += len(note.words)
+    return lines
+
+
+def render_service_files(
+    plan: Plan,
+    spec: LaunchSpec,
+    *,
+    scope: UnitScope = UnitScope.SYSTEM,
+    user: str | None = None,
+    layout: ServiceLayout | None = None,
+) -> dict[str, RenderedFile]:
+    """The systemd unit, its environment file and the launch script for ``spec``.
+
+    Args:
+        plan: the plan the spec was built from (names, load mode, model label).
+        spec: the command, from ``engines.build_launch_spec``.
+        scope: system unit (``User=``, hardening, boot start) or user unit.
+        user: the account a system unit runs as (required for ``UnitScope.SYSTEM``).
+        layout: where the files go; default ``ServiceLayout.for_plan(plan, scope)``.
+
+    Returns:
+        ``{"unit": …, "env": …, "script": …}``.
+
+    Raises:
+        RenderError: a value cannot be written safely (e.g. a newline in a path), or a
+            system unit without a user.
+    """
+    layout = layout or ServiceLayout.for_plan(plan, scope)
+    if layout.scope is not scope:
+        raise RenderError(f"the file layout is for a {layout.scope} unit, not a {scope} unit")
+    if scope is UnitScope.SYSTEM:
+        if user is None:
+            raise RenderError(
+                "a system unit needs the account it runs as",
+                hint="Pass the desktop user (or a dedicated 'llama' account).",
+            )
+        if not _USER_NAME.match(user):
+            raise RenderError(f"{user!r} is not a valid user name for User=")
+    if not layout.env_path.is_absolute():
+        raise RenderError(f"the environment file path {layout.env_path} must be absolute")
+    out = plan.outputs
+    unit_name = f"{out.service_name}.service"
+    mlock = plan.runtime.load_mode is LoadMode.MLOCK
+    model_name = spec.note_for("-m") or spec.note_for("--model")
+    model_file = Path(model_name.values[0]).name if model_name and model_name.values else "model"
+    unit_warnings: list[str] = []
+    if mlock and scope is UnitScope.USER:
+        unit_warnings.append(
+            "Locking the weights in RAM from a user unit is capped by the user manager's "
+            "memory-lock limit (8 MiB by default); use a system unit, or raise LimitMEMLOCK "
+            "for user@.service."
+        )
+    context = {
+        "unit_name": unit_name,
+        "description": f"llama-server {model_file} (mtpstudio)",
+        "scope": scope.value,
+        "user": user,
+        "env_path": str(layout.env_path),
+        "exec_start": _exec_start(spec),
+        "notes": _notes_context(spec),
+        "warnings": [*spec.warnings, *unit_warnings],
+        "mlock": mlock,
+        "unset_variables": SESSION_VARIABLES,
+        "env": sorted(spec.env.items()),
+        "model_file": model_file,
+        "script_name": out.launch_script,
+        "argv0": spec.argv[0],
+        "arg_lines": _script_lines(spec),
+        "drop_patterns": _drop_patterns(spec.drop_env_prefixes),
+    }
+    unit_template = (
+        "systemd/system.service.j2" if scope is UnitScope.SYSTEM else ("systemd/user.service.j2")
+    )
+    unit_text = _render(unit_template, **context)
+    _check_exec_start(unit_text, spec, unit_name)
+    system = scope is UnitScope.SYSTEM
+    return {
+        "unit": RenderedFile(
+            name=unit_name,
+            text=unit_text,
+            mode=0o644,
+            install_path=layout.unit_path,
+            explanation=(
+                f"systemd {'system' if system else 'user'} unit that runs llama-server"
+                + (f" as {user} at boot" if system else " in your session")
+                + "; restarts it after a crash."
+            ),
+            privileged=system,
+            warnings=tuple(unit_warnings),
+        ),
+        "env": RenderedFile(
+            name=out.env_file,
+            text=_render("systemd/service.env.j2", **context),
+            mode=0o644,
+            install_path=layout.env_path,
+            explanation="Environment of the unit (EnvironmentFile=); add your own variables here.",
+            privileged=system,
+        ),
+        "script": RenderedFile(
+            name=out.launch_script,
+            text=_render("launch.sh.j2", **context),
+            mode=0o755,
+            install_path=layout.script_path,
+            explanation="The same command as a bash script, for running by hand.",
+        ),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# desktop sessions and the NVIDIA profile
+
+
+@dataclass(frozen=True)
+class _VariantFacts:
+    file_stem: str
+    wrapper_name: str
+    session_name: str
+    comment: str
+    x11: bool
+
+
+_VARIANTS: Mapping[SessionVariant, _VariantFacts] = {
+    SessionVariant.WAYLAND_IGPU: _VariantFacts(
+        "plasmawayland-igpu-mtpstudio",
+        "startplasma-wayland-igpu-mtpstudio",
+        "Plasma (Wayland, display on the iGPU, mtpstudio)",
+        "Plasma drawn by the integrated GPU, leaving the NVIDIA card's memory to llama-server",
+        x11=False,
+    ),
+    SessionVariant.WAYLAND_LLVMPIPE: _VariantFacts(
+        "plasmawayland-llvmpipe-mtpstudio",
+        "startplasma-wayland-llvmpipe-mtpstudio",
+        "Plasma (Wayland, software rendering, mtpstudio)",
+        "Plasma drawn by the CPU (llvmpipe), leaving the NVIDIA card's memory to llama-server",
+        x11=False,
+    ),
+    SessionVariant.X11_LLVMPIPE: _VariantFacts(
+        "plasmax11-llvmpipe-mtpstudio",
+        "startplasmax11-llvmpipe-mtpstudio",
+        "Plasma (X11, software rendering, mtpstudio)",
+        "Plasma on X11 with OpenGL drawn by the CPU (llvmpipe); Xorg keeps its framebuffers",
+        x11=True,
+    ),
+}
+
+
+def _plain_exec_path(path: str, what: str) -> str:
+    """SDDM runs a Wayland session's Exec through ``exec $@`` unquoted: only plain paths work."""
+    quoting.check_one_line(path, what)
+    if not Path(path).is_absolute() or quoting.desktop_exec_arg(path) != path:
+        raise RenderError(
+            f"{what} {path!r} must be an absolute path without spaces, quotes or shell "
+            "characters: the login manager does not honour quoting",
+        )
+    return path
+
+
+def render_session_files(
+    variant: SessionVariant, settings: SessionSettings | None = None
+) -> dict[str, RenderedFile]:
+    """The session ``.desktop`` file and its wrapper script for ``variant``.
+
+    Returns:
+        ``{"desktop": …, "wrapper": …}``; both need root to install (SDDM reads only system
+        session folders).
+
+    Raises:
+        RenderError: the iGPU variant without ``settings.igpu_card``, or paths that cannot be
+            written safely.
+    """
+    settings = settings or SessionSettings()
+    facts = _VARIANTS[variant]
+    wrapper_path = _plain_exec_path(
+        str(Path(settings.wrapper_dir) / facts.wrapper_name), "the session wrapper path"
+    )
+    sessions_dir = settings.x11_sessions_dir if facts.x11 else settings.wayland_sessions_dir
+    desktop_path = Path(sessions_dir) / f"{facts.file_stem}.desktop"
+    if variant is SessionVariant.WAYLAND_IGPU and not settings.igpu_card:
+        raise RenderError(
+            "the iGPU session needs the iGPU's DRM device (e.g. /dev/dri/by-path/…-card)"
+        )
+    if settings.llvmpipe_threads is not None and settings.llvmpipe_threads < 1:
+        raise RenderError("llvmpipe threads must be at least 1")
+    exports: list[tuple[str, str]] = []
+    if variant is SessionVariant.WAYLAND_LLVMPIPE:
+        exports.append(("KWIN_COMPOSE", "Q"))
+    if variant is not SessionVariant.WAYLAND_IGPU:
+        exports += [("LIBGL_ALWAYS_SOFTWARE", "1"), ("GALLIUM_DRIVER", "llvmpipe")]
+        if settings.llvmpipe_threads is not None:
+            exports.append(("LP_NUM_THREADS", str(settings.llvmpipe_threads)))
+    context = {
+        "session_name": facts.session_name,
+        "comment": facts.comment,
+        "variant": variant.value,
+        "x11": facts.x11,
+        "igpu": variant is SessionVariant.WAYLAND_IGPU,
+        "igpu_card": settings.igpu_card or "",
+        "exports": exports,
+        "mesa_egl_vendor_file": settings.mesa_egl_vendor_file,
+        "startplasma": settings.startplasma_x11 if facts.x11 else settings.startplasma_wayland,
+        "dbus_run_session": settings.dbus_run_session,
+        "wrapper_path": wrapper_path,
+        "desktop_path": str(desktop_path),
+        "unset_variables": SESSION_VARIABLES,
+        "exec": [wrapper_path],
+    }
+    return {
+        "desktop": RenderedFile(
+            name=desktop_path.name,
+            text=_render("session/session.desktop.j2", **context),
+            mode=0o644,
+            install_path=desktop_path,
+            explanation=f"Login-screen entry '{facts.session_name}'.",
+            privileged=True,
+        ),
+        "wrapper": RenderedFile(
+            name=facts.wrapper_name,
+            text=_render("session/startplasma.sh.j2", **context),
+            mode=0o755,
+            install_path=Path(wrapper_path),
+            explanation="Sets the rendering variables, starts Plasma, and clears them at logout.",
+            privileged=True,
+        ),
+    }
+
+
+def render_nvidia_profile(processes: Sequence[str] = NVIDIA_PROFILE_PROCESSES) -> RenderedFile:
+    """The NVIDIA driver profile ``GLVidHeapReuseRatio=0`` for the desktop's processes.
+
+    The lightest reclaim: the driver stops keeping freed video memory in a pool for these
+    processes (egl-wayland#126); nothing else about the session changes.
+    """
+    for proc in processes:
+        quoting.check_one_line(proc, "a process name")
+    path = Path("/etc/nvidia/nvidia-application-profiles-rc.d/50-mtpstudio-desktop-vram.json")
+    return RenderedFile(
+        name=path.name,
+        text=_render("nvidia/app-profile.json.j2", processes=list(processes)),
+        mode=0o644,
+        install_path=path,
+        explanation="NVIDIA driver profile: the compositor and shell return freed VRAM "
+        "instead of pooling it.",
+        privileged=True,
+    )
+
+
+def render_reclaim_files(
+    reclaim: DesktopReclaim,
+    settings: SessionSettings | None = None,
+    *,
+    x11: bool = False,
+) -> dict[str, RenderedFile]:
+    """The files for the plan's desktop reclaim choice (empty for ``none``)."""
+    if reclaim is DesktopReclaim.NONE:
+        return {}
+    if reclaim is DesktopReclaim.NVIDIA_PROFILE:
+        return {"nvidia-profile": render_nvidia_profile()}
+    if x11:
+        return render_session_files(SessionVariant.X11_LLVMPIPE, settings)
+    variant = session_variant_for(reclaim is DesktopReclaim.IGPU)
+    return render_session_files(variant, settings)

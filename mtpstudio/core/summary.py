@@ -1,0 +1,120 @@
+"""Plain-text summaries of a model and a Plan, shared by the CLI and the GUI."""
+
+from __future__ import annotations
+
+from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.plan import MoePlacement, Plan
+
+GIB = 1024**3
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 1e9:.2f} GB ({n_bytes / GIB:.2f} GiB)"
+
+
+def model_summary_lines(info: ModelInfo) -> list[str]:
+    """What the model is, as aligned ``label  value`` lines."""
+    rows: list[tuple[str, str]] = [("architecture", info.architecture)]
+    if info.name:
+        rows.insert(0, ("name", info.name))
+    layers = f"{info.n_layer} trunk"
+    if info.n_nextn_layer:
+        layers += f" + {info.n_nextn_layer} MTP (nextn)"
+    if info.recurrent_layers:
+        n_attn = len(info.attention_layers)
+        layers += f"; {n_attn} attention, {len(info.recurrent_layers)} recurrent"
+        if info.full_attention_interval:
+            layers += f" (full attention every {info.full_attention_interval})"
+    rows.append(("layers", layers))
+    rows.append(
+        (
+            "attention",
+            f"{info.n_head} Q heads / {info.n_head_kv} KV heads, "
+            f"key {info.key_length}, value {info.value_length}, embedding {info.n_embd}",
+        )
+    )
+    if info.is_moe:
+        experts = f"{info.n_expert} routed, {info.n_expert_used} used per token"
+        if info.expert_ffn_length:
+            experts += f", expert FFN {info.expert_ffn_length}"
+        if info.shared_expert_ffn_length:
+            experts += f", shared expert FFN {info.shared_expert_ffn_length}"
+        rows.append(("experts", experts))
+    elif info.ffn_length:
+        rows.append(("FFN", str(info.ffn_length)))
+    if info.ssm_inner_size:
+        rows.append(
+            (
+                "recurrent",
+                f"inner {info.ssm_inner_size}, state {info.ssm_state_size}, "
+                f"groups {info.ssm_group_count}, time-step rank {info.ssm_time_step_rank}, "
+                f"conv kernel {info.ssm_conv_kernel}",
+            )
+        )
+    rows.append(("vocabulary", _count(info.vocab_size)))
+    rows.append(("context", f"{_count(info.context_length)} native"))
+    rows.append(
+        ("weights", f"{_size(info.tensor_bytes)}, {info.bits_per_weight:.2f} bits per weight")
+    )
+    if info.quant_mix and info.tensor_bytes:
+        mix = sorted(info.quant_mix.items(), key=lambda kv: -kv[1])
+        rows.append(
+            (
+                "quant mix",
+                ", ".join(f"{name} {100 * b / info.tensor_bytes:.1f}%" for name, b in mix[:6]),
+            )
+        )
+    width = max(len(label) for label, _ in rows)
+    return [f"  {label:<{width}}  {value}" for label, value in rows]
+
+
+def plan_option_lines(plan: Plan) -> list[str]:
+    """The options the Plan chose, as aligned ``label  value`` lines."""
+    rt, mtp, srv = plan.runtime, plan.mtp, plan.server
+    if rt.moe is MoePlacement.N_CPU_MOE:
+        moe = f"experts of the first {rt.n_cpu_moe} layers on the CPU"
+    elif rt.moe is MoePlacement.ALL_CPU:
+        moe = "all experts on the CPU"
+    elif rt.moe is MoePlacement.FIT:
+        moe = f"the engine's fit decides (margin {rt.fit_margin_mib} MiB)"
+    else:
+        moe = "all experts on the GPU"
+    if mtp.enabled:
+        mtp_text = (
+            f"on: draft max {mtp.draft_max}, min {mtp.draft_min}, p-min {mtp.draft_p_min:g}, "
+            f"draft cache {mtp.cache_type_k.value}/{mtp.cache_type_v.value}"
+        )
+    else:
+        mtp_text = "off"
+    engine = plan.engine.flavour.value
+    engine += f" ({plan.engine.binary})" if plan.engine.binary else " (binary found by detection)"
+    key = "set" if srv.api_key else "none"
+    rows = [
+        ("target", plan.device),
+        ("engine", engine),
+        ("context", f"{_count(rt.ctx)} tokens"),
+        ("K / V cache", f"{rt.cache_type_k.value} / {rt.cache_type_v.value}"),
+        ("flash attention", rt.flash_attn.value),
+        ("batch / ubatch", f"{rt.batch} / {rt.ubatch}"),
+        ("slots", str(rt.parallel)),
+        ("threads", str(rt.threads) if rt.threads else "engine default"),
+        ("experts", moe),
+        ("GPU layers", str(rt.n_gpu_layers) if rt.n_gpu_layers is not None else "all"),
+        ("load mode", rt.load_mode.value),
+        ("MTP", mtp_text),
+        ("server", f"{srv.host}:{srv.port}, API key {key}"),
+        ("desktop VRAM", plan.desktop.value),
+    ]
+    width = max(len(label) for label, _ in rows)
+    return [f"  {label:<{width}}  {value}" for label, value in rows]
+
+
+def plan_report(plan: Plan, info: ModelInfo) -> str:
+    """The model summary and the chosen options, as printed by ``mtpstudio plan``."""
+    lines = [f"Model: {plan.model.label}", *model_summary_lines(info), "", "Options:"]
+    lines += plan_option_lines(plan)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""The small privileged helper run through pkexec."""

@@ -1,0 +1,1 @@
+"""Icons, launcher, metainfo, prompts and catalogue data (mtpstudio.resources)."""

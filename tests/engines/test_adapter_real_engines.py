@@ -1,0 +1,110 @@
+"""The adapters' command lines are accepted by the real llama-server builds.
+
+The build is probed for real (the detection's ``<flag> <value> --version`` probe, plus the
+adapters' own spellings), then every command the adapter builds gets ``--version`` appended:
+both parsers read argv in order and exit 0 on ``--version`` only if every flag and value
+before it was valid (engines.md §1).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
+from mtpstudio.core.detect.runner import SubprocessRunner, clean_environ
+from mtpstudio.core.engines.base import LaunchSpec, build_launch_spec, probe_candidates
+from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.probe import CANDIDATE_FLAGS, FlagSpec
+from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
+
+pytestmark = pytest.mark.engine
+
+
+def probe_build(binary: Path, flavour: EngineFlavour) -> EngineBuild:
+    known = {spec.flag for spec in CANDIDATE_FLAGS}
+    extra = [
+        FlagSpec(flag, ((value,),) if value is not None else ((),), "adapter spelling")
+        for flag, value in probe_candidates(flavour)
+        if flag not in known
+    ]
+    info = identify_engine(
+        EngineCandidate(binary, "test"), SubprocessRunner(), flags=[*CANDIDATE_FLAGS, *extra]
+    )
+    build = info.to_build()
+    assert build is not None and build.flavour is flavour, info.problems
+    return build
+
+
+def parses(spec: LaunchSpec) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [*spec.argv, "--version"],
+        env=clean_environ(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def plan(flavour: EngineFlavour, **sections: Any) -> Plan:
+    data: dict[str, Any] = {
+        "model": {"path": "/models/dir with spaces/Qwen3.6 35B-A3B.gguf"},
+        "engine": {"flavour": flavour.value},
+    }
+    data.update(sections)
+    return plan_from_dict(data)
+
+
+PLANS: list[dict[str, Any]] = [
+    {},
+    {"runtime": {"moe": "fit", "fit_margin_mib": 512}},
+    {"runtime": {"moe": "all_cpu", "load_mode": "mlock", "threads": 2}},
+    {"runtime": {"n_cpu_moe": 30, "load_mode": "no-mmap", "n_gpu_layers": 20}},
+    {"runtime": {"flash_attn": "auto", "cache_type_k": "q4_0", "cache_type_v": "q5_1"},
+     "mtp": {"draft_max": 4, "draft_min": 1, "draft_p_min": 0.3, "cache_type_k": "q8_0"}},
+    {"mtp": {"enabled": False}, "device": "cpu"},
+    {"server": {"host": "0.0.0.0", "port": 9931}},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("flavour", [EngineFlavour.UPSTREAM, EngineFlavour.IK])
+def test_the_real_parser_accepts_every_command(
+    flavour: EngineFlavour, engine: Callable[[str], Path], tmp_path: Path
+) -> None:
+    binary = engine(flavour.value)
+    build = probe_build(binary, flavour)
+    key_file = tmp_path / "key"
+    key_file.write_text("mtps-test\n")
+    for sections in PLANS:
+        lan = sections.get("server", {}).get("host") == "0.0.0.0"
+        spec = build_launch_spec(
+            plan(flavour, **sections),
+            build,
+            for_mtpstudio_launch=True,
+            api_key_file=key_file if lan else None,
+        )
+        assert {n.flag for n in spec.flags} <= build.accepted_flags
+        result = parses(spec)
+        assert result.returncode == 0, (sections, spec.argv, result.stderr[-2000:])
+        assert "version:" in result.stderr
+
+
+def test_the_check_catches_a_rejected_flag(engine: Callable[[str], Path]) -> None:
+    """Negative control: the removed upstream --mlock makes the same check fail."""
+    binary = engine("upstream")
+    build = probe_build(binary, EngineFlavour.UPSTREAM)
+    assert "--mlock" not in build.accepted_flags and "-lm" in build.accepted_flags
+    spec = build_launch_spec(plan(EngineFlavour.UPSTREAM), build)
+    broken = LaunchSpec(
+        flavour=spec.flavour,
+        binary=spec.binary,
+        flags=(*spec.flags, type(spec.flags[0])("--mlock", (), "runtime.load_mode", "x")),
+    )
+    assert parses(broken).returncode != 0

@@ -1,0 +1,1 @@
+"""Test bench support: tiny random-weight GGUF models and real llama-server processes."""

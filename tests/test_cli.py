@@ -1,0 +1,140 @@
+"""The command line, run as a user runs it: a real subprocess, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtpstudio import __version__
+
+
+def run_cli(*args: str, display: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"}
+    }
+    if display:
+        env["QT_QPA_PLATFORM"] = "offscreen"
+    return subprocess.run(
+        [sys.executable, "-m", "mtpstudio", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_version() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"mtpstudio {__version__}"
+
+
+def test_plan_demo_prints_the_model_and_options() -> None:
+    result = run_cli("plan", "--demo", "--gpu", "rtx-4070-super", "--ctx", "65536")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "qwen35moe" in out
+    assert "40 trunk + 1 MTP" in out
+    assert "10 attention, 30 recurrent" in out
+    assert "248,320" in out and "262,144 native" in out
+    assert "65,536 tokens" in out
+    assert "rtx-4070-super" in out
+    assert "Traceback" not in result.stderr
+
+
+def test_no_arguments_without_display_prints_demo_plan_and_gui_hint() -> None:
+    result = run_cli()
+    assert result.returncode == 0, result.stderr
+    assert "qwen35moe" in result.stdout
+    assert "mtpstudio gui" in result.stdout
+    assert "No display found" in result.stdout
+
+
+def test_save_then_load_plan_and_override(tmp_path: Path) -> None:
+    saved = tmp_path / "my plans" / "plan.json"
+    first = run_cli(
+        "plan",
+        "--demo",
+        "--ctx",
+        "131072",
+        "-ctk",
+        "q8_0",
+        "--mtp",
+        "--draft-max",
+        "3",
+        "--n-cpu-moe",
+        "20",
+        "--save",
+        str(saved),
+    )
+    assert first.returncode == 0, first.stderr
+    data = json.loads(saved.read_text())
+    assert data["runtime"]["ctx"] == 131072
+    assert data["runtime"]["moe"] == "n_cpu_moe" and data["runtime"]["n_cpu_moe"] == 20
+    assert data["mtp"]["draft_max"] == 3
+
+    second = run_cli("plan", "--plan", str(saved), "--ctx", "8192", "--no-mtp", "--json")
+    assert second.returncode == 0, second.stderr
+    out = json.loads(second.stdout)
+    assert out["plan"]["runtime"]["ctx"] == 8192
+    assert out["plan"]["mtp"]["enabled"] is False
+    assert out["plan"]["mtp"]["draft_max"] == 3  # untouched options kept
+    assert out["model"]["n_layer"] == 40 and out["model"]["n_nextn_layer"] == 1
+
+
+def test_fit_and_cpu_moe_flags_set_the_placement() -> None:
+    fit = json.loads(run_cli("plan", "--demo", "--fit", "--fit-margin", "512", "--json").stdout)
+    assert fit["plan"]["runtime"]["moe"] == "fit"
+    assert fit["plan"]["runtime"]["fit_margin_mib"] == 512
+    cpu = json.loads(run_cli("plan", "--demo", "--cpu-moe", "--json").stdout)
+    assert cpu["plan"]["runtime"]["moe"] == "all_cpu"
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda p: p.write_bytes(b"NOTAGGUF" * 8), "not a gguf file"),
+        (lambda p: p.write_bytes(b"GGUF\x03\x00\x00\x00"), "truncated"),
+        (lambda p: None, "not found"),
+    ],
+)
+def test_broken_model_file_gives_one_line_and_nonzero(tmp_path: Path, make, expected: str) -> None:
+    model = tmp_path / "bro ken\tmodel.gguf"
+    make(model)
+    result = run_cli("plan", "--model", str(model))
+    assert result.returncode != 0
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0].lower()
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--ctx", "100"], "ctx must be at least 256"),
+        (["--gpu", "rtx-9999"], "unknown gpu"),
+        (["--port", "0"], "port must be between 1 and 65535"),
+        (["--draft-max", "2", "--draft-min", "5"], "draft min (5) must not exceed draft max (2)"),
+    ],
+)
+def test_bad_options_give_one_line(args: list[str], expected: str) -> None:
+    result = run_cli("plan", "--demo", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0].lower()
+
+
+def test_gui_without_display_says_so() -> None:
+    result = run_cli("gui")
+    assert result.returncode == 2
+    assert "no display" in result.stderr

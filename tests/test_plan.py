@@ -1,0 +1,158 @@
+"""The Plan: defaults, readable validation, JSON round-trip, atomic save."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mtpstudio.core.errors import PlanError
+from mtpstudio.core.plan import (
+    CacheType,
+    MoePlacement,
+    Plan,
+    load_plan,
+    plan_from_dict,
+    plan_from_json,
+    save_plan,
+)
+
+
+def test_defaults_are_safe_for_mtp() -> None:
+    plan = Plan()
+    assert plan.runtime.parallel == 1  # -np auto would quadruple the recurrent state
+    assert plan.server.host == "127.0.0.1"
+    assert plan.server.is_loopback
+    assert plan.model.path is None and plan.model.card
+
+
+def test_every_field_has_a_description() -> None:
+    def walk(model: type) -> list[str]:
+        missing = []
+        for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+            if not field.description:
+                missing.append(f"{model.__name__}.{name}")
+            ann = field.annotation
+            if isinstance(ann, type) and hasattr(ann, "model_fields"):
+                missing += walk(ann)
+        return missing
+
+    assert walk(Plan) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"runtime": {"ctx": 100}}, "runtime.ctx: ctx must be at least 256"),
+        ({"runtime": {"parallel": 0}}, "parallel (slots) must be between 1 and 256"),
+        ({"runtime": {"ubatch": 4096, "batch": 512}}, "ubatch (4096) must not exceed batch (512)"),
+        ({"mtp": {"draft_max": 0}}, "mtp.draft_max: draft max must be between 1 and 16"),
+        ({"mtp": {"draft_min": 3, "draft_max": 2}}, "draft min (3) must not exceed draft max (2)"),
+        ({"mtp": {"draft_p_min": 1.5}}, "draft p-min must be between 0 and 1"),
+        ({"server": {"port": 70000}}, "server.port: port must be between 1 and 65535"),
+        ({"runtime": {"cache_type_k": "q9_9"}}, "runtime.cache_type_k: input should be"),
+        ({"runtime": {"turbo": True}}, "runtime.turbo: unknown setting"),
+        ({"model": {"path": None, "card": None}}, "choose a model"),
+        ({"model": {"path": "a\nb.gguf"}}, "model path must not contain a newline"),
+        ({"outputs": {"service_name": "my unit"}}, "service name may only use"),
+        ({"schema_version": 99}, "schema_version 99 is not supported"),
+    ],
+)
+def test_validation_messages_are_readable(data: dict[str, object], message: str) -> None:
+    with pytest.raises(PlanError) as info:
+        plan_from_dict(data)
+    assert message in str(info.value)
+    assert "pydantic" not in str(info.value)
+
+
+def test_several_problems_are_reported_together() -> None:
+    with pytest.raises(PlanError) as info:
+        plan_from_dict({"runtime": {"ctx": 1, "parallel": 0}})
+    text = str(info.value)
+    assert "ctx must be at least 256" in text and "parallel" in text
+
+
+def test_json_round_trip_keeps_every_value(tmp_path: Path) -> None:
+    plan = plan_from_dict(
+        {
+            "device": "rtx-4070-super",
+            "model": {"path": "/models/Qwen 3.6 – “35B” $HOME%.gguf", "card": None},
+            "runtime": {"ctx": 131072, "cache_type_k": "q5_1", "moe": "fit", "threads": 6},
+            "mtp": {"draft_max": 3, "draft_p_min": 0.5, "cache_type_v": "q8_0"},
+            "server": {"host": "0.0.0.0", "port": 9000, "api_key": "k3y"},
+            "desktop": "llvmpipe",
+        }
+    )
+    path = tmp_path / "sub dir" / "plan.json"
+    save_plan(plan, path)
+    again = load_plan(path)
+    assert again == plan
+    assert again.runtime.cache_type_k is CacheType.Q5_1
+    assert again.runtime.moe is MoePlacement.FIT
+    assert json.loads(path.read_text())["schema_version"] == 1
+
+
+def test_save_replaces_atomically_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    save_plan(Plan(), path)
+    save_plan(plan_from_dict({"runtime": {"ctx": 4096}}), path)
+    assert load_plan(path).runtime.ctx == 4096
+    assert sorted(os.listdir(tmp_path)) == ["plan.json"]
+
+
+def test_save_to_unwritable_place_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(Exception) as info:
+        save_plan(Plan(), blocker / "plan.json")
+    assert "cannot write" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not valid JSON (line 1"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_bad_json_is_a_plan_error(text: str, message: str) -> None:
+    with pytest.raises(PlanError, match=r".*") as info:
+        plan_from_json(text)
+    assert message in str(info.value)
+
+
+def test_missing_plan_file_is_a_plan_error(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="does not exist"):
+        load_plan(tmp_path / "nope.json")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ctx=st.integers(256, 1 << 20),
+    k=st.sampled_from(list(CacheType)),
+    v=st.sampled_from(list(CacheType)),
+    draft_max=st.integers(1, 16),
+    p_min=st.floats(0, 1, allow_nan=False),
+    path=st.text(
+        st.characters(blacklist_characters="\n\x00", blacklist_categories=["Cs"]),
+        min_size=1,
+        max_size=40,
+    ),
+    port=st.integers(1, 65535),
+)
+def test_random_plans_round_trip(
+    ctx: int, k: CacheType, v: CacheType, draft_max: int, p_min: float, path: str, port: int
+) -> None:
+    plan = plan_from_dict(
+        {
+            "model": {"path": path, "card": None},
+            "runtime": {"ctx": ctx, "cache_type_k": k.value, "cache_type_v": v.value},
+            "mtp": {"draft_max": draft_max, "draft_p_min": p_min},
+            "server": {"port": port},
+        }
+    )
+    assert plan_from_json(plan.to_json()) == plan

@@ -7,8 +7,9 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtpstudio import __version__
 from mtpstudio.core.errors import MtpStudioError
@@ -23,6 +24,11 @@ from mtpstudio.core.plan import (
     plan_from_dict,
     save_plan,
 )
+
+if TYPE_CHECKING:
+    from mtpstudio.core.budget import Budget, HostSpec, TargetDevice
+    from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
+    from mtpstudio.core.model_info import ModelInfo
 
 CACHE_TYPES = [c.value for c in CacheType]
 GUI_HINT = "To open the wizard, run `mtpstudio gui` in a graphical session."
@@ -139,19 +145,81 @@ def _check_device(device: str) -> None:
     gpu_card(device)  # raises CatalogError naming the known ids
 
 
+def _host_spec() -> HostSpec:
+    import psutil
+
+    from mtpstudio.core.budget import HostSpec
+
+    memory = psutil.virtual_memory()
+    return HostSpec(total_bytes=int(memory.total), available_bytes=int(memory.available))
+
+
+def plan_budget(plan: Plan, info: ModelInfo, *, demo: bool) -> tuple[Budget, list[str], str]:
+    """The budget, the engine command line and how the target was chosen, for ``plan``."""
+    from mtpstudio.core.budget import compute_budget
+    from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
+    from mtpstudio.core.engines.base import build_launch_spec, documented_build
+    from mtpstudio.core.engines.memory_facts import memory_facts
+    from mtpstudio.core.targets import resolve_target
+
+    host = _host_spec()
+    resolved = resolve_target(plan, host, [])
+    if demo and plan.device == "auto" and not resolved.device.is_gpu:
+        resolved = resolve_target(plan.model_copy(update={"device": DEFAULT_GPU_CARD}), host, [])
+        resolved = replace(
+            resolved, source=f"no GPU detected: the demo plans for the {resolved.source}"
+        )
+    budget = compute_budget(plan, info, resolved.device, memory_facts(plan.engine.flavour), host)
+    build = documented_build(plan.engine.flavour, plan.engine.binary)
+    extra: list[str] = []
+    model_path = plan.model.path
+    if model_path is None:
+        model_path = Path(f"{plan.model.card}.gguf")
+        extra.append(f"the demo card has no file: put your GGUF's path in place of {model_path}")
+    spec = build_launch_spec(plan, build, info, model_path=model_path, assume_documented=True)
+    budget = replace(budget, warnings=budget.warnings + tuple(spec.warnings) + tuple(extra))
+    if budget.fits is False and resolved.device.is_gpu:
+        suggestions = fit_suggestions(plan, info, resolved.device, memory_facts(plan.engine.flavour), host)
+        budget = replace(budget, warnings=budget.warnings + tuple(suggestions))
+    return budget, list(spec.argv), resolved.source
+
+
+def fit_suggestions(
+    plan: Plan, info: ModelInfo, device: TargetDevice, facts: EngineMemoryFacts, host: HostSpec
+) -> list[str]:
+    """One line per Fit answer: fewest CPU expert layers here, then the largest context there."""
+    from mtpstudio.core.fit_planner import fewest_cpu_expert_layers, largest_context
+    from mtpstudio.core.placement import ModelWeights
+
+    weights = ModelWeights.from_model(info)
+    lines = []
+    offload = fewest_cpu_expert_layers(plan, info, device, facts, host, weights)
+    lines.append(f"Fit: {offload.message}")
+    if offload.fits:
+        ctx = largest_context(offload.plan, info, device, facts, host, weights)
+        lines.append(f"Fit: with that offload, {ctx.message}")
+    else:
+        ctx = largest_context(plan, info, device, facts, host, weights)
+        lines.append(f"Fit: {ctx.message}")
+    return lines
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from mtpstudio.core.budget_report import budget_report
     from mtpstudio.core.model_source import load_model_info
     from mtpstudio.core.summary import plan_report
 
     plan = plan_from_args(args)
     info = load_model_info(plan.model)
+    budget, argv, source = plan_budget(plan, info, demo=plan.model.path is None)
     if args.save:
         save_plan(plan, args.save)
     if args.json:
-        out = {"plan": plan.model_dump(mode="json"), "model": _model_json(info)}
-        print(json.dumps(out, indent=2))
+        print(json.dumps(budget.to_json(argv), indent=2))
     else:
         sys.stdout.write(plan_report(plan, info))
+        print(f"\nTarget: {source}")
+        sys.stdout.write(budget_report(budget, argv))
         if args.save:
             print(f"\nPlan saved to {args.save}")
     return 0

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.detect.models import DetectionReport, EngineInfo, GpuInfo, GpuProcess
 
-MAX_FLAGS_SHOWN = 6
+WIDTH = 100
+INDENT = " " * 11
 
 Detector = Callable[[argparse.Namespace], DetectionReport]
 
@@ -211,11 +213,19 @@ def _engine_lines(engine: EngineInfo) -> list[str]:
         out.append(f"           with {', '.join(sorted(engine.companions))}")
     probed = len(engine.accepted_flags) + len(engine.rejected_flags)
     if probed:
-        shown = [f for f in engine.rejected_flags if f.startswith("--")][:MAX_FLAGS_SHOWN]
-        more = ", …" if len(engine.rejected_flags) > len(shown) else ""
-        out.append(
-            f"           accepts {len(engine.accepted_flags)} of {probed} probed flags"
-            + (f"; rejects {', '.join(shown)}{more}" if shown else "")
+        long_names = [f for f in engine.rejected_flags if f.startswith("--")]
+        text = f"accepts {len(engine.accepted_flags)} of {probed} probed flags"
+        if long_names:
+            text += "; rejects " + ", ".join(long_names)
+        out.extend(
+            textwrap.wrap(
+                text,
+                WIDTH,
+                initial_indent=INDENT,
+                subsequent_indent=INDENT,
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
         )
     out.extend(f"           ! {p}" for p in engine.problems)
     return out

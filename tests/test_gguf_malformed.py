@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import struct
 import tempfile
@@ -307,10 +308,18 @@ def test_absurd_counts_do_not_allocate(tmp_path: Path) -> None:
 
 
 def test_a_directory_or_missing_file_is_a_gguf_error(tmp_path: Path) -> None:
-    with pytest.raises(GgufError):
+    with pytest.raises(GgufError, match="is a directory"):
         read_gguf(tmp_path)
-    with pytest.raises(GgufError):
+    with pytest.raises(GgufError, match="not found"):
         read_gguf(tmp_path / "missing.gguf")
+
+
+@pytest.mark.timeout(30, method="thread")
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(GgufError, match="not a regular file"):
+        read_gguf(fifo)
 
 
 # ------------------------------------------------------------------------------------------
@@ -384,7 +393,8 @@ def _read_or_gguf_error(path: Path, lazy_threshold: int) -> None:
             value.to_list()
 
 
-@settings(max_examples=150, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.timeout(120, method="thread")  # a hang fails fast, not after 600 s
+@settings(max_examples=400, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), lazy=st.sampled_from([0, 256]))
 def test_mutated_headers_end_in_result_or_gguf_error(
     fuzz_dir: Path, data: st.DataObject, lazy: int
@@ -398,7 +408,8 @@ def test_mutated_headers_end_in_result_or_gguf_error(
     _read_or_gguf_error(path, lazy)
 
 
-@settings(max_examples=60, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.timeout(120, method="thread")  # a hang fails fast, not after 600 s
+@settings(max_examples=100, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
 @given(cut=st.integers(0, 10_000), lazy=st.sampled_from([0, 256]))
 def test_every_truncation_ends_in_result_or_gguf_error(fuzz_dir: Path, cut: int, lazy: int) -> None:
     base_path = fuzz_dir / "base.gguf"

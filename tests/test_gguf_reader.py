@@ -312,10 +312,11 @@ def test_big_arrays_are_lazy_and_decode_on_request(tmp_path: Path) -> None:
 
 def test_empty_arrays(tmp_path: Path) -> None:
     # GGUFWriter refuses empty arrays; llama.cpp writes them (e.g. empty merges).
-    data = raw_header(0, 3)
+    data = raw_header(0, 4)
     data += raw_kv("general.architecture", VT.STRING, "llama")
     data += raw_kv("tokenizer.ggml.merges", VT.ARRAY, [], VT.STRING)
     data += raw_kv("nums", VT.ARRAY, [], VT.FLOAT32)
+    data += raw_kv("nested", VT.ARRAY, [], VT.ARRAY)
     path = tmp_path / "m.gguf"
     path.write_bytes(data)
     for threshold in (0, 256):
@@ -323,6 +324,8 @@ def test_empty_arrays(tmp_path: Path) -> None:
         assert plain(g.metadata["tokenizer.ggml.merges"]) == []
         assert plain(g.metadata["nums"]) == []
         assert g.value_types["nums"] == "array[f32]"
+        assert g.metadata["nested"] == [] and g.value_types["nested"] == "array[array]"
+        assert g.value_types["tokenizer.ggml.merges"] == "array[string]"
 
 
 def _string_lists() -> st.SearchStrategy[list[bytes]]:
@@ -344,7 +347,8 @@ def scratch() -> Any:
         yield Path(d)
 
 
-@settings(max_examples=80, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.timeout(120, method="thread")  # a hang fails fast, not after 600 s
+@settings(max_examples=150, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
 @given(strings=_string_lists(), big_endian=st.booleans(), tail=st.binary(max_size=16))
 def test_string_array_scanning_property(
     scratch: Path, strings: list[bytes], big_endian: bool, tail: bytes

@@ -9,6 +9,7 @@ from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
 from mtpstudio.core.memory_terms import (
     ComputeShape,
     compute_bytes,
+    compute_bytes_ik,
     kv_bytes_per_cell,
     output_buffer_bytes,
     pad_to,
@@ -358,17 +359,18 @@ def compute_budget(
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
 
     n_outputs_max = min(rt.batch, eff.n_seq * (1 + (plan.mtp.draft_max if eff.mtp_active else 0)))
-    main_compute = compute_bytes(
-        model,
-        ComputeShape(
-            n_tokens=min(eff.n_ctx, rt.ubatch),
-            n_kv=eff.n_ctx_seq,
-            n_stream=eff.n_stream,
-            n_outputs=min(min(eff.n_ctx, rt.ubatch), n_outputs_max),
-            flash_attn=eff.flash_attn,
-            quantized_kv=quantized(tk) or quantized(tv),
-        ),
+    main_shape = ComputeShape(
+        n_tokens=min(eff.n_ctx, rt.ubatch),
+        n_kv=eff.n_ctx_seq,
+        n_stream=eff.n_stream,
+        n_outputs=min(min(eff.n_ctx, rt.ubatch), n_outputs_max),
+        flash_attn=eff.flash_attn,
+        quantized_kv=quantized(tk) or quantized(tv),
     )
+    if facts.reserves_all_logits:
+        main_compute = compute_bytes_ik(model, main_shape)
+    else:
+        main_compute = compute_bytes(model, main_shape)
     output = output_buffer_bytes(model, eff.n_seq)
 
     load_mode = rt.load_mode

@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import struct
+from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,9 +112,9 @@ class LazyArray(Sequence[_T]):
     """A big metadata array kept as raw bytes; elements are decoded only on request."""
 
     @property
+    @abstractmethod
     def value_type(self) -> GGUFValueType:
         """The GGUF element type."""
-        raise NotImplementedError
 
     @property
     def type_name(self) -> str:
@@ -121,13 +122,13 @@ class LazyArray(Sequence[_T]):
         return _TYPE_NAMES[self.value_type]
 
     @property
+    @abstractmethod
     def nbytes(self) -> int:
         """Bytes of the encoded array kept in memory."""
-        raise NotImplementedError
 
+    @abstractmethod
     def to_list(self) -> list[_T]:
         """Decodes every element into a plain Python list."""
-        raise NotImplementedError
 
     def __iter__(self) -> Iterator[_T]:
         return iter(self.to_list())
@@ -473,7 +474,7 @@ class _Parser:
             return strings, "array[string]"
         # nested arrays
         items: list[MetaValue] = []
-        inner = "array[?]"
+        inner = "array"  # the element type of an empty nested array is unknown
         for i in range(count):
             item, item_type = self.read_array(f"element {i} of array {what}", depth + 1)
             if i == 0:
@@ -542,9 +543,9 @@ class _Parser:
             rel = 0
             while remaining > 0:
                 i = int(np.searchsorted(cand, rel))
-                if i >= n_cand:
+                if i >= n_cand and rel > 0:
                     break  # past the last candidate: next window
-                if cand[i] == rel:
+                if i < n_cand and cand[i] == rel:
                     b = int(np.searchsorted(brk, i))
                     stop = int(brk[b]) if b < n_brk else n_cand - 1
                     t = min(stop - i, remaining)
@@ -735,11 +736,13 @@ class _Parser:
 
 def _read_part(path: Path, file_index: int, lazy_threshold: int) -> _Part:
     try:
+        st = os.stat(path)  # before open(): opening a FIFO would block
+        if stat.S_ISDIR(st.st_mode):
+            raise GgufError(f"{path} is a directory, not a GGUF file")
+        if not stat.S_ISREG(st.st_mode):
+            raise GgufError(f"{path} is not a regular file")
         with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise GgufError(f"{path} is not a regular file")
-            size = st.st_size
+            size = os.fstat(f.fileno()).st_size
             if size == 0:
                 raise GgufFormatError(
                     f"{path}: the file is empty (0 bytes) at byte offset 0",
@@ -748,9 +751,9 @@ def _read_part(path: Path, file_index: int, lazy_threshold: int) -> _Part:
                 )
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except FileNotFoundError:
-        raise GgufError(f"GGUF file not found: {path}") from None
-    except IsADirectoryError:
-        raise GgufError(f"{path} is a directory, not a GGUF file") from None
+        raise GgufError(
+            f"GGUF file not found: {path}", hint="Check the path and file name."
+        ) from None
     except OSError as exc:
         raise GgufError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
@@ -1040,7 +1043,14 @@ def model_info_from_gguf(g: GgufFile) -> ModelInfo:
     quant_mix: dict[str, int] = {}
     for t in tensors:
         quant_mix[t.type_name] = quant_mix.get(t.type_name, 0) + t.n_bytes
-    name = keys.string("general.name") or keys.string("general.basename")
+    name = next(
+        (
+            v
+            for k in ("general.name", "general.basename")
+            if isinstance(v := g.metadata.get(k), str) and v
+        ),
+        None,
+    )
     if not name:
         stem = g.path.name.removesuffix(".gguf")
         m = _SPLIT_RE.match(g.path.name)

@@ -146,6 +146,44 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
     return int(mask + max(attn, ffn) + logits)
 
 
+# ik_llama.cpp reserves its worst-case graph differently: logits for every token of the ubatch,
+# an F32 mask without flash attention and F16 K/V copies (fitted the same way, CPU backend).
+_IK_ATTN_FA = {"dense": (5.0, 3.0, 0.0), "moe": (0.0, 5.0, 0.0), "hybrid": (3.0, 4.0, 0.0)}
+_IK_ATTN_PLAIN = {"dense": (2.0, 0.0, 0.0), "moe": (2.0, 0.0, 0.0), "hybrid": (2.0, 4.0, 0.0)}
+_IK_FFN = {"dense": (2.0, 3.0, 0.0), "moe": (2.0, 2.0, 0.0), "hybrid": (2.0, 2.0, 1.0)}
+# With quantized weights ik fuses the dense FFN and attention projections: smaller peaks.
+_IK_DENSE_QUANTIZED_ATTN = (4.0, 0.0, 0.0)
+_IK_DENSE_QUANTIZED_FFN = (2.0, 1.0, 0.0)
+
+
+def mostly_quantized(model: ModelInfo) -> bool:
+    """True when most weight bytes are block-quantized (not F32/F16/BF16)."""
+    plain = sum(model.quant_mix.get(name, 0) for name in ("F32", "F16", "BF16"))
+    return plain * 2 < model.tensor_bytes
+
+
+def compute_bytes_ik(model: ModelInfo, shape: ComputeShape) -> int:
+    """Estimate ik_llama.cpp's compute buffer (its reservation keeps all ubatch logits)."""
+    family = model_family(model)
+    t = shape.n_tokens
+    q_dim = model.n_head * model.key_length
+    kv_dim = model.n_head_kv * model.key_length
+    outputs = F32 * t * (model.vocab_size + model.n_embd)
+    fused = family == "dense" and mostly_quantized(model)
+    fe, ff, fr = _IK_DENSE_QUANTIZED_FFN if fused else _IK_FFN[family]
+    ffn = F32 * t * (fe * model.n_embd + ff * ffn_width(model) + fr * recurrent_width(model))
+    if shape.flash_attn:
+        ae, aq, akv = _IK_DENSE_QUANTIZED_ATTN if fused else _IK_ATTN_FA[family]
+        mask = 2 * shape.n_kv * t
+        attn = F32 * t * (ae * model.n_embd + aq * q_dim + akv * kv_dim)
+    else:
+        ae, aq, akv = _IK_ATTN_PLAIN[family]
+        mask = F32 * shape.n_kv * t
+        attn = F32 * t * (ae * model.n_embd + aq * q_dim + akv * kv_dim)
+        attn += F32 * shape.n_kv * t * model.n_head + 2 * shape.n_kv * kv_dim
+    return int(max(outputs, mask + max(attn, ffn)))
+
+
 def output_buffer_bytes(model: ModelInfo, n_seq: int) -> int:
     """The host output buffer reserved at start: logits for ``n_seq`` outputs."""
     return F32 * model.vocab_size * max(1, n_seq)

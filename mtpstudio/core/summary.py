@@ -75,7 +75,9 @@ def model_summary_lines(info: ModelInfo) -> list[str]:
 def plan_option_lines(plan: Plan) -> list[str]:
     """The options the Plan chose, as aligned ``label  value`` lines."""
     rt, mtp, srv = plan.runtime, plan.mtp, plan.server
-    if rt.moe is MoePlacement.N_CPU_MOE:
+    if rt.moe is MoePlacement.N_CPU_MOE and rt.n_cpu_moe == 0:
+        moe = "all experts on the GPU (--n-cpu-moe 0)"
+    elif rt.moe is MoePlacement.N_CPU_MOE:
         moe = f"experts of the first {rt.n_cpu_moe} layers on the CPU"
     elif rt.moe is MoePlacement.ALL_CPU:
         moe = "all experts on the CPU"

@@ -464,3 +464,17 @@ def test_probe_env_is_clean(engine: Callable[[str], Path], monkeypatch: pytest.M
     runner = SubprocessRunner()
     spec = next(s for s in CANDIDATE_FLAGS if s.flag == "-c")
     assert probe_flag(engine("upstream"), spec, runner, 5.0).accepted
+
+
+@pytest.mark.parametrize("module_name", ["upstream", "ik"])
+def test_probe_table_covers_every_adapter_spelling(module_name: str) -> None:
+    """The adapters only emit probed flags: every spelling they may use must be probed."""
+    module = pytest.importorskip(f"mtpstudio.core.engines.{module_name}")
+    spellings = getattr(module, "SPELLINGS", None)
+    if spellings is None:
+        pytest.skip(f"{module_name} adapter has no SPELLINGS table")
+    probed = {s.flag for s in CANDIDATE_FLAGS}
+    missing = sorted(
+        flag for spelling in spellings.values() for flag in spelling.spellings if flag not in probed
+    )
+    assert missing == [], f"add these to CANDIDATE_FLAGS in engines/probe.py: {missing}"

@@ -584,10 +584,6 @@ def test_probe_candidates_cover_every_option_with_a_value() -> None:
         assert documented & set(candidates)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core.engines.probe.CANDIDATE_FLAGS does not probe --api-key-file yet",
-)
 def test_detection_probes_every_spelling_the_adapters_emit() -> None:
     from mtpstudio.core.engines.probe import CANDIDATE_FLAGS
 

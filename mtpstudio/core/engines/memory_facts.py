@@ -26,6 +26,8 @@ class EngineMemoryFacts:
         fit_ctx_floor: the smallest context upstream's fit goes down to (``--fit-ctx``).
         rollback_architectures: architectures whose recurrent state gets rollback rows
             (``llm_arch_supports_rs_rollback``); for others ``n_rs_seq`` is clamped to 0.
+        reserves_all_logits: the compute reservation keeps logits for the whole ubatch (ik),
+            which selects ik's compute-buffer estimate.
     """
 
     flavour: EngineFlavour
@@ -39,6 +41,7 @@ class EngineMemoryFacts:
     fit_changes_ctx: bool
     fit_ctx_floor: int
     rollback_architectures: frozenset[str] = frozenset()
+    reserves_all_logits: bool = False
 
 
 UPSTREAM_FACTS = EngineMemoryFacts(
@@ -66,6 +69,7 @@ IK_FACTS = EngineMemoryFacts(
     mtp_uses_draft_cache_types=False,
     fit_changes_ctx=False,
     fit_ctx_floor=0,
+    reserves_all_logits=True,
 )
 
 

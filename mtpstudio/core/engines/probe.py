@@ -111,6 +111,7 @@ CANDIDATE_FLAGS: tuple[FlagSpec, ...] = tuple(
         *_flags(["--host"], [["127.0.0.1"]], "listen address"),
         *_flags(["--port"], [["8080"]], "listen port"),
         *_flags(["--api-key"], [["probe-key"]], "API key"),
+        *_flags(["--api-key-file"], [["/dev/null"]], "API key file"),
         *_flags(["-a", "--alias"], [["probe"]], "model alias"),
         *_flags(["-lv", "--log-verbosity", "--verbosity"], [["4"]], "log verbosity"),
         *_flags(["-v", "--verbose"], SWITCH, "log everything"),

@@ -1,0 +1,185 @@
+"""The memory model on the demo card: figures checked against engines.md's own arithmetic."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mtpstudio.core.budget import MIB, HostSpec, TargetDevice, compute_budget
+from mtpstudio.core.catalog.gpus import gpu_card
+from mtpstudio.core.catalog.models import model_card_info
+from mtpstudio.core.engines.memory_facts import IK_FACTS, UPSTREAM_FACTS
+from mtpstudio.core.fit_planner import fewest_cpu_expert_layers, largest_context
+from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.placement import EXPERT_TENSOR, ModelWeights
+from mtpstudio.core.plan import Plan, plan_from_dict
+from mtpstudio.core.targets import catalogue_target
+
+
+@pytest.fixture(scope="module")
+def qwen() -> ModelInfo:
+    return model_card_info("qwen3.6-35b-a3b-iq4_xs")
+
+
+@pytest.fixture(scope="module")
+def weights(qwen: ModelInfo) -> ModelWeights:
+    return ModelWeights.from_model(qwen)
+
+
+def plan(**runtime: object) -> Plan:
+    mtp = runtime.pop("mtp", None)
+    data: dict[str, object] = {"runtime": runtime}
+    if mtp is not None:
+        data["mtp"] = mtp
+    return plan_from_dict(data)
+
+
+GPU = TargetDevice("CUDA0", "test 16 GiB", 16 * 1024 * MIB)
+BIG = TargetDevice("CUDA0", "test 96 GiB", 96 * 1024 * MIB)
+CPU = TargetDevice("CPU", "cpu", None)
+
+
+@pytest.mark.parametrize(
+    ("cache", "expected_mib"),
+    [("f16", 640), ("q8_0", 340), ("q5_1", 240), ("q4_0", 180)],
+)
+def test_kv_cache_matches_engines_md(qwen: ModelInfo, cache: str, expected_mib: int) -> None:
+    # engines.md §5 "Illustrative arithmetic": 10 attention layers, 32k context
+    b = compute_budget(
+        plan(ctx=32768, cache_type_k=cache, cache_type_v=cache, mtp={"enabled": False}),
+        qwen, BIG, UPSTREAM_FACTS,
+    )
+    assert b.parts["kv_cache"] == expected_mib * MIB
+    assert b.devices[0].segments["kv_cache"] == expected_mib * MIB
+
+
+@pytest.mark.parametrize(
+    ("parallel", "mtp", "expected_mib"),
+    [(1, None, 62.81), (1, 3, 251.25), (4, 3, 1005.0)],
+)
+def test_recurrent_state_matches_engines_md(
+    qwen: ModelInfo, parallel: int, mtp: int | None, expected_mib: float
+) -> None:
+    mtp_opts = {"enabled": False} if mtp is None else {"enabled": True, "draft_max": mtp}
+    b = compute_budget(plan(ctx=4096, parallel=parallel, mtp=mtp_opts), qwen, BIG, UPSTREAM_FACTS)
+    assert b.parts["recurrent_state"] / MIB == pytest.approx(expected_mib, abs=0.01)
+
+
+def test_ik_keeps_no_rollback_rows_and_runs_no_qwen_mtp(qwen: ModelInfo) -> None:
+    b = compute_budget(
+        plan(ctx=4096, mtp={"enabled": True, "draft_max": 3}), qwen, BIG, IK_FACTS
+    )
+    assert b.parts["recurrent_state"] / MIB == pytest.approx(62.81, abs=0.01)
+    assert b.parts["mtp_kv_cache"] == 0
+    assert any("cannot run MTP for qwen35moe" in w for w in b.warnings)
+
+
+def test_mtp_draft_kv_uses_its_own_cache_types(qwen: ModelInfo) -> None:
+    on = compute_budget(plan(ctx=32768, mtp={"draft_max": 2}), qwen, BIG, UPSTREAM_FACTS)
+    assert on.parts["mtp_kv_cache"] == 64 * MIB  # f16 draft cache: 2048 B/token
+    q8 = compute_budget(
+        plan(ctx=32768, mtp={"draft_max": 2, "cache_type_k": "q8_0", "cache_type_v": "q8_0"}),
+        qwen, BIG, UPSTREAM_FACTS,
+    )
+    assert q8.parts["mtp_kv_cache"] == 34 * MIB
+
+
+def test_mtp_weights_load_only_with_mtp(qwen: ModelInfo) -> None:
+    mtp_bytes = sum(t.n_bytes for t in qwen.tensors if (t.layer or 0) >= qwen.n_layer)
+    assert mtp_bytes > 0
+    off = compute_budget(plan(mtp={"enabled": False}), qwen, BIG, UPSTREAM_FACTS)
+    on = compute_budget(plan(mtp={"enabled": True}), qwen, BIG, UPSTREAM_FACTS)
+    assert off.parts["weights_total"] == qwen.tensor_bytes - mtp_bytes
+    assert on.parts["weights_total"] == qwen.tensor_bytes
+
+
+@pytest.mark.parametrize("n", [0, 1, 10, 40])
+def test_n_cpu_moe_moves_exactly_the_first_layers_experts(qwen: ModelInfo, n: int) -> None:
+    moved = sum(
+        t.n_bytes for t in qwen.tensors
+        if EXPERT_TENSOR.match(t.name) and t.layer is not None and t.layer < n
+    )
+    b = compute_budget(
+        plan(moe="n_cpu_moe", n_cpu_moe=n, mtp={"enabled": False}), qwen, BIG, UPSTREAM_FACTS
+    )
+    cpu = b.host.segments["weights_mapped"]
+    always_cpu = sum(t.n_bytes for t in qwen.tensors if t.name == "token_embd.weight")
+    assert cpu == always_cpu + moved
+
+
+def test_gpu_layers_count_from_the_back_with_output_as_one(qwen: ModelInfo) -> None:
+    one = compute_budget(plan(n_gpu_layers=1, mtp={"enabled": True}), qwen, BIG, UPSTREAM_FACTS)
+    assert one.placement.output_on_gpu and one.placement.gpu_layers == frozenset()
+    two = compute_budget(plan(n_gpu_layers=2, mtp={"enabled": True}), qwen, BIG, UPSTREAM_FACTS)
+    assert two.placement.gpu_layers == frozenset({qwen.n_layer})  # the MTP block is last
+    assert two.devices[0].segments["mtp_kv_cache"] > 0
+    assert two.devices[0].segments["kv_cache"] == 0  # no trunk attention layer on the GPU
+
+
+def test_context_padding_differs_between_engines(qwen: ModelInfo) -> None:
+    p = plan(ctx=1000, flash_attn="off", cache_type_v="f16", mtp={"enabled": False})
+    up = compute_budget(p, qwen, BIG, UPSTREAM_FACTS)
+    ik = compute_budget(p, qwen, BIG, IK_FACTS)
+    assert up.effective.n_ctx == 1024
+    assert ik.effective.n_ctx == 1024  # 1000 padded to 32
+    p2 = plan(ctx=1010, flash_attn="off", cache_type_v="f16", mtp={"enabled": False})
+    assert compute_budget(p2, qwen, BIG, IK_FACTS).effective.n_ctx == 1024
+    p3 = plan(ctx=770, flash_attn="off", cache_type_v="f16", mtp={"enabled": False})
+    assert compute_budget(p3, qwen, BIG, UPSTREAM_FACTS).effective.n_ctx == 1024
+    assert compute_budget(p3, qwen, BIG, IK_FACTS).effective.n_ctx == 800
+
+
+def test_free_and_fits_follow_the_segments(qwen: ModelInfo) -> None:
+    card = catalogue_target(gpu_card("rtx-4070-super"), plan().desktop)
+    b = compute_budget(plan(ctx=8192, moe="all_cpu"), qwen, card, UPSTREAM_FACTS)
+    d = b.devices[0]
+    assert d.free_bytes == card.total_bytes - sum(d.segments.values())
+    assert d.segments["desktop"] == card.desktop_bytes
+    assert d.segments["margin"] == 1024 * MIB
+    assert d.fits is True
+    tiny = TargetDevice("CUDA0", "4 GiB", 4 * 1024 * MIB)
+    assert compute_budget(plan(ctx=8192), qwen, tiny, UPSTREAM_FACTS).devices[0].fits is False
+
+
+def test_cpu_plan_has_one_cpu_device(qwen: ModelInfo) -> None:
+    b = compute_budget(plan(ctx=4096), qwen, CPU, UPSTREAM_FACTS, HostSpec(64 << 30, 60 << 30))
+    assert [d.id for d in b.devices] == ["CPU"]
+    assert b.devices[0].total_bytes == 64 << 30
+    assert b.devices[0].segments["weights"] == qwen.tensor_bytes
+
+
+def test_fewest_cpu_expert_layers_is_minimal(qwen: ModelInfo, weights: ModelWeights) -> None:
+    card = catalogue_target(gpu_card("rtx-4070-super"), plan().desktop)
+    p = plan(ctx=65536)
+    s = fewest_cpu_expert_layers(p, qwen, card, UPSTREAM_FACTS, weights=weights)
+    n = s.plan.runtime.n_cpu_moe
+    assert s.fits and 0 < n < qwen.n_layer
+    fewer = compute_budget(
+        plan(ctx=65536, moe="n_cpu_moe", n_cpu_moe=n - 1), qwen, card, UPSTREAM_FACTS,
+        weights=weights,
+    )
+    assert fewer.devices[0].fits is False
+
+
+def test_largest_context_is_maximal(qwen: ModelInfo, weights: ModelWeights) -> None:
+    card = catalogue_target(gpu_card("rtx-4070-super"), plan().desktop)
+    p = plan(moe="n_cpu_moe", n_cpu_moe=26)
+    s = largest_context(p, qwen, card, UPSTREAM_FACTS, weights=weights)
+    ctx = s.plan.runtime.ctx
+    assert s.fits and ctx % 256 == 0 and ctx < qwen.context_length
+    bigger = compute_budget(
+        plan(moe="n_cpu_moe", n_cpu_moe=26, ctx=ctx + 256), qwen, card, UPSTREAM_FACTS,
+        weights=weights,
+    )
+    assert bigger.devices[0].fits is False
+    assert re.search(r"\d", s.message)
+
+
+def test_engine_fit_moves_experts_back_to_front(qwen: ModelInfo) -> None:
+    card = catalogue_target(gpu_card("rtx-4070-super"), plan().desktop)
+    b = compute_budget(plan(ctx=32768, moe="fit"), qwen, card, UPSTREAM_FACTS)
+    moved = b.effective.cpu_expert_layers
+    assert moved and max(moved) == qwen.n_layer - 1
+    assert moved == frozenset(range(min(moved), qwen.n_layer))
+    assert b.devices[0].fits is True

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mtpstudio import __version__
 from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.detect_cli import add_detect_parser
 from mtpstudio.core.plan import (
     CacheType,
     DesktopReclaim,
@@ -145,38 +146,42 @@ def _check_device(device: str) -> None:
     gpu_card(device)  # raises CatalogError naming the known ids
 
 
-def _host_spec() -> HostSpec:
-    import psutil
-
-    from mtpstudio.core.budget import HostSpec
-
-    memory = psutil.virtual_memory()
-    return HostSpec(total_bytes=int(memory.total), available_bytes=int(memory.available))
-
-
 def plan_budget(plan: Plan, info: ModelInfo, *, demo: bool) -> tuple[Budget, list[str], str]:
     """The budget, the engine command line and how the target was chosen, for ``plan``."""
     from mtpstudio.core.budget import compute_budget
     from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
+    from mtpstudio.core.detect.report import detect_all
     from mtpstudio.core.engines.base import build_launch_spec, documented_build
     from mtpstudio.core.engines.memory_facts import memory_facts
+    from mtpstudio.core.machine import machine_facts
     from mtpstudio.core.targets import resolve_target
 
-    host = _host_spec()
-    resolved = resolve_target(plan, host, [])
+    machine = machine_facts(detect_all())
+    host = machine.host
+    resolved = resolve_target(plan, host, list(machine.gpus))
     if demo and plan.device == "auto" and not resolved.device.is_gpu:
-        resolved = resolve_target(plan.model_copy(update={"device": DEFAULT_GPU_CARD}), host, [])
+        resolved = resolve_target(
+            plan.model_copy(update={"device": DEFAULT_GPU_CARD}), host, list(machine.gpus)
+        )
         resolved = replace(
             resolved, source=f"no GPU detected: the demo plans for the {resolved.source}"
         )
     budget = compute_budget(plan, info, resolved.device, memory_facts(plan.engine.flavour), host)
-    build = documented_build(plan.engine.flavour, plan.engine.binary)
+    probed = machine.build_for(plan)
+    build = probed or documented_build(plan.engine.flavour, plan.engine.binary)
     extra: list[str] = []
+    if probed is None:
+        extra.append(
+            f"no {plan.engine.flavour.value} llama-server was found: the command line uses the "
+            "documented flags (run `mtpstudio detect` to see what was searched)"
+        )
     model_path = plan.model.path
     if model_path is None:
         model_path = Path(f"{plan.model.card}.gguf")
         extra.append(f"the demo card has no file: put your GGUF's path in place of {model_path}")
-    spec = build_launch_spec(plan, build, info, model_path=model_path, assume_documented=True)
+    spec = build_launch_spec(
+        plan, build, info, model_path=model_path, assume_documented=probed is None
+    )
     budget = replace(budget, warnings=budget.warnings + tuple(spec.warnings) + tuple(extra))
     if budget.fits is False and resolved.device.is_gpu:
         suggestions = fit_suggestions(plan, info, resolved.device, memory_facts(plan.engine.flavour), host)
@@ -285,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_gui = sub.add_parser("gui", help="open the wizard")
     p_gui.add_argument("--plan", type=Path, help="open this plan")
     p_gui.set_defaults(func=_cmd_gui)
+
+    add_detect_parser(sub)
     return parser
 
 

@@ -1,12 +1,26 @@
-"""Shared fixtures: an isolated XDG environment for every test session."""
+"""Shared fixtures: an isolated XDG environment for every test session, tiny GGUF models and
+real llama-server processes (the test bench lives in tests/support/)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
+_TESTS_DIR = str(Path(__file__).resolve().parent)
+if _TESTS_DIR not in sys.path:  # `support` is importable whatever pytest's import mode
+    sys.path.insert(0, _TESTS_DIR)
+
+from support.servers import (  # noqa: E402
+    EngineMissingError,
+    LlamaServer,
+    engine_binary,
+    start_server,
+)
+from support.tiny_models import TinyModelCache  # noqa: E402
 
 # Qt runs offscreen in tests: no display is needed, and none is touched when one exists.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -37,22 +51,6 @@ def _isolated_xdg(session_xdg: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
 
 # ------------------------------------------------------------------------------------------
 # Test bench: tiny GGUF models and real llama-server processes (tests/support/).
-
-import sys  # noqa: E402
-
-_TESTS_DIR = str(Path(__file__).resolve().parent)
-if _TESTS_DIR not in sys.path:  # `support` is importable whatever pytest's import mode
-    sys.path.insert(0, _TESTS_DIR)
-
-from collections.abc import Callable, Sequence  # noqa: E402
-
-from support.servers import (  # noqa: E402
-    EngineMissingError,
-    LlamaServer,
-    engine_binary,
-    start_server,
-)
-from support.tiny_models import TinyModelCache  # noqa: E402
 
 
 @pytest.fixture(scope="session")

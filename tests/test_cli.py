@@ -80,21 +80,49 @@ def test_save_then_load_plan_and_override(tmp_path: Path) -> None:
     assert data["runtime"]["moe"] == "n_cpu_moe" and data["runtime"]["n_cpu_moe"] == 20
     assert data["mtp"]["draft_max"] == 3
 
-    second = run_cli("plan", "--plan", str(saved), "--ctx", "8192", "--no-mtp", "--json")
+    again = tmp_path / "again.json"
+    second = run_cli("plan", "--plan", str(saved), "--ctx", "8192", "--no-mtp", "--save",
+                     str(again))
     assert second.returncode == 0, second.stderr
-    out = json.loads(second.stdout)
-    assert out["plan"]["runtime"]["ctx"] == 8192
-    assert out["plan"]["mtp"]["enabled"] is False
-    assert out["plan"]["mtp"]["draft_max"] == 3  # untouched options kept
-    assert out["model"]["n_layer"] == 40 and out["model"]["n_nextn_layer"] == 1
+    out = json.loads(again.read_text())
+    assert out["runtime"]["ctx"] == 8192
+    assert out["mtp"]["enabled"] is False
+    assert out["mtp"]["draft_max"] == 3  # untouched options kept
+    assert out["runtime"]["n_cpu_moe"] == 20
 
 
-def test_fit_and_cpu_moe_flags_set_the_placement() -> None:
-    fit = json.loads(run_cli("plan", "--demo", "--fit", "--fit-margin", "512", "--json").stdout)
-    assert fit["plan"]["runtime"]["moe"] == "fit"
-    assert fit["plan"]["runtime"]["fit_margin_mib"] == 512
-    cpu = json.loads(run_cli("plan", "--demo", "--cpu-moe", "--json").stdout)
-    assert cpu["plan"]["runtime"]["moe"] == "all_cpu"
+def test_plan_json_has_exactly_the_documented_shape() -> None:
+    result = run_cli("plan", "--demo", "--gpu", "rtx-4070-super", "--ctx", "131072",
+                     "--cache-type-k", "q8_0", "--cache-type-v", "q8_0", "--mtp",
+                     "--draft-max", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert set(out) == {"devices", "host", "argv", "warnings"}
+    (device,) = out["devices"]
+    assert device["id"] == "CUDA0" and "4070" in device["name"]
+    assert {"weights", "kv_cache", "recurrent_state", "mtp_kv_cache", "mtp_compute", "compute",
+            "output"} <= set(device["segments"])
+    assert device["free_bytes"] == device["total_bytes"] - sum(device["segments"].values())
+    assert device["fits"] is (device["free_bytes"] >= 0)
+    assert out["argv"][out["argv"].index("-c") + 1] == "131072"
+    assert "--spec-draft-n-max" in out["argv"]
+    assert any("--parallel 1" in w for w in out["warnings"])
+
+
+def test_cpu_plan_has_one_cpu_device() -> None:
+    out = json.loads(run_cli("plan", "--demo", "--gpu", "cpu", "--ctx", "4096", "--json").stdout)
+    assert [d["id"] for d in out["devices"]] == ["CPU"]
+    assert out["devices"][0]["total_bytes"] > 0
+
+
+def test_fit_and_cpu_moe_flags_set_the_placement(tmp_path: Path) -> None:
+    saved = tmp_path / "fit.json"
+    assert run_cli("plan", "--demo", "--fit", "--fit-margin", "512", "--save", str(saved)).returncode == 0
+    fit = json.loads(saved.read_text())
+    assert fit["runtime"]["moe"] == "fit"
+    assert fit["runtime"]["fit_margin_mib"] == 512
+    assert run_cli("plan", "--demo", "--cpu-moe", "--save", str(saved)).returncode == 0
+    assert json.loads(saved.read_text())["runtime"]["moe"] == "all_cpu"
 
 
 @pytest.mark.parametrize(

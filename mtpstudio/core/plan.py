@@ -19,7 +19,7 @@ from pydantic import (
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import PlanError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 MIN_CTX = 256
 DEFAULT_PORT = 8080
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})

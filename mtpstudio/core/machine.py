@@ -1,0 +1,65 @@
+"""What detection found, in the terms the budget and the adapters use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtpstudio.core.budget import HostSpec, TargetDevice
+from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
+from mtpstudio.core.detect.processes import ProcessCategory
+from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.plan import EngineFlavour, Plan
+
+DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})
+# The engine's own CUDA context: not in its buffers, not yet in nvidia-smi (peers.md: 300-500 MB).
+CUDA_CONTEXT_BYTES = 400 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """Host RAM, the GPUs as budget devices, and the engine builds found."""
+
+    host: HostSpec
+    gpus: tuple[TargetDevice, ...]
+    builds: tuple[EngineBuild, ...]
+    problems: tuple[str, ...] = ()
+
+    def build_for(self, plan: Plan) -> EngineBuild | None:
+        """The probed build the plan names (by path), else the first of its flavour."""
+        if plan.engine.binary is not None:
+            wanted = Path(plan.engine.binary).resolve()
+            for build in self.builds:
+                if Path(build.binary).resolve() == wanted:
+                    return build
+            return None
+        return next((b for b in self.builds if b.flavour is plan.engine.flavour), None)
+
+
+def gpu_target(gpu: GpuInfo, report: DetectionReport) -> TargetDevice:
+    """A detected GPU with what the desktop and other processes hold on it now."""
+    processes = [p for p in report.processes if p.gpu_id == gpu.id]
+    desktop = sum(p.used_bytes or 0 for p in processes if p.category in DESKTOP_CATEGORIES)
+    listed_other = sum(p.used_bytes or 0 for p in processes if p.category not in DESKTOP_CATEGORIES)
+    used = gpu.memory.used_bytes
+    other = max(listed_other, used - desktop) if used is not None else listed_other
+    return TargetDevice(
+        id=gpu.id,
+        name=gpu.name,
+        total_bytes=gpu.memory.total_bytes,
+        desktop_bytes=desktop,
+        other_bytes=other,
+        driver_overhead_bytes=CUDA_CONTEXT_BYTES if gpu.vendor is GpuVendor.NVIDIA else 0,
+    )
+
+
+def machine_facts(report: DetectionReport) -> MachineFacts:
+    """Convert a DetectionReport; integrated GPUs are not offered as targets."""
+    host = HostSpec(report.host.ram_total_bytes, report.host.ram_available_bytes)
+    gpus = tuple(gpu_target(g, report) for g in report.gpus if not g.integrated)
+    return MachineFacts(host, gpus, tuple(report.builds()), tuple(report.problems))
+
+
+def flavour_builds(facts: MachineFacts, flavour: EngineFlavour) -> list[EngineBuild]:
+    """The detected builds of one flavour."""
+    return [b for b in facts.builds if b.flavour is flavour]

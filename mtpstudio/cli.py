@@ -9,11 +9,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mtpstudio import __version__
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.detect_cli import add_detect_parser
 from mtpstudio.core.plan import (
     CacheType,
     DesktopReclaim,
@@ -25,11 +24,7 @@ from mtpstudio.core.plan import (
     plan_from_dict,
     save_plan,
 )
-
-if TYPE_CHECKING:
-    from mtpstudio.core.budget import Budget, HostSpec, TargetDevice
-    from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
-    from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.detect_cli import add_detect_parser
 
 CACHE_TYPES = [c.value for c in CacheType]
 GUI_HINT = "To open the wizard, run `mtpstudio gui` in a graphical session."
@@ -41,7 +36,10 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     which = src.add_mutually_exclusive_group()
     which.add_argument("--model", "-m", type=Path, help="GGUF file (first part of a split model)")
     which.add_argument(
-        "--demo", nargs="?", const="", metavar="CARD",
+        "--demo",
+        nargs="?",
+        const="",
+        metavar="CARD",
         help="use a demo model card (default: Qwen3.6-35B-A3B IQ4_XS)",
     )
     src.add_argument("--gpu", help="auto, cpu, a device id (CUDA0) or a catalogue GPU id")
@@ -59,10 +57,16 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     rt.add_argument("--ubatch", "-ub", type=int, help="physical batch size")
     rt.add_argument("--parallel", "-np", type=int, help="server slots (default 1)")
     rt.add_argument("--threads", "-t", type=int, help="CPU threads")
-    rt.add_argument("--n-cpu-moe", "-ncmoe", type=int, help="expert tensors of layers 0..N-1 on CPU")
-    rt.add_argument("--cpu-moe", "-cmoe", action="store_true", default=None, help="all experts on CPU")
     rt.add_argument(
-        "--fit", action=argparse.BooleanOptionalAction, default=None,
+        "--n-cpu-moe", "-ncmoe", type=int, help="expert tensors of layers 0..N-1 on CPU"
+    )
+    rt.add_argument(
+        "--cpu-moe", "-cmoe", action="store_true", default=None, help="all experts on CPU"
+    )
+    rt.add_argument(
+        "--fit",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="let the engine's fit place experts (and shrink an auto context)",
     )
     rt.add_argument("--fit-margin", type=int, metavar="MIB", help="VRAM the fit leaves free")
@@ -70,7 +74,9 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     rt.add_argument("--load-mode", choices=[m.value for m in LoadMode], help="mmap, no-mmap, mlock")
 
     mtp = p.add_argument_group("multi-token prediction")
-    mtp.add_argument("--mtp", action=argparse.BooleanOptionalAction, default=None, help="MTP drafting")
+    mtp.add_argument(
+        "--mtp", action=argparse.BooleanOptionalAction, default=None, help="MTP drafting"
+    )
     mtp.add_argument("--draft-max", type=int, help="most drafted tokens per step")
     mtp.add_argument("--draft-min", type=int, help="fewest drafted tokens per step")
     mtp.add_argument("--draft-p-min", type=float, help="draft probability threshold")
@@ -99,15 +105,28 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     base = load_plan(args.plan) if args.plan else Plan()
     data = base.model_dump(mode="json")
     direct = {
-        "ctx": "runtime.ctx", "cache_type_k": "runtime.cache_type_k",
-        "cache_type_v": "runtime.cache_type_v", "flash_attn": "runtime.flash_attn",
-        "batch": "runtime.batch", "ubatch": "runtime.ubatch", "parallel": "runtime.parallel",
-        "threads": "runtime.threads", "fit_margin": "runtime.fit_margin_mib",
-        "n_gpu_layers": "runtime.n_gpu_layers", "load_mode": "runtime.load_mode",
-        "mtp": "mtp.enabled", "draft_max": "mtp.draft_max", "draft_min": "mtp.draft_min",
-        "draft_p_min": "mtp.draft_p_min", "draft_cache_type_k": "mtp.cache_type_k",
-        "draft_cache_type_v": "mtp.cache_type_v", "host": "server.host", "port": "server.port",
-        "api_key": "server.api_key", "desktop": "desktop", "gpu": "device",
+        "ctx": "runtime.ctx",
+        "cache_type_k": "runtime.cache_type_k",
+        "cache_type_v": "runtime.cache_type_v",
+        "flash_attn": "runtime.flash_attn",
+        "batch": "runtime.batch",
+        "ubatch": "runtime.ubatch",
+        "parallel": "runtime.parallel",
+        "threads": "runtime.threads",
+        "fit_margin": "runtime.fit_margin_mib",
+        "n_gpu_layers": "runtime.n_gpu_layers",
+        "load_mode": "runtime.load_mode",
+        "mtp": "mtp.enabled",
+        "draft_max": "mtp.draft_max",
+        "draft_min": "mtp.draft_min",
+        "draft_p_min": "mtp.draft_p_min",
+        "draft_cache_type_k": "mtp.cache_type_k",
+        "draft_cache_type_v": "mtp.cache_type_v",
+        "host": "server.host",
+        "port": "server.port",
+        "api_key": "server.api_key",
+        "desktop": "desktop",
+        "gpu": "device",
     }
     for attr, dotted in direct.items():
         value = getattr(args, attr)
@@ -146,85 +165,26 @@ def _check_device(device: str) -> None:
     gpu_card(device)  # raises CatalogError naming the known ids
 
 
-def plan_budget(plan: Plan, info: ModelInfo, *, demo: bool) -> tuple[Budget, list[str], str]:
-    """The budget, the engine command line and how the target was chosen, for ``plan``."""
-    from mtpstudio.core.budget import compute_budget
-    from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
-    from mtpstudio.core.detect.report import detect_all
-    from mtpstudio.core.engines.base import build_launch_spec, documented_build
-    from mtpstudio.core.engines.memory_facts import memory_facts
-    from mtpstudio.core.machine import machine_facts
-    from mtpstudio.core.targets import resolve_target
-
-    machine = machine_facts(detect_all())
-    host = machine.host
-    resolved = resolve_target(plan, host, list(machine.gpus))
-    if demo and plan.device == "auto" and not resolved.device.is_gpu:
-        resolved = resolve_target(
-            plan.model_copy(update={"device": DEFAULT_GPU_CARD}), host, list(machine.gpus)
-        )
-        resolved = replace(
-            resolved, source=f"no GPU detected: the demo plans for the {resolved.source}"
-        )
-    budget = compute_budget(plan, info, resolved.device, memory_facts(plan.engine.flavour), host)
-    probed = machine.build_for(plan)
-    build = probed or documented_build(plan.engine.flavour, plan.engine.binary)
-    extra: list[str] = []
-    if probed is None:
-        extra.append(
-            f"no {plan.engine.flavour.value} llama-server was found: the command line uses the "
-            "documented flags (run `mtpstudio detect` to see what was searched)"
-        )
-    model_path = plan.model.path
-    if model_path is None:
-        model_path = Path(f"{plan.model.card}.gguf")
-        extra.append(f"the demo card has no file: put your GGUF's path in place of {model_path}")
-    spec = build_launch_spec(
-        plan, build, info, model_path=model_path, assume_documented=probed is None
-    )
-    budget = replace(budget, warnings=budget.warnings + tuple(spec.warnings) + tuple(extra))
-    if budget.fits is False and resolved.device.is_gpu:
-        suggestions = fit_suggestions(plan, info, resolved.device, memory_facts(plan.engine.flavour), host)
-        budget = replace(budget, warnings=budget.warnings + tuple(suggestions))
-    return budget, list(spec.argv), resolved.source
-
-
-def fit_suggestions(
-    plan: Plan, info: ModelInfo, device: TargetDevice, facts: EngineMemoryFacts, host: HostSpec
-) -> list[str]:
-    """One line per Fit answer: fewest CPU expert layers here, then the largest context there."""
-    from mtpstudio.core.fit_planner import fewest_cpu_expert_layers, largest_context
-    from mtpstudio.core.placement import ModelWeights
-
-    weights = ModelWeights.from_model(info)
-    lines = []
-    offload = fewest_cpu_expert_layers(plan, info, device, facts, host, weights)
-    lines.append(f"Fit: {offload.message}")
-    if offload.fits:
-        ctx = largest_context(offload.plan, info, device, facts, host, weights)
-        lines.append(f"Fit: with that offload, {ctx.message}")
-    else:
-        ctx = largest_context(plan, info, device, facts, host, weights)
-        lines.append(f"Fit: {ctx.message}")
-    return lines
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.budget_report import budget_report
+    from mtpstudio.core.detect.report import detect_all
+    from mtpstudio.core.machine import machine_facts
     from mtpstudio.core.model_source import load_model_info
+    from mtpstudio.core.planning import PlanningContext, evaluate
     from mtpstudio.core.summary import plan_report
 
     plan = plan_from_args(args)
     info = load_model_info(plan.model)
-    budget, argv, source = plan_budget(plan, info, demo=plan.model.path is None)
+    result = evaluate(plan, PlanningContext(machine_facts(detect_all()), info))
+    budget = replace(result.budget, warnings=result.warnings)
     if args.save:
         save_plan(plan, args.save)
     if args.json:
-        print(json.dumps(budget.to_json(argv), indent=2))
+        print(json.dumps(budget.to_json(result.argv), indent=2))
     else:
         sys.stdout.write(plan_report(plan, info))
-        print(f"\nTarget: {source}")
-        sys.stdout.write(budget_report(budget, argv))
+        print(f"\nTarget: {result.target.source}")
+        sys.stdout.write(budget_report(budget, result.argv))
         if args.save:
             print(f"\nPlan saved to {args.save}")
     return 0
@@ -232,11 +192,31 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _model_json(info: Any) -> dict[str, Any]:
     keys = [
-        "architecture", "name", "block_count", "n_layer", "n_nextn_layer", "n_embd", "n_head",
-        "n_head_kv", "key_length", "value_length", "context_length", "vocab_size", "n_expert",
-        "n_expert_used", "expert_ffn_length", "shared_expert_ffn_length",
-        "full_attention_interval", "ssm_inner_size", "ssm_state_size", "ssm_group_count",
-        "ssm_time_step_rank", "ssm_conv_kernel", "file_size", "n_params", "tensor_bytes",
+        "architecture",
+        "name",
+        "block_count",
+        "n_layer",
+        "n_nextn_layer",
+        "n_embd",
+        "n_head",
+        "n_head_kv",
+        "key_length",
+        "value_length",
+        "context_length",
+        "vocab_size",
+        "n_expert",
+        "n_expert_used",
+        "expert_ffn_length",
+        "shared_expert_ffn_length",
+        "full_attention_interval",
+        "ssm_inner_size",
+        "ssm_state_size",
+        "ssm_group_count",
+        "ssm_time_step_rank",
+        "ssm_conv_kernel",
+        "file_size",
+        "n_params",
+        "tensor_bytes",
     ]
     out: dict[str, Any] = {k: getattr(info, k) for k in keys}
     out["recurrent_layers"] = list(info.recurrent_layers)

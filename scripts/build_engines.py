@@ -90,7 +90,17 @@ def tools_python(root: Path) -> Path:
         if env_dir.exists():
             shutil.rmtree(env_dir)
         venv.EnvBuilder(with_pip=True).create(env_dir)
-        run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *TOOL_PACKAGES])
+        run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                *TOOL_PACKAGES,
+            ]
+        )
         marker.write_text("ok\n")
     return python
 
@@ -102,9 +112,19 @@ def download_sdist(python: Path, engine: EngineSource, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     run(
         [
-            str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check",
-            "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-            f"{engine.package}=={engine.version}", "-d", str(dest),
+            str(python),
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            f"{engine.package}=={engine.version}",
+            "-d",
+            str(dest),
         ]
     )
     found = sorted(dest.glob("*.tar.gz"))
@@ -173,14 +193,27 @@ def build(engine: EngineSource, root: Path, jobs: int) -> Path:
     say(f"{engine.name}: configuring")
     run(
         [
-            "cmake", "-S", str(src), "-B", str(build_dir), "-G", "Ninja",
+            "cmake",
+            "-S",
+            str(src),
+            "-B",
+            str(build_dir),
+            "-G",
+            "Ninja",
             f"-DCMAKE_MAKE_PROGRAM={ninja}",
-            "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF",
-            "-DGGML_NATIVE=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DLLAMA_CURL=OFF",
+            "-DBUILD_SHARED_LIBS=OFF",
+            "-DGGML_NATIVE=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=ON",
             "-DLLAMA_BUILD_SERVER=ON",
         ]
     )
-    say(f"{engine.name}: building {', '.join(engine.targets)} with {jobs} jobs (ninja prints [done/total])")
+    say(
+        f"{engine.name}: building {', '.join(engine.targets)} with {jobs} jobs "
+        "(ninja prints [done/total])"
+    )
     run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *engine.targets])
     bin_dir.mkdir(parents=True, exist_ok=True)
     for target in engine.targets:
@@ -190,8 +223,12 @@ def build(engine: EngineSource, root: Path, jobs: int) -> Path:
     elapsed = time.monotonic() - started
     stamp.write_text(
         json.dumps(
-            {"package": engine.package, "version": engine.version, "targets": list(engine.targets),
-             "seconds": round(elapsed, 1)},
+            {
+                "package": engine.package,
+                "version": engine.version,
+                "targets": list(engine.targets),
+                "seconds": round(elapsed, 1),
+            },
             indent=2,
         )
         + "\n"
@@ -204,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("engines", nargs="*", help="upstream and/or ik (default: both)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--print-paths", action="store_true", help="print name=bin_dir lines and exit")
+    parser.add_argument(
+        "--print-paths", action="store_true", help="print name=bin_dir lines and exit"
+    )
     args = parser.parse_args(argv)
     root = cache_root()
     names = args.engines or list(ENGINES)

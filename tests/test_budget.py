@@ -48,7 +48,9 @@ def test_kv_cache_matches_engines_md(qwen: ModelInfo, cache: str, expected_mib: 
     # engines.md §5 "Illustrative arithmetic": 10 attention layers, 32k context
     b = compute_budget(
         plan(ctx=32768, cache_type_k=cache, cache_type_v=cache, mtp={"enabled": False}),
-        qwen, BIG, UPSTREAM_FACTS,
+        qwen,
+        BIG,
+        UPSTREAM_FACTS,
     )
     assert b.parts["kv_cache"] == expected_mib * MIB
     assert b.devices[0].segments["kv_cache"] == expected_mib * MIB
@@ -67,9 +69,7 @@ def test_recurrent_state_matches_engines_md(
 
 
 def test_ik_keeps_no_rollback_rows_and_runs_no_qwen_mtp(qwen: ModelInfo) -> None:
-    b = compute_budget(
-        plan(ctx=4096, mtp={"enabled": True, "draft_max": 3}), qwen, BIG, IK_FACTS
-    )
+    b = compute_budget(plan(ctx=4096, mtp={"enabled": True, "draft_max": 3}), qwen, BIG, IK_FACTS)
     assert b.parts["recurrent_state"] / MIB == pytest.approx(62.81, abs=0.01)
     assert b.parts["mtp_kv_cache"] == 0
     assert any("cannot run MTP for qwen35moe" in w for w in b.warnings)
@@ -80,7 +80,9 @@ def test_mtp_draft_kv_uses_its_own_cache_types(qwen: ModelInfo) -> None:
     assert on.parts["mtp_kv_cache"] == 64 * MIB  # f16 draft cache: 2048 B/token
     q8 = compute_budget(
         plan(ctx=32768, mtp={"draft_max": 2, "cache_type_k": "q8_0", "cache_type_v": "q8_0"}),
-        qwen, BIG, UPSTREAM_FACTS,
+        qwen,
+        BIG,
+        UPSTREAM_FACTS,
     )
     assert q8.parts["mtp_kv_cache"] == 34 * MIB
 
@@ -97,7 +99,8 @@ def test_mtp_weights_load_only_with_mtp(qwen: ModelInfo) -> None:
 @pytest.mark.parametrize("n", [0, 1, 10, 40])
 def test_n_cpu_moe_moves_exactly_the_first_layers_experts(qwen: ModelInfo, n: int) -> None:
     moved = sum(
-        t.n_bytes for t in qwen.tensors
+        t.n_bytes
+        for t in qwen.tensors
         if EXPERT_TENSOR.match(t.name) and t.layer is not None and t.layer < n
     )
     b = compute_budget(
@@ -156,7 +159,10 @@ def test_fewest_cpu_expert_layers_is_minimal(qwen: ModelInfo, weights: ModelWeig
     n = s.plan.runtime.n_cpu_moe
     assert s.fits and 0 < n < qwen.n_layer
     fewer = compute_budget(
-        plan(ctx=65536, moe="n_cpu_moe", n_cpu_moe=n - 1), qwen, card, UPSTREAM_FACTS,
+        plan(ctx=65536, moe="n_cpu_moe", n_cpu_moe=n - 1),
+        qwen,
+        card,
+        UPSTREAM_FACTS,
         weights=weights,
     )
     assert fewer.devices[0].fits is False
@@ -169,7 +175,10 @@ def test_largest_context_is_maximal(qwen: ModelInfo, weights: ModelWeights) -> N
     ctx = s.plan.runtime.ctx
     assert s.fits and ctx % 256 == 0 and ctx < qwen.context_length
     bigger = compute_budget(
-        plan(moe="n_cpu_moe", n_cpu_moe=26, ctx=ctx + 256), qwen, card, UPSTREAM_FACTS,
+        plan(moe="n_cpu_moe", n_cpu_moe=26, ctx=ctx + 256),
+        qwen,
+        card,
+        UPSTREAM_FACTS,
         weights=weights,
     )
     assert bigger.devices[0].fits is False

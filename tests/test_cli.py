@@ -81,8 +81,9 @@ def test_save_then_load_plan_and_override(tmp_path: Path) -> None:
     assert data["mtp"]["draft_max"] == 3
 
     again = tmp_path / "again.json"
-    second = run_cli("plan", "--plan", str(saved), "--ctx", "8192", "--no-mtp", "--save",
-                     str(again))
+    second = run_cli(
+        "plan", "--plan", str(saved), "--ctx", "8192", "--no-mtp", "--save", str(again)
+    )
     assert second.returncode == 0, second.stderr
     out = json.loads(again.read_text())
     assert out["runtime"]["ctx"] == 8192
@@ -92,16 +93,36 @@ def test_save_then_load_plan_and_override(tmp_path: Path) -> None:
 
 
 def test_plan_json_has_exactly_the_documented_shape() -> None:
-    result = run_cli("plan", "--demo", "--gpu", "rtx-4070-super", "--ctx", "131072",
-                     "--cache-type-k", "q8_0", "--cache-type-v", "q8_0", "--mtp",
-                     "--draft-max", "3", "--json")
+    result = run_cli(
+        "plan",
+        "--demo",
+        "--gpu",
+        "rtx-4070-super",
+        "--ctx",
+        "131072",
+        "--cache-type-k",
+        "q8_0",
+        "--cache-type-v",
+        "q8_0",
+        "--mtp",
+        "--draft-max",
+        "3",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert set(out) == {"devices", "host", "argv", "warnings"}
     (device,) = out["devices"]
     assert device["id"] == "CUDA0" and "4070" in device["name"]
-    assert {"weights", "kv_cache", "recurrent_state", "mtp_kv_cache", "mtp_compute", "compute",
-            "output"} <= set(device["segments"])
+    assert {
+        "weights",
+        "kv_cache",
+        "recurrent_state",
+        "mtp_kv_cache",
+        "mtp_compute",
+        "compute",
+        "output",
+    } <= set(device["segments"])
     assert device["free_bytes"] == device["total_bytes"] - sum(device["segments"].values())
     assert device["fits"] is (device["free_bytes"] >= 0)
     assert out["argv"][out["argv"].index("-c") + 1] == "131072"
@@ -117,7 +138,10 @@ def test_cpu_plan_has_one_cpu_device() -> None:
 
 def test_fit_and_cpu_moe_flags_set_the_placement(tmp_path: Path) -> None:
     saved = tmp_path / "fit.json"
-    assert run_cli("plan", "--demo", "--fit", "--fit-margin", "512", "--save", str(saved)).returncode == 0
+    assert (
+        run_cli("plan", "--demo", "--fit", "--fit-margin", "512", "--save", str(saved)).returncode
+        == 0
+    )
     fit = json.loads(saved.read_text())
     assert fit["runtime"]["moe"] == "fit"
     assert fit["runtime"]["fit_margin_mib"] == 512

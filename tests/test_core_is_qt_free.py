@@ -40,9 +40,13 @@ def forbidden_imports(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found += [a.name for a in node.names if a.name.startswith(FORBIDDEN)]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.startswith(FORBIDDEN):
-                found.append(node.module)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith(FORBIDDEN)
+        ):
+            found.append(node.module)
     return found
 
 

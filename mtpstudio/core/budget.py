@@ -27,6 +27,7 @@ def quantized(cache_type: str) -> bool:
     """True for block-quantized cache types (q8_0, q4_0, ...)."""
     return cache_type not in UNQUANTIZED_CACHE
 
+
 # Segment names in drawing order; the JSON output and the bar use these keys.
 DEVICE_SEGMENTS = (
     "weights",
@@ -251,9 +252,7 @@ def _effective(
                 "use --parallel 1 unless you serve several users"
             )
     if rt.ctx > model.context_length > 0:
-        warnings.append(
-            f"ctx {rt.ctx} is beyond the model's native context {model.context_length}"
-        )
+        warnings.append(f"ctx {rt.ctx} is beyond the model's native context {model.context_length}")
     if quantized(rt.cache_type_v.value) and not fa:
         warnings.append("a quantized V cache needs flash attention: the engine will refuse")
     if n_ctx != rt.ctx:

@@ -83,7 +83,10 @@ def budget_report(budget: Budget, argv: list[str] | None = None) -> str:
         lines.append(f"  weights read into RAM             {mib(s['weights_resident'])}")
     if s["weights_locked"]:
         lines.append(f"  weights locked in RAM             {mib(s['weights_locked'])}")
-    lines.append(f"  buffers (KV, state, output, ...)  {mib(host.needed_bytes - s['weights_resident'] - s['weights_locked'])}")
+    lines.append(
+        "  buffers (KV, state, output, ...)  "
+        + mib(host.needed_bytes - s["weights_resident"] - s["weights_locked"])
+    )
     lines.append(f"  prompt cache (grows up to)        {mib(s['prompt_cache_max'])}")
     verdict = {True: "fits", False: "does NOT fit", None: "unknown (device size unknown)"}
     lines.append(f"Verdict: {verdict[budget.fits]}")

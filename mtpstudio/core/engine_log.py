@@ -1,4 +1,4 @@
-"""Parse the buffer-size lines a llama-server prints while loading (both engines, engines.md §5e)."""
+"""Parse the buffer-size lines a llama-server prints while loading (both engines)."""
 
 from __future__ import annotations
 
@@ -76,5 +76,7 @@ def parse_load_log(text: str) -> LoadReport:
         elif m := _OUT.search(line):
             _add(current.output, m.group(1), m.group(2))
         elif m := _COMPUTE.search(line):
-            current.compute[m.group(1)] = max(current.compute.get(m.group(1), 0.0), float(m.group(2)))
+            current.compute[m.group(1)] = max(
+                current.compute.get(m.group(1), 0.0), float(m.group(2))
+            )
     return report

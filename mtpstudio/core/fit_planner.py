@@ -96,12 +96,16 @@ def largest_context(
     if best is None:
         p, b = budget_at(CTX_STEP)
         return FitSuggestion(
-            {"runtime.ctx": CTX_STEP}, p, b,
+            {"runtime.ctx": CTX_STEP},
+            p,
+            b,
             "nothing fits even at ctx 256: move expert layers to the CPU first",
         )
     p, b = best
     return FitSuggestion(
-        {"runtime.ctx": p.runtime.ctx}, p, b,
+        {"runtime.ctx": p.runtime.ctx},
+        p,
+        b,
         f"largest context that fits at this offload: {p.runtime.ctx:,} tokens",
     )
 
@@ -122,18 +126,25 @@ def fewest_cpu_expert_layers(
         return FitSuggestion({}, plan, b, "the model has no experts to move")
     last: tuple[Plan, Budget] | None = None
     for n in range(model.block_count + 1):
-        changes: dict[str, Any] = {"runtime.moe": MoePlacement.N_CPU_MOE.value, "runtime.n_cpu_moe": n}
+        changes: dict[str, Any] = {
+            "runtime.moe": MoePlacement.N_CPU_MOE.value,
+            "runtime.n_cpu_moe": n,
+        }
         p = _with(plan, changes)
         b = compute_budget(p, model, target, facts, host, weights)
         last = (p, b)
         if _device_fits(b):
             return FitSuggestion(
-                changes, p, b,
+                changes,
+                p,
+                b,
                 f"fewest expert layers on the CPU at ctx {plan.runtime.ctx:,}: --n-cpu-moe {n}",
             )
     assert last is not None
     p, b = last
     return FitSuggestion(
-        {"runtime.moe": MoePlacement.ALL_CPU.value}, p, b,
+        {"runtime.moe": MoePlacement.ALL_CPU.value},
+        p,
+        b,
         "even with every expert on the CPU it does not fit: lower the context or cache types",
     )

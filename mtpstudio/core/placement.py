@@ -120,9 +120,7 @@ def place(
     ``-ngl`` counts ``block_count + 1`` layers from the back; the output layer counts as one,
     so ``-ngl 1`` puts only the output layer on the GPU. ``None`` means all layers.
     """
-    loaded = frozenset(
-        i for i in range(model.block_count) if i < model.n_layer or load_mtp
-    )
+    loaded = frozenset(i for i in range(model.block_count) if i < model.n_layer or load_mtp)
     if not gpu:
         return Placement(frozenset(), frozenset(loaded), False, loaded)
     total = model.block_count + 1

@@ -190,7 +190,9 @@ class RuntimeOptions(_Section):
         default=FlashAttention.ON, description="Flash attention (-fa); quantized V needs it."
     )
     batch: int = Field(default=2048, description="Logical batch size (-b).")
-    ubatch: int = Field(default=512, description="Physical batch size (-ub); drives compute buffers.")
+    ubatch: int = Field(
+        default=512, description="Physical batch size (-ub); drives compute buffers."
+    )
     parallel: int = Field(
         default=1, description="Server slots (-np); more slots multiply the recurrent state."
     )
@@ -199,7 +201,7 @@ class RuntimeOptions(_Section):
     )
     moe: MoePlacement = Field(
         default=MoePlacement.N_CPU_MOE,
-        description="Expert placement: the engine's fit, N layers on CPU, all on CPU, or all on GPU.",
+        description="Expert placement: engine fit, N layers on CPU, all on CPU, or all on GPU.",
     )
     n_cpu_moe: int = Field(
         default=0, description="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe)."
@@ -373,7 +375,7 @@ class Plan(_Section):
 
 
 def describe_validation_error(error: ValidationError) -> str:
-    """Turn pydantic's report into short sentences such as 'runtime.ctx: ctx must be at least 256'."""
+    """Turn pydantic's report into sentences like 'runtime.ctx: ctx must be at least 256'."""
     parts: list[str] = []
     for item in error.errors(include_url=False):
         where = ".".join(str(p) for p in item["loc"])

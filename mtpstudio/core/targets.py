@@ -51,7 +51,9 @@ def cpu_target(host: HostSpec, name: str = "CPU") -> TargetDevice:
     return TargetDevice(id="CPU", name=name, total_bytes=host.total_bytes)
 
 
-def resolve_target(plan: Plan, host: HostSpec, detected: list[TargetDevice] | None = None) -> ResolvedTarget:
+def resolve_target(
+    plan: Plan, host: HostSpec, detected: list[TargetDevice] | None = None
+) -> ResolvedTarget:
     """Turn ``plan.device`` into a TargetDevice.
 
     ``detected`` are the GPUs detection found (already carrying desktop/other usage);
@@ -66,7 +68,8 @@ def resolve_target(plan: Plan, host: HostSpec, detected: list[TargetDevice] | No
             best = max(gpus, key=lambda g: g.total_bytes or 0)
             return ResolvedTarget(best, host, f"detected {best.id}: {best.name}")
         return ResolvedTarget(
-            cpu_target(host), host,
+            cpu_target(host),
+            host,
             "no GPU detected: planning for the CPU (use --gpu <catalogue id> to plan for a card)",
         )
     for gpu in gpus:

@@ -6,7 +6,14 @@ import sys
 from importlib import resources
 
 from PySide6.QtGui import QFont, QIcon
-from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QPlainTextEdit, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QLabel,
+    QMainWindow,
+    QPlainTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
 
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model_source import load_model_info

@@ -21,13 +21,37 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 EXACT_MIB = 0.01  # the log prints two decimals
 COMPUTE_TOLERANCE = 0.10
 BIG = dict(n_ctx_train=65536)
-HYBRID = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_layer=4, n_expert=8,
-              n_expert_used=2, n_ff_exp=128, n_ff_shexp=128, ssm_d_state=64, ssm_n_group=2,
-              ssm_dt_rank=4, n_vocab=4000, **BIG)
-DENSE = dict(n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64, n_layer=2, n_vocab=4000,
-             **BIG)
-MOE = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_layer=2, n_expert=8,
-           n_expert_used=2, n_ff_exp=128, n_vocab=4000, **BIG)
+HYBRID = dict(
+    n_embd=256,
+    n_head=4,
+    n_head_kv=2,
+    head_dim=64,
+    n_layer=4,
+    n_expert=8,
+    n_expert_used=2,
+    n_ff_exp=128,
+    n_ff_shexp=128,
+    ssm_d_state=64,
+    ssm_n_group=2,
+    ssm_dt_rank=4,
+    n_vocab=4000,
+    **BIG,
+)
+DENSE = dict(
+    n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64, n_layer=2, n_vocab=4000, **BIG
+)
+MOE = dict(
+    n_embd=256,
+    n_head=4,
+    n_head_kv=2,
+    head_dim=64,
+    n_layer=2,
+    n_expert=8,
+    n_expert_used=2,
+    n_ff_exp=128,
+    n_vocab=4000,
+    **BIG,
+)
 
 
 @dataclass(frozen=True)
@@ -56,8 +80,16 @@ class Config:
         if self.engine == "upstream":
             args += ["-lv", "4"]
         if self.mtp:
-            args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(self.mtp),
-                     "--spec-draft-type-k", self.draft_ctk, "--spec-draft-type-v", self.draft_ctv]
+            args += [
+                "--spec-type",
+                "draft-mtp",
+                "--spec-draft-n-max",
+                str(self.mtp),
+                "--spec-draft-type-k",
+                self.draft_ctk,
+                "--spec-draft-type-v",
+                self.draft_ctv,
+            ]
         if self.moe == "all_cpu":
             args += ["--cpu-moe"]
         elif self.moe == "n_cpu_moe":
@@ -69,13 +101,20 @@ class Config:
             "device": "cpu",
             "engine": {"flavour": self.engine},
             "runtime": {
-                "ctx": self.ctx, "cache_type_k": self.ctk, "cache_type_v": self.ctv,
-                "parallel": self.parallel, "flash_attn": self.fa, "ubatch": self.ubatch,
-                "moe": self.moe, "n_cpu_moe": self.n_cpu_moe,
+                "ctx": self.ctx,
+                "cache_type_k": self.ctk,
+                "cache_type_v": self.ctv,
+                "parallel": self.parallel,
+                "flash_attn": self.fa,
+                "ubatch": self.ubatch,
+                "moe": self.moe,
+                "n_cpu_moe": self.n_cpu_moe,
             },
             "mtp": {
-                "enabled": bool(self.mtp), "draft_max": max(self.mtp, 1),
-                "cache_type_k": self.draft_ctk, "cache_type_v": self.draft_ctv,
+                "enabled": bool(self.mtp),
+                "draft_max": max(self.mtp, 1),
+                "cache_type_k": self.draft_ctk,
+                "cache_type_v": self.draft_ctv,
             },
         }
 
@@ -86,29 +125,91 @@ def C(name: str, engine: str, kind: str, model: dict[str, Any], ctx: int, **kw: 
 
 UPSTREAM = [
     C("dense f32 ctx256", "upstream", "dense", DENSE, 256),
-    C("dense f16 q8_0 4k", "upstream", "dense", {**DENSE, "dtype": "f16"}, 4096, ctk="q8_0", ctv="q8_0"),
-    C("dense q8_0 q4_0 32k", "upstream", "dense", {**DENSE, "dtype": "q8_0"}, 32768, ctk="q4_0", ctv="q4_0"),
+    C(
+        "dense f16 q8_0 4k",
+        "upstream",
+        "dense",
+        {**DENSE, "dtype": "f16"},
+        4096,
+        ctk="q8_0",
+        ctv="q8_0",
+    ),
+    C(
+        "dense q8_0 q4_0 32k",
+        "upstream",
+        "dense",
+        {**DENSE, "dtype": "q8_0"},
+        32768,
+        ctk="q4_0",
+        ctv="q4_0",
+    ),
     C("dense q5_1 np2 8k", "upstream", "dense", DENSE, 8192, ctk="q5_1", ctv="q5_1", parallel=2),
     C("dense f16/q8_0 np4 2k", "upstream", "dense", DENSE, 2048, ctv="q8_0", parallel=4),
     C("dense fa off 4k", "upstream", "dense", DENSE, 4096, fa="off"),
     C("dense ub128 8k", "upstream", "dense", DENSE, 8192, ubatch=128),
     C("moe f32 q8_0 4k", "upstream", "moe", MOE, 4096, ctk="q8_0", ctv="q8_0"),
     C("moe f16 np2 16k", "upstream", "moe", {**MOE, "dtype": "f16"}, 16384, parallel=2),
-    C("moe q8_0 cpu-moe 1k", "upstream", "moe", {**MOE, "dtype": "q8_0"}, 1024, ctk="q4_0", ctv="q4_0", moe="all_cpu"),
+    C(
+        "moe q8_0 cpu-moe 1k",
+        "upstream",
+        "moe",
+        {**MOE, "dtype": "q8_0"},
+        1024,
+        ctk="q4_0",
+        ctv="q4_0",
+        moe="all_cpu",
+    ),
     C("moe n-cpu-moe 1", "upstream", "moe", MOE, 4096, moe="n_cpu_moe", n_cpu_moe=1),
     C("moe q5_1 np4 4k", "upstream", "moe", MOE, 4096, ctk="q5_1", ctv="q5_1", parallel=4),
     C("hybrid f32 4k", "upstream", "hybrid", HYBRID, 4096),
-    C("hybrid f16 q8_0 np2 8k", "upstream", "hybrid", {**HYBRID, "dtype": "f16"}, 8192, ctk="q8_0", ctv="q8_0", parallel=2),
+    C(
+        "hybrid f16 q8_0 np2 8k",
+        "upstream",
+        "hybrid",
+        {**HYBRID, "dtype": "f16"},
+        8192,
+        ctk="q8_0",
+        ctv="q8_0",
+        parallel=2,
+    ),
     C("hybrid fa off 2k", "upstream", "hybrid", HYBRID, 2048, fa="off"),
     C("hybrid-mtp, MTP off 4k", "upstream", "hybrid-mtp", HYBRID, 4096),
     C("mtp dmax1 f16", "upstream", "hybrid-mtp", HYBRID, 4096, mtp=1),
     C("mtp dmax2 q8_0", "upstream", "hybrid-mtp", HYBRID, 8192, ctk="q8_0", ctv="q8_0", mtp=2),
-    C("mtp dmax3 q5_1 draft q8_0", "upstream", "hybrid-mtp", HYBRID, 4096, ctk="q5_1", ctv="q5_1", mtp=3, draft_ctk="q8_0", draft_ctv="q8_0"),
+    C(
+        "mtp dmax3 q5_1 draft q8_0",
+        "upstream",
+        "hybrid-mtp",
+        HYBRID,
+        4096,
+        ctk="q5_1",
+        ctv="q5_1",
+        mtp=3,
+        draft_ctk="q8_0",
+        draft_ctv="q8_0",
+    ),
     C("mtp dmax3 np2", "upstream", "hybrid-mtp", HYBRID, 4096, mtp=3, parallel=2),
     C("mtp q4_0 32k", "upstream", "hybrid-mtp", HYBRID, 32768, ctk="q4_0", ctv="q4_0", mtp=2),
     C("mtp ctx256", "upstream", "hybrid-mtp", HYBRID, 256, mtp=2),
-    C("mtp q8_0 weights np4", "upstream", "hybrid-mtp", {**HYBRID, "dtype": "q8_0"}, 4096, mtp=2, parallel=4),
-    C("mtp f16 w, q4_0 16k dmax1", "upstream", "hybrid-mtp", {**HYBRID, "dtype": "f16"}, 16384, ctk="q4_0", ctv="q4_0", mtp=1),
+    C(
+        "mtp q8_0 weights np4",
+        "upstream",
+        "hybrid-mtp",
+        {**HYBRID, "dtype": "q8_0"},
+        4096,
+        mtp=2,
+        parallel=4,
+    ),
+    C(
+        "mtp f16 w, q4_0 16k dmax1",
+        "upstream",
+        "hybrid-mtp",
+        {**HYBRID, "dtype": "f16"},
+        16384,
+        ctk="q4_0",
+        ctv="q4_0",
+        mtp=1,
+    ),
     C("mtp cpu-moe", "upstream", "hybrid-mtp", HYBRID, 4096, mtp=2, moe="all_cpu"),
 ]
 IK = [
@@ -121,7 +222,15 @@ IK = [
     C("ik hybrid q4_0 32k", "ik", "hybrid", HYBRID, 32768, ctk="q4_0", ctv="q4_0"),
 ]
 
-SEGMENTS = ("weights", "kv_cache", "recurrent_state", "mtp_kv_cache", "output", "compute", "mtp_compute")
+SEGMENTS = (
+    "weights",
+    "kv_cache",
+    "recurrent_state",
+    "mtp_kv_cache",
+    "output",
+    "compute",
+    "mtp_compute",
+)
 ROWS: list[tuple[str, str, str, float, float]] = []
 
 
@@ -171,8 +280,11 @@ def test_prediction_matches_the_engine_log(
 ) -> None:
     model_path = tiny_model(config.kind, **config.model)
     server = running_server(
-        config.engine, model_path, config.server_args(),
-        ctx_size=config.ctx, parallel=config.parallel,
+        config.engine,
+        model_path,
+        config.server_args(),
+        ctx_size=config.ctx,
+        parallel=config.parallel,
     )
     got = measured(config, server.log_text())
     want = predicted(config, model_path)
@@ -196,7 +308,10 @@ def teardown_module() -> None:
     if not ROWS:
         return
     print("\n\npredicted vs logged (MiB)")
-    print(f"{'configuration':32} {'engine':8} {'segment':16} {'predicted':>10} {'logged':>10} {'error':>8}")
+    print(
+        f"{'configuration':32} {'engine':8} {'segment':16} {'predicted':>10} {'logged':>10}"
+        f" {'error':>8}"
+    )
     worst: dict[str, float] = {}
     for name, eng, seg, w, g in ROWS:
         err = w - g

@@ -210,11 +210,13 @@ class LlamaServer:
     # ---- HTTP ---------------------------------------------------------------------------
 
     def get(self, path: str, timeout: float = 30.0, **kwargs: Any) -> httpx.Response:
+        kwargs.setdefault("trust_env", False)  # loopback: never through an env proxy
         return httpx.get(self.base_url + path, timeout=timeout, **kwargs)
 
     def post(
         self, path: str, json: Any = None, timeout: float = 120.0, **kwargs: Any
     ) -> httpx.Response:
+        kwargs.setdefault("trust_env", False)
         return httpx.post(self.base_url + path, json=json, timeout=timeout, **kwargs)
 
     def post_json(
@@ -254,7 +256,7 @@ class LlamaServer:
         deadline = time.monotonic() + timeout
         delay = 0.05
         last = "no answer yet"
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
             while True:
                 code = self.proc.poll()
                 if code is not None:

@@ -24,6 +24,7 @@ class MachineFacts:
     gpus: tuple[TargetDevice, ...]
     builds: tuple[EngineBuild, ...]
     problems: tuple[str, ...] = ()
+    igpu_card: str | None = None
 
     def build_for(self, plan: Plan) -> EngineBuild | None:
         """The probed build the plan names (by path), else the first of its flavour."""
@@ -57,7 +58,19 @@ def machine_facts(report: DetectionReport) -> MachineFacts:
     """Convert a DetectionReport; integrated GPUs are not offered as targets."""
     host = HostSpec(report.host.ram_total_bytes, report.host.ram_available_bytes)
     gpus = tuple(gpu_target(g, report) for g in report.gpus if not g.integrated)
-    return MachineFacts(host, gpus, tuple(report.builds()), tuple(report.problems))
+    return MachineFacts(
+        host, gpus, tuple(report.builds()), tuple(report.problems), igpu_card_path(report)
+    )
+
+
+def igpu_card_path(report: DetectionReport) -> str | None:
+    """The iGPU's DRM node, as the stable by-path link when the PCI address is known."""
+    for gpu in report.gpus:
+        if gpu.integrated and gpu.drm_card:
+            if gpu.pci_bus_id:
+                return f"/dev/dri/by-path/pci-{gpu.pci_bus_id}-card"
+            return f"/dev/dri/{gpu.drm_card}"
+    return None
 
 
 def flavour_builds(facts: MachineFacts, flavour: EngineFlavour) -> list[EngineBuild]:

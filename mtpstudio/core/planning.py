@@ -62,7 +62,9 @@ def resolve_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:
     return resolved
 
 
-def launch_spec_for(plan: Plan, ctx: PlanningContext) -> tuple[LaunchSpec, list[str]]:
+def launch_spec_for(
+    plan: Plan, ctx: PlanningContext, api_key_file: Path | None = None
+) -> tuple[LaunchSpec, list[str]]:
     """The engine command line from the probed build (or the documented flags, said plainly)."""
     probed = ctx.machine.build_for(plan)
     build = probed or documented_build(plan.engine.flavour, plan.engine.binary)
@@ -77,7 +79,12 @@ def launch_spec_for(plan: Plan, ctx: PlanningContext) -> tuple[LaunchSpec, list[
         model_path = Path(f"{plan.model.card}.gguf")
         notes.append(f"the demo card has no file: put your GGUF's path in place of {model_path}")
     spec = build_launch_spec(
-        plan, build, ctx.model, model_path=model_path, assume_documented=probed is None
+        plan,
+        build,
+        ctx.model,
+        model_path=model_path,
+        assume_documented=probed is None,
+        api_key_file=api_key_file,
     )
     return spec, notes
 

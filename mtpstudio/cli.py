@@ -251,7 +251,9 @@ def _cmd_export_unit(args: argparse.Namespace) -> int:
 def _add_export_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", type=Path, required=True, help="the plan file (mtpstudio plan --save)")
     p.add_argument(
-        "--scope", choices=["system", "user"], default="system",
+        "--scope",
+        choices=["system", "user"],
+        default="system",
         help="system unit (starts at boot, runs as --user) or user unit (default: system)",
     )
     p.add_argument("--user", help="account a system unit runs as (default: you)")

@@ -44,19 +44,23 @@ def render_all(
     session_files = [f for key, f in files.items() if key not in {"unit", "env", "script"}]
     warnings = list(spec.warnings) + [w for f in files.values() for w in f.warnings]
     mtp = f"on, draft max {plan.mtp.draft_max}" if plan.mtp.enabled else "off"
-    text = template_environment().get_template("export/README.md.j2").render(
-        model_label=plan.model.label,
-        engine=plan.engine.flavour.value,
-        ctx=plan.runtime.ctx,
-        mtp=mtp,
-        count=len(files) + 1,
-        files=list(files.values()),
-        unit=service[0],
-        env=service[1],
-        script=service[2],
-        scope=scope.value,
-        session_files=session_files,
-        warnings=list(dict.fromkeys(warnings)),
+    text = (
+        template_environment()
+        .get_template("export/README.md.j2")
+        .render(
+            model_label=plan.model.label,
+            engine=plan.engine.flavour.value,
+            ctx=plan.runtime.ctx,
+            mtp=mtp,
+            count=len(files) + 1,
+            files=list(files.values()),
+            unit=service[0],
+            env=service[1],
+            script=service[2],
+            scope=scope.value,
+            session_files=session_files,
+            warnings=list(dict.fromkeys(warnings)),
+        )
     )
     files["readme"] = RenderedFile(
         name=README_NAME,

@@ -142,7 +142,10 @@ def test_free_and_fits_follow_the_segments(qwen: ModelInfo) -> None:
     assert d.segments["margin"] == 1024 * MIB
     assert d.fits is True
     tiny = TargetDevice("CUDA0", "4 GiB", 4 * 1024 * MIB)
-    assert compute_budget(plan(ctx=8192), qwen, tiny, UPSTREAM_FACTS).devices[0].fits is False
+    assert (
+        compute_budget(plan(ctx=8192, moe="gpu"), qwen, tiny, UPSTREAM_FACTS).devices[0].fits
+        is False
+    )
 
 
 def test_cpu_plan_has_one_cpu_device(qwen: ModelInfo) -> None:

@@ -308,6 +308,13 @@ def compute_budget(
         else:
             cpu_expert_layers = cpu_expert_layers_for(plan, model)
     eff, warnings = _effective(plan, model, facts, cpu_expert_layers)
+    if plan.runtime.moe is MoePlacement.FIT and target.is_gpu and cpu_expert_layers:
+        trunk = sorted(i for i in cpu_expert_layers if i < model.n_layer)
+        if trunk:
+            warnings.append(
+                f"the engine's fit is expected to keep the experts of layers {trunk[0]}-{trunk[-1]}"
+                f" ({len(trunk)} of {model.n_layer}) in system RAM"
+            )
     placement = place(
         model,
         gpu=target.is_gpu,

@@ -200,7 +200,7 @@ class RuntimeOptions(_Section):
         default=None, description="CPU threads (-t); none lets the engine choose."
     )
     moe: MoePlacement = Field(
-        default=MoePlacement.N_CPU_MOE,
+        default=MoePlacement.FIT,
         description="Expert placement: engine fit, N layers on CPU, all on CPU, or all on GPU.",
     )
     n_cpu_moe: int = Field(

@@ -66,7 +66,7 @@ PLANS: list[dict[str, Any]] = [
     {},
     {"runtime": {"moe": "fit", "fit_margin_mib": 512}},
     {"runtime": {"moe": "all_cpu", "load_mode": "mlock", "threads": 2}},
-    {"runtime": {"n_cpu_moe": 30, "load_mode": "no-mmap", "n_gpu_layers": 20}},
+    {"runtime": {"moe": "n_cpu_moe", "n_cpu_moe": 30, "load_mode": "no-mmap", "n_gpu_layers": 20}},
     {"runtime": {"flash_attn": "auto", "cache_type_k": "q4_0", "cache_type_v": "q5_1"},
      "mtp": {"draft_max": 4, "draft_min": 1, "draft_p_min": 0.3, "cache_type_k": "q8_0"}},
     {"mtp": {"enabled": False}, "device": "cpu"},

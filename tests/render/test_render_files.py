@@ -66,7 +66,7 @@ def tool(name: str) -> str:
 def demo_plan(**sections: Any) -> Plan:
     data: dict[str, Any] = {
         "model": {"path": "/home/alice/models/Qwen3.6-35B-A3B-IQ4_XS.gguf"},
-        "runtime": {"n_cpu_moe": 20},
+        "runtime": {"moe": "n_cpu_moe", "n_cpu_moe": 20},
     }
     data.update(sections)
     return plan_from_dict(data)

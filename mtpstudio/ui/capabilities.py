@@ -1,0 +1,190 @@
+"""What an engine build can do, phrased for the Engine page (badges, reasons); no Qt here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mtpstudio.core.engines.base import Option, adapter_for
+from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
+from mtpstudio.core.engines.memory_facts import memory_facts
+from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.plan import EngineFlavour, LoadMode, MoePlacement, Plan
+
+MTP_SPEC_TYPE = "draft-mtp"
+
+MTP_SETTINGS = ("mtp.draft_max", "mtp.draft_min", "mtp.draft_p_min")
+DRAFT_CACHE_SETTINGS = ("mtp.cache_type_k", "mtp.cache_type_v")
+
+
+def engine_name(flavour: EngineFlavour) -> str:
+    return "upstream llama.cpp" if flavour is EngineFlavour.UPSTREAM else "ik_llama.cpp"
+
+
+def option_accepted(build: EngineBuild, option: Option) -> bool:
+    """True when the build accepted one of the adapter's spellings of ``option``."""
+    spelling = adapter_for(build).spellings.get(option)
+    return spelling is not None and any(build.accepts(s) for s in spelling.spellings)
+
+
+def spelled(build: EngineBuild, option: Option) -> str:
+    """The first spelling the build accepts (or the preferred one)."""
+    spelling = adapter_for(build).spellings.get(option)
+    if spelling is None:
+        return option.value
+    return next((s for s in spelling.spellings if build.accepts(s)), spelling.spellings[0])
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One badge: a short name, whether the build has it, and a sentence for the tooltip."""
+
+    name: str
+    available: bool
+    detail: str
+    uncertain: bool = False
+
+
+def build_mtp_reason(build: EngineBuild) -> str | None:
+    """Why this build cannot draft with MTP at all (None: it can, or may)."""
+    if build.flavour is EngineFlavour.UPSTREAM:
+        if build.mtp is not MtpSupport.AVAILABLE or (
+            build.spec_types and MTP_SPEC_TYPE not in build.spec_types
+        ):
+            return (
+                f"this build cannot draft with MTP (its --spec-type has no {MTP_SPEC_TYPE}); "
+                "choose a newer upstream build"
+            )
+        return None
+    if not option_accepted(build, Option.MTP):
+        return "this ik_llama.cpp build has no -mtp flag"
+    return None
+
+
+def mtp_reason(build: EngineBuild, model: ModelInfo | None) -> str | None:
+    """Why MTP cannot be used with this build and model (None: it can)."""
+    reason = build_mtp_reason(build)
+    if reason is not None:
+        return reason
+    if model is not None:
+        if not model.has_mtp:
+            return "the model has no MTP (nextn) layer"
+        facts = memory_facts(build.flavour)
+        if model.architecture not in facts.mtp_architectures:
+            allowed = ", ".join(sorted(facts.mtp_architectures))
+            return (
+                f"{engine_name(build.flavour)} runs MTP only for {allowed} models, and this "
+                f"model is {model.architecture}"
+            )
+    return None
+
+
+def build_capabilities(build: EngineBuild) -> list[Capability]:
+    """The badges of a build: MTP, fit, expert offload, load mode, draft cache types, key file."""
+    caps: list[Capability] = []
+    mtp_no = build_mtp_reason(build)
+    if mtp_no is not None:
+        caps.append(Capability("MTP", False, mtp_no[:1].upper() + mtp_no[1:] + "."))
+    elif build.mtp is MtpSupport.UNKNOWN_UNTIL_LAUNCH:
+        caps.append(
+            Capability(
+                "MTP",
+                True,
+                "Accepts -mtp; whether MTP is active is decided when the model loads.",
+                uncertain=True,
+            )
+        )
+    else:
+        caps.append(Capability("MTP", True, f"Drafts with --spec-type {MTP_SPEC_TYPE}."))
+    fit = option_accepted(build, Option.FIT)
+    caps.append(
+        Capability(
+            "fit",
+            fit,
+            f"The engine can place experts itself ({spelled(build, Option.FIT)})."
+            if fit
+            else "No --fit: the expert placement must be given.",
+        )
+    )
+    ncmoe = option_accepted(build, Option.N_CPU_MOE)
+    caps.append(
+        Capability(
+            "n-cpu-moe",
+            ncmoe,
+            "Moves the experts of the first N layers to RAM (--n-cpu-moe)."
+            if ncmoe
+            else "No --n-cpu-moe: expert offload is written as -ot patterns.",
+        )
+    )
+    lm = option_accepted(build, Option.LOAD_MODE)
+    old = option_accepted(build, Option.MLOCK) or option_accepted(build, Option.NO_MMAP)
+    caps.append(
+        Capability(
+            "load mode",
+            lm or old,
+            "Load mode with -lm." if lm else ("--mlock / --no-mmap." if old else "No load modes."),
+        )
+    )
+    draft_types = option_accepted(build, Option.DRAFT_CACHE_K) and memory_facts(
+        build.flavour
+    ).mtp_uses_draft_cache_types
+    caps.append(
+        Capability(
+            "draft cache types",
+            draft_types,
+            "The MTP draft context has its own K/V cache types."
+            if draft_types
+            else "The MTP draft context uses the main cache types.",
+        )
+    )
+    keyfile = option_accepted(build, Option.API_KEY_FILE)
+    caps.append(
+        Capability(
+            "key file",
+            keyfile,
+            "Reads the API key from a file (--api-key-file)."
+            if keyfile
+            else "The API key must go on the command line.",
+        )
+    )
+    return caps
+
+
+def disabled_reasons(build: EngineBuild, model: ModelInfo | None, plan: Plan) -> dict[str, str]:
+    """Settings (``mtp.enabled``, ``runtime.moe=fit`` …) this build/model cannot honour, and why.
+
+    Keys are Plan paths; ``path=value`` keys name a single choice of a setting.
+    """
+    reasons: dict[str, str] = {}
+    mtp = mtp_reason(build, model)
+    if mtp is not None:
+        reasons["mtp.enabled"] = mtp
+        for key in (*MTP_SETTINGS, *DRAFT_CACHE_SETTINGS):
+            reasons[key] = f"MTP cannot be used: {mtp}"
+    elif not plan.mtp.enabled:
+        for key in (*MTP_SETTINGS, *DRAFT_CACHE_SETTINGS):
+            reasons[key] = "MTP is off"
+    if "mtp.cache_type_k" not in reasons:
+        if not memory_facts(build.flavour).mtp_uses_draft_cache_types:
+            why = f"{engine_name(build.flavour)}'s MTP context uses the main cache types"
+            reasons["mtp.cache_type_k"] = reasons["mtp.cache_type_v"] = why
+        elif not option_accepted(build, Option.DRAFT_CACHE_K):
+            why = "this build has no flag for the draft cache types"
+            reasons["mtp.cache_type_k"] = reasons["mtp.cache_type_v"] = why
+    if "mtp.draft_min" not in reasons and not option_accepted(build, Option.DRAFT_MIN):
+        reasons["mtp.draft_min"] = "this build has no flag for the minimum draft depth"
+    if not option_accepted(build, Option.FIT):
+        reasons[f"runtime.moe={MoePlacement.FIT.value}"] = "this build has no --fit"
+    if model is not None and not model.is_moe:
+        reasons["runtime.n_cpu_moe"] = "the model has no experts"
+        for choice in (MoePlacement.FIT, MoePlacement.ALL_CPU):
+            reasons.setdefault(f"runtime.moe={choice.value}", "the model has no experts")
+    elif plan.runtime.moe is not MoePlacement.N_CPU_MOE:
+        reasons["runtime.n_cpu_moe"] = "used only with 'experts of the first N layers on the CPU'"
+    if plan.runtime.moe is MoePlacement.FIT:
+        reasons["runtime.n_gpu_layers"] = "the engine's fit chooses the GPU layers"
+    lm = option_accepted(build, Option.LOAD_MODE)
+    if not lm and not option_accepted(build, Option.NO_MMAP):
+        reasons[f"runtime.load_mode={LoadMode.NO_MMAP.value}"] = "this build cannot load without mmap"
+    if not lm and not option_accepted(build, Option.MLOCK):
+        reasons[f"runtime.load_mode={LoadMode.MLOCK.value}"] = "this build cannot lock the weights"
+    return reasons

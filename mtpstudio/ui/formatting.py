@@ -1,0 +1,39 @@
+"""Small text helpers for sizes, counts and error sentences shown in the GUI."""
+
+from __future__ import annotations
+
+from mtpstudio.core.errors import MtpStudioError
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+def mib(n_bytes: int | None) -> str:
+    """``12,282 MiB`` (or ``unknown``)."""
+    if n_bytes is None:
+        return "unknown"
+    return f"{n_bytes / MIB:,.0f} MiB"
+
+
+def gib(n_bytes: int | None) -> str:
+    """``11.99 GiB`` (or ``unknown``)."""
+    if n_bytes is None:
+        return "unknown"
+    return f"{n_bytes / GIB:,.2f} GiB"
+
+
+def gb_gib(n_bytes: int) -> str:
+    """``19.52 GB (18.18 GiB)``: both units, as model sizes are published in GB."""
+    return f"{n_bytes / 1e9:.2f} GB ({n_bytes / GIB:.2f} GiB)"
+
+
+def error_sentence(exc: BaseException) -> str:
+    """One readable sentence for an exception (core errors carry their own wording)."""
+    if isinstance(exc, MtpStudioError):
+        text = str(exc)
+        if exc.hint:
+            text += f". {exc.hint}" if not text.endswith(".") else f" {exc.hint}"
+    else:
+        text = f"Unexpected error ({type(exc).__name__}): {exc}"
+    text = " ".join(text.split())
+    return text[:1].upper() + text[1:]

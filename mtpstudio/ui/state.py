@@ -1,0 +1,302 @@
+"""The wizard's shared state: one Plan, the detection report and the model header.
+
+Pages read ``state.plan`` and write their slice through ``state.update({...})``; every change
+replaces the Plan (Plans are immutable) and emits ``plan_changed``. Detection and GGUF reading
+run as background tasks (``ui.tasks``); their results arrive on the GUI thread and are
+announced with ``report_changed`` / ``model_changed``. The planning context (machine facts +
+model) is built once per report/model pair, so evaluating a Plan stays cheap enough to follow a
+slider (``evaluation()`` caches the answer per Plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from mtpstudio.core.budget import Budget, HostSpec, compute_budget
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
+from mtpstudio.core.detect.report import DetectionReport
+from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.memory_facts import memory_facts
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.machine import MachineFacts, machine_facts
+from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model_source import load_model_info
+from mtpstudio.core.plan import ModelChoice, Plan, plan_from_dict
+from mtpstudio.core.planning import PlanningContext, PlanResult, evaluate, resolve_for
+from mtpstudio.core.targets import ResolvedTarget
+from mtpstudio.ui.formatting import error_sentence
+from mtpstudio.ui.tasks import CancelToken, TaskManager
+
+Detector = Callable[[], DetectionReport]
+ModelLoader = Callable[[ModelChoice], ModelInfo]
+
+DETECT_KEY = "detect"
+MODEL_KEY = "model"
+
+
+def plan_with(plan: Plan, changes: dict[str, Any]) -> Plan:
+    """A new Plan with dotted-path changes applied (``{"runtime.ctx": 8192}``), validated.
+
+    Raises:
+        PlanError: the result is not a valid Plan (readable message).
+    """
+    data = plan.model_dump(mode="json")
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return plan_from_dict(data)
+
+
+def catalogue_ids() -> frozenset[str]:
+    return frozenset(card.id for card in gpu_cards())
+
+
+def discrete_gpu_ids(report: DetectionReport | None) -> list[str]:
+    """Detected GPUs a plan can target (integrated GPUs share system RAM and are not offered)."""
+    if report is None:
+        return []
+    return [g.id for g in report.gpus if not g.integrated]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One Plan evaluated: the full result, or at least the budget, or only the error."""
+
+    plan: Plan
+    result: PlanResult | None
+    budget: Budget | None
+    target: ResolvedTarget | None
+    error: str | None = None
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        if self.result is not None:
+            return self.result.warnings
+        return self.budget.warnings if self.budget is not None else ()
+
+    @property
+    def argv(self) -> list[str] | None:
+        return self.result.argv if self.result is not None else None
+
+
+def evaluate_plan(plan: Plan, ctx: PlanningContext) -> Evaluation:
+    """``planning.evaluate`` without fit suggestions; a command-line error keeps the budget."""
+    try:
+        result = evaluate(plan, ctx, suggest=False)
+    except MtpStudioError as exc:
+        message = error_sentence(exc)
+        try:
+            target = resolve_for(plan, ctx.machine)
+        except MtpStudioError:
+            return Evaluation(plan, None, None, None, message)
+        budget = compute_budget(
+            plan,
+            ctx.model,
+            target.device,
+            memory_facts(plan.engine.flavour),
+            target.host,
+            ctx.weights,
+        )
+        return Evaluation(plan, None, budget, target, message)
+    return Evaluation(plan, result, result.budget, result.target)
+
+
+class WizardState(QObject):
+    """The Plan being edited plus what detection and the GGUF header said (GUI thread only)."""
+
+    plan_changed = Signal(object)  # Plan
+    report_changed = Signal(object)  # DetectionReport | None
+    model_changed = Signal(object)  # ModelInfo | None
+    model_failed = Signal(str)  # one sentence: why the chosen file cannot be used
+    activity_changed = Signal()  # detecting / loading_model flipped
+
+    def __init__(
+        self,
+        plan: Plan,
+        tasks: TaskManager,
+        detector: Detector,
+        model_loader: ModelLoader = load_model_info,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._plan = plan
+        self._tasks = tasks
+        self._detector = detector
+        self._model_loader = model_loader
+        self.report: DetectionReport | None = None
+        self.detection_error: str | None = None
+        self.device_notice: str | None = None
+        self.model_info: ModelInfo | None = None
+        self.model_choice: ModelChoice | None = None  # the choice model_info was read from
+        self.model_error: str | None = None
+        self._loading_choice: ModelChoice | None = None
+        self._failed_choice: ModelChoice | None = None
+        self._context: PlanningContext | None = None
+        self._evaluation: Evaluation | None = None
+
+    # -- the Plan -----------------------------------------------------------------------------
+
+    @property
+    def plan(self) -> Plan:
+        return self._plan
+
+    def set_plan(self, plan: Plan) -> None:
+        """Replace the Plan; reads the model again when the plan names another one."""
+        if plan == self._plan:
+            return
+        self._plan = plan
+        self._evaluation = None
+        if plan.model not in (self.model_choice, self._loading_choice, self._failed_choice):
+            self._start_model_load(plan.model, commit=False)
+        self.plan_changed.emit(plan)
+
+    def update(self, changes: dict[str, Any]) -> Plan:
+        """Apply dotted-path changes to the Plan (raises PlanError when invalid)."""
+        plan = plan_with(self._plan, changes)
+        self.set_plan(plan)
+        return plan
+
+    # -- detection ------------------------------------------------------------------------------
+
+    @property
+    def detecting(self) -> bool:
+        return self._tasks.is_running(DETECT_KEY)
+
+    def refresh_detection(self) -> None:
+        """Run the detector in the background; ``report_changed`` announces the answer."""
+        detector = self._detector
+
+        def job(token: CancelToken) -> DetectionReport:
+            return detector()
+
+        self._tasks.run(job, self._on_detected, self._on_detection_failed, key=DETECT_KEY)
+        self.activity_changed.emit()
+
+    def set_report(self, report: DetectionReport | None) -> None:
+        """Use this report (tests and the screenshot command may set one directly)."""
+        self.report = report
+        self._context = None
+        self._evaluation = None
+        self._normalize_device()
+        self.report_changed.emit(report)
+        self.activity_changed.emit()
+
+    def _on_detected(self, report: DetectionReport) -> None:
+        self.detection_error = None
+        self.set_report(report)
+
+    def _on_detection_failed(self, exc: BaseException) -> None:
+        self.detection_error = f"Detection failed: {error_sentence(exc)}"
+        self.set_report(None)
+
+    def _normalize_device(self) -> None:
+        """Point the plan at something that exists: a detected GPU, the CPU or a catalogue card."""
+        self.device_notice = None
+        if self.report is None:
+            return
+        device = self._plan.device
+        gpus = discrete_gpu_ids(self.report)
+        if device == "cpu" or device in catalogue_ids():
+            return
+        if device == "auto":
+            if gpus:
+                return
+            card = gpu_card(DEFAULT_GPU_CARD)
+            self.device_notice = (
+                f"No GPU was detected, so the plan is for the catalogue {card.label}; choose "
+                "another card or the CPU below."
+            )
+            self.update({"device": DEFAULT_GPU_CARD})
+            return
+        if device.lower() in (g.lower() for g in gpus):
+            return
+        replacement = "auto" if gpus else DEFAULT_GPU_CARD
+        self.device_notice = (
+            f"The plan's device {device} was not detected on this computer; planning for "
+            f"{'the detected GPU' if gpus else 'the catalogue ' + gpu_card(DEFAULT_GPU_CARD).label}"
+            " instead."
+        )
+        self.update({"device": replacement})
+
+    # -- the model ------------------------------------------------------------------------------
+
+    @property
+    def loading_model(self) -> bool:
+        return self._tasks.is_running(MODEL_KEY)
+
+    def load_model(self, choice: ModelChoice | None = None) -> None:
+        """Read the plan's model (or ``choice``, kept only if it reads) in the background."""
+        if choice is None:
+            self._start_model_load(self._plan.model, commit=False)
+        else:
+            self._start_model_load(choice, commit=True)
+
+    def _start_model_load(self, choice: ModelChoice, *, commit: bool) -> None:
+        loader = self._model_loader
+        self._loading_choice = choice
+
+        def job(token: CancelToken) -> ModelInfo:
+            return loader(choice)
+
+        def done(info: ModelInfo) -> None:
+            self._loading_choice = self._failed_choice = None
+            self.model_info, self.model_choice, self.model_error = info, choice, None
+            self._context = None
+            self._evaluation = None
+            if commit and self._plan.model != choice:
+                self.set_plan(self._plan.model_copy(update={"model": choice}))
+            self.model_changed.emit(info)
+            self.activity_changed.emit()
+
+        def failed(exc: BaseException) -> None:
+            self._loading_choice = None
+            self.model_error = error_sentence(exc)
+            if not commit:  # the plan's own model cannot be read: nothing to plan with
+                self._failed_choice = choice
+                self.model_info, self.model_choice = None, None
+                self._context = None
+                self._evaluation = None
+                self.model_changed.emit(None)
+            self.model_failed.emit(self.model_error)
+            self.activity_changed.emit()
+
+        self._tasks.run(job, done, failed, key=MODEL_KEY)
+        self.activity_changed.emit()
+
+    # -- planning ---------------------------------------------------------------------------------
+
+    def machine(self) -> MachineFacts:
+        """The machine as the planner sees it (no GPU, no builds until detection answers)."""
+        if self.report is None:
+            return MachineFacts(HostSpec(), (), ())
+        return machine_facts(self.report)
+
+    def context(self) -> PlanningContext | None:
+        """Machine + model, built once per report/model; None until the model is read."""
+        if self.model_info is None:
+            return None
+        if self._context is None:
+            self._context = PlanningContext(self.machine(), self.model_info)
+        return self._context
+
+    def build(self) -> EngineBuild | None:
+        """The probed build the plan uses, if detection found one."""
+        ctx = self.context()
+        machine = ctx.machine if ctx is not None else self.machine()
+        return machine.build_for(self._plan)
+
+    def evaluation(self) -> Evaluation | None:
+        """Budget, command line and warnings of the current Plan (cached per Plan)."""
+        ctx = self.context()
+        if ctx is None:
+            return None
+        if self._evaluation is None or self._evaluation.plan is not self._plan:
+            self._evaluation = evaluate_plan(self._plan, ctx)
+        return self._evaluation

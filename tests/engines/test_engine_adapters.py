@@ -157,7 +157,9 @@ def test_ik_demo_plan_exact_argv() -> None:
 
 
 def test_every_flag_has_a_one_line_explanation() -> None:
-    plan = make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 4, "threads": 8, "load_mode": "mlock"})
+    plan = make_plan(
+        UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 4, "threads": 8, "load_mode": "mlock"}
+    )
     spec = build_launch_spec(plan, probed(UP), for_mtpstudio_launch=True)
     for note in spec.flags:
         assert note.explanation and "\n" not in note.explanation, note
@@ -440,14 +442,18 @@ def test_removed_spellings_are_never_emitted_by_current_upstream() -> None:
 def test_expert_placement_falls_back_to_override_tensor() -> None:
     build = probed(UP, UP_FLAGS - {"--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe"})
     off = {"enabled": False}
-    spec = build_launch_spec(make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 3}, mtp=off), build)
+    spec = build_launch_spec(
+        make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 3}, mtp=off), build
+    )
     assert spec.args[-2:] == ("-ot", r"blk\.(0|1|2)\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
     note = spec.note_for("-ot")
     assert note is not None and "no --n-cpu-moe" in note.explanation
     spec = build_launch_spec(make_plan(UP, runtime={"moe": "all_cpu"}, mtp=off), build)
     assert spec.args[-2:] == ("-ot", r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
     ik_build = probed(IK, IK_FLAGS - {"--n-cpu-moe", "-ncmoe"})
-    spec = build_launch_spec(make_plan(IK, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 2}, mtp=off), ik_build)
+    spec = build_launch_spec(
+        make_plan(IK, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 2}, mtp=off), ik_build
+    )
     assert spec.args[-2:] == ("-ot", r"blk\.(0|1)\.ffn_(up|down|gate|gate_up)_exps=CPU")
 
 
@@ -455,7 +461,9 @@ def test_alternative_short_spellings() -> None:
     short_only = frozenset(
         f for f in UP_FLAGS if f not in {"--parallel", "--fit", "--n-cpu-moe", "-ngl"}
     ) | {"-np", "-fit", "-ncmoe", "--n-gpu-layers"}
-    spec = build_launch_spec(make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 2}), probed(UP, short_only))
+    spec = build_launch_spec(
+        make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 2}), probed(UP, short_only)
+    )
     assert spec.args[spec.args.index("-np") : spec.args.index("-np") + 2] == ("-np", "1")
     assert "-fit" in spec.args and "-ncmoe" in spec.args and "--n-gpu-layers" in spec.args
 
@@ -484,7 +492,9 @@ def test_ik_warns_about_draft_cache_types() -> None:
 
 def test_dense_model_drops_expert_flags_with_a_warning() -> None:
     spec = build_launch_spec(
-        make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 5}), probed(UP), model_info(experts=0)
+        make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 5}),
+        probed(UP),
+        model_info(experts=0),
     )
     assert "--n-cpu-moe" not in spec.args
     assert any("no experts" in w for w in spec.warnings)

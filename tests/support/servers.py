@@ -372,6 +372,7 @@ def _spawn(
             start_new_session=True,
             preexec_fn=_die_with_parent_preexec(),
             close_fds=True,
+            cwd=log_path.parent,  # ik writes llama.log into its working directory
         )
     server = LlamaServer(engine, binary, argv, host, port, log_path, proc)
     LIVE_SERVERS.add(server)

@@ -303,27 +303,27 @@ def test_prediction_matches_the_engine_log(
     assert problems == []
 
 
-def teardown_module() -> None:
-    """Print the predicted-vs-logged table (shown with -s, and in the CI log)."""
+def accuracy_table() -> list[str]:
+    """The predicted-vs-logged table and the largest error per segment (printed by conftest)."""
     if not ROWS:
-        return
-    print("\n\npredicted vs logged (MiB)")
-    print(
+        return []
+    lines = [
+        "predicted vs logged (MiB)",
         f"{'configuration':32} {'engine':8} {'segment':16} {'predicted':>10} {'logged':>10}"
-        f" {'error':>8}"
-    )
+        f" {'error':>8}",
+    ]
     worst: dict[str, float] = {}
     for name, eng, seg, w, g in ROWS:
         err = w - g
         rel = f"{100 * err / g:+.1f}%" if g else ""
-        print(f"{name:32} {eng:8} {seg:16} {w:10.2f} {g:10.2f} {rel:>8}")
+        lines.append(f"{name:32} {eng:8} {seg:16} {w:10.2f} {g:10.2f} {rel:>8}")
         key = f"{eng}/{seg}"
         if seg.endswith("compute"):
             worst[key] = max(worst.get(key, 0.0), abs(err) / g if g else 0.0)
         else:
             worst[key] = max(worst.get(key, 0.0), abs(err))
-    print("largest error per segment:")
+    lines.append("largest error per segment:")
     for key, value in sorted(worst.items()):
-        unit = "(relative)" if key.endswith("compute") else "MiB"
-        shown = f"{100 * value:.1f}%" if key.endswith("compute") else f"{value:.3f}"
-        print(f"  {key:28} {shown} {unit}")
+        shown = f"{100 * value:.1f}% (relative)" if key.endswith("compute") else f"{value:.3f} MiB"
+        lines.append(f"  {key:28} {shown}")
+    return lines

@@ -1,0 +1,378 @@
+"""VRAM budget page: the stacked bar per device, live sliders, Fit buttons, the command line."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from PySide6.QtGui import QFont, QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+from PySide6.QtCore import Qt
+
+from mtpstudio.core.budget import Budget
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.fit_planner import FitSuggestion
+from mtpstudio.core.plan import MoePlacement, Plan
+from mtpstudio.core.planning import fit_suggestions
+from mtpstudio.ui.capabilities import mtp_reason
+from mtpstudio.ui.formatting import error_sentence, gib, mib
+from mtpstudio.ui.help_text import field_description
+from mtpstudio.ui.pages.base import PlanPage
+from mtpstudio.ui.state import Evaluation, WizardState
+from mtpstudio.core.engines.base import documented_build
+from mtpstudio.ui.widgets.common import Notice, Tone
+from mtpstudio.ui.widgets.vram_bar import VramBar
+
+CTX_STEP = 256
+MARGIN_STEP = 64
+MARGIN_MAX_MIB = 4096
+
+
+@dataclass
+class SliderRow:
+    """A slider and a spin box that edit the same Plan setting; ``unit`` maps slider steps."""
+
+    path: str
+    slider: QSlider
+    spin: QSpinBox
+    unit: int
+    note: QLabel
+
+
+class BudgetPage(PlanPage):
+    """The memory budget of the Plan, following every slider step."""
+
+    slug = "vram-budget"
+
+    def __init__(self, state: WizardState, parent: QWidget | None = None) -> None:
+        super().__init__(state, parent)
+        self.setTitle("VRAM budget")
+        self.setSubTitle(
+            "Where the memory goes, per device. Drag a slider and the bars follow; "
+            "the Fit buttons ask the planner for a plan that fits."
+        )
+        self.last_suggestion: FitSuggestion | None = None
+        self.target_label = QLabel(self)
+        self.target_label.setWordWrap(True)
+        self.bar = VramBar(self)
+        self.verdict = Notice(self)
+
+        self.rows: dict[str, SliderRow] = {}
+        grid = QGridLayout()
+        grid.setColumnStretch(1, 1)
+        self.ctx = self._row(grid, 0, "Context", "runtime.ctx", CTX_STEP, " tokens")
+        self.draft = self._row(grid, 1, "Draft depth", "mtp.draft_max", 1, "")
+        self.cpu_layers = self._row(grid, 2, "CPU expert layers", "runtime.n_cpu_moe", 1, "")
+        self.margin = self._row(
+            grid, 3, "Margin", "runtime.fit_margin_mib", MARGIN_STEP, " MiB"
+        )
+        self.draft.slider.setRange(1, 16)
+        self.draft.spin.setRange(1, 16)
+        self.margin.slider.setRange(0, MARGIN_MAX_MIB // MARGIN_STEP)
+        self.margin.spin.setRange(0, 65536)
+
+        self.fit_offload_button = QPushButton("Fit: fewest CPU expert layers", self)
+        self.fit_offload_button.setToolTip(
+            "Keep this context and move the fewest layers' experts to system RAM so it fits."
+        )
+        self.fit_context_button = QPushButton("Fit: largest context", self)
+        self.fit_context_button.setToolTip(
+            "Keep (or first find) the expert placement and grow the context as far as it fits."
+        )
+        self.fit_label = QLabel(self)
+        self.fit_label.setWordWrap(True)
+        fit_row = QHBoxLayout()
+        fit_row.addWidget(self.fit_offload_button)
+        fit_row.addWidget(self.fit_context_button)
+        fit_row.addWidget(self.fit_label, 1)
+
+        self.host_label = QLabel(self)
+        self.host_label.setWordWrap(True)
+        self.warnings_label = QLabel(self)
+        self.warnings_label.setWordWrap(True)
+        self.warnings_label.setStyleSheet("color: #92400e;")
+
+        self.command = QPlainTextEdit(self)
+        self.command.setReadOnly(True)
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.command.setFont(mono)
+        self.command.setFixedHeight(64)
+        self.copy_button = QPushButton("Copy", self)
+        self.copy_button.setToolTip("Copy the command line to the clipboard.")
+        command_row = QHBoxLayout()
+        command_row.addWidget(self.command, 1)
+        command_row.addWidget(self.copy_button, 0, Qt.AlignmentFlag.AlignTop)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.target_label)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.verdict)
+        layout.addWidget(self.host_label)
+        layout.addLayout(grid)
+        layout.addLayout(fit_row)
+        layout.addWidget(self.warnings_label)
+        layout.addWidget(QLabel("<b>Command line</b>", self))
+        layout.addLayout(command_row)
+        layout.addStretch()
+
+        self.fit_offload_button.clicked.connect(self._on_fit_offload_clicked)
+        self.fit_context_button.clicked.connect(self._on_fit_context_clicked)
+        self.copy_button.clicked.connect(self._on_copy_clicked)
+        state.model_changed.connect(self._on_inputs_changed)
+        state.report_changed.connect(self._on_inputs_changed)
+
+    def _row(
+        self, grid: QGridLayout, row: int, title: str, path: str, unit: int, suffix: str
+    ) -> SliderRow:
+        slider = QSlider(Qt.Orientation.Horizontal, self)
+        slider.setTracking(True)  # valueChanged while dragging: the bar follows the hand
+        spin = QSpinBox(self)
+        spin.setSuffix(suffix)
+        spin.setSingleStep(unit)
+        spin.setGroupSeparatorShown(True)
+        spin.setKeyboardTracking(False)
+        spin.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
+        spin.setMinimumWidth(130)
+        note = QLabel(self)
+        note.setStyleSheet("color: #6b7280;")
+        tip = field_description(path)
+        for widget in (slider, spin):
+            widget.setToolTip(tip)
+        label = QLabel(title, self)
+        label.setToolTip(tip)
+        grid.addWidget(label, row, 0)
+        grid.addWidget(slider, row, 1)
+        grid.addWidget(spin, row, 2)
+        grid.addWidget(note, row, 3)
+        entry = SliderRow(path, slider, spin, unit, note)
+        self.rows[path] = entry
+        slider.valueChanged.connect(lambda v: self._on_value_changed(entry, v * entry.unit))
+        spin.valueChanged.connect(lambda v: self._on_value_changed(entry, v))
+        return entry
+
+    # -- filling ----------------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        plan = self.state.plan
+        info = self.state.model_info
+        native = info.context_length if info is not None else 262144
+        ctx_top = max(native, plan.runtime.ctx, CTX_STEP)
+        self.ctx.slider.setRange(1, ctx_top // CTX_STEP)
+        self.ctx.spin.setRange(CTX_STEP, max(ctx_top, 4 * 1024 * 1024))
+        n_layer = info.n_layer if info is not None else 0
+        self.cpu_layers.slider.setRange(0, max(n_layer, plan.runtime.n_cpu_moe))
+        self.cpu_layers.spin.setRange(0, max(n_layer, plan.runtime.n_cpu_moe))
+        self._update_view()
+
+    def _show_values(self, plan: Plan, budget: Budget | None) -> None:
+        cpu_layers = plan.runtime.n_cpu_moe
+        if budget is not None and plan.runtime.moe is not MoePlacement.N_CPU_MOE:
+            cpu_layers = len(budget.effective.cpu_expert_layers)
+        values = {
+            "runtime.ctx": plan.runtime.ctx,
+            "mtp.draft_max": plan.mtp.draft_max,
+            "runtime.n_cpu_moe": cpu_layers,
+            "runtime.fit_margin_mib": plan.runtime.fit_margin_mib,
+        }
+        for path, value in values.items():
+            row = self.rows[path]
+            if row.spin.value() != value:
+                row.spin.setValue(value)
+            slider_value = round(value / row.unit)
+            if row.slider.value() != slider_value and not row.slider.isSliderDown():
+                row.slider.setValue(slider_value)
+
+    def _update_view(self) -> None:
+        """Evaluate the Plan (about a millisecond) and show bar, verdict, host, command."""
+        plan = self.state.plan
+        evaluation = self.state.evaluation()
+        budget = evaluation.budget if evaluation is not None else None
+        was = self._refreshing
+        self._refreshing = True
+        try:
+            self._show_values(plan, budget)
+        finally:
+            self._refreshing = was
+        self._update_enabled(plan, evaluation)
+        if evaluation is None or budget is None:
+            self.bar.set_rows([])
+            waiting = self.state.model_error or "Waiting for the model header…"
+            self.verdict.show_text(
+                evaluation.error if evaluation is not None and evaluation.error else waiting,
+                Tone.INFO,
+            )
+            self.target_label.setText("")
+            self.host_label.setText("")
+            self.command.setPlainText("")
+            self.warnings_label.setText("")
+            return
+        self.bar.set_budget(budget)
+        target = evaluation.target
+        self.target_label.setText(f"Planning for {target.source}." if target else "")
+        self._show_verdict(plan, budget)
+        self._show_host(budget)
+        self._show_command(evaluation)
+
+    def _update_enabled(self, plan: Plan, evaluation: Evaluation | None) -> None:
+        info = self.state.model_info
+        build = self.state.build() or documented_build(plan.engine.flavour, plan.engine.binary)
+        why_no_mtp = mtp_reason(build, info)
+        if not plan.mtp.enabled:
+            why_no_mtp = why_no_mtp or "MTP is off (Engine & options page)"
+        self._enable(self.draft, why_no_mtp)
+        why_no_experts = None
+        if info is not None and not info.is_moe:
+            why_no_experts = "the model has no experts"
+        self._enable(self.cpu_layers, why_no_experts)
+        if why_no_experts is None and plan.runtime.moe is MoePlacement.FIT:
+            self.cpu_layers.note.setText("engine fit (drag to fix)")
+        elif why_no_experts is None and plan.runtime.moe is MoePlacement.ALL_CPU:
+            self.cpu_layers.note.setText("all on the CPU")
+        elif why_no_experts is None:
+            self.cpu_layers.note.setText("")
+        self.ctx.note.setText(
+            f"native {info.context_length:,}" if info is not None else ""
+        )
+        self.margin.note.setText("")
+        on_gpu = evaluation is not None and evaluation.target is not None
+        on_gpu = on_gpu and evaluation.target.device.is_gpu  # type: ignore[union-attr]
+        for button in (self.fit_offload_button, self.fit_context_button):
+            button.setEnabled(on_gpu and self.state.context() is not None)
+        if not on_gpu:
+            self.fit_label.setText("The Fit buttons plan for a GPU; this plan is for the CPU.")
+
+    def _enable(self, row: SliderRow, reason: str | None) -> None:
+        tip = field_description(row.path)
+        for widget in (row.slider, row.spin):
+            widget.setEnabled(reason is None)
+            widget.setToolTip(f"Not available: {reason}.\n\n{tip}" if reason else tip)
+        if reason:
+            row.note.setText(reason)
+
+    def _show_verdict(self, plan: Plan, budget: Budget) -> None:
+        parts: list[str] = []
+        tone = Tone.GOOD
+        for device in budget.devices:
+            free = device.free_bytes
+            if free is None:
+                parts.append(f"{device.id}: total unknown")
+                tone = Tone.INFO if tone is Tone.GOOD else tone
+            elif free < 0:
+                parts.append(
+                    f"{device.id} is {mib(-free)} short: lower the context, use smaller cache "
+                    "types or move expert layers to the CPU (or press a Fit button)."
+                )
+                tone = Tone.BAD
+            else:
+                margin = device.segments.get("margin", 0)
+                parts.append(
+                    f"{device.id} fits with {mib(free)} to spare beyond the {mib(margin)} margin."
+                )
+        self.verdict.show_text(" ".join(parts), tone)
+
+    def _show_host(self, budget: Budget) -> None:
+        host = budget.host
+        mapped = host.segments["weights_mapped"]
+        text = f"System RAM: the engine needs {mib(host.needed_bytes)} resident"
+        if mapped:
+            text += f", plus {mib(mapped)} of memory-mapped expert weights read through the page cache"
+        if host.available_bytes is not None:
+            text += f"; {gib(host.available_bytes)} of {gib(host.total_bytes)} available now"
+        else:
+            text += "; the RAM size is not known yet"
+        if host.fits is False:
+            text += " — not enough."
+            self.host_label.setStyleSheet("color: #991b1b;")
+        else:
+            text += "."
+            self.host_label.setStyleSheet("")
+        self.host_label.setText(text)
+
+    def _show_command(self, evaluation: Evaluation) -> None:
+        argv = evaluation.argv
+        if argv is None:
+            self.command.setPlainText(f"No command line: {evaluation.error}")
+            self.copy_button.setEnabled(False)
+        else:
+            self.command.setPlainText(shlex.join(argv))
+            self.copy_button.setEnabled(True)
+        warnings = [w for w in evaluation.warnings if "short:" not in w]
+        self.warnings_label.setText("\n".join(f"• {w}" for w in warnings))
+        self.warnings_label.setVisible(bool(warnings))
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def _on_value_changed(self, row: SliderRow, value: int) -> None:
+        if self._refreshing:
+            return
+        changes: dict[str, object] = {row.path: value}
+        plan = self.state.plan
+        if row.path == "runtime.n_cpu_moe":
+            if plan.runtime.moe is MoePlacement.N_CPU_MOE and plan.runtime.n_cpu_moe == value:
+                return
+            changes["runtime.moe"] = MoePlacement.N_CPU_MOE.value
+        elif row.path == "runtime.ctx":
+            if plan.runtime.ctx == value:
+                return
+        self.apply(changes)
+
+    def _after_apply(self, plan: Plan) -> None:
+        self._update_view()
+
+    def plan_refused(self, sentence: str | None) -> None:
+        if sentence:
+            self.verdict.show_text(sentence, Tone.BAD)
+
+    def _on_inputs_changed(self, _: object) -> None:
+        if self.is_current():
+            self.refresh()
+
+    def suggestions(self) -> list[FitSuggestion]:
+        """The planner's two answers for the current Plan (a few milliseconds)."""
+        ctx = self.state.context()
+        if ctx is None:
+            return []
+        return fit_suggestions(self.state.plan, ctx)
+
+    def apply_suggestion(self, index: int) -> FitSuggestion | None:
+        """Apply the planner's answer ``index`` (0: fewest CPU expert layers, 1: largest ctx)."""
+        try:
+            suggestions = self.suggestions()
+        except MtpStudioError as exc:
+            self.fit_label.setText(error_sentence(exc))
+            return None
+        if not suggestions:
+            return None
+        suggestion = suggestions[index]
+        self.last_suggestion = suggestion
+        self.state.set_plan(suggestion.plan)
+        self.refresh()  # also when the page is driven while not shown
+        message = suggestion.message[:1].upper() + suggestion.message[1:] + "."
+        self.fit_label.setText(message if suggestion.fits else f"{message} It still does not fit.")
+        self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
+        return suggestion
+
+    def _on_fit_offload_clicked(self) -> None:
+        self.apply_suggestion(0)
+
+    def _on_fit_context_clicked(self) -> None:
+        self.apply_suggestion(1)
+
+    def _on_copy_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self.command.toPlainText())
+
+    def command_line(self) -> str:
+        return self.command.toPlainText()
+

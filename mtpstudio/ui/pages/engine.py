@@ -1,0 +1,454 @@
+"""Engine & options page: the builds found with capability badges, and the Plan's options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from mtpstudio.core.engines.base import LaunchSpec, documented_build
+from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.plan import (
+    CacheType,
+    EngineFlavour,
+    FlashAttention,
+    LoadMode,
+    MoePlacement,
+    Plan,
+)
+from mtpstudio.ui.capabilities import (
+    build_capabilities,
+    disabled_reasons,
+    engine_name,
+)
+from mtpstudio.ui.help_text import setting_tooltip
+from mtpstudio.ui.pages.base import PlanPage
+from mtpstudio.ui.state import WizardState
+from mtpstudio.ui.widgets.common import Badge, Notice, Tone
+
+MOE_CHOICES = (
+    (MoePlacement.N_CPU_MOE, "experts of the first N layers on the CPU"),
+    (MoePlacement.FIT, "the engine's fit places the experts"),
+    (MoePlacement.ALL_CPU, "all experts on the CPU"),
+    (MoePlacement.GPU, "all experts on the GPU"),
+)
+LOAD_CHOICES = (
+    (LoadMode.MMAP, "memory-mapped (default)"),
+    (LoadMode.NO_MMAP, "read into RAM (no mmap)"),
+    (LoadMode.MLOCK, "locked in RAM (mlock)"),
+)
+FLASH_CHOICES = tuple((f, f.value) for f in FlashAttention)
+CACHE_CHOICES = tuple((c, c.value) for c in CacheType)
+
+
+def plan_value(plan: Plan, path: str) -> Any:
+    """The Plan's value at a dotted path, enums as their values."""
+    node: Any = plan
+    for name in path.split("."):
+        node = getattr(node, name)
+    if isinstance(node, Enum):
+        return node.value
+    if isinstance(node, Path):
+        return str(node)
+    return node
+
+
+@dataclass(frozen=True)
+class BuildChoice:
+    """An entry of the builds list: a probed build, or a flavour's documented flags."""
+
+    flavour: EngineFlavour
+    build: EngineBuild
+    probed: bool
+
+    @property
+    def binary(self) -> str | None:
+        return str(self.build.binary) if self.probed else None
+
+
+@dataclass
+class Control:
+    """A widget bound to a Plan path: how to read it and how to show a value."""
+
+    path: str
+    widget: QWidget
+    read: Callable[[], Any]
+    write: Callable[[Any], None]
+
+
+class EnginePage(PlanPage):
+    """Pick a build; set context, caches, MTP, placement and server options."""
+
+    slug = "engine"
+
+    def __init__(self, state: WizardState, parent: QWidget | None = None) -> None:
+        super().__init__(state, parent)
+        self.setTitle("Engine & options")
+        self.setSubTitle(
+            "The llama-server builds found and what each accepts; the options of the plan "
+            "(hover an option to see what it does and the flag it becomes)."
+        )
+        self.controls: dict[str, Control] = {}
+        self.choices: list[BuildChoice] = []
+        self.reasons: dict[str, str] = {}
+
+        self.build_list = QListWidget(self)
+        self.build_list.setSpacing(2)
+        self.build_list.setSelectionMode(QListWidget.SelectionMode.SingleSelection)
+        self.notice = Notice(self)
+        self.unavailable_label = QLabel(self)
+        self.unavailable_label.setWordWrap(True)
+        self.unavailable_label.setStyleSheet("color: #6b7280;")
+
+        context = QGroupBox("Context & cache", self)
+        cf = QFormLayout(context)
+        self.ctx = self._spin("runtime.ctx", 256, 4 * 1024 * 1024, 256, " tokens")
+        cf.addRow("Context", self.ctx)
+        self.cache_k = self._combo("runtime.cache_type_k", CACHE_CHOICES)
+        self.cache_v = self._combo("runtime.cache_type_v", CACHE_CHOICES)
+        cf.addRow("K cache", self.cache_k)
+        cf.addRow("V cache", self.cache_v)
+        self.flash_attn = self._combo("runtime.flash_attn", FLASH_CHOICES)
+        cf.addRow("Flash attention", self.flash_attn)
+        self.batch = self._spin("runtime.batch", 1, 65536, 256)
+        self.ubatch = self._spin("runtime.ubatch", 1, 65536, 128)
+        cf.addRow("Batch / ubatch", self._pair(self.batch, self.ubatch))
+
+        server = QGroupBox("Server", self)
+        sf = QFormLayout(server)
+        self.host = self._line("server.host")
+        self.port = self._spin("server.port", 1, 65535, 1)
+        self.port.setGroupSeparatorShown(False)
+        self.api_key = self._line("server.api_key", optional=True)
+        self.api_key.setPlaceholderText("none (needed beyond this computer)")
+        sf.addRow("Host", self.host)
+        sf.addRow("Port", self.port)
+        sf.addRow("API key", self.api_key)
+
+        mtp = QGroupBox("Multi-token prediction", self)
+        mf = QFormLayout(mtp)
+        self.mtp_enabled = self._check("mtp.enabled", "Draft with the model's MTP layer")
+        mf.addRow(self.mtp_enabled)
+        self.draft_max = self._spin("mtp.draft_max", 1, 16, 1)
+        mf.addRow("Draft depth (max)", self.draft_max)
+        self.draft_min = self._spin("mtp.draft_min", 0, 16, 1)
+        mf.addRow("Draft min", self.draft_min)
+        self.draft_p_min = self._double("mtp.draft_p_min", 0.0, 1.0, 0.05)
+        mf.addRow("p-min", self.draft_p_min)
+        self.draft_cache_k = self._combo("mtp.cache_type_k", CACHE_CHOICES)
+        self.draft_cache_v = self._combo("mtp.cache_type_v", CACHE_CHOICES)
+        mf.addRow("Draft K / V cache", self._pair(self.draft_cache_k, self.draft_cache_v))
+
+        placement = QGroupBox("Placement & threads", self)
+        pf = QFormLayout(placement)
+        self.moe = self._combo("runtime.moe", MOE_CHOICES)
+        pf.addRow("Experts", self.moe)
+        self.n_cpu_moe = self._spin("runtime.n_cpu_moe", 0, 512, 1, " layers")
+        pf.addRow("CPU expert layers", self.n_cpu_moe)
+        self.margin = self._spin("runtime.fit_margin_mib", 0, 16384, 64, " MiB")
+        pf.addRow("Margin", self.margin)
+        self.gpu_layers = self._spin("runtime.n_gpu_layers", -1, 1024, 1, special="all", none=-1)
+        pf.addRow("GPU layers", self.gpu_layers)
+        self.load_mode = self._combo("runtime.load_mode", LOAD_CHOICES)
+        pf.addRow("Weights", self.load_mode)
+        self.threads = self._spin("runtime.threads", 0, 1024, 1, special="engine default", none=0)
+        pf.addRow("Threads", self.threads)
+        self.parallel = self._spin("runtime.parallel", 1, 256, 1)
+        pf.addRow("Slots", self.parallel)
+
+        left = QVBoxLayout()
+        left.addWidget(context)
+        left.addWidget(server)
+        left.addStretch()
+        grid = QGridLayout()
+        grid.addLayout(left, 0, 0)
+        grid.addWidget(mtp, 0, 1, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(placement, 0, 2, Qt.AlignmentFlag.AlignTop)
+        for column in range(3):
+            grid.setColumnStretch(column, 1)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("<b>Engine build</b>", self))
+        layout.addWidget(self.build_list)
+        layout.addWidget(self.notice)
+        layout.addLayout(grid)
+        layout.addWidget(self.unavailable_label)
+        layout.addStretch()
+
+        self.build_list.currentRowChanged.connect(self._on_build_chosen)
+        state.report_changed.connect(self._on_inputs_changed)
+        state.model_changed.connect(self._on_inputs_changed)
+
+    # -- control factories ------------------------------------------------------------------------
+
+    def _register(self, control: Control, signal: Any) -> None:
+        self.controls[control.path] = control
+        signal.connect(lambda *_: self._on_control_changed(control.path))
+
+    def _spin(
+        self,
+        path: str,
+        low: int,
+        high: int,
+        step: int,
+        suffix: str = "",
+        special: str | None = None,
+        none: int | None = None,
+    ) -> QSpinBox:
+        spin = QSpinBox(self)
+        spin.setRange(low, high)
+        spin.setSingleStep(step)
+        spin.setSuffix(suffix)
+        spin.setKeyboardTracking(False)
+        spin.setGroupSeparatorShown(True)
+        spin.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
+        if special is not None:
+            spin.setSpecialValueText(special)
+
+        def read() -> Any:
+            value = spin.value()
+            return None if none is not None and value == none else value
+
+        def write(value: Any) -> None:
+            spin.setValue(none if value is None and none is not None else int(value))
+
+        self._register(Control(path, spin, read, write), spin.valueChanged)
+        return spin
+
+    def _double(self, path: str, low: float, high: float, step: float) -> QDoubleSpinBox:
+        spin = QDoubleSpinBox(self)
+        spin.setRange(low, high)
+        spin.setSingleStep(step)
+        spin.setDecimals(2)
+        spin.setKeyboardTracking(False)
+        self._register(
+            Control(path, spin, spin.value, lambda v: spin.setValue(float(v))), spin.valueChanged
+        )
+        return spin
+
+    def _combo(self, path: str, choices: tuple[tuple[Enum, str], ...]) -> QComboBox:
+        combo = QComboBox(self)
+        for value, label in choices:
+            combo.addItem(label, value.value)
+
+        def write(value: Any) -> None:
+            combo.setCurrentIndex(max(0, combo.findData(value)))
+
+        self._register(Control(path, combo, combo.currentData, write), combo.currentIndexChanged)
+        return combo
+
+    def _check(self, path: str, text: str) -> QCheckBox:
+        box = QCheckBox(text, self)
+        self._register(
+            Control(path, box, box.isChecked, lambda v: box.setChecked(bool(v))), box.toggled
+        )
+        return box
+
+    def _line(self, path: str, optional: bool = False) -> QLineEdit:
+        edit = QLineEdit(self)
+
+        def read() -> Any:
+            text = edit.text().strip()
+            return None if optional and not text else text
+
+        self._register(
+            Control(path, edit, read, lambda v: edit.setText("" if v is None else str(v))),
+            edit.editingFinished,
+        )
+        return edit
+
+    def _pair(self, first: QWidget, second: QWidget) -> QWidget:
+        box = QWidget(self)
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(first)
+        row.addWidget(second)
+        return box
+
+    # -- builds -------------------------------------------------------------------------------------
+
+    def build_choices(self) -> list[BuildChoice]:
+        """Every probed build, then each flavour without one as its documented flags."""
+        machine = self.state.machine()
+        choices = [BuildChoice(b.flavour, b, True) for b in machine.builds]
+        for flavour in EngineFlavour:
+            if not any(c.flavour is flavour for c in choices):
+                choices.append(BuildChoice(flavour, documented_build(flavour), False))
+        return choices
+
+    def current_build(self) -> EngineBuild:
+        """The probed build the plan uses, else the documented flags of its flavour."""
+        plan = self.state.plan
+        return self.state.build() or documented_build(plan.engine.flavour, plan.engine.binary)
+
+    def _build_item_widget(self, choice: BuildChoice) -> QWidget:
+        build = choice.build
+        box = QWidget(self.build_list)
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setSpacing(2)
+        backends = ", ".join(b.value for b in build.backends)
+        if choice.probed:
+            title = f"<b>{engine_name(choice.flavour)}</b> · version {build.version} · {backends}"
+            where = str(build.binary)
+        else:
+            title = f"<b>{engine_name(choice.flavour)}</b> · not found on this computer"
+            where = (
+                "Planned with the documented flags of this engine; install a build and press "
+                "Refresh on the Hardware page to use its own answers."
+            )
+        head = QLabel(title, box)
+        path = QLabel(where, box)
+        path.setStyleSheet("color: #6b7280;")
+        badges = QHBoxLayout()
+        badges.setSpacing(4)
+        for cap in build_capabilities(build):
+            tone = Tone.GOOD if cap.available else Tone.OFF
+            if cap.available and cap.uncertain:
+                tone = Tone.WARN
+            mark = "✓" if cap.available else "✗"
+            badges.addWidget(Badge(f"{mark} {cap.name}", tone, cap.detail, box))
+        if choice.probed:
+            accepted = sorted(build.accepted_flags)
+            rejected = sorted(build.rejected_flags)
+            tip = f"Accepted: {' '.join(accepted) or 'none'}"
+            if rejected:
+                tip += f"\nRejected: {' '.join(rejected)}"
+            badges.addWidget(Badge(f"{len(accepted)} flags probed", Tone.INFO, tip, box))
+        else:
+            badges.addWidget(
+                Badge("documented flags", Tone.WARN, "Not probed: no binary was found.", box)
+            )
+        badges.addStretch()
+        layout.addWidget(head)
+        layout.addWidget(path)
+        layout.addLayout(badges)
+        return box
+
+    def _fill_builds(self) -> None:
+        choices = self.build_choices()
+        if choices != self.choices:  # rebuilt only when detection changed what is there
+            self.choices = choices
+            self.build_list.clear()
+            for choice in choices:
+                item = QListWidgetItem(self.build_list)
+                widget = self._build_item_widget(choice)
+                item.setSizeHint(widget.sizeHint())
+                self.build_list.setItemWidget(item, widget)
+            rows = sum(self.build_list.sizeHintForRow(i) + 6 for i in range(len(choices)))
+            self.build_list.setFixedHeight(min(max(rows, 60), 220))
+        plan = self.state.plan
+        using = self.state.build()
+        selected = 0
+        for row, choice in enumerate(self.choices):
+            if choice.probed and using is not None and choice.build.binary == using.binary:
+                selected = row
+            elif not choice.probed and using is None and choice.flavour is plan.engine.flavour:
+                selected = row
+        if self.build_list.currentRow() != selected:
+            self.build_list.setCurrentRow(selected)
+
+    # -- filling ------------------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        self._fill_builds()
+        plan = self.state.plan
+        for control in self.controls.values():
+            control.write(plan_value(plan, control.path))
+        self._update_dynamic()
+
+    def _update_dynamic(self) -> None:
+        """Enabled states, reasons and tooltips for the current Plan and build."""
+        plan = self.state.plan
+        build = self.current_build()
+        self.reasons = disabled_reasons(build, self.state.model_info, plan)
+        evaluation = self.state.evaluation()
+        spec: LaunchSpec | None = evaluation.result.spec if evaluation and evaluation.result else None
+        for path, control in self.controls.items():
+            reason = self.reasons.get(path)
+            enabled = reason is None
+            if path == "mtp.enabled" and reason is not None and plan.mtp.enabled:
+                enabled = True  # still on: leave the way to turn it off
+            control.widget.setEnabled(enabled)
+            control.widget.setToolTip(setting_tooltip(path, spec, reason))
+        for path, combo in (("runtime.moe", self.moe), ("runtime.load_mode", self.load_mode)):
+            self._disable_choices(path, combo, plan_value(plan, path))
+        lines = []
+        for key, reason in self.reasons.items():
+            if reason in ("MTP is off",) or key.startswith("mtp.draft") and "MTP cannot" in reason:
+                continue
+            lines.append(f"{key.replace('=', ' = ')}: {reason}")
+        self.unavailable_label.setText(
+            "Not available with this build and model — " + "; ".join(lines) if lines else ""
+        )
+        self.unavailable_label.setVisible(bool(lines))
+        if evaluation is not None and evaluation.error:
+            self.notice.show_text(f"The engine cannot run this plan: {evaluation.error}", Tone.BAD)
+        elif self.last_refusal:
+            self.notice.show_text(self.last_refusal, Tone.BAD)
+        else:
+            self.notice.show_text(None)
+
+    def _disable_choices(self, path: str, combo: QComboBox, current: Any) -> None:
+        model = combo.model()
+        if not isinstance(model, QStandardItemModel):
+            return
+        for row in range(combo.count()):
+            value = combo.itemData(row)
+            reason = self.reasons.get(f"{path}={value}")
+            item = model.item(row)
+            enabled = reason is None or value == current
+            item.setEnabled(enabled)
+            item.setToolTip(f"Not available: {reason}." if reason else "")
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def _on_control_changed(self, path: str) -> None:
+        if self._refreshing:
+            return
+        value = self.controls[path].read()
+        if value == plan_value(self.state.plan, path):
+            return
+        changes: dict[str, Any] = {path: value}
+        if path == "runtime.n_cpu_moe":
+            changes["runtime.moe"] = MoePlacement.N_CPU_MOE.value
+        self.apply(changes)
+
+    def _on_build_chosen(self, row: int) -> None:
+        if self._refreshing or not 0 <= row < len(self.choices):
+            return
+        choice = self.choices[row]
+        self.apply({"engine.flavour": choice.flavour.value, "engine.binary": choice.binary})
+
+    def _after_apply(self, plan: Plan) -> None:
+        self.refresh()
+
+    def plan_refused(self, sentence: str | None) -> None:
+        if sentence:
+            self.notice.show_text(sentence, Tone.BAD)
+
+    def _on_inputs_changed(self, _: object) -> None:
+        if self.is_current():
+            self.refresh()

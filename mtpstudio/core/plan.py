@@ -332,7 +332,7 @@ class OutputPaths(_Section):
         return value
 
 
-TargetDevice = Annotated[
+DeviceChoice = Annotated[
     str,
     Field(
         description=(
@@ -349,7 +349,7 @@ class Plan(_Section):
     schema_version: Literal[1] = Field(
         default=SCHEMA_VERSION, description="Version of this file's layout."
     )
-    device: TargetDevice = "auto"
+    device: DeviceChoice = "auto"
     model: ModelChoice = Field(default_factory=ModelChoice, description="The model to serve.")
     engine: EngineChoice = Field(default_factory=EngineChoice, description="The engine build.")
     runtime: RuntimeOptions = Field(

@@ -184,7 +184,7 @@ class WizardState(QObject):
         self.report = report
         self._context = None
         self._evaluation = None
-        self._normalize_device()
+        self.normalize_device()
         self.report_changed.emit(report)
         self.activity_changed.emit()
 
@@ -196,7 +196,7 @@ class WizardState(QObject):
         self.detection_error = f"Detection failed: {error_sentence(exc)}"
         self.set_report(None)
 
-    def _normalize_device(self) -> None:
+    def normalize_device(self) -> None:
         """Point the plan at something that exists: a detected GPU, the CPU or a catalogue card."""
         self.device_notice = None
         if self.report is None:

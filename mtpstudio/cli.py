@@ -21,7 +21,7 @@ from mtpstudio.core.plan import (
     LoadMode,
     Plan,
     load_plan,
-    plan_from_dict,
+    plan_with,
     save_plan,
 )
 from mtpstudio.detect_cli import add_detect_parser
@@ -92,18 +92,10 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        node = node.setdefault(key, {})
-    node[leaf] = value
-
-
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """The Plan the options describe: the --plan file (or defaults) with given options applied."""
     base = load_plan(args.plan) if args.plan else Plan()
-    data = base.model_dump(mode="json")
+    changes: dict[str, Any] = {}
     direct = {
         "ctx": "runtime.ctx",
         "cache_type_k": "runtime.cache_type_k",
@@ -131,28 +123,28 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     for attr, dotted in direct.items():
         value = getattr(args, attr)
         if value is not None:
-            _set(data, dotted, value)
+            changes[dotted] = value
     if args.model is not None:
-        _set(data, "model", {"path": str(args.model), "card": None})
+        changes["model.path"], changes["model.card"] = str(args.model), None
     elif args.demo is not None:
         from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
 
-        _set(data, "model", {"path": None, "card": args.demo or DEFAULT_MODEL_CARD})
+        changes["model.path"], changes["model.card"] = None, args.demo or DEFAULT_MODEL_CARD
     if args.engine is not None:
         if args.engine in {f.value for f in EngineFlavour}:
-            _set(data, "engine.flavour", args.engine)
+            changes["engine.flavour"] = args.engine
         else:
-            _set(data, "engine.binary", args.engine)
+            changes["engine.binary"] = args.engine
     if args.n_cpu_moe is not None:
-        _set(data, "runtime.moe", "n_cpu_moe")
-        _set(data, "runtime.n_cpu_moe", args.n_cpu_moe)
+        changes["runtime.moe"] = "n_cpu_moe"
+        changes["runtime.n_cpu_moe"] = args.n_cpu_moe
     if args.cpu_moe:
-        _set(data, "runtime.moe", "all_cpu")
+        changes["runtime.moe"] = "all_cpu"
     if args.fit is True:
-        _set(data, "runtime.moe", "fit")
-    elif args.fit is False and data["runtime"]["moe"] == "fit":
-        _set(data, "runtime.moe", "n_cpu_moe")
-    plan = plan_from_dict(data)
+        changes["runtime.moe"] = "fit"
+    elif args.fit is False and base.runtime.moe.value == "fit":
+        changes["runtime.moe"] = "n_cpu_moe"
+    plan = plan_with(base, changes)
     _check_device(plan.device)
     return plan
 
@@ -301,15 +293,28 @@ def has_display(environ: dict[str, str] | None = None) -> bool:
 
 
 def _cmd_gui(args: argparse.Namespace) -> int:
+    screenshots: Path | None = getattr(args, "screenshots", None)
+    if screenshots is not None and not os.environ.get("QT_QPA_PLATFORM"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"  # screenshots need no display
     if not has_display():
         raise MtpStudioError(
             "no display is available for the wizard",
             hint="Run it in a graphical session, or use `mtpstudio plan --demo` here.",
         )
+    plan = load_plan(args.plan) if getattr(args, "plan", None) else None
+    if screenshots is not None:
+        from mtpstudio.ui.app import run_screenshots
+
+        try:
+            files = run_screenshots(screenshots, plan)
+        except (OSError, RuntimeError) as exc:
+            raise MtpStudioError(f"cannot render the screenshots: {exc}") from None
+        for path in files:
+            print(path)
+        return 0
     from mtpstudio.ui.app import run_app
 
-    plan = load_plan(args.plan) if args.plan else None
-    return run_app(plan)
+    return run_app(plan, demo=bool(getattr(args, "demo", False)))
 
 
 def _cmd_default(args: argparse.Namespace) -> int:
@@ -338,6 +343,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_gui = sub.add_parser("gui", help="open the wizard")
     p_gui.add_argument("--plan", type=Path, help="open this plan")
+    p_gui.add_argument(
+        "--demo",
+        action="store_true",
+        help="start from the demo plan (demo model card on a catalogue RTX 4070 SUPER)",
+    )
+    p_gui.add_argument(
+        "--screenshots",
+        type=Path,
+        metavar="DIR",
+        help="render every page to DIR/NN-<page>.png and exit (no display needed)",
+    )
     p_gui.set_defaults(func=_cmd_gui)
 
     p_render = sub.add_parser("render", help="write the unit, env file, script and session files")

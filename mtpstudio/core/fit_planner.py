@@ -9,7 +9,7 @@ from mtpstudio.core.budget import Budget, HostSpec, TargetDevice, compute_budget
 from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
 from mtpstudio.core.model_info import ModelInfo
 from mtpstudio.core.placement import ModelWeights
-from mtpstudio.core.plan import MoePlacement, Plan, plan_from_dict
+from mtpstudio.core.plan import MoePlacement, Plan, plan_with
 
 CTX_STEP = 256
 
@@ -55,17 +55,6 @@ def engine_fit_layers(
     return frozenset(range(model.block_count))
 
 
-def _with(plan: Plan, changes: dict[str, Any]) -> Plan:
-    data = plan.model_dump(mode="json")
-    for dotted, value in changes.items():
-        node = data
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    return plan_from_dict(data)
-
-
 def largest_context(
     plan: Plan,
     model: ModelInfo,
@@ -81,7 +70,7 @@ def largest_context(
     top = ceiling or max(model.context_length, CTX_STEP)
 
     def budget_at(ctx: int) -> tuple[Plan, Budget]:
-        p = _with(plan, {"runtime.ctx": ctx})
+        p = plan_with(plan, {"runtime.ctx": ctx})
         return p, compute_budget(p, model, target, facts, host, weights)
 
     lo, hi = 1, top // CTX_STEP
@@ -130,7 +119,7 @@ def fewest_cpu_expert_layers(
             "runtime.moe": MoePlacement.N_CPU_MOE.value,
             "runtime.n_cpu_moe": n,
         }
-        p = _with(plan, changes)
+        p = plan_with(plan, changes)
         b = compute_budget(p, model, target, facts, host, weights)
         last = (p, b)
         if _device_fits(b):

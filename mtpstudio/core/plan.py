@@ -407,6 +407,22 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
         raise PlanError(f"invalid plan: {describe_validation_error(exc)}") from None
 
 
+def plan_with(plan: Plan, changes: dict[str, Any]) -> Plan:
+    """A new Plan with dotted-path changes applied (``{"runtime.ctx": 8192}``), validated.
+
+    Raises:
+        PlanError: the result is not a valid Plan (readable message).
+    """
+    data = plan.model_dump(mode="json")
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return plan_from_dict(data)
+
+
 def plan_from_json(text: str) -> Plan:
     """Parse a Plan from JSON text."""
     try:

@@ -1,71 +1,65 @@
-"""The Qt application entry: builds the main window around a Plan."""
+"""The Qt application entry: starts Qt and shows the wizard (or renders its screenshots)."""
 
 from __future__ import annotations
 
+import signal
 import sys
-from importlib import resources
+from pathlib import Path
 
-from PySide6.QtGui import QFont, QIcon
-from PySide6.QtWidgets import (
-    QApplication,
-    QLabel,
-    QMainWindow,
-    QPlainTextEdit,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QWidget
 
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.model_source import load_model_info
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.summary import plan_report
+from mtpstudio.ui.icons import app_icon
+
+__all__ = ["app_icon", "demo_plan", "ensure_application", "run_app", "run_screenshots"]
 
 
-def app_icon() -> QIcon:
-    """The application icon from the packaged resources."""
-    icon_file = resources.files("mtpstudio.resources").joinpath("icons/mtpstudio.svg")
-    with resources.as_file(icon_file) as path:
-        return QIcon(str(path))
-
-
-class PlanWindow(QMainWindow):
-    """A first window: the model summary and the options of one Plan (the wizard comes later)."""
-
-    def __init__(self, plan: Plan) -> None:
-        super().__init__()
-        self.plan = plan
-        self.setWindowTitle("mtpstudio")
-        self.setWindowIcon(app_icon())
-        self.setMinimumSize(720, 520)
-        central = QWidget(self)
-        layout = QVBoxLayout(central)
-        self.heading = QLabel(
-            "<b>mtpstudio</b> — the demo plan. The step-by-step wizard arrives in a later release."
-        )
-        layout.addWidget(self.heading)
-        self.report = QPlainTextEdit(central)
-        self.report.setReadOnly(True)
-        self.report.setFont(QFont("monospace"))
-        layout.addWidget(self.report)
-        self.setCentralWidget(central)
-        self.show_plan(plan)
-
-    def show_plan(self, plan: Plan) -> None:
-        """Fill the report with the plan's model summary and options, or the error."""
-        self.plan = plan
-        try:
-            text = plan_report(plan, load_model_info(plan.model))
-        except MtpStudioError as exc:
-            text = f"Cannot read the model: {exc}\n{exc.hint or ''}"
-        self.report.setPlainText(text)
-
-
-def run_app(plan: Plan | None = None) -> int:
-    """Start Qt, show the window for ``plan`` (the demo default when None), run the loop."""
-    app = QApplication.instance() or QApplication(sys.argv)
+def ensure_application() -> QApplication:
+    """The running QApplication, created (with mtpstudio's name and icon) when there is none."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
     app.setApplicationName("mtpstudio")
+    app.setOrganizationName("mtpstudio")
     app.setDesktopFileName("io.github.mtpstudio")
-    window = PlanWindow(plan or Plan())
-    window.show()
-    return app.exec()
+    app.setWindowIcon(app_icon())
+    return app
+
+
+def demo_plan() -> Plan:
+    """The demo: Plan() defaults (the demo model card) on the catalogue RTX 4070 SUPER."""
+    return Plan(device=DEFAULT_GPU_CARD)
+
+
+def run_app(plan: Plan | None = None, *, demo: bool = False) -> int:
+    """Show the wizard for ``plan`` (None: the last plan, or the demo default) and run Qt."""
+    from mtpstudio.ui.wizard import MtpWizard
+
+    app = ensure_application()
+    if demo and plan is None:
+        plan = demo_plan()
+    wizard = MtpWizard(plan)
+    _close_on_signals(wizard)
+    wizard.show()
+    app.exec()
+    return 0
+
+
+def _close_on_signals(wizard: QWidget) -> None:
+    """Ctrl+C or SIGTERM closes the wizard the normal way (its state is saved)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: wizard.close())
+    ticker = QTimer(wizard)  # lets Python run its signal handlers while Qt waits
+    ticker.timeout.connect(lambda: None)
+    ticker.start(200)
+
+
+def run_screenshots(folder: Path, plan: Plan | None = None) -> list[Path]:
+    """Render every page with demo data to ``folder/NN-<page>.png``; returns the files."""
+    from mtpstudio.ui.screenshots import take_screenshots
+
+    ensure_application()
+    return take_screenshots(folder, plan or demo_plan())

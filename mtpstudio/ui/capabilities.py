@@ -124,9 +124,10 @@ def build_capabilities(build: EngineBuild) -> list[Capability]:
             "Load mode with -lm." if lm else ("--mlock / --no-mmap." if old else "No load modes."),
         )
     )
-    draft_types = option_accepted(build, Option.DRAFT_CACHE_K) and memory_facts(
-        build.flavour
-    ).mtp_uses_draft_cache_types
+    draft_types = (
+        option_accepted(build, Option.DRAFT_CACHE_K)
+        and memory_facts(build.flavour).mtp_uses_draft_cache_types
+    )
     caps.append(
         Capability(
             "draft cache types",
@@ -179,12 +180,14 @@ def disabled_reasons(build: EngineBuild, model: ModelInfo | None, plan: Plan) ->
         for choice in (MoePlacement.FIT, MoePlacement.ALL_CPU):
             reasons.setdefault(f"runtime.moe={choice.value}", "the model has no experts")
     elif plan.runtime.moe is not MoePlacement.N_CPU_MOE:
-        reasons["runtime.n_cpu_moe"] = "used only with 'experts of the first N layers on the CPU'"
+        reasons["runtime.n_cpu_moe"] = "used only with 'first N layers on the CPU'"
     if plan.runtime.moe is MoePlacement.FIT:
         reasons["runtime.n_gpu_layers"] = "the engine's fit chooses the GPU layers"
     lm = option_accepted(build, Option.LOAD_MODE)
     if not lm and not option_accepted(build, Option.NO_MMAP):
-        reasons[f"runtime.load_mode={LoadMode.NO_MMAP.value}"] = "this build cannot load without mmap"
+        reasons[f"runtime.load_mode={LoadMode.NO_MMAP.value}"] = (
+            "this build cannot load without mmap"
+        )
     if not lm and not option_accepted(build, Option.MLOCK):
         reasons[f"runtime.load_mode={LoadMode.MLOCK.value}"] = "this build cannot lock the weights"
     return reasons

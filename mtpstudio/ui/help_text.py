@@ -28,7 +28,9 @@ def flag_help(spec: LaunchSpec | None, path: str) -> str:
     if spec is None:
         return ""
     lines = [
-        f"{shlex.join(note.words)}: {note.explanation}" for note in spec.flags if note.setting == path
+        f"{shlex.join(note.words)}: {note.explanation}"
+        for note in spec.flags
+        if note.setting == path
     ]
     return "\n".join(lines)
 

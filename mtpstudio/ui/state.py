@@ -25,7 +25,7 @@ from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.machine import MachineFacts, machine_facts
 from mtpstudio.core.model_info import ModelInfo
 from mtpstudio.core.model_source import load_model_info
-from mtpstudio.core.plan import ModelChoice, Plan, plan_from_dict
+from mtpstudio.core.plan import ModelChoice, Plan, plan_with
 from mtpstudio.core.planning import PlanningContext, PlanResult, evaluate, resolve_for
 from mtpstudio.core.targets import ResolvedTarget
 from mtpstudio.ui.formatting import error_sentence
@@ -36,22 +36,6 @@ ModelLoader = Callable[[ModelChoice], ModelInfo]
 
 DETECT_KEY = "detect"
 MODEL_KEY = "model"
-
-
-def plan_with(plan: Plan, changes: dict[str, Any]) -> Plan:
-    """A new Plan with dotted-path changes applied (``{"runtime.ctx": 8192}``), validated.
-
-    Raises:
-        PlanError: the result is not a valid Plan (readable message).
-    """
-    data = plan.model_dump(mode="json")
-    for dotted, value in changes.items():
-        node = data
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    return plan_from_dict(data)
 
 
 def catalogue_ids() -> frozenset[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 from pathlib import Path
+from types import MappingProxyType
 
 from PySide6.QtCore import QByteArray, QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -59,15 +60,17 @@ class PageId(IntEnum):
     LAUNCH = 6
 
 
-PAGE_TITLES = {
-    PageId.HARDWARE: "Hardware",
-    PageId.MODEL: "Model",
-    PageId.ENGINE: "Engine & options",
-    PageId.BUDGET: "VRAM budget",
-    PageId.DESKTOP: "Desktop VRAM",
-    PageId.SERVICE: "Service",
-    PageId.LAUNCH: "Launch & benchmark",
-}
+PAGE_TITLES = MappingProxyType(
+    {
+        PageId.HARDWARE: "Hardware",
+        PageId.MODEL: "Model",
+        PageId.ENGINE: "Engine & options",
+        PageId.BUDGET: "VRAM budget",
+        PageId.DESKTOP: "Desktop VRAM",
+        PageId.SERVICE: "Service",
+        PageId.LAUNCH: "Launch & benchmark",
+    }
+)
 
 
 def default_detector() -> Detector:
@@ -113,6 +116,7 @@ class MtpWizard(QWizard):
 
         self.setWindowIcon(app_icon())
         self.setWizardStyle(QWizard.WizardStyle.ModernStyle)
+        self.setPixmap(QWizard.WizardPixmap.LogoPixmap, app_icon().pixmap(48, 48))
         self.setOption(QWizard.WizardOption.NoBackButtonOnStartPage, True)
         self.setOption(QWizard.WizardOption.HaveCustomButton1, True)
         self.setMinimumSize(MINIMUM_SIZE)
@@ -131,7 +135,7 @@ class MtpWizard(QWizard):
         self.steps = QLabel(self)
         self.steps.setTextFormat(Qt.TextFormat.RichText)
         self.steps.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.steps.setMinimumWidth(170)
+        self.steps.setMinimumWidth(200)
         self.steps.setContentsMargins(12, 16, 12, 12)
         self.steps.setStyleSheet("background: #1f2937; color: #e5e7eb;")
         self.setSideWidget(self.steps)
@@ -203,7 +207,9 @@ class MtpWizard(QWizard):
 
     def ask_save_path(self) -> Path | None:
         """The save dialog (tests replace this method)."""
-        start = str(self.plan_file) if self.plan_file else str(Path(self._dialog_dir()) / "plan.json")
+        start = (
+            str(self.plan_file) if self.plan_file else str(Path(self._dialog_dir()) / "plan.json")
+        )
         name, _ = QFileDialog.getSaveFileName(self, "Save the plan", start, PLAN_FILTER)
         return Path(name) if name else None
 
@@ -304,9 +310,7 @@ class MtpWizard(QWizard):
         for page_id, title in PAGE_TITLES.items():
             number = int(page_id) + 1
             if page_id == current:
-                rows.append(
-                    f"<p style='margin:6px 0; color:#ffffff'><b>{number}. {title}</b></p>"
-                )
+                rows.append(f"<p style='margin:6px 0; color:#ffffff'><b>{number}. {title}</b></p>")
             else:
                 colour = "#9ca3af" if page_id > current else "#d1d5db"
                 rows.append(f"<p style='margin:6px 0; color:{colour}'>{number}. {title}</p>")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
@@ -18,9 +19,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from PySide6.QtCore import Qt
 
 from mtpstudio.core.budget import Budget
+from mtpstudio.core.engines.base import documented_build
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.fit_planner import FitSuggestion
 from mtpstudio.core.plan import MoePlacement, Plan
@@ -30,7 +31,6 @@ from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
-from mtpstudio.core.engines.base import documented_build
 from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.vram_bar import VramBar
 
@@ -63,6 +63,7 @@ class BudgetPage(PlanPage):
             "the Fit buttons ask the planner for a plan that fits."
         )
         self.last_suggestion: FitSuggestion | None = None
+        self._refreshing = True  # setting ranges below must not write into the Plan
         self.target_label = QLabel(self)
         self.target_label.setWordWrap(True)
         self.bar = VramBar(self)
@@ -74,9 +75,7 @@ class BudgetPage(PlanPage):
         self.ctx = self._row(grid, 0, "Context", "runtime.ctx", CTX_STEP, " tokens")
         self.draft = self._row(grid, 1, "Draft depth", "mtp.draft_max", 1, "")
         self.cpu_layers = self._row(grid, 2, "CPU expert layers", "runtime.n_cpu_moe", 1, "")
-        self.margin = self._row(
-            grid, 3, "Margin", "runtime.fit_margin_mib", MARGIN_STEP, " MiB"
-        )
+        self.margin = self._row(grid, 3, "Margin", "runtime.fit_margin_mib", MARGIN_STEP, " MiB")
         self.draft.slider.setRange(1, 16)
         self.draft.spin.setRange(1, 16)
         self.margin.slider.setRange(0, MARGIN_MAX_MIB // MARGIN_STEP)
@@ -132,6 +131,7 @@ class BudgetPage(PlanPage):
         self.copy_button.clicked.connect(self._on_copy_clicked)
         state.model_changed.connect(self._on_inputs_changed)
         state.report_changed.connect(self._on_inputs_changed)
+        self._refreshing = False
 
     def _row(
         self, grid: QGridLayout, row: int, title: str, path: str, unit: int, suffix: str
@@ -242,9 +242,7 @@ class BudgetPage(PlanPage):
             self.cpu_layers.note.setText("all on the CPU")
         elif why_no_experts is None:
             self.cpu_layers.note.setText("")
-        self.ctx.note.setText(
-            f"native {info.context_length:,}" if info is not None else ""
-        )
+        self.ctx.note.setText(f"native {info.context_length:,}" if info is not None else "")
         self.margin.note.setText("")
         on_gpu = evaluation is not None and evaluation.target is not None
         on_gpu = on_gpu and evaluation.target.device.is_gpu  # type: ignore[union-attr]
@@ -287,7 +285,9 @@ class BudgetPage(PlanPage):
         mapped = host.segments["weights_mapped"]
         text = f"System RAM: the engine needs {mib(host.needed_bytes)} resident"
         if mapped:
-            text += f", plus {mib(mapped)} of memory-mapped expert weights read through the page cache"
+            text += (
+                f", plus {mib(mapped)} of memory-mapped expert weights read through the page cache"
+            )
         if host.available_bytes is not None:
             text += f"; {gib(host.available_bytes)} of {gib(host.total_bytes)} available now"
         else:
@@ -312,7 +312,7 @@ class BudgetPage(PlanPage):
         self.warnings_label.setText("\n".join(f"• {w}" for w in warnings))
         self.warnings_label.setVisible(bool(warnings))
 
-    # -- events -------------------------------------------------------------------------------------
+    # -- events ------------------------------------------------------------------------------------
 
     def _on_value_changed(self, row: SliderRow, value: int) -> None:
         if self._refreshing:
@@ -323,9 +323,8 @@ class BudgetPage(PlanPage):
             if plan.runtime.moe is MoePlacement.N_CPU_MOE and plan.runtime.n_cpu_moe == value:
                 return
             changes["runtime.moe"] = MoePlacement.N_CPU_MOE.value
-        elif row.path == "runtime.ctx":
-            if plan.runtime.ctx == value:
-                return
+        elif row.path == "runtime.ctx" and plan.runtime.ctx == value:
+            return
         self.apply(changes)
 
     def _after_apply(self, plan: Plan) -> None:
@@ -375,4 +374,3 @@ class BudgetPage(PlanPage):
 
     def command_line(self) -> str:
         return self.command.toPlainText()
-

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -49,11 +50,32 @@ from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.widgets.common import Badge, Notice, Tone
 
 MOE_CHOICES = (
-    (MoePlacement.N_CPU_MOE, "experts of the first N layers on the CPU"),
-    (MoePlacement.FIT, "the engine's fit places the experts"),
-    (MoePlacement.ALL_CPU, "all experts on the CPU"),
-    (MoePlacement.GPU, "all experts on the GPU"),
+    (MoePlacement.N_CPU_MOE, "first N layers on the CPU"),
+    (MoePlacement.FIT, "the engine's fit decides"),
+    (MoePlacement.ALL_CPU, "all on the CPU"),
+    (MoePlacement.GPU, "all on the GPU"),
 )
+SETTING_NAMES = MappingProxyType(
+    {
+        "mtp.enabled": "MTP",
+        "mtp.draft_min": "Draft min",
+        "mtp.cache_type_k": "Draft K cache",
+        "mtp.cache_type_v": "Draft V cache",
+        "runtime.moe": "Experts",
+        "runtime.n_cpu_moe": "CPU expert layers",
+        "runtime.n_gpu_layers": "GPU layers",
+        "runtime.load_mode": "Weights",
+    }
+)
+
+
+def setting_name(key: str) -> str:
+    """``runtime.moe=fit`` -> ``Experts: fit``, for the 'not available' line."""
+    path, _, choice = key.partition("=")
+    name = SETTING_NAMES.get(path, path)
+    return f"{name} ({choice})" if choice else name
+
+
 LOAD_CHOICES = (
     (LoadMode.MMAP, "memory-mapped (default)"),
     (LoadMode.NO_MMAP, "read into RAM (no mmap)"),
@@ -117,12 +139,16 @@ class EnginePage(PlanPage):
         self.build_list = QListWidget(self)
         self.build_list.setSpacing(2)
         self.build_list.setSelectionMode(QListWidget.SelectionMode.SingleSelection)
+        self.build_list.setStyleSheet(
+            "QListWidget::item:selected { background: #dbeafe; border: 1px solid #3b82f6; "
+            "border-radius: 4px; }"
+        )
         self.notice = Notice(self)
         self.unavailable_label = QLabel(self)
         self.unavailable_label.setWordWrap(True)
         self.unavailable_label.setStyleSheet("color: #6b7280;")
 
-        context = QGroupBox("Context & cache", self)
+        context = QGroupBox("Context && cache", self)
         cf = QFormLayout(context)
         self.ctx = self._spin("runtime.ctx", 256, 4 * 1024 * 1024, 256, " tokens")
         cf.addRow("Context", self.ctx)
@@ -142,7 +168,7 @@ class EnginePage(PlanPage):
         self.port = self._spin("server.port", 1, 65535, 1)
         self.port.setGroupSeparatorShown(False)
         self.api_key = self._line("server.api_key", optional=True)
-        self.api_key.setPlaceholderText("none (needed beyond this computer)")
+        self.api_key.setPlaceholderText("none")
         sf.addRow("Host", self.host)
         sf.addRow("Port", self.port)
         sf.addRow("API key", self.api_key)
@@ -161,7 +187,7 @@ class EnginePage(PlanPage):
         self.draft_cache_v = self._combo("mtp.cache_type_v", CACHE_CHOICES)
         mf.addRow("Draft K / V cache", self._pair(self.draft_cache_k, self.draft_cache_v))
 
-        placement = QGroupBox("Placement & threads", self)
+        placement = QGroupBox("Placement && threads", self)
         pf = QFormLayout(placement)
         self.moe = self._combo("runtime.moe", MOE_CHOICES)
         pf.addRow("Experts", self.moe)
@@ -287,7 +313,7 @@ class EnginePage(PlanPage):
         row.addWidget(second)
         return box
 
-    # -- builds -------------------------------------------------------------------------------------
+    # -- builds ------------------------------------------------------------------------------------
 
     def build_choices(self) -> list[BuildChoice]:
         """Every probed build, then each flavour without one as its documented flags."""
@@ -363,14 +389,14 @@ class EnginePage(PlanPage):
         using = self.state.build()
         selected = 0
         for row, choice in enumerate(self.choices):
-            if choice.probed and using is not None and choice.build.binary == using.binary:
-                selected = row
-            elif not choice.probed and using is None and choice.flavour is plan.engine.flavour:
+            if (choice.probed and using is not None and choice.build.binary == using.binary) or (
+                not choice.probed and using is None and choice.flavour is plan.engine.flavour
+            ):
                 selected = row
         if self.build_list.currentRow() != selected:
             self.build_list.setCurrentRow(selected)
 
-    # -- filling ------------------------------------------------------------------------------------
+    # -- filling -----------------------------------------------------------------------------------
 
     def _refresh(self) -> None:
         self._fill_builds()
@@ -385,7 +411,9 @@ class EnginePage(PlanPage):
         build = self.current_build()
         self.reasons = disabled_reasons(build, self.state.model_info, plan)
         evaluation = self.state.evaluation()
-        spec: LaunchSpec | None = evaluation.result.spec if evaluation and evaluation.result else None
+        spec: LaunchSpec | None = (
+            evaluation.result.spec if evaluation and evaluation.result else None
+        )
         for path, control in self.controls.items():
             reason = self.reasons.get(path)
             enabled = reason is None
@@ -397,17 +425,17 @@ class EnginePage(PlanPage):
             self._disable_choices(path, combo, plan_value(plan, path))
         lines = []
         for key, reason in self.reasons.items():
-            if reason in ("MTP is off",) or key.startswith("mtp.draft") and "MTP cannot" in reason:
-                continue
-            lines.append(f"{key.replace('=', ' = ')}: {reason}")
+            if reason == "MTP is off" or reason.startswith("MTP cannot be used"):
+                continue  # said once, for MTP itself
+            lines.append(f"{setting_name(key)}: {reason}")
         self.unavailable_label.setText(
             "Not available with this build and model — " + "; ".join(lines) if lines else ""
         )
         self.unavailable_label.setVisible(bool(lines))
-        if evaluation is not None and evaluation.error:
-            self.notice.show_text(f"The engine cannot run this plan: {evaluation.error}", Tone.BAD)
-        elif self.last_refusal:
+        if self.last_refusal:  # the latest edit was refused: say that first
             self.notice.show_text(self.last_refusal, Tone.BAD)
+        elif evaluation is not None and evaluation.error:
+            self.notice.show_text(f"The engine cannot run this plan: {evaluation.error}", Tone.BAD)
         else:
             self.notice.show_text(None)
 
@@ -423,7 +451,7 @@ class EnginePage(PlanPage):
             item.setEnabled(enabled)
             item.setToolTip(f"Not available: {reason}." if reason else "")
 
-    # -- events -------------------------------------------------------------------------------------
+    # -- events ------------------------------------------------------------------------------------
 
     def _on_control_changed(self, path: str) -> None:
         if self._refreshing:

@@ -149,6 +149,7 @@ class HardwarePage(PlanPage):
         t.addWidget(self.catalogue_combo, 3, 1)
         t.addWidget(self.radio_cpu, 4, 0, 1, 2)
         t.addWidget(self.target_help, 5, 0, 1, 2)
+        t.setRowStretch(6, 1)
         t.setColumnMinimumWidth(0, 16)
         t.setColumnStretch(1, 1)
 
@@ -189,9 +190,7 @@ class HardwarePage(PlanPage):
         problems = []
         if report is not None:
             problems = [p for p in report.problems if not p.startswith("No GPU found")]
-        self.problems_label.setText(
-            "Detection notes: " + " · ".join(problems) if problems else ""
-        )
+        self.problems_label.setText("Detection notes: " + " · ".join(problems) if problems else "")
         self.problems_label.setVisible(bool(problems))
 
     def _fill_gpus(self, report: DetectionReport | None) -> None:
@@ -210,6 +209,7 @@ class HardwarePage(PlanPage):
             self.no_gpu_label.setVisible(True)
         else:
             self.no_gpu_label.setVisible(False)
+        self.gpu_tree.setVisible(bool(report.gpus))
         for gpu in report.gpus:
             mem = gpu.memory
             item = QTreeWidgetItem(
@@ -285,9 +285,7 @@ class HardwarePage(PlanPage):
         if host.physical_cores or host.logical_cpus:
             cores = f" · {host.physical_cores or '?'} cores / {host.logical_cpus or '?'} threads"
         self.cpu_label.setText(f"{host.cpu_model or 'unknown CPU'}{cores}")
-        swap = (
-            f"; swap {gib(host.swap_total_bytes)}" if host.swap_total_bytes else "; no swap"
-        )
+        swap = f"; swap {gib(host.swap_total_bytes)}" if host.swap_total_bytes else "; no swap"
         self.ram_label.setText(
             f"{gib(host.ram_total_bytes)} RAM, {gib(host.ram_available_bytes)} available{swap}"
         )
@@ -304,9 +302,7 @@ class HardwarePage(PlanPage):
             names = {g.id: g.name for g in report.gpus}
             shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in d.display_gpu_ids)
             outputs = ", ".join(c.name for c in d.connectors if c.active)
-            self.display_label.setText(
-                f"driven by {shown}" + (f" on {outputs}" if outputs else "")
-            )
+            self.display_label.setText(f"driven by {shown}" + (f" on {outputs}" if outputs else ""))
         else:
             self.display_label.setText("no GPU drives a display")
         if d.kwin_renderer:

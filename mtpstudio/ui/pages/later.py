@@ -11,6 +11,7 @@ import shlex
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
+    QHeaderView,
     QLabel,
     QPlainTextEdit,
     QTreeWidget,
@@ -72,6 +73,7 @@ class DesktopPage(_LaterPage):
         self.holders = QTreeWidget(self)
         self.holders.setHeaderLabels(["Desktop process", "PID", "GPU", "VRAM"])
         self.holders.setRootIsDecorated(False)
+        self.holders.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.summary = QLabel(self)
         self.summary.setWordWrap(True)
         self.body.addWidget(self.summary)
@@ -100,6 +102,7 @@ class DesktopPage(_LaterPage):
         if desktop:
             self.summary.setText(f"The desktop holds {mib(total)} of GPU memory now.")
         else:
+            self.holders.addTopLevelItem(QTreeWidgetItem(["(none)", "", "", ""]))
             self.summary.setText(
                 "No desktop process holds GPU memory on this computer now (or none was "
                 "detected). A catalogue GPU's budget counts a typical desktop instead."

@@ -169,7 +169,7 @@ class ModelPage(PlanPage):
             self.info_box.setToolTip("\n".join(line.strip() for line in model_summary_lines(info)))
         if self.state.model_error and info is None:
             self.error.show_text(
-                f"{plan.model.label} cannot be used: {self.state.model_error}", Tone.BAD
+                f"{plan.model.label} cannot be read: {self.state.model_error}", Tone.BAD
             )
 
     # -- actions ----------------------------------------------------------------------------------

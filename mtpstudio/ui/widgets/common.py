@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from types import MappingProxyType
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
@@ -45,13 +46,15 @@ class Tone(StrEnum):
     OFF = "off"
 
 
-_BADGE_COLORS = {
-    Tone.GOOD: ("#dcfce7", "#166534", "#86efac"),
-    Tone.INFO: ("#dbeafe", "#1e40af", "#93c5fd"),
-    Tone.WARN: ("#fef3c7", "#92400e", "#fcd34d"),
-    Tone.BAD: ("#fee2e2", "#991b1b", "#fca5a5"),
-    Tone.OFF: ("#f3f4f6", "#6b7280", "#d1d5db"),
-}
+_BADGE_COLORS = MappingProxyType(
+    {  # background, text, border
+        Tone.GOOD: ("#dcfce7", "#166534", "#86efac"),
+        Tone.INFO: ("#dbeafe", "#1e40af", "#93c5fd"),
+        Tone.WARN: ("#fef3c7", "#92400e", "#fcd34d"),
+        Tone.BAD: ("#fee2e2", "#991b1b", "#fca5a5"),
+        Tone.OFF: ("#f3f4f6", "#6b7280", "#d1d5db"),
+    }
+)
 
 
 class Badge(QLabel):

@@ -214,9 +214,7 @@ def host_row(host: HostBudget) -> BarRow:
     other = 0
     if host.total_bytes is not None and host.available_bytes is not None:
         other = max(0, host.total_bytes - host.available_bytes)
-    buffers = (
-        s["kv_cache"] + s["recurrent_state"] + s["mtp_kv_cache"] + s["compute"] + s["output"]
-    )
+    buffers = s["kv_cache"] + s["recurrent_state"] + s["mtp_kv_cache"] + s["compute"] + s["output"]
     segments = (
         BarSegment("host_other", other),
         BarSegment("host_weights", s["weights_resident"] + s["weights_locked"]),
@@ -419,17 +417,25 @@ class VramBar(QWidget):
     def _paint_row(self, painter: QPainter, fm: QFontMetrics, index: int, row: BarRow) -> None:
         rect = self.bar_rect(index)
         text_color = self.palette().windowText().color()
-        title_rect = QRectF(rect.left(), rect.top() - self._title_height(), rect.width(), fm.height())
+        title_rect = QRectF(
+            rect.left(), rect.top() - self._title_height(), rect.width(), fm.height()
+        )
         bold = QFont(self.font())
         bold.setBold(True)
         summary = row_summary(row)
         painter.setPen(QColor("#d62728") if row.overflow_bytes else text_color)
-        painter.drawText(title_rect, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, summary)
+        painter.drawText(
+            title_rect, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, summary
+        )
         painter.setFont(bold)
         painter.setPen(text_color)
         title_width = rect.width() - fm.horizontalAdvance(summary) - 16
-        title = QFontMetrics(bold).elidedText(row.title, Qt.TextElideMode.ElideRight, int(title_width))
-        painter.drawText(title_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, title)
+        title = QFontMetrics(bold).elidedText(
+            row.title, Qt.TextElideMode.ElideRight, int(title_width)
+        )
+        painter.drawText(
+            title_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, title
+        )
         painter.setFont(self.font())
 
         clip = QPainterPath()
@@ -457,9 +463,13 @@ class VramBar(QWidget):
         painter.drawRoundedRect(rect.adjusted(0.5, 0.5, -0.5, -0.5), 4, 4)
         if overflow is not None:  # where the memory ends
             painter.setPen(QPen(QColor("#111111"), 2))
-            painter.drawLine(QPointF(overflow.x0, rect.top() - 3), QPointF(overflow.x0, rect.bottom() + 3))
+            painter.drawLine(
+                QPointF(overflow.x0, rect.top() - 3), QPointF(overflow.x0, rect.bottom() + 3)
+            )
 
-    def _paint_span(self, painter: QPainter, fm: QFontMetrics, rect: QRectF, span: SegmentSpan) -> None:
+    def _paint_span(
+        self, painter: QPainter, fm: QFontMetrics, rect: QRectF, span: SegmentSpan
+    ) -> None:
         style = SEGMENT_STYLES[span.key]
         area = QRectF(span.x0, rect.top(), span.width, rect.height())
         color = QColor(style.color)
@@ -487,7 +497,9 @@ class VramBar(QWidget):
         text_color = self.palette().windowText().color()
         for key, rect in self._legend_items(self.width()):
             style = SEGMENT_STYLES[key]
-            swatch = QRectF(rect.left(), rect.center().y() - self.SWATCH / 2, self.SWATCH, self.SWATCH)
+            swatch = QRectF(
+                rect.left(), rect.center().y() - self.SWATCH / 2, self.SWATCH, self.SWATCH
+            )
             color = QColor(style.color)
             if style.hatched:
                 painter.fillRect(swatch, color.lighter(135))
@@ -497,5 +509,9 @@ class VramBar(QWidget):
             painter.setPen(QPen(QColor("#6b7280"), 1))
             painter.drawRect(swatch)
             painter.setPen(text_color)
-            text_rect = QRectF(swatch.right() + 6, rect.top(), rect.width() - self.SWATCH - 6, rect.height())
-            painter.drawText(text_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, style.label)
+            text_rect = QRectF(
+                swatch.right() + 6, rect.top(), rect.width() - self.SWATCH - 6, rect.height()
+            )
+            painter.drawText(
+                text_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, style.label
+            )

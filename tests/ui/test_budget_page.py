@@ -1,0 +1,133 @@
+"""VRAM budget page: the bar follows the sliders, overflow, Fit buttons, the command line."""
+
+from __future__ import annotations
+
+import shlex
+
+from PySide6.QtGui import QGuiApplication
+
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
+from mtpstudio.core.plan import MoePlacement, Plan, plan_with
+from mtpstudio.core.planning import evaluate, fit_suggestions
+from mtpstudio.ui.widgets.common import Tone
+from mtpstudio.ui.widgets.vram_bar import device_row
+
+from .conftest import WizardFactory, go_to
+
+MIB = 1024 * 1024
+
+
+def _demo(**runtime: object) -> Plan:
+    plan = Plan(device=DEFAULT_GPU_CARD)
+    return plan_with(plan, {f"runtime.{k}": v for k, v in runtime.items()}) if runtime else plan
+
+
+def _segment(wizard, key: str) -> int:  # type: ignore[no-untyped-def]
+    row = wizard.budget_page.bar.rows[0]
+    return next(s.n_bytes for s in row.segments if s.key == key)
+
+
+def test_bar_shows_the_planners_budget_per_device_and_host(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(_demo())
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    ctx = wizard.state.context()
+    assert ctx is not None
+    expected = evaluate(wizard.plan, ctx, suggest=False)
+    rows = page.bar.rows
+    assert [r.title for r in rows] == [
+        "CUDA0 · NVIDIA GeForce RTX 4070 SUPER (catalogue)",
+        "System RAM",
+    ]
+    assert rows[0] == device_row(expected.budget.devices[0])
+    assert rows[0].total_bytes == gpu_card(DEFAULT_GPU_CARD).vram_bytes
+    assert page.target_label.text() == f"Planning for {expected.target.source}."
+    assert page.host_label.text().startswith("System RAM: the engine needs ")
+    assert page.command_line() == shlex.join(expected.argv)
+
+
+def test_dragging_the_context_slider_updates_plan_and_bar_at_every_step(
+    make_wizard: WizardFactory,
+) -> None:
+    wizard = make_wizard(_demo(moe="n_cpu_moe", n_cpu_moe=30))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    slider = page.ctx.slider
+    assert slider.value() == 32768 // 256
+    slider.setSliderDown(True)
+    kv_sizes = []
+    for step in (64, 128, 256, 512):
+        slider.setValue(step)
+        assert wizard.plan.runtime.ctx == step * 256
+        assert page.ctx.spin.value() == step * 256
+        kv_sizes.append(_segment(wizard, "kv_cache"))
+        assert f"-c {step * 256}" in page.command_line()
+    slider.setSliderDown(False)
+    assert kv_sizes == sorted(kv_sizes) and len(set(kv_sizes)) == 4
+    page.ctx.spin.setValue(20000)  # a value between slider steps
+    assert wizard.plan.runtime.ctx == 20000
+    assert slider.value() == round(20000 / 256)
+
+
+def test_overflow_is_red_and_the_fit_buttons_apply_the_planners_answers(
+    make_wizard: WizardFactory,
+) -> None:
+    wizard = make_wizard(_demo(moe="n_cpu_moe", n_cpu_moe=0))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    assert page.bar.rows[0].overflow_bytes > 0
+    assert page.verdict.tone is Tone.BAD and "short" in page.verdict.text()
+    ctx = wizard.state.context()
+    assert ctx is not None
+    expected = fit_suggestions(wizard.plan, ctx)
+
+    page.fit_offload_button.click()
+    assert wizard.plan == expected[0].plan
+    assert wizard.plan.runtime.moe is MoePlacement.N_CPU_MOE
+    assert page.cpu_layers.spin.value() == expected[0].plan.runtime.n_cpu_moe > 0
+    assert page.bar.rows[0].overflow_bytes == 0
+    assert page.verdict.tone is Tone.GOOD
+    assert page.fit_label.text().startswith("Fewest expert layers on the CPU")
+
+    again = fit_suggestions(wizard.plan, ctx)
+    page.fit_context_button.click()
+    assert wizard.plan.runtime.ctx == again[1].plan.runtime.ctx >= 32768
+    assert page.ctx.spin.value() == wizard.plan.runtime.ctx
+    assert page.bar.rows[0].overflow_bytes == 0
+    assert page.fit_label.text().startswith("Largest context that fits")
+
+
+def test_draft_layers_and_margin_sliders(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(_demo())
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    mtp_before = _segment(wizard, "recurrent_state")
+    page.draft.slider.setValue(4)
+    assert wizard.plan.mtp.draft_max == 4
+    assert _segment(wizard, "recurrent_state") > mtp_before  # a state copy per drafted token
+    page.margin.slider.setValue(8)
+    assert wizard.plan.runtime.fit_margin_mib == 512
+    assert _segment(wizard, "margin") == 512 * MIB
+    assert wizard.plan.runtime.moe is MoePlacement.FIT
+    page.cpu_layers.slider.setValue(25)
+    assert (wizard.plan.runtime.moe, wizard.plan.runtime.n_cpu_moe) == (MoePlacement.N_CPU_MOE, 25)
+
+
+def test_draft_depth_is_disabled_with_the_reason_when_mtp_is_off(
+    make_wizard: WizardFactory,
+) -> None:
+    wizard = make_wizard(plan_with(_demo(), {"mtp.enabled": False}))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    assert not page.draft.slider.isEnabled() and not page.draft.spin.isEnabled()
+    assert page.draft.slider.toolTip().startswith("Not available: MTP is off")
+    assert _segment(wizard, "mtp_draft") == 0
+
+
+def test_the_command_line_is_copyable(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(_demo())
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    page.copy_button.click()
+    assert QGuiApplication.clipboard().text() == page.command_line()
+    assert page.command_line().startswith("/opt/llama.cpp/build/bin/llama-server -m ")

@@ -1,0 +1,113 @@
+"""Hardware page: what detection found, and the target choice it writes into the Plan."""
+
+from __future__ import annotations
+
+import threading
+
+from pytestqt.qtbot import QtBot
+
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.detect.models import DetectionReport
+from mtpstudio.core.plan import Plan
+
+from .conftest import WizardFactory, gpu_report, no_gpu_report
+
+
+def _tree_rows(tree) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    return [
+        [tree.topLevelItem(i).text(c) for c in range(tree.columnCount())]
+        for i in range(tree.topLevelItemCount())
+    ]
+
+
+def test_shows_gpus_vram_users_host_and_session(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard()
+    page = wizard.hardware_page
+    page.refresh()
+    rows = _tree_rows(page.gpu_tree)
+    assert rows[0][:5] == ["CUDA0", "NVIDIA GeForce RTX 4070 SUPER", "12,282 MiB", "1,400 MiB",
+                           "10,882 MiB"]  # fmt: skip
+    assert rows[0][6] == "Gen4 x16"
+    assert rows[0][7] == "discrete · drives the display"
+    assert rows[1][0] == "card1" and rows[1][7] == "iGPU · no display"
+    groups = {
+        page.process_tree.topLevelItem(i).text(0): page.process_tree.topLevelItem(i)
+        for i in range(page.process_tree.topLevelItemCount())
+    }
+    assert list(groups) == ["compositor (2)", "desktop shell (1)", "browser (1)"]
+    assert groups["compositor (2)"].text(3) == "780 MiB"
+    assert groups["compositor (2)"].child(0).text(0) == "kwin_wayland"
+    assert "7800X3D" in page.cpu_label.text() and "8 cores / 16 threads" in page.cpu_label.text()
+    assert page.ram_label.text().startswith("64.00 GiB RAM, 50.00 GiB available")
+    assert page.session_label.text() == "wayland · KDE · sddm · KWin OpenGL"
+    assert page.display_label.text() == "driven by CUDA0 (NVIDIA GeForce RTX 4070 SUPER) on DP-1"
+    assert page.notice.isHidden()
+
+
+def test_target_choices_write_the_plan_device(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(Plan())
+    page = wizard.hardware_page
+    page.refresh()
+    assert page.radio_detected.isChecked()
+    assert page.detected_combo.currentData() == "auto"
+    assert [page.detected_combo.itemData(i) for i in range(page.detected_combo.count())] == [
+        "auto",
+        "CUDA0",
+    ]  # the iGPU is not offered
+    page.detected_combo.setCurrentIndex(1)
+    assert wizard.plan.device == "CUDA0"
+    page.radio_catalogue.setChecked(True)
+    assert wizard.plan.device == page.catalogue_combo.currentData()
+    index = page.catalogue_combo.findData("rtx-4060-ti-16gb")
+    assert index >= 0
+    page.catalogue_combo.setCurrentIndex(index)
+    assert wizard.plan.device == "rtx-4060-ti-16gb"
+    assert "16 GB" in page.target_help.text()
+    page.radio_cpu.setChecked(True)
+    assert wizard.plan.device == "cpu"
+    assert "CPU" in page.target_help.text()
+
+
+def test_no_gpu_says_so_and_preselects_the_catalogue_card(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(Plan(), report=no_gpu_report())
+    page = wizard.hardware_page
+    page.refresh()
+    assert page.no_gpu_label.text().startswith("No GPU found")
+    assert page.gpu_tree.isHidden()
+    assert not page.radio_detected.isEnabled()
+    assert page.radio_catalogue.isChecked()
+    assert page.catalogue_combo.currentData() == DEFAULT_GPU_CARD
+    assert wizard.plan.device == DEFAULT_GPU_CARD
+    assert "No GPU was detected" in page.notice.text()
+
+
+def test_a_device_that_is_gone_falls_back_with_a_notice(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(Plan(device="CUDA1"))
+    assert wizard.plan.device == "auto"
+    assert "CUDA1 was not detected" in (wizard.state.device_notice or "")
+
+
+def test_refresh_runs_detection_again_with_a_busy_indicator(
+    make_wizard: WizardFactory, qtbot: QtBot
+) -> None:
+    calls: list[int] = []
+    gate = threading.Event()
+    gate.set()
+
+    def detector() -> DetectionReport:
+        calls.append(1)
+        gate.wait(10)
+        return gpu_report() if len(calls) == 1 else no_gpu_report()
+
+    wizard = make_wizard(Plan(), detector=detector)
+    wizard.show()
+    page = wizard.hardware_page
+    assert len(calls) == 1 and page.busy.isHidden()
+    gate.clear()
+    page.refresh_button.click()
+    assert page.busy.busy and not page.refresh_button.isEnabled()
+    gate.set()
+    qtbot.waitUntil(lambda: not wizard.tasks.busy, timeout=10000)
+    assert len(calls) == 2
+    assert page.busy.isHidden() and page.refresh_button.isEnabled()
+    assert page.no_gpu_label.text().startswith("No GPU found")

@@ -329,7 +329,7 @@ class AdapterBase:
         b = SpecBuilder(self.spellings, build)
         if assumed:
             b.warn(
-                f"Planned with the documented flags of {self.engine_name} (engines.md), not a "
+                f"Planned with the documented flags of {self.engine_name}, not a "
                 "probed binary; probe the real build before launching."
             )
         if plan.engine.flavour is not build.flavour:

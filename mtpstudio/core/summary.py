@@ -93,7 +93,7 @@ def plan_option_lines(plan: Plan) -> list[str]:
     else:
         mtp_text = "off"
     engine = plan.engine.flavour.value
-    engine += f" ({plan.engine.binary})" if plan.engine.binary else " (binary found by detection)"
+    engine += f" ({plan.engine.binary})" if plan.engine.binary else " (the build detection finds)"
     key = "set" if srv.api_key else "none"
     rows = [
         ("target", plan.device),

@@ -302,8 +302,6 @@ def compute_budget(
     host = host or HostSpec()
     if cpu_expert_layers is None:
         if plan.runtime.moe is MoePlacement.FIT and target.is_gpu and target.total_bytes:
-            from mtpstudio.core.fit_planner import engine_fit_layers
-
             cpu_expert_layers = engine_fit_layers(plan, model, target, facts, host, weights)
         else:
             cpu_expert_layers = cpu_expert_layers_for(plan, model)
@@ -460,3 +458,31 @@ def compute_budget(
         "mtp_compute": mtp_compute,
     }
     return Budget(devices, host_budget, eff, placement, tuple(warnings), parts)
+
+
+def device_fits(budget: Budget) -> bool:
+    """No device is over its size (unknown sizes count as fitting)."""
+    return all(d.fits is not False for d in budget.devices)
+
+
+def engine_fit_layers(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+) -> frozenset[int]:
+    """Expert layers the engine's fit moves to the CPU: back to front until the device fits.
+
+    Both engines fill from the back (upstream: dense-only layers back-to-front, then full
+    layers front-to-back; ik: overrides from the last layer down), so the front layers keep
+    their experts on the GPU. Partial layers are not modelled: whole layers move.
+    """
+    n = model.n_layer
+    for k in range(n + 1):
+        layers = frozenset(range(n - k, n))
+        budget = compute_budget(plan, model, target, facts, host, weights, cpu_expert_layers=layers)
+        if device_fits(budget):
+            return layers
+    return frozenset(range(model.block_count))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mtpstudio.core.budget import Budget, HostSpec, TargetDevice, compute_budget
+from mtpstudio.core.budget import Budget, HostSpec, TargetDevice, compute_budget, device_fits
 from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
 from mtpstudio.core.model_info import ModelInfo
 from mtpstudio.core.placement import ModelWeights
@@ -26,33 +26,6 @@ class FitSuggestion:
     @property
     def fits(self) -> bool:
         return self.budget.fits is not False
-
-
-def _device_fits(budget: Budget) -> bool:
-    return all(d.fits is not False for d in budget.devices)
-
-
-def engine_fit_layers(
-    plan: Plan,
-    model: ModelInfo,
-    target: TargetDevice,
-    facts: EngineMemoryFacts,
-    host: HostSpec,
-    weights: ModelWeights,
-) -> frozenset[int]:
-    """Expert layers the engine's fit moves to the CPU: back to front until the device fits.
-
-    Both engines fill from the back (upstream: dense-only layers back-to-front, then full
-    layers front-to-back; ik: overrides from the last layer down), so the front layers keep
-    their experts on the GPU. Partial layers are not modelled: whole layers move.
-    """
-    n = model.n_layer
-    for k in range(n + 1):
-        layers = frozenset(range(n - k, n))
-        budget = compute_budget(plan, model, target, facts, host, weights, cpu_expert_layers=layers)
-        if _device_fits(budget):
-            return layers
-    return frozenset(range(model.block_count))
 
 
 def largest_context(
@@ -78,7 +51,7 @@ def largest_context(
     while lo <= hi:
         mid = (lo + hi) // 2
         p, b = budget_at(mid * CTX_STEP)
-        if _device_fits(b):
+        if device_fits(b):
             best, lo = (p, b), mid + 1
         else:
             hi = mid - 1
@@ -122,7 +95,7 @@ def fewest_cpu_expert_layers(
         p = plan_with(plan, changes)
         b = compute_budget(p, model, target, facts, host, weights)
         last = (p, b)
-        if _device_fits(b):
+        if device_fits(b):
             return FitSuggestion(
                 changes,
                 p,

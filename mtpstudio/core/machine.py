@@ -9,7 +9,7 @@ from mtpstudio.core.budget import HostSpec, TargetDevice
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.plan import EngineFlavour, Plan
+from mtpstudio.core.plan import Plan
 
 DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})
 # The engine's own CUDA context: not in its buffers, not yet in nvidia-smi (peers.md: 300-500 MB).
@@ -71,8 +71,3 @@ def igpu_card_path(report: DetectionReport) -> str | None:
                 return f"/dev/dri/by-path/pci-{gpu.pci_bus_id}-card"
             return f"/dev/dri/{gpu.drm_card}"
     return None
-
-
-def flavour_builds(facts: MachineFacts, flavour: EngineFlavour) -> list[EngineBuild]:
-    """The detected builds of one flavour."""
-    return [b for b in facts.builds if b.flavour is flavour]

@@ -97,13 +97,15 @@ def evaluate(plan: Plan, ctx: PlanningContext, *, suggest: bool = True) -> PlanR
     spec, notes = launch_spec_for(plan, ctx)
     warnings = list(budget.warnings) + list(spec.warnings) + notes
     if suggest and budget.fits is False and target.device.is_gpu:
-        warnings += [f"Fit: {s.message}" for s in fit_suggestions(plan, ctx)]
+        warnings += [f"Fit: {s.message}" for s in fit_suggestions(plan, ctx, target)]
     return PlanResult(plan, target, budget, spec, tuple(warnings))
 
 
-def fit_suggestions(plan: Plan, ctx: PlanningContext) -> list[FitSuggestion]:
+def fit_suggestions(
+    plan: Plan, ctx: PlanningContext, target: ResolvedTarget | None = None
+) -> list[FitSuggestion]:
     """The planner's two answers: fewest CPU expert layers here, then the largest context there."""
-    target = resolve_for(plan, ctx.machine)
+    target = target or resolve_for(plan, ctx.machine)
     facts = memory_facts(plan.engine.flavour)
     dev, host, w = target.device, target.host, ctx.weights
     offload = fewest_cpu_expert_layers(plan, ctx.model, dev, facts, host, w)

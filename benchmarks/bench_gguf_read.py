@@ -13,7 +13,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFWriter
 from gguf.constants import GGUFValueType
 
-from mtpstudio.core.gguf import LazyStringArray, read_gguf
+from mtpstudio.core.model.gguf import LazyStringArray, read_gguf
 
 N_VOCAB = 248_320
 N_MERGES = 247_587

@@ -2,6 +2,6 @@
 
 import sys
 
-from mtpstudio.cli import main
+from mtpstudio.cli.main import main
 
 sys.exit(main())

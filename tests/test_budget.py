@@ -6,15 +6,15 @@ import re
 
 import pytest
 
-from mtpstudio.core.budget import MIB, HostSpec, TargetDevice, compute_budget
-from mtpstudio.core.catalog.gpus import gpu_card
-from mtpstudio.core.catalog.models import model_card_info
-from mtpstudio.core.engines.memory_facts import IK_FACTS, UPSTREAM_FACTS
-from mtpstudio.core.fit_planner import fewest_cpu_expert_layers, largest_context
-from mtpstudio.core.model_info import ModelInfo
-from mtpstudio.core.placement import EXPERT_TENSOR, ModelWeights
+from mtpstudio.core.memory.budget import MIB, HostSpec, TargetDevice, compute_budget
+from mtpstudio.core.memory.engine_facts import IK_FACTS, UPSTREAM_FACTS
+from mtpstudio.core.memory.fit import fewest_cpu_expert_layers, largest_context
+from mtpstudio.core.memory.placement import EXPERT_TENSOR, ModelWeights
+from mtpstudio.core.memory.targets import catalogue_target
+from mtpstudio.core.model.catalog.gpus import gpu_card
+from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_from_dict
-from mtpstudio.core.targets import catalogue_target
 
 
 @pytest.fixture(scope="module")

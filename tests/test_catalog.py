@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, MIB, gpu_card, gpu_cards
-from mtpstudio.core.catalog.header import synthetic_vocab
-from mtpstudio.core.catalog.models import (
+from mtpstudio.core.errors import CatalogError
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, MIB, gpu_card, gpu_cards
+from mtpstudio.core.model.catalog.header import synthetic_vocab
+from mtpstudio.core.model.catalog.models import (
     CARD_FORMAT_VERSION,
     DEFAULT_MODEL_CARD,
     model_card,
@@ -18,11 +19,10 @@ from mtpstudio.core.catalog.models import (
     model_card_path,
     model_cards,
 )
-from mtpstudio.core.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
-from mtpstudio.core.catalog.spec import IQ4_XS_RECIPE, card_tensors
-from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.gguf import read_gguf
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
+from mtpstudio.core.model.catalog.spec import IQ4_XS_RECIPE, card_tensors
+from mtpstudio.core.model.gguf import read_gguf
+from mtpstudio.core.model.info import ModelInfo
 
 GIB = 1024 * MIB
 REQUIRED_GPUS = {

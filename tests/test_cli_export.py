@@ -9,7 +9,7 @@ from test_cli import run_cli
 
 
 def write_header_only_model(path: Path) -> None:
-    from mtpstudio.core.catalog.models import model_card_path
+    from mtpstudio.core.model.catalog.models import model_card_path
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(model_card_path("qwen3.6-35b-a3b-iq4_xs").read_bytes())

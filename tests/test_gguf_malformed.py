@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtpstudio.core.errors import GgufError
-from mtpstudio.core.gguf import GgufFormatError, model_info_from_gguf, read_gguf
+from mtpstudio.core.model.gguf import GgufFormatError, model_info_from_gguf, read_gguf
 
 ARCH = raw_kv("general.architecture", VT.STRING, "llama")
 

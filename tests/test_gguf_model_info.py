@@ -23,8 +23,8 @@ from gguf_builders import (
 )
 
 from mtpstudio.core.errors import GgufError
-from mtpstudio.core.gguf import model_info_from_gguf, read_gguf, read_model_info
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.gguf import model_info_from_gguf, read_gguf, read_model_info
+from mtpstudio.core.model.info import ModelInfo
 
 QWEN36 = Qwen35MoeParams()
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtpstudio.core.errors import GgufError
-from mtpstudio.core.gguf import (
+from mtpstudio.core.model.gguf import (
     GgufFile,
     LazyArray,
     LazyNumberArray,

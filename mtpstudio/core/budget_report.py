@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.budget import DEVICE_SEGMENTS, MIB, Budget, DeviceBudget
+from mtpstudio.core.memory.budget import DEVICE_SEGMENTS, Budget, DeviceBudget
+from mtpstudio.core.units import MIB
 
 BAR_WIDTH = 60
 BAR_GLYPHS = {

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mtpstudio.core.budget import Budget, compute_budget
-from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.engines.base import LaunchSpec, build_launch_spec, documented_build
-from mtpstudio.core.engines.memory_facts import memory_facts
-from mtpstudio.core.fit_planner import FitSuggestion, fewest_cpu_expert_layers, largest_context
-from mtpstudio.core.machine import MachineFacts
-from mtpstudio.core.model_info import ModelInfo
-from mtpstudio.core.placement import ModelWeights
+from mtpstudio.core.memory.budget import Budget, compute_budget
+from mtpstudio.core.memory.engine_facts import memory_facts
+from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context
+from mtpstudio.core.memory.machine import MachineFacts
+from mtpstudio.core.memory.placement import ModelWeights
+from mtpstudio.core.memory.targets import ResolvedTarget, resolve_target
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.targets import ResolvedTarget, resolve_target
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan
 
 GIB = 1024**3

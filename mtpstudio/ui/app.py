@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
-from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan
 from mtpstudio.ui.icons import app_icon
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from mtpstudio.core.engines.base import Option, adapter_for
 from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
-from mtpstudio.core.engines.memory_facts import memory_facts
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.memory.engine_facts import memory_facts
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, LoadMode, MoePlacement, Plan
 
 MTP_SPEC_TYPE = "draft-mtp"

@@ -16,18 +16,18 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from mtpstudio.core.budget import Budget, HostSpec, compute_budget
-from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.detect.report import DetectionReport
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.memory_facts import memory_facts
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.machine import MachineFacts, machine_facts
-from mtpstudio.core.model_info import ModelInfo
-from mtpstudio.core.model_source import load_model_info
+from mtpstudio.core.memory.budget import Budget, HostSpec, compute_budget
+from mtpstudio.core.memory.engine_facts import memory_facts
+from mtpstudio.core.memory.machine import MachineFacts, machine_facts
+from mtpstudio.core.memory.targets import ResolvedTarget
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
+from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import ModelChoice, Plan, plan_with
 from mtpstudio.core.planning import PlanningContext, PlanResult, evaluate, resolve_for
-from mtpstudio.core.targets import ResolvedTarget
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from mtpstudio.core.detect.report import detect_all
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.model_source import load_model_info
+from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import Plan, load_plan, save_plan
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.icons import app_icon

@@ -11,7 +11,7 @@ from fixtures.detect.fake_nvml import FakeNvml
 from fixtures.detect.machines import MACHINES, PCI_IDS, Roots, build_machine
 
 from mtpstudio.core.detect.report import DetectionSources
-from mtpstudio.core.detect.runner import RunResult, SubprocessRunner
+from mtpstudio.core.runner import RunResult, SubprocessRunner
 
 
 class CountingRunner:

@@ -25,7 +25,6 @@ from mtpstudio.core.detect.engines import (
     search_places,
 )
 from mtpstudio.core.detect.models import EngineInfo
-from mtpstudio.core.detect.runner import RunResult, SubprocessRunner
 from mtpstudio.core.engines.caps import Backend, MtpSupport
 from mtpstudio.core.engines.probe import (
     CANDIDATE_FLAGS,
@@ -35,6 +34,7 @@ from mtpstudio.core.engines.probe import (
     probe_flag,
 )
 from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.runner import RunResult, SubprocessRunner
 
 from .conftest import CountingRunner
 

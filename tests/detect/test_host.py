@@ -17,7 +17,7 @@ from mtpstudio.core.detect.host import (
     parse_meminfo,
 )
 from mtpstudio.core.detect.processes import ProcessCategory, categorize, read_process
-from mtpstudio.core.detect.runner import RunResult, SubprocessRunner
+from mtpstudio.core.runner import RunResult, SubprocessRunner
 
 from .conftest import ScriptedRunner
 

@@ -12,10 +12,10 @@ import pytest
 from fixtures.detect.fake_nvml import FakeNvml
 from fixtures.detect.machines import MIB
 
+from mtpstudio.cli.detect import add_detect_parser, cmd_detect, format_report
 from mtpstudio.core.detect.models import GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
-from mtpstudio.detect_cli import add_detect_parser, cmd_detect, format_report
 
 from .conftest import ScriptedRunner
 

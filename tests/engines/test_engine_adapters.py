@@ -24,7 +24,7 @@ from mtpstudio.core.engines.ik import IkAdapter
 from mtpstudio.core.engines.upstream import DOCUMENTED_FLAGS as UP_FLAGS
 from mtpstudio.core.engines.upstream import DOCUMENTED_SPEC_TYPES, UpstreamAdapter
 from mtpstudio.core.errors import AdapterError
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import (
     CacheType,
     EngineFlavour,

@@ -14,12 +14,12 @@ import pytest
 from test_render_files import check_golden, layout
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
-from mtpstudio.core.detect.runner import SubprocessRunner
 from mtpstudio.core.engines.base import build_launch_spec, documented_build
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.export import render_all
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
 from mtpstudio.core.render import SessionSettings, UnitScope, render_reclaim_files
+from mtpstudio.core.runner import SubprocessRunner
 
 MODEL = "/home/alice/models/Qwen3.6-35B-A3B-IQ4_XS.gguf"
 BINARY = {"upstream": "/opt/llama.cpp/bin/llama-server", "ik": "/opt/ik_llama.cpp/bin/llama-server"}

@@ -6,7 +6,7 @@ import shlex
 
 from PySide6.QtGui import QGuiApplication
 
-from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import evaluate, fit_suggestions
 from mtpstudio.ui.widgets.common import Tone

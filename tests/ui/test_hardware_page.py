@@ -6,8 +6,8 @@ import threading
 
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.detect.models import DetectionReport
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan
 
 from .conftest import WizardFactory, gpu_report, no_gpu_report

@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_path
+from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_path
 from mtpstudio.core.plan import Plan
 
 from .conftest import WizardFactory, go_to

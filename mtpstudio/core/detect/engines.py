@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.detect.models import EngineInfo, FlagProbeInfo
-from mtpstudio.core.detect.runner import Runner, RunResult
 from mtpstudio.core.engines.caps import Backend
 from mtpstudio.core.engines.probe import (
     CANDIDATE_FLAGS,
@@ -30,6 +29,7 @@ from mtpstudio.core.engines.probe import (
 )
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.runner import Runner, RunResult
 
 ENGINE_NAMES = ("llama-server", "ik_llama-server", "ik-llama-server")
 COMPANION_TOOLS = ("llama-fit-params", "llama-bench")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpstudio.core.detect.models import HostInfo
-from mtpstudio.core.detect.runner import Runner
+from mtpstudio.core.runner import Runner
 
 KWIN_TIMEOUT_S = 1.5
 # Asked in this order; the first that answers wins (qdbus6 on Plasma 6, qdbus on Plasma 5).

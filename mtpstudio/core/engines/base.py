@@ -25,7 +25,7 @@ from typing import Protocol
 
 from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.errors import AdapterError
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import CacheType, EngineFlavour, FlashAttention, MoePlacement, Plan
 
 __all__ = [

@@ -12,7 +12,7 @@ from mtpstudio.core.engines.base import (
     format_float,
 )
 from mtpstudio.core.engines.caps import MtpSupport
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
 
 __all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "IK_MTP_ARCHITECTURES", "SPELLINGS",

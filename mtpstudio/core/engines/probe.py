@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from mtpstudio.core.detect.runner import Runner
 from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.runner import Runner
 
 PROBE_TIMEOUT_S = 5.0
 MTP_SPEC_TYPE = "draft-mtp"

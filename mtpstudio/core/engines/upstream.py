@@ -14,7 +14,7 @@ from mtpstudio.core.engines.base import (
 )
 from mtpstudio.core.engines.caps import MtpSupport
 from mtpstudio.core.errors import AdapterError
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
 
 __all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "SPELLINGS", "UpstreamAdapter"]

@@ -20,10 +20,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.budget import Budget
 from mtpstudio.core.engines.base import documented_build
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.fit_planner import FitSuggestion
+from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.fit import FitSuggestion
 from mtpstudio.core.plan import MoePlacement, Plan
 from mtpstudio.core.planning import fit_suggestions
 from mtpstudio.ui.capabilities import mtp_reason

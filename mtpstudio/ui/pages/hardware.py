@@ -20,9 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo
 from mtpstudio.core.detect.processes import ProcessCategory
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.ui.formatting import gib, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids, discrete_gpu_ids

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.machine import DESKTOP_CATEGORIES
+from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
 from mtpstudio.core.summary import plan_option_lines
 from mtpstudio.ui.formatting import mib
 from mtpstudio.ui.pages.base import PlanPage

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.catalog.models import model_cards
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.catalog.models import model_cards
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import ModelChoice, describe_validation_error
 from mtpstudio.core.summary import model_summary_lines
 from mtpstudio.ui.formatting import gb_gib

@@ -27,7 +27,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from mtpstudio.core.budget import Budget, DeviceBudget, HostBudget
+from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget
 
 MIB = 1024 * 1024
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mtpstudio.core.budget import Budget, HostSpec, TargetDevice, compute_budget, device_fits
-from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
-from mtpstudio.core.model_info import ModelInfo
-from mtpstudio.core.placement import ModelWeights
+from mtpstudio.core.memory.budget import Budget, HostSpec, TargetDevice, compute_budget, device_fits
+from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
+from mtpstudio.core.memory.placement import ModelWeights
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
 
 CTX_STEP = 256

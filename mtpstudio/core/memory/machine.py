@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtpstudio.core.budget import HostSpec, TargetDevice
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.memory.budget import HostSpec, TargetDevice
 from mtpstudio.core.plan import Plan
 
 DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})

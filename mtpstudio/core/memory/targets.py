@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtpstudio.core.budget import HostSpec, TargetDevice
-from mtpstudio.core.catalog.gpus import GpuCard, gpu_card
+from mtpstudio.core.memory.budget import HostSpec, TargetDevice
+from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
 from mtpstudio.core.plan import DesktopReclaim, Plan
 
 # What each reclamation leaves of the desktop's VRAM on the card: the NVIDIA profile stops the

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.catalog.models import model_card_info
-from mtpstudio.core.gguf import read_model_info
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.model.gguf import read_model_info
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import ModelChoice
 
 

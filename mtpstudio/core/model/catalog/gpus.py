@@ -10,8 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mtpstudio.core.errors import CatalogError
-
-MIB = 1024 * 1024
+from mtpstudio.core.units import MIB
 
 DEFAULT_GPU_CARD = "rtx-4070-super"
 """The card the demo plans for: a common 12 GB desktop GPU."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-MIB = 1024 * 1024
-
 _MODEL_BUF_UP = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 _MODEL_BUF_IK = re.compile(r"llm_load_tensors:\s+(\S+) buffer size =\s+([\d.]+) MiB")
 _CTX_START = re.compile(r"(llama_context: n_seq_max\s+=|llama_init_from_model: n_ctx\s+=)")

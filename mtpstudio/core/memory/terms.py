@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo
 
 # (block size, bytes per block) of the K/V cache types (ggml-common.h).
 CACHE_TYPE_BLOCKS: dict[str, tuple[int, int]] = {

@@ -25,7 +25,7 @@ from gguf.constants import (
 )
 
 from mtpstudio.core.errors import GgufError
-from mtpstudio.core.model_info import ModelInfo, TensorInfo
+from mtpstudio.core.model.info import ModelInfo, TensorInfo
 
 __all__ = [
     "DEFAULT_LAZY_THRESHOLD",

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mtpstudio.core.model_info import ModelInfo, TensorInfo
+from mtpstudio.core.model.info import ModelInfo, TensorInfo
 
 EXPERT_TENSOR = re.compile(r"^blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps\b")
 OUTPUT_TENSORS = frozenset({"output.weight", "output_norm.weight", "output_norm.bias"})

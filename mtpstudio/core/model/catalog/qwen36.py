@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.catalog.spec import IQ4_XS_RECIPE, ModelCardSpec
+from mtpstudio.core.model.catalog.spec import IQ4_XS_RECIPE, ModelCardSpec
 
 # Sources for the architecture: the Qwen3.6 model cards ("Hidden Layout: 10 x (3 x (Gated
 # DeltaNet -> MoE) -> 1 x (Gated Attention -> MoE))" etc.) as quoted in public write-ups,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mtpstudio.core.engines.memory_facts import EngineMemoryFacts
-from mtpstudio.core.memory_terms import (
+from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
+from mtpstudio.core.memory.placement import ModelWeights, Placement, place, split_weights
+from mtpstudio.core.memory.terms import (
     ComputeShape,
     compute_bytes,
     compute_bytes_ik,
@@ -15,11 +16,10 @@ from mtpstudio.core.memory_terms import (
     pad_to,
     recurrent_row_bytes,
 )
-from mtpstudio.core.model_info import ModelInfo
-from mtpstudio.core.placement import ModelWeights, Placement, place, split_weights
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
+from mtpstudio.core.units import MIB
 
-MIB = 1024 * 1024
 UNQUANTIZED_CACHE = frozenset({"f32", "f16", "bf16"})
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-from mtpstudio.core.catalog.header import write_card_header
-from mtpstudio.core.catalog.qwen36 import QWEN36_CARDS
-from mtpstudio.core.catalog.spec import ModelCardSpec
 from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.gguf import read_model_info
-from mtpstudio.core.model_info import ModelInfo
+from mtpstudio.core.model.catalog.header import write_card_header
+from mtpstudio.core.model.catalog.qwen36 import QWEN36_CARDS
+from mtpstudio.core.model.catalog.spec import ModelCardSpec
+from mtpstudio.core.model.gguf import read_model_info
+from mtpstudio.core.model.info import ModelInfo
 
 __all__ = [
     "CARD_FORMAT_VERSION",

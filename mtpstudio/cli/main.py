@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio import __version__
+from mtpstudio.cli.detect import add_detect_parser
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import (
     CacheType,
@@ -24,7 +25,6 @@ from mtpstudio.core.plan import (
     plan_with,
     save_plan,
 )
-from mtpstudio.detect_cli import add_detect_parser
 
 CACHE_TYPES = [c.value for c in CacheType]
 GUI_HINT = "To open the wizard, run `mtpstudio gui` in a graphical session."
@@ -127,7 +127,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.model is not None:
         changes["model.path"], changes["model.card"] = str(args.model), None
     elif args.demo is not None:
-        from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
+        from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD
 
         changes["model.path"], changes["model.card"] = None, args.demo or DEFAULT_MODEL_CARD
     if args.engine is not None:
@@ -152,7 +152,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 def _check_device(device: str) -> None:
     if device in {"auto", "cpu"} or device.upper().startswith(("CUDA", "VULKAN", "ROCM")):
         return
-    from mtpstudio.core.catalog.gpus import gpu_card
+    from mtpstudio.core.model.catalog.gpus import gpu_card
 
     gpu_card(device)  # raises CatalogError naming the known ids
 
@@ -160,8 +160,8 @@ def _check_device(device: str) -> None:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.budget_report import budget_report
     from mtpstudio.core.detect.report import detect_all
-    from mtpstudio.core.machine import machine_facts
-    from mtpstudio.core.model_source import load_model_info
+    from mtpstudio.core.memory.machine import machine_facts
+    from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, evaluate
     from mtpstudio.core.summary import plan_report
 
@@ -189,8 +189,8 @@ def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[
     from mtpstudio.core.detect.report import detect_all
     from mtpstudio.core.engines.apikey import ensure_api_key
     from mtpstudio.core.export import render_all
-    from mtpstudio.core.machine import machine_facts
-    from mtpstudio.core.model_source import load_model_info
+    from mtpstudio.core.memory.machine import machine_facts
+    from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, launch_spec_for
     from mtpstudio.core.render import SessionSettings, UnitScope
 

@@ -1,0 +1,1 @@
+"""The ``mtpstudio`` command: one module per subcommand over the Qt-free core."""

@@ -1,0 +1,1 @@
+"""The benchmark: prompts, runner, history, reports, doctor and tuner."""

@@ -1,0 +1,1 @@
+"""The memory model: devices, weight placement, budget terms, the budget and the fit planner."""

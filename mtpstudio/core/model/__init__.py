@@ -1,0 +1,1 @@
+"""Models: the GGUF header reader, ModelInfo, model sources and the catalogue."""

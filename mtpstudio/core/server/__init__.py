@@ -1,0 +1,1 @@
+"""Running a server: launch, supervise, stop; reading its load log; diagnosis."""

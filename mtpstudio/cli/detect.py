@@ -18,6 +18,11 @@ INDENT = " " * 11
 Detector = Callable[[argparse.Namespace], DetectionReport]
 
 
+def register(sub: Any) -> None:
+    """Add ``detect`` to the main parser's subparsers."""
+    add_detect_parser(sub)
+
+
 def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``detect`` on the ``add_subparsers()`` object of the main parser."""
     p: argparse.ArgumentParser = subparsers.add_parser(

@@ -1,0 +1,91 @@
+"""``mtpstudio render`` and ``mtpstudio export-unit``: the plan's files, written to disk."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from mtpstudio.core.plan import Plan, load_plan
+
+
+def register(sub: Any) -> None:
+    """Add ``render`` and ``export-unit`` to the main parser's subparsers."""
+    p_render = sub.add_parser("render", help="write the unit, env file, script and session files")
+    _add_export_options(p_render)
+    p_render.add_argument("--out", type=Path, required=True, help="folder to write into")
+    p_render.set_defaults(func=cmd_render)
+
+    p_unit = sub.add_parser("export-unit", help="write just the systemd unit")
+    _add_export_options(p_unit)
+    p_unit.add_argument("-o", "--output", type=Path, required=True, help="the unit file to write")
+    p_unit.set_defaults(func=cmd_export_unit)
+
+
+def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[str]]:
+    """Render the plan's files the way the GUI's Export does (same core calls)."""
+    import getpass
+
+    from mtpstudio.core.detect.report import detect_all
+    from mtpstudio.core.engines.apikey import ensure_api_key
+    from mtpstudio.core.export import render_all
+    from mtpstudio.core.memory.machine import machine_facts
+    from mtpstudio.core.model.source import load_model_info
+    from mtpstudio.core.planning import PlanningContext, launch_spec_for
+    from mtpstudio.core.render import SessionSettings, UnitScope
+
+    plan = load_plan(args.plan)
+    machine = machine_facts(detect_all())
+    ctx = PlanningContext(machine, load_model_info(plan.model))
+    messages: list[str] = []
+    key_file = None
+    if not plan.server.is_loopback:
+        key = ensure_api_key()
+        key_file = key.path
+        if key.created:
+            messages.append(f"New API key (shown once): {key.key} — stored in {key.path}")
+    spec, notes = launch_spec_for(plan, ctx, api_key_file=key_file)
+    scope = UnitScope(args.scope)
+    user = args.user or (getpass.getuser() if scope is UnitScope.SYSTEM else None)
+    files = render_all(
+        plan, spec, scope=scope, user=user, session=SessionSettings(igpu_card=machine.igpu_card)
+    )
+    return plan, dict(files), messages + [f"warning: {n}" for n in notes]
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from mtpstudio.core.export import write_files
+
+    _plan, files, messages = _export_files(args)
+    result = write_files(files, args.out)
+    for line in messages:
+        print(line)
+    for f in files.values():
+        print(f"{args.out / f.name}  — {f.explanation}")
+    for backup in result.backups:
+        print(f"kept the previous version as {backup}")
+    print(f"Wrote {len(result.written)} files; {args.out / 'README.md'} says how to install them.")
+    return 0
+
+
+def cmd_export_unit(args: argparse.Namespace) -> int:
+    from mtpstudio.core.atomic import write_text_atomic
+
+    _plan, files, messages = _export_files(args)
+    unit = files["unit"]
+    write_text_atomic(args.output, unit.text, unit.mode)
+    for line in messages:
+        print(line)
+    print(f"Wrote {args.output} — install it as {unit.install_path}")
+    return 0
+
+
+def _add_export_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", type=Path, required=True, help="the plan file (mtpstudio plan --save)")
+    p.add_argument(
+        "--scope",
+        choices=["system", "user"],
+        default="system",
+        help="system unit (starts at boot, runs as --user) or user unit (default: system)",
+    )
+    p.add_argument("--user", help="account a system unit runs as (default: you)")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mtpstudio.core.engines.base import LaunchSpec, build_launch_spec, documented_build
+from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.memory.budget import Budget, compute_budget
 from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
-from mtpstudio.core.engines.base import LaunchSpec, build_launch_spec, probe_candidates
+from mtpstudio.core.engines.base import LaunchSpec
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.probe import CANDIDATE_FLAGS, FlagSpec
+from mtpstudio.core.engines.registry import build_launch_spec, probe_candidates
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
 from mtpstudio.core.runner import SubprocessRunner, clean_environ
 

@@ -10,17 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtpstudio.core.engines.base import (
-    Option,
+from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.flags import Option
+from mtpstudio.core.engines.ik import DOCUMENTED_FLAGS as IK_FLAGS
+from mtpstudio.core.engines.ik import IkAdapter
+from mtpstudio.core.engines.registry import (
     adapter_for,
     build_argv,
     build_launch_spec,
     documented_build,
     probe_candidates,
 )
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
-from mtpstudio.core.engines.ik import DOCUMENTED_FLAGS as IK_FLAGS
-from mtpstudio.core.engines.ik import IkAdapter
 from mtpstudio.core.engines.upstream import DOCUMENTED_FLAGS as UP_FLAGS
 from mtpstudio.core.engines.upstream import DOCUMENTED_SPEC_TYPES, UpstreamAdapter
 from mtpstudio.core.errors import AdapterError

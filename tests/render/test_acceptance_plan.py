@@ -14,8 +14,8 @@ import pytest
 from test_render_files import check_golden, layout
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
-from mtpstudio.core.engines.base import build_launch_spec, documented_build
 from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.export import render_all
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
 from mtpstudio.core.render import SessionSettings, UnitScope, render_reclaim_files

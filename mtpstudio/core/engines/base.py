@@ -19,11 +19,11 @@ import dataclasses
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
 from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.flags import FlagSpelling, Option
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import CacheType, EngineFlavour, FlashAttention, MoePlacement, Plan
@@ -39,13 +39,8 @@ __all__ = [
     "LaunchSpec",
     "Option",
     "SpecBuilder",
-    "adapter_for",
-    "build_argv",
-    "build_launch_spec",
     "describe_build",
-    "documented_build",
     "format_float",
-    "probe_candidates",
 ]
 
 DEFAULT_BINARY = Path("/usr/local/bin/llama-server")
@@ -58,56 +53,6 @@ QUANTIZED_CACHE_TYPES = frozenset(
     {CacheType.Q8_0, CacheType.Q5_1, CacheType.Q5_0, CacheType.Q4_1, CacheType.Q4_0,
      CacheType.IQ4_NL}
 )  # fmt: skip
-
-
-class Option(StrEnum):
-    """An engine option, independent of how a build spells it."""
-
-    MODEL = "model"
-    HOST = "host"
-    PORT = "port"
-    API_KEY = "api-key"
-    API_KEY_FILE = "api-key-file"
-    CTX = "ctx"
-    CACHE_K = "cache-type-k"
-    CACHE_V = "cache-type-v"
-    FLASH_ATTN = "flash-attn"
-    BATCH = "batch"
-    UBATCH = "ubatch"
-    PARALLEL = "parallel"
-    THREADS = "threads"
-    GPU_LAYERS = "gpu-layers"
-    N_CPU_MOE = "n-cpu-moe"
-    CPU_MOE = "cpu-moe"
-    OVERRIDE_TENSOR = "override-tensor"
-    FIT = "fit"
-    FIT_TARGET = "fit-target"
-    FIT_MARGIN = "fit-margin"
-    LOAD_MODE = "load-mode"
-    MLOCK = "mlock"
-    NO_MMAP = "no-mmap"
-    SPEC_TYPE = "spec-type"
-    MTP = "mtp"
-    DRAFT_MAX = "draft-max"
-    DRAFT_MIN = "draft-min"
-    DRAFT_P_MIN = "draft-p-min"
-    DRAFT_CACHE_K = "draft-cache-type-k"
-    DRAFT_CACHE_V = "draft-cache-type-v"
-    VERBOSITY = "verbosity"
-
-
-@dataclass(frozen=True)
-class FlagSpelling:
-    """How one flavour spells an option.
-
-    ``spellings`` are in order of preference: the first is what current builds use, later
-    ones are older or alternative names the adapter falls back to when the probe rejected
-    the earlier ones. ``probe_value`` is a value the parser accepts, for the
-    ``<flag> <value> --version`` probe (None: the flag is a switch).
-    """
-
-    spellings: tuple[str, ...]
-    probe_value: str | None
 
 
 @dataclass(frozen=True)
@@ -175,6 +120,9 @@ class EngineAdapter(Protocol):
 
     @property
     def flavour(self) -> EngineFlavour: ...
+
+    @property
+    def engine_name(self) -> str: ...
 
     @property
     def spellings(self) -> Mapping[Option, FlagSpelling]: ...
@@ -625,69 +573,3 @@ class AdapterBase:
             for spelling in entry.spellings:
                 seen.setdefault(spelling, entry.probe_value)
         return tuple(seen.items())
-
-
-# --------------------------------------------------------------------------------------------
-# entry points
-
-
-def adapter_for(build: EngineBuild | EngineFlavour) -> EngineAdapter:
-    """The adapter for a build's flavour (or for a flavour)."""
-    from mtpstudio.core.engines.ik import IkAdapter  # late: the adapters import this module
-    from mtpstudio.core.engines.upstream import UpstreamAdapter
-
-    flavour = build if isinstance(build, EngineFlavour) else build.flavour
-    if flavour is EngineFlavour.UPSTREAM:
-        return UpstreamAdapter()
-    return IkAdapter()
-
-
-def documented_build(flavour: EngineFlavour, binary: Path | None = None) -> EngineBuild:
-    """A stand-in EngineBuild carrying the documented flags of ``flavour`` (engines.md §3).
-
-    For catalogue/demo planning where no binary exists; LaunchSpecs built from it carry
-    ``assumed_documented=True`` and a warning.
-    """
-    adapter = adapter_for(flavour)
-    return EngineBuild(
-        binary=binary or DEFAULT_BINARY,
-        flavour=flavour,
-        version="documented",
-        backends=(Backend.CUDA, Backend.CPU),
-        accepted_flags=adapter.documented_flags,
-        spec_types=adapter.documented_spec_types,
-        mtp=adapter.documented_mtp,
-    )
-
-
-def build_launch_spec(
-    plan: Plan,
-    build: EngineBuild,
-    model: ModelInfo | None = None,
-    *,
-    for_mtpstudio_launch: bool = False,
-    api_key_file: Path | None = None,
-    model_path: Path | None = None,
-    assume_documented: bool = False,
-) -> LaunchSpec:
-    """``adapter_for(build).build_launch_spec(...)``; see ``AdapterBase.build_launch_spec``."""
-    spec = adapter_for(build).build_launch_spec(
-        plan,
-        build,
-        model,
-        for_mtpstudio_launch=for_mtpstudio_launch,
-        api_key_file=api_key_file,
-        model_path=model_path,
-        assume_documented=assume_documented,
-    )
-    return spec
-
-
-def build_argv(plan: Plan, build: EngineBuild, model: ModelInfo | None = None) -> tuple[str, ...]:
-    """Just the command (binary first) for ``plan`` on a probed ``build``."""
-    return build_launch_spec(plan, build, model).argv
-
-
-def probe_candidates(flavour: EngineFlavour) -> tuple[tuple[str, str | None], ...]:
-    """Each flag spelling the adapter of ``flavour`` may emit, with a value to probe it with."""
-    return adapter_for(flavour).probe_candidates()

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from mtpstudio.core.engines.base import (
     AdapterBase,
-    FlagSpelling,
     Option,
     SpecBuilder,
     format_float,
 )
 from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.flags import IK_DOCUMENTED_FLAGS, IK_DOCUMENTED_SPEC_TYPES, IK_SPELLINGS
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
 
@@ -23,54 +21,9 @@ IK_MTP_ARCHITECTURES = frozenset({"glm4moe"})
 
 IK_FIT_MARGIN_DEFAULT_MIB = 1024  # ik reads --fit-margin 0 as this
 
-SPELLINGS = MappingProxyType(
-    {
-        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
-        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
-        Option.PORT: FlagSpelling(("--port",), "8080"),
-        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
-        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
-        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
-        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
-        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
-        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
-        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
-        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
-        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
-        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
-        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
-        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
-        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
-        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
-        Option.FIT: FlagSpelling(("--fit",), None),
-        Option.FIT_MARGIN: FlagSpelling(("--fit-margin",), "1024"),
-        Option.MLOCK: FlagSpelling(("--mlock",), None),
-        Option.NO_MMAP: FlagSpelling(("--no-mmap",), None),
-        Option.MTP: FlagSpelling(("-mtp", "--multi-token-prediction"), None),
-        Option.DRAFT_MAX: FlagSpelling(("--draft-max", "--draft", "--draft-n"), "2"),
-        Option.DRAFT_MIN: FlagSpelling(("--draft-min", "--draft-n-min"), "0"),
-        Option.DRAFT_P_MIN: FlagSpelling(("--draft-p-min",), "0.5"),
-    }
-)
-
-DOCUMENTED_FLAGS = frozenset(
-    {
-        "-m", "--model", "--host", "--port", "--api-key", "--api-key-file",
-        "-c", "--ctx-size", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
-        "-fa", "--flash-attn", "-b", "--batch-size", "-ub", "--ubatch-size",
-        "-np", "--parallel", "-t", "--threads",
-        "-ngl", "--n-gpu-layers", "--gpu-layers", "--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe",
-        "-ot", "--override-tensor", "--fit", "--fit-margin", "--mlock", "--no-mmap",
-        "-mtp", "--multi-token-prediction", "--draft-max", "--draft", "--draft-n",
-        "--draft-min", "--draft-n-min", "--draft-p-min", "--spec-type", "-ctkd", "-ctvd",
-        "--verbosity",
-    }
-)  # fmt: skip
-"""Flags of the ik_llama.cpp snapshot described in engines.md §3."""
-
-DOCUMENTED_SPEC_TYPES = (
-    "none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
-)  # fmt: skip
+SPELLINGS = IK_SPELLINGS
+DOCUMENTED_FLAGS = IK_DOCUMENTED_FLAGS
+DOCUMENTED_SPEC_TYPES = IK_DOCUMENTED_SPEC_TYPES
 
 
 class IkAdapter(AdapterBase):

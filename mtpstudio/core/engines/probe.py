@@ -17,116 +17,32 @@ from enum import StrEnum
 from pathlib import Path
 
 from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.flags import (
+    CANDIDATE_FLAGS,
+    MTP_SPEC_TYPE,
+    MTP_SWITCH,
+    SPEC_TYPES,
+    FlagSpec,
+)
 from mtpstudio.core.runner import Runner
 
 PROBE_TIMEOUT_S = 5.0
-MTP_SPEC_TYPE = "draft-mtp"
-MTP_SWITCH = "-mtp"
 
-# Every --spec-type value either engine knows (upstream common/speculative.cpp, ik common.cpp).
-SPEC_TYPES: tuple[str, ...] = (
-    "none",
-    "draft-simple",
-    "draft-eagle3",
-    "draft-mtp",
-    "draft-dflash",
-    "draft-dspark",
-    "ngram-simple",
-    "ngram-map-k",
-    "ngram-map-k4v",
-    "ngram-mod",
-    "ngram-cache",
-)
-
-
-@dataclass(frozen=True)
-class FlagSpec:
-    """One flag spelling and the argument lists to try after it.
-
-    ``forms`` are tried in order and the first that exits 0 wins: ``()`` is a switch;
-    ``("on",), ()`` covers upstream's ``--fit on`` and ik's bare ``--fit``. Values must be valid
-    because the engines run the value handlers before reaching ``--version``.
-    """
-
-    flag: str
-    forms: tuple[tuple[str, ...], ...]
-    purpose: str
-
-
-def _flags(
-    spellings: Sequence[str], forms: Sequence[Sequence[str]], purpose: str
-) -> list[FlagSpec]:
-    frozen = tuple(tuple(f) for f in forms)
-    return [FlagSpec(s, frozen, purpose) for s in spellings]
-
-
-SWITCH: tuple[tuple[str, ...], ...] = ((),)
-
-CANDIDATE_FLAGS: tuple[FlagSpec, ...] = tuple(
-    [
-        *_flags(["-m", "--model"], [["model.gguf"]], "model file"),
-        *_flags(
-            ["-md", "--model-draft", "--spec-draft-model"], [["draft.gguf"]], "draft/MTP model"
-        ),
-        *_flags(["-c", "--ctx-size"], [["4096"]], "context size"),
-        *_flags(["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"], [["q8_0"]], "K/V cache"),
-        *_flags(
-            [
-                "-ctkd",
-                "--cache-type-k-draft",
-                "--spec-draft-type-k",
-                "-ctvd",
-                "--cache-type-v-draft",
-                "--spec-draft-type-v",
-            ],
-            [["f16"]],
-            "draft K/V cache",
-        ),
-        *_flags(["-fa", "--flash-attn"], [["on"], ["1"]], "flash attention"),
-        *_flags(["-no-fa", "--no-flash-attn"], SWITCH, "flash attention off"),
-        *_flags(["-b", "--batch-size"], [["2048"]], "logical batch"),
-        *_flags(["-ub", "--ubatch-size"], [["512"]], "physical batch"),
-        *_flags(["-np", "--parallel"], [["1"]], "server slots"),
-        *_flags(["-t", "--threads", "-tb", "--threads-batch"], [["4"]], "CPU threads"),
-        *_flags(["-ngl", "--gpu-layers", "--n-gpu-layers"], [["99"]], "GPU layers"),
-        *_flags(["-ngld", "--gpu-layers-draft", "--spec-draft-ngl"], [["99"]], "draft GPU layers"),
-        *_flags(["-ncmoe", "--n-cpu-moe"], [["4"]], "experts of the first N layers on CPU"),
-        *_flags(["-cmoe", "--cpu-moe"], SWITCH, "all experts on CPU"),
-        *_flags(["-ot", "--override-tensor"], [["x=CPU"]], "tensor placement override"),
-        *_flags(["-fit", "--fit"], [["on"], []], "engine's own fit"),
-        *_flags(["-fitt", "--fit-target"], [["1024"]], "fit margin per device (upstream)"),
-        *_flags(["-fitc", "--fit-ctx"], [["4096"]], "fit's smallest context (upstream)"),
-        *_flags(["--fit-margin"], [["1024"]], "fit margin (ik)"),
-        *_flags(["-lm", "--load-mode"], [["mmap"]], "load mode (upstream)"),
-        *_flags(["--mlock"], SWITCH, "lock weights in RAM"),
-        *_flags(["--no-mmap"], SWITCH, "read weights instead of mapping"),
-        *_flags(["--spec-type"], [["none"]], "speculative decoding type"),
-        *_flags(["--spec-draft-n-max"], [["3"]], "draft depth (upstream)"),
-        *_flags(["--spec-draft-n-min"], [["0"]], "fewest drafted tokens (upstream)"),
-        *_flags(["--spec-draft-p-min", "--draft-p-min"], [["0.75"]], "draft p-min"),
-        *_flags(["--draft-max", "--draft", "--draft-n"], [["3"]], "draft depth (ik)"),
-        *_flags(["--draft-min", "--draft-n-min"], [["0"]], "fewest drafted tokens (ik)"),
-        *_flags(["-mtp", "--multi-token-prediction"], SWITCH, "MTP on (ik)"),
-        *_flags(["-no-mtp", "--no-multi-token-prediction"], SWITCH, "MTP off (ik)"),
-        *_flags(["--host"], [["127.0.0.1"]], "listen address"),
-        *_flags(["--port"], [["8080"]], "listen port"),
-        *_flags(["--api-key"], [["probe-key"]], "API key"),
-        *_flags(["--api-key-file"], [["/dev/null"]], "API key file"),
-        *_flags(["-a", "--alias"], [["probe"]], "model alias"),
-        *_flags(["-lv", "--log-verbosity", "--verbosity"], [["4"]], "log verbosity"),
-        *_flags(["-v", "--verbose"], SWITCH, "log everything"),
-        *_flags(["--metrics"], SWITCH, "Prometheus /metrics"),
-        *_flags(["-kvu", "--kv-unified"], SWITCH, "unified KV cache (upstream)"),
-        *_flags(["--jinja"], SWITCH, "chat template engine"),
-        *_flags(["-nkvo", "--no-kv-offload"], SWITCH, "KV cache on the CPU"),
-        *_flags(["--no-warmup"], SWITCH, "skip warm-up"),
-        *_flags(["-cram", "--cache-ram"], [["0"]], "host prompt cache"),
-        *_flags(["-dev", "--device"], [["none"]], "device list"),
-        *_flags(["-sm", "--split-mode"], [["layer"]], "multi-GPU split"),
-        *_flags(["-mg", "--main-gpu"], [["0"]], "main GPU"),
-        *_flags(["-ts", "--tensor-split"], [["1"]], "multi-GPU proportions"),
-    ]
-)
+__all__ = [
+    "CANDIDATE_FLAGS",
+    "MTP_SPEC_TYPE",
+    "PROBE_TIMEOUT_S",
+    "SPEC_TYPES",
+    "FlagProbe",
+    "FlagSpec",
+    "ProbeOutcome",
+    "mtp_support",
+    "probe_argv",
+    "probe_flag",
+    "probe_flags",
+    "spec_type_specs",
+    "table_fingerprint",
+]
 
 
 class ProbeOutcome(StrEnum):

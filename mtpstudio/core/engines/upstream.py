@@ -2,89 +2,31 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from mtpstudio.core.engines.base import (
     AdapterBase,
-    FlagSpelling,
     Option,
     SpecBuilder,
     describe_build,
     format_float,
 )
 from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.flags import (
+    MTP_SPEC_TYPE,
+    UPSTREAM_DOCUMENTED_FLAGS,
+    UPSTREAM_DOCUMENTED_SPEC_TYPES,
+    UPSTREAM_SPELLINGS,
+)
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
 
 __all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "SPELLINGS", "UpstreamAdapter"]
 
-MTP_SPEC_TYPE = "draft-mtp"
 LOG_VERBOSITY_FOR_MTPSTUDIO = "4"  # buffer sizes and fit decisions are logged at >= 4
 
-SPELLINGS = MappingProxyType(
-    {
-        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
-        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
-        Option.PORT: FlagSpelling(("--port",), "8080"),
-        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
-        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
-        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
-        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
-        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
-        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
-        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
-        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
-        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
-        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
-        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
-        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
-        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
-        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
-        Option.FIT: FlagSpelling(("--fit", "-fit"), "on"),
-        Option.FIT_TARGET: FlagSpelling(("--fit-target", "-fitt"), "1024"),
-        Option.LOAD_MODE: FlagSpelling(("-lm", "--load-mode"), "auto"),
-        # Older upstream builds (before -lm) spelled the load mode with these switches.
-        Option.MLOCK: FlagSpelling(("--mlock",), None),
-        Option.NO_MMAP: FlagSpelling(("--no-mmap",), None),
-        Option.SPEC_TYPE: FlagSpelling(("--spec-type",), "none"),
-        Option.DRAFT_MAX: FlagSpelling(
-            ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"), "2"
-        ),
-        Option.DRAFT_MIN: FlagSpelling(("--spec-draft-n-min", "--draft-min", "--draft-n-min"), "0"),
-        Option.DRAFT_P_MIN: FlagSpelling(("--spec-draft-p-min", "--draft-p-min"), "0.5"),
-        Option.DRAFT_CACHE_K: FlagSpelling(
-            ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), "f16"
-        ),
-        Option.DRAFT_CACHE_V: FlagSpelling(
-            ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "f16"
-        ),
-        Option.VERBOSITY: FlagSpelling(("-lv", "--log-verbosity", "--verbosity"), "3"),
-    }
-)
-
-DOCUMENTED_FLAGS = frozenset(
-    {
-        "-m", "--model", "--host", "--port", "--api-key", "--api-key-file",
-        "-c", "--ctx-size", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
-        "-fa", "--flash-attn", "-b", "--batch-size", "-ub", "--ubatch-size",
-        "-np", "--parallel", "-t", "--threads",
-        "-ngl", "--n-gpu-layers", "--gpu-layers", "--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe",
-        "-ot", "--override-tensor", "--fit", "-fit", "--fit-target", "-fitt",
-        "-lm", "--load-mode", "--spec-type",
-        "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", "--draft-p-min",
-        "--spec-draft-type-k", "-ctkd", "--cache-type-k-draft",
-        "--spec-draft-type-v", "-ctvd", "--cache-type-v-draft",
-        "-lv", "--log-verbosity", "--verbosity",
-    }
-)  # fmt: skip
-"""Flags of the upstream snapshot described in engines.md §3 (``--mlock``, ``--no-mmap``,
-``--draft-max`` and ``--draft-min`` are gone from it)."""
-
-DOCUMENTED_SPEC_TYPES = (
-    "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
-    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
-)  # fmt: skip
+SPELLINGS = UPSTREAM_SPELLINGS
+DOCUMENTED_FLAGS = UPSTREAM_DOCUMENTED_FLAGS
+DOCUMENTED_SPEC_TYPES = UPSTREAM_DOCUMENTED_SPEC_TYPES
 
 
 class UpstreamAdapter(AdapterBase):

@@ -20,13 +20,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.base import documented_build
+from mtpstudio.core.engines.capabilities import mtp_reason
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.memory.fit import FitSuggestion
 from mtpstudio.core.plan import MoePlacement, Plan
 from mtpstudio.core.planning import fit_suggestions
-from mtpstudio.ui.capabilities import mtp_reason
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage

@@ -29,8 +29,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.base import LaunchSpec, documented_build
+from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.capabilities import (
+    build_capabilities,
+    disabled_reasons,
+    engine_name,
+)
 from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan import (
     CacheType,
     EngineFlavour,
@@ -38,11 +44,6 @@ from mtpstudio.core.plan import (
     LoadMode,
     MoePlacement,
     Plan,
-)
-from mtpstudio.ui.capabilities import (
-    build_capabilities,
-    disabled_reasons,
-    engine_name,
 )
 from mtpstudio.ui.help_text import setting_tooltip
 from mtpstudio.ui.pages.base import PlanPage

@@ -1,37 +1,39 @@
-"""What an engine build can do, phrased for the Engine page (badges, reasons); no Qt here."""
+"""What an engine build can do, phrased for people (badges, reasons to disable a setting)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtpstudio.core.engines.base import Option, adapter_for
+from mtpstudio.core.engines.base import SpecBuilder
 from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
+from mtpstudio.core.engines.flags import MTP_SPEC_TYPE, Option
+from mtpstudio.core.engines.registry import adapter_for
 from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, LoadMode, MoePlacement, Plan
-
-MTP_SPEC_TYPE = "draft-mtp"
 
 MTP_SETTINGS = ("mtp.draft_max", "mtp.draft_min", "mtp.draft_p_min")
 DRAFT_CACHE_SETTINGS = ("mtp.cache_type_k", "mtp.cache_type_v")
 
 
 def engine_name(flavour: EngineFlavour) -> str:
-    return "upstream llama.cpp" if flavour is EngineFlavour.UPSTREAM else "ik_llama.cpp"
+    return adapter_for(flavour).engine_name
+
+
+def _builder(build: EngineBuild) -> SpecBuilder:
+    """The adapter's spelling logic for ``build`` (the same one the command line uses)."""
+    return SpecBuilder(adapter_for(build).spellings, build)
 
 
 def option_accepted(build: EngineBuild, option: Option) -> bool:
     """True when the build accepted one of the adapter's spellings of ``option``."""
-    spelling = adapter_for(build).spellings.get(option)
-    return spelling is not None and any(build.accepts(s) for s in spelling.spellings)
+    return _builder(build).accepts(option)
 
 
 def spelled(build: EngineBuild, option: Option) -> str:
     """The first spelling the build accepts (or the preferred one)."""
-    spelling = adapter_for(build).spellings.get(option)
-    if spelling is None:
-        return option.value
-    return next((s for s in spelling.spellings if build.accepts(s)), spelling.spellings[0])
+    builder = _builder(build)
+    return builder.spelling(option) or builder.preferred(option)
 
 
 @dataclass(frozen=True)

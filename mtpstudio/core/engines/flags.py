@@ -1,0 +1,268 @@
+"""Every llama-server flag mtpstudio knows: options, spellings, probe table, documented snapshots.
+
+``Option`` names an engine option independently of its spelling; ``UPSTREAM_SPELLINGS`` /
+``IK_SPELLINGS`` say how each flavour spells it (the adapters emit only these); the documented
+flag sets of the engine snapshots (engines.md §3) are derived from those spellings; and
+``CANDIDATE_FLAGS`` is the probe table: every adapter spelling plus the flags detection reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+MTP_SPEC_TYPE = "draft-mtp"
+"""The upstream ``--spec-type`` value for multi-token prediction."""
+MTP_SWITCH = "-mtp"
+
+# Every --spec-type value either engine knows (upstream common/speculative.cpp, ik common.cpp).
+SPEC_TYPES: tuple[str, ...] = (
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+)
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One flag spelling and the argument lists to try after it.
+
+    ``forms`` are tried in order and the first that exits 0 wins: ``()`` is a switch;
+    ``("on",), ()`` covers upstream's ``--fit on`` and ik's bare ``--fit``. Values must be valid
+    because the engines run the value handlers before reaching ``--version``.
+    """
+
+    flag: str
+    forms: tuple[tuple[str, ...], ...]
+    purpose: str
+
+
+def _flags(
+    spellings: Sequence[str], forms: Sequence[Sequence[str]], purpose: str
+) -> list[FlagSpec]:
+    frozen = tuple(tuple(f) for f in forms)
+    return [FlagSpec(s, frozen, purpose) for s in spellings]
+
+
+SWITCH: tuple[tuple[str, ...], ...] = ((),)
+
+CANDIDATE_FLAGS: tuple[FlagSpec, ...] = tuple(
+    [
+        *_flags(["-m", "--model"], [["model.gguf"]], "model file"),
+        *_flags(
+            ["-md", "--model-draft", "--spec-draft-model"], [["draft.gguf"]], "draft/MTP model"
+        ),
+        *_flags(["-c", "--ctx-size"], [["4096"]], "context size"),
+        *_flags(["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"], [["q8_0"]], "K/V cache"),
+        *_flags(
+            [
+                "-ctkd",
+                "--cache-type-k-draft",
+                "--spec-draft-type-k",
+                "-ctvd",
+                "--cache-type-v-draft",
+                "--spec-draft-type-v",
+            ],
+            [["f16"]],
+            "draft K/V cache",
+        ),
+        *_flags(["-fa", "--flash-attn"], [["on"], ["1"]], "flash attention"),
+        *_flags(["-no-fa", "--no-flash-attn"], SWITCH, "flash attention off"),
+        *_flags(["-b", "--batch-size"], [["2048"]], "logical batch"),
+        *_flags(["-ub", "--ubatch-size"], [["512"]], "physical batch"),
+        *_flags(["-np", "--parallel"], [["1"]], "server slots"),
+        *_flags(["-t", "--threads", "-tb", "--threads-batch"], [["4"]], "CPU threads"),
+        *_flags(["-ngl", "--gpu-layers", "--n-gpu-layers"], [["99"]], "GPU layers"),
+        *_flags(["-ngld", "--gpu-layers-draft", "--spec-draft-ngl"], [["99"]], "draft GPU layers"),
+        *_flags(["-ncmoe", "--n-cpu-moe"], [["4"]], "experts of the first N layers on CPU"),
+        *_flags(["-cmoe", "--cpu-moe"], SWITCH, "all experts on CPU"),
+        *_flags(["-ot", "--override-tensor"], [["x=CPU"]], "tensor placement override"),
+        *_flags(["-fit", "--fit"], [["on"], []], "engine's own fit"),
+        *_flags(["-fitt", "--fit-target"], [["1024"]], "fit margin per device (upstream)"),
+        *_flags(["-fitc", "--fit-ctx"], [["4096"]], "fit's smallest context (upstream)"),
+        *_flags(["--fit-margin"], [["1024"]], "fit margin (ik)"),
+        *_flags(["-lm", "--load-mode"], [["mmap"]], "load mode (upstream)"),
+        *_flags(["--mlock"], SWITCH, "lock weights in RAM"),
+        *_flags(["--no-mmap"], SWITCH, "read weights instead of mapping"),
+        *_flags(["--spec-type"], [["none"]], "speculative decoding type"),
+        *_flags(["--spec-draft-n-max"], [["3"]], "draft depth (upstream)"),
+        *_flags(["--spec-draft-n-min"], [["0"]], "fewest drafted tokens (upstream)"),
+        *_flags(["--spec-draft-p-min", "--draft-p-min"], [["0.75"]], "draft p-min"),
+        *_flags(["--draft-max", "--draft", "--draft-n"], [["3"]], "draft depth (ik)"),
+        *_flags(["--draft-min", "--draft-n-min"], [["0"]], "fewest drafted tokens (ik)"),
+        *_flags(["-mtp", "--multi-token-prediction"], SWITCH, "MTP on (ik)"),
+        *_flags(["-no-mtp", "--no-multi-token-prediction"], SWITCH, "MTP off (ik)"),
+        *_flags(["--host"], [["127.0.0.1"]], "listen address"),
+        *_flags(["--port"], [["8080"]], "listen port"),
+        *_flags(["--api-key"], [["probe-key"]], "API key"),
+        *_flags(["--api-key-file"], [["/dev/null"]], "API key file"),
+        *_flags(["-a", "--alias"], [["probe"]], "model alias"),
+        *_flags(["-lv", "--log-verbosity", "--verbosity"], [["4"]], "log verbosity"),
+        *_flags(["-v", "--verbose"], SWITCH, "log everything"),
+        *_flags(["--metrics"], SWITCH, "Prometheus /metrics"),
+        *_flags(["-kvu", "--kv-unified"], SWITCH, "unified KV cache (upstream)"),
+        *_flags(["--jinja"], SWITCH, "chat template engine"),
+        *_flags(["-nkvo", "--no-kv-offload"], SWITCH, "KV cache on the CPU"),
+        *_flags(["--no-warmup"], SWITCH, "skip warm-up"),
+        *_flags(["-cram", "--cache-ram"], [["0"]], "host prompt cache"),
+        *_flags(["-dev", "--device"], [["none"]], "device list"),
+        *_flags(["-sm", "--split-mode"], [["layer"]], "multi-GPU split"),
+        *_flags(["-mg", "--main-gpu"], [["0"]], "main GPU"),
+        *_flags(["-ts", "--tensor-split"], [["1"]], "multi-GPU proportions"),
+    ]
+)
+
+
+class Option(StrEnum):
+    """An engine option, independent of how a build spells it."""
+
+    MODEL = "model"
+    HOST = "host"
+    PORT = "port"
+    API_KEY = "api-key"
+    API_KEY_FILE = "api-key-file"
+    CTX = "ctx"
+    CACHE_K = "cache-type-k"
+    CACHE_V = "cache-type-v"
+    FLASH_ATTN = "flash-attn"
+    BATCH = "batch"
+    UBATCH = "ubatch"
+    PARALLEL = "parallel"
+    THREADS = "threads"
+    GPU_LAYERS = "gpu-layers"
+    N_CPU_MOE = "n-cpu-moe"
+    CPU_MOE = "cpu-moe"
+    OVERRIDE_TENSOR = "override-tensor"
+    FIT = "fit"
+    FIT_TARGET = "fit-target"
+    FIT_MARGIN = "fit-margin"
+    LOAD_MODE = "load-mode"
+    MLOCK = "mlock"
+    NO_MMAP = "no-mmap"
+    SPEC_TYPE = "spec-type"
+    MTP = "mtp"
+    DRAFT_MAX = "draft-max"
+    DRAFT_MIN = "draft-min"
+    DRAFT_P_MIN = "draft-p-min"
+    DRAFT_CACHE_K = "draft-cache-type-k"
+    DRAFT_CACHE_V = "draft-cache-type-v"
+    VERBOSITY = "verbosity"
+
+
+@dataclass(frozen=True)
+class FlagSpelling:
+    """How one flavour spells an option.
+
+    ``spellings`` are in order of preference: the first is what current builds use, later
+    ones are older or alternative names the adapter falls back to when the probe rejected
+    the earlier ones. ``probe_value`` is a value the parser accepts, for the
+    ``<flag> <value> --version`` probe (None: the flag is a switch).
+    """
+
+    spellings: tuple[str, ...]
+    probe_value: str | None
+
+
+UPSTREAM_SPELLINGS = MappingProxyType(
+    {
+        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
+        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
+        Option.PORT: FlagSpelling(("--port",), "8080"),
+        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
+        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
+        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
+        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
+        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
+        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
+        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
+        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
+        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
+        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
+        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
+        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
+        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
+        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+        Option.FIT: FlagSpelling(("--fit", "-fit"), "on"),
+        Option.FIT_TARGET: FlagSpelling(("--fit-target", "-fitt"), "1024"),
+        Option.LOAD_MODE: FlagSpelling(("-lm", "--load-mode"), "auto"),
+        # Older upstream builds (before -lm) spelled the load mode with these switches.
+        Option.MLOCK: FlagSpelling(("--mlock",), None),
+        Option.NO_MMAP: FlagSpelling(("--no-mmap",), None),
+        Option.SPEC_TYPE: FlagSpelling(("--spec-type",), "none"),
+        Option.DRAFT_MAX: FlagSpelling(
+            ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"), "2"
+        ),
+        Option.DRAFT_MIN: FlagSpelling(("--spec-draft-n-min", "--draft-min", "--draft-n-min"), "0"),
+        Option.DRAFT_P_MIN: FlagSpelling(("--spec-draft-p-min", "--draft-p-min"), "0.5"),
+        Option.DRAFT_CACHE_K: FlagSpelling(
+            ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), "f16"
+        ),
+        Option.DRAFT_CACHE_V: FlagSpelling(
+            ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "f16"
+        ),
+        Option.VERBOSITY: FlagSpelling(("-lv", "--log-verbosity", "--verbosity"), "3"),
+    }
+)
+
+UPSTREAM_RETIRED_FLAGS = frozenset(
+    {"--mlock", "--no-mmap", "--draft-max", "--draft", "--draft-n", "--draft-min", "--draft-n-min"}
+)
+"""Spellings older upstream builds accept that the documented snapshot no longer has."""
+
+UPSTREAM_DOCUMENTED_FLAGS = (
+    frozenset(s for e in UPSTREAM_SPELLINGS.values() for s in e.spellings) - UPSTREAM_RETIRED_FLAGS
+)
+"""Flags of the upstream snapshot described in engines.md §3."""
+
+UPSTREAM_DOCUMENTED_SPEC_TYPES = SPEC_TYPES
+
+
+IK_SPELLINGS = MappingProxyType(
+    {
+        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
+        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
+        Option.PORT: FlagSpelling(("--port",), "8080"),
+        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
+        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
+        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
+        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
+        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
+        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
+        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
+        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
+        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
+        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
+        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
+        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
+        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
+        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+        Option.FIT: FlagSpelling(("--fit",), None),
+        Option.FIT_MARGIN: FlagSpelling(("--fit-margin",), "1024"),
+        Option.MLOCK: FlagSpelling(("--mlock",), None),
+        Option.NO_MMAP: FlagSpelling(("--no-mmap",), None),
+        Option.MTP: FlagSpelling(("-mtp", "--multi-token-prediction"), None),
+        Option.DRAFT_MAX: FlagSpelling(("--draft-max", "--draft", "--draft-n"), "2"),
+        Option.DRAFT_MIN: FlagSpelling(("--draft-min", "--draft-n-min"), "0"),
+        Option.DRAFT_P_MIN: FlagSpelling(("--draft-p-min",), "0.5"),
+    }
+)
+
+IK_DOCUMENTED_FLAGS = frozenset(s for e in IK_SPELLINGS.values() for s in e.spellings) | {
+    "--spec-type", "-ctkd", "-ctvd", "--verbosity",
+}  # fmt: skip
+"""Flags of the ik_llama.cpp snapshot described in engines.md §3 (the adapter's spellings and
+four it does not emit)."""
+
+IK_DOCUMENTED_SPEC_TYPES = (
+    "none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+)  # fmt: skip

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from mtpstudio.core.memory.budget import MIB, HostSpec, TargetDevice, compute_budget
+from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.engine_facts import IK_FACTS, UPSTREAM_FACTS
 from mtpstudio.core.memory.fit import fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.placement import EXPERT_TENSOR, ModelWeights
@@ -15,6 +16,7 @@ from mtpstudio.core.model.catalog.gpus import gpu_card
 from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_from_dict
+from mtpstudio.core.units import MIB
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from PySide6.QtCore import QObject, Signal
 from mtpstudio.core.detect.report import DetectionReport
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.memory.budget import Budget, HostSpec, compute_budget
+from mtpstudio.core.memory.budget import Budget, compute_budget
+from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.machine import MachineFacts, machine_facts
 from mtpstudio.core.memory.targets import ResolvedTarget

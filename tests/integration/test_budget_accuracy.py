@@ -10,11 +10,13 @@ import pytest
 from support.servers import LlamaServer
 from support.tiny_models import TinyModelCache
 
-from mtpstudio.core.memory.budget import MIB, TargetDevice, compute_budget
+from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict
 from mtpstudio.core.server.load_log import parse_load_log
+from mtpstudio.core.units import MIB
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.placement import ModelWeights, Placement, place, split_weights
 from mtpstudio.core.memory.terms import (
@@ -54,39 +55,6 @@ HOST_SEGMENTS = (
     "prompt_cache_max",
 )
 PROMPT_CACHE_DEFAULT = 8192 * MIB  # upstream --cache-ram default
-
-
-@dataclass(frozen=True)
-class TargetDevice:
-    """The device the plan is for: a GPU (detected or from the catalogue) or the CPU.
-
-    Attributes:
-        id: ``CUDA0``-style id, or ``CPU`` for a CPU-only plan.
-        name: what to call it.
-        total_bytes: memory size; ``None`` when unknown (CPU without host facts).
-        desktop_bytes: VRAM the desktop (compositor, shell) holds.
-        other_bytes: VRAM other processes hold.
-        driver_overhead_bytes: the engine's own driver/CUDA context, outside its buffers.
-    """
-
-    id: str
-    name: str
-    total_bytes: int | None
-    desktop_bytes: int = 0
-    other_bytes: int = 0
-    driver_overhead_bytes: int = 0
-
-    @property
-    def is_gpu(self) -> bool:
-        return self.id != "CPU"
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """System memory facts (from detection); unknown values are ``None``."""
-
-    total_bytes: int | None = None
-    available_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -296,7 +264,7 @@ def compute_budget(
 
     ``weights`` (from ``ModelWeights.from_model``) makes repeated calls cheap; ``cpu_expert_layers``
     overrides the plan's MoE placement (the fit planner uses it). With ``moe = fit`` the engine's
-    own fit is simulated (see ``fit_planner.engine_fit``).
+    own fit is simulated (see ``engine_fit_layers`` below).
     """
     weights = weights or ModelWeights.from_model(model)
     host = host or HostSpec()

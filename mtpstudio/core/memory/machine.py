@@ -8,7 +8,7 @@ from pathlib import Path
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.memory.budget import HostSpec, TargetDevice
+from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.plan import Plan
 
 DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})

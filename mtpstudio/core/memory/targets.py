@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtpstudio.core.memory.budget import HostSpec, TargetDevice
+from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
 from mtpstudio.core.plan import DesktopReclaim, Plan
 

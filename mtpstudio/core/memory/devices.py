@@ -1,0 +1,38 @@
+"""The device types the memory model plans for: the target device and the host's memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TargetDevice:
+    """The device the plan is for: a GPU (detected or from the catalogue) or the CPU.
+
+    Attributes:
+        id: ``CUDA0``-style id, or ``CPU`` for a CPU-only plan.
+        name: what to call it.
+        total_bytes: memory size; ``None`` when unknown (CPU without host facts).
+        desktop_bytes: VRAM the desktop (compositor, shell) holds.
+        other_bytes: VRAM other processes hold.
+        driver_overhead_bytes: the engine's own driver/CUDA context, outside its buffers.
+    """
+
+    id: str
+    name: str
+    total_bytes: int | None
+    desktop_bytes: int = 0
+    other_bytes: int = 0
+    driver_overhead_bytes: int = 0
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.id != "CPU"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """System memory facts (from detection); unknown values are ``None``."""
+
+    total_bytes: int | None = None
+    available_bytes: int | None = None

@@ -161,16 +161,14 @@ def _check_device(device: str) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from mtpstudio.core.budget_report import budget_report
     from mtpstudio.core.detect.report import detect_all
-    from mtpstudio.core.memory.machine import machine_facts
     from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import PlanningContext, evaluate
-    from mtpstudio.core.summary import plan_report
+    from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
+    from mtpstudio.core.reports import budget_report, plan_report
 
     plan = plan_from_args(args)
     info = load_model_info(plan.model)
-    result = evaluate(plan, PlanningContext(machine_facts(detect_all()), info))
+    result = evaluate(plan, PlanningContext(machine_for(detect_all()), info))
     budget = replace(result.budget, warnings=result.warnings)
     if args.save:
         save_plan(plan, args.save)

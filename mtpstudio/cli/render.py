@@ -29,14 +29,13 @@ def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[
     from mtpstudio.core.detect.report import detect_all
     from mtpstudio.core.engines.apikey import ensure_api_key
     from mtpstudio.core.export import render_all
-    from mtpstudio.core.memory.machine import machine_facts
     from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import PlanningContext, launch_spec_for
+    from mtpstudio.core.planning import PlanningContext, launch_spec_for, machine_for
     from mtpstudio.core.render import SessionSettings, UnitScope
 
     plan = load_plan(args.plan)
-    machine = machine_facts(detect_all())
-    ctx = PlanningContext(machine, load_model_info(plan.model))
+    machine = machine_for(detect_all())
+    pctx = PlanningContext(machine, load_model_info(plan.model))
     messages: list[str] = []
     key_file = None
     if not plan.server.is_loopback:
@@ -44,7 +43,7 @@ def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[
         key_file = key.path
         if key.created:
             messages.append(f"New API key (shown once): {key.key} — stored in {key.path}")
-    spec, notes = launch_spec_for(plan, ctx, api_key_file=key_file)
+    spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
     scope = UnitScope(args.scope)
     user = args.user or (getpass.getuser() if scope is UnitScope.SYSTEM else None)
     files = render_all(

@@ -1,21 +1,52 @@
-"""One evaluation of a Plan: target, budget, engine command line and warnings (GUI and CLI)."""
+"""The one entry point for evaluating a Plan: target, budget, engine command line and warnings.
+
+The GUI and the CLI reach the memory model and the engine adapters only through this module;
+the plain data types they get back (``Budget``, ``LaunchSpec``, ``EngineBuild`` …) are
+re-exported here so callers need not import the modules that compute them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.memory.budget import Budget, compute_budget
+from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget, compute_budget
+from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context
-from mtpstudio.core.memory.machine import MachineFacts
+from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.memory.targets import ResolvedTarget, resolve_target
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan import EngineFlavour, Plan
+
+__all__ = [
+    "DESKTOP_CATEGORIES",
+    "Budget",
+    "BuildChoice",
+    "DeviceBudget",
+    "EngineBuild",
+    "FitSuggestion",
+    "HostBudget",
+    "LaunchSpec",
+    "MachineFacts",
+    "PlanResult",
+    "PlanningContext",
+    "ResolvedTarget",
+    "budget_for",
+    "build_choices",
+    "effective_build",
+    "evaluate",
+    "fit_suggestions",
+    "launch_spec_for",
+    "machine_for",
+    "resolve_for",
+]
 
 
 @dataclass
@@ -49,6 +80,45 @@ class PlanResult:
         return list(self.spec.argv)
 
 
+@dataclass(frozen=True)
+class BuildChoice:
+    """A build a plan can run on: a probed one, or a flavour's documented flags."""
+
+    flavour: EngineFlavour
+    build: EngineBuild
+    probed: bool
+
+    @property
+    def binary(self) -> str | None:
+        """The binary a plan names for this choice (None: the flavour's default search)."""
+        return str(self.build.binary) if self.probed else None
+
+
+def machine_for(report: DetectionReport | None) -> MachineFacts:
+    """The machine as the planner sees it (no GPU, no builds until detection answers)."""
+    if report is None:
+        return MachineFacts(HostSpec(), (), ())
+    return machine_facts(report)
+
+
+def effective_build(plan: Plan, machine: MachineFacts) -> BuildChoice:
+    """The build the plan runs on: the probed one, else the documented flags of its flavour."""
+    probed = machine.build_for(plan)
+    if probed is not None:
+        return BuildChoice(probed.flavour, probed, True)
+    flavour = plan.engine.flavour
+    return BuildChoice(flavour, documented_build(flavour, plan.engine.binary), False)
+
+
+def build_choices(machine: MachineFacts) -> list[BuildChoice]:
+    """Every probed build, then each flavour without one as its documented flags."""
+    choices = [BuildChoice(b.flavour, b, True) for b in machine.builds]
+    for flavour in EngineFlavour:
+        if not any(c.flavour is flavour for c in choices):
+            choices.append(BuildChoice(flavour, documented_build(flavour), False))
+    return choices
+
+
 def resolve_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:
     """The target device; a demo-card plan with no GPU found plans for the demo GPU card."""
     resolved = resolve_target(plan, machine.host, list(machine.gpus))
@@ -63,14 +133,21 @@ def resolve_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:
     return resolved
 
 
+def budget_for(plan: Plan, pctx: PlanningContext) -> tuple[ResolvedTarget, Budget]:
+    """The target and the memory budget alone (what is left when the command line fails)."""
+    target = resolve_for(plan, pctx.machine)
+    facts = memory_facts(plan.engine.flavour)
+    budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
+    return target, budget
+
+
 def launch_spec_for(
-    plan: Plan, ctx: PlanningContext, api_key_file: Path | None = None
+    plan: Plan, pctx: PlanningContext, api_key_file: Path | None = None
 ) -> tuple[LaunchSpec, list[str]]:
     """The engine command line from the probed build (or the documented flags, said plainly)."""
-    probed = ctx.machine.build_for(plan)
-    build = probed or documented_build(plan.engine.flavour, plan.engine.binary)
+    choice = effective_build(plan, pctx.machine)
     notes: list[str] = []
-    if probed is None:
+    if not choice.probed:
         notes.append(
             f"no {plan.engine.flavour.value} llama-server was found: the command line uses the "
             "documented flags (run `mtpstudio detect` to see what was searched)"
@@ -81,34 +158,32 @@ def launch_spec_for(
         notes.append(f"the demo card has no file: put your GGUF's path in place of {model_path}")
     spec = build_launch_spec(
         plan,
-        build,
-        ctx.model,
+        choice.build,
+        pctx.model,
         model_path=model_path,
-        assume_documented=probed is None,
+        assume_documented=not choice.probed,
         api_key_file=api_key_file,
     )
     return spec, notes
 
 
-def evaluate(plan: Plan, ctx: PlanningContext, *, suggest: bool = True) -> PlanResult:
+def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> PlanResult:
     """Budget, command line and warnings for ``plan``; fit suggestions when it does not fit."""
-    target = resolve_for(plan, ctx.machine)
-    facts = memory_facts(plan.engine.flavour)
-    budget = compute_budget(plan, ctx.model, target.device, facts, target.host, ctx.weights)
-    spec, notes = launch_spec_for(plan, ctx)
+    target, budget = budget_for(plan, pctx)
+    spec, notes = launch_spec_for(plan, pctx)
     warnings = list(budget.warnings) + list(spec.warnings) + notes
     if suggest and budget.fits is False and target.device.is_gpu:
-        warnings += [f"Fit: {s.message}" for s in fit_suggestions(plan, ctx, target)]
+        warnings += [f"Fit: {s.message}" for s in fit_suggestions(plan, pctx, target)]
     return PlanResult(plan, target, budget, spec, tuple(warnings))
 
 
 def fit_suggestions(
-    plan: Plan, ctx: PlanningContext, target: ResolvedTarget | None = None
+    plan: Plan, pctx: PlanningContext, target: ResolvedTarget | None = None
 ) -> list[FitSuggestion]:
     """The planner's two answers: fewest CPU expert layers here, then the largest context there."""
-    target = target or resolve_for(plan, ctx.machine)
+    target = target or resolve_for(plan, pctx.machine)
     facts = memory_facts(plan.engine.flavour)
-    dev, host, w = target.device, target.host, ctx.weights
-    offload = fewest_cpu_expert_layers(plan, ctx.model, dev, facts, host, w)
+    dev, host, w = target.device, target.host, pctx.weights
+    offload = fewest_cpu_expert_layers(plan, pctx.model, dev, facts, host, w)
     base = offload.plan if offload.fits else plan
-    return [offload, largest_context(base, ctx.model, dev, facts, host, w)]
+    return [offload, largest_context(base, pctx.model, dev, facts, host, w)]

@@ -6,8 +6,8 @@ import shlex
 
 from pydantic import BaseModel
 
-from mtpstudio.core.engines.base import LaunchSpec
 from mtpstudio.core.plan import Plan
+from mtpstudio.core.planning import LaunchSpec
 
 
 def field_description(path: str) -> str:

@@ -17,18 +17,23 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from mtpstudio.core.detect.report import DetectionReport
-from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.memory.budget import Budget, compute_budget
-from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.memory.engine_facts import memory_facts
-from mtpstudio.core.memory.machine import MachineFacts, machine_facts
-from mtpstudio.core.memory.targets import ResolvedTarget
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import ModelChoice, Plan, plan_with
-from mtpstudio.core.planning import PlanningContext, PlanResult, evaluate, resolve_for
+from mtpstudio.core.planning import (
+    Budget,
+    BuildChoice,
+    MachineFacts,
+    PlanningContext,
+    PlanResult,
+    ResolvedTarget,
+    budget_for,
+    effective_build,
+    evaluate,
+    machine_for,
+)
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 
@@ -71,24 +76,16 @@ class Evaluation:
         return self.result.argv if self.result is not None else None
 
 
-def evaluate_plan(plan: Plan, ctx: PlanningContext) -> Evaluation:
+def evaluate_plan(plan: Plan, pctx: PlanningContext) -> Evaluation:
     """``planning.evaluate`` without fit suggestions; a command-line error keeps the budget."""
     try:
-        result = evaluate(plan, ctx, suggest=False)
+        result = evaluate(plan, pctx, suggest=False)
     except MtpStudioError as exc:
         message = error_sentence(exc)
         try:
-            target = resolve_for(plan, ctx.machine)
+            target, budget = budget_for(plan, pctx)
         except MtpStudioError:
             return Evaluation(plan, None, None, None, message)
-        budget = compute_budget(
-            plan,
-            ctx.model,
-            target.device,
-            memory_facts(plan.engine.flavour),
-            target.host,
-            ctx.weights,
-        )
         return Evaluation(plan, None, budget, target, message)
     return Evaluation(plan, result, result.budget, result.target)
 
@@ -259,9 +256,7 @@ class WizardState(QObject):
 
     def machine(self) -> MachineFacts:
         """The machine as the planner sees it (no GPU, no builds until detection answers)."""
-        if self.report is None:
-            return MachineFacts(HostSpec(), (), ())
-        return machine_facts(self.report)
+        return machine_for(self.report)
 
     def context(self) -> PlanningContext | None:
         """Machine + model, built once per report/model; None until the model is read."""
@@ -271,17 +266,17 @@ class WizardState(QObject):
             self._context = PlanningContext(self.machine(), self.model_info)
         return self._context
 
-    def build(self) -> EngineBuild | None:
-        """The probed build the plan uses, if detection found one."""
-        ctx = self.context()
-        machine = ctx.machine if ctx is not None else self.machine()
-        return machine.build_for(self._plan)
+    def build(self) -> BuildChoice:
+        """The build the plan uses: the probed one, else its flavour's documented flags."""
+        pctx = self.context()
+        machine = pctx.machine if pctx is not None else self.machine()
+        return effective_build(self._plan, machine)
 
     def evaluation(self) -> Evaluation | None:
         """Budget, command line and warnings of the current Plan (cached per Plan)."""
-        ctx = self.context()
-        if ctx is None:
+        pctx = self.context()
+        if pctx is None:
             return None
         if self._evaluation is None or self._evaluation.plan is not self._plan:
-            self._evaluation = evaluate_plan(self._plan, ctx)
+            self._evaluation = evaluate_plan(self._plan, pctx)
         return self._evaluation

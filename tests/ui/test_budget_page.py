@@ -31,9 +31,9 @@ def test_bar_shows_the_planners_budget_per_device_and_host(make_wizard: WizardFa
     wizard = make_wizard(_demo())
     go_to(wizard, 3)
     page = wizard.budget_page
-    ctx = wizard.state.context()
-    assert ctx is not None
-    expected = evaluate(wizard.plan, ctx, suggest=False)
+    pctx = wizard.state.context()
+    assert pctx is not None
+    expected = evaluate(wizard.plan, pctx, suggest=False)
     rows = page.bar.rows
     assert [r.title for r in rows] == [
         "CUDA0 · NVIDIA GeForce RTX 4070 SUPER (catalogue)",
@@ -77,9 +77,9 @@ def test_overflow_is_red_and_the_fit_buttons_apply_the_planners_answers(
     page = wizard.budget_page
     assert page.bar.rows[0].overflow_bytes > 0
     assert page.verdict.tone is Tone.BAD and "short" in page.verdict.text()
-    ctx = wizard.state.context()
-    assert ctx is not None
-    expected = fit_suggestions(wizard.plan, ctx)
+    pctx = wizard.state.context()
+    assert pctx is not None
+    expected = fit_suggestions(wizard.plan, pctx)
 
     page.fit_offload_button.click()
     assert wizard.plan == expected[0].plan
@@ -89,7 +89,7 @@ def test_overflow_is_red_and_the_fit_buttons_apply_the_planners_answers(
     assert page.verdict.tone is Tone.GOOD
     assert page.fit_label.text().startswith("Fewest expert layers on the CPU")
 
-    again = fit_suggestions(wizard.plan, ctx)
+    again = fit_suggestions(wizard.plan, pctx)
     page.fit_context_button.click()
     assert wizard.plan.runtime.ctx == again[1].plan.runtime.ctx >= 32768
     assert page.ctx.spin.value() == wizard.plan.runtime.ctx

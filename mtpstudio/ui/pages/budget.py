@@ -21,12 +21,9 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.engines.capabilities import mtp_reason
-from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.memory.fit import FitSuggestion
 from mtpstudio.core.plan import MoePlacement, Plan
-from mtpstudio.core.planning import fit_suggestions
+from mtpstudio.core.planning import Budget, FitSuggestion, fit_suggestions
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
@@ -227,7 +224,7 @@ class BudgetPage(PlanPage):
 
     def _update_enabled(self, plan: Plan, evaluation: Evaluation | None) -> None:
         info = self.state.model_info
-        build = self.state.build() or documented_build(plan.engine.flavour, plan.engine.binary)
+        build = self.state.build().build
         why_no_mtp = mtp_reason(build, info)
         if not plan.mtp.enabled:
             why_no_mtp = why_no_mtp or "MTP is off (Engine & options page)"
@@ -340,10 +337,10 @@ class BudgetPage(PlanPage):
 
     def suggestions(self) -> list[FitSuggestion]:
         """The planner's two answers for the current Plan (a few milliseconds)."""
-        ctx = self.state.context()
-        if ctx is None:
+        pctx = self.state.context()
+        if pctx is None:
             return []
-        return fit_suggestions(self.state.plan, ctx)
+        return fit_suggestions(self.state.plan, pctx)
 
     def apply_suggestion(self, index: int) -> FitSuggestion | None:
         """Apply the planner's answer ``index`` (0: fewest CPU expert layers, 1: largest ctx)."""

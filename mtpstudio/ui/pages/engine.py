@@ -29,22 +29,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.base import LaunchSpec
 from mtpstudio.core.engines.capabilities import (
     build_capabilities,
     disabled_reasons,
     engine_name,
 )
-from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan import (
     CacheType,
-    EngineFlavour,
     FlashAttention,
     LoadMode,
     MoePlacement,
     Plan,
 )
+from mtpstudio.core.planning import BuildChoice, EngineBuild, LaunchSpec, build_choices
 from mtpstudio.ui.help_text import setting_tooltip
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
@@ -96,19 +93,6 @@ def plan_value(plan: Plan, path: str) -> Any:
     if isinstance(node, Path):
         return str(node)
     return node
-
-
-@dataclass(frozen=True)
-class BuildChoice:
-    """An entry of the builds list: a probed build, or a flavour's documented flags."""
-
-    flavour: EngineFlavour
-    build: EngineBuild
-    probed: bool
-
-    @property
-    def binary(self) -> str | None:
-        return str(self.build.binary) if self.probed else None
 
 
 @dataclass
@@ -318,17 +302,11 @@ class EnginePage(PlanPage):
 
     def build_choices(self) -> list[BuildChoice]:
         """Every probed build, then each flavour without one as its documented flags."""
-        machine = self.state.machine()
-        choices = [BuildChoice(b.flavour, b, True) for b in machine.builds]
-        for flavour in EngineFlavour:
-            if not any(c.flavour is flavour for c in choices):
-                choices.append(BuildChoice(flavour, documented_build(flavour), False))
-        return choices
+        return build_choices(self.state.machine())
 
     def current_build(self) -> EngineBuild:
         """The probed build the plan uses, else the documented flags of its flavour."""
-        plan = self.state.plan
-        return self.state.build() or documented_build(plan.engine.flavour, plan.engine.binary)
+        return self.state.build().build
 
     def _build_item_widget(self, choice: BuildChoice) -> QWidget:
         build = choice.build
@@ -390,8 +368,8 @@ class EnginePage(PlanPage):
         using = self.state.build()
         selected = 0
         for row, choice in enumerate(self.choices):
-            if (choice.probed and using is not None and choice.build.binary == using.binary) or (
-                not choice.probed and using is None and choice.flavour is plan.engine.flavour
+            if (choice.probed and using.probed and choice.build.binary == using.build.binary) or (
+                not choice.probed and not using.probed and choice.flavour is plan.engine.flavour
             ):
                 selected = row
         if self.build_list.currentRow() != selected:

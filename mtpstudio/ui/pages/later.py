@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
-from mtpstudio.core.summary import plan_option_lines
+from mtpstudio.core.planning import DESKTOP_CATEGORIES
+from mtpstudio.core.reports import plan_option_lines
 from mtpstudio.ui.formatting import mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState

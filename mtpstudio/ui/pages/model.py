@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.model.catalog.models import model_cards
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import ModelChoice, describe_validation_error
-from mtpstudio.core.summary import model_summary_lines
+from mtpstudio.core.reports import model_summary_lines
 from mtpstudio.ui.formatting import gb_gib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState

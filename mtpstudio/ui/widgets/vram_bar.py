@@ -27,9 +27,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget
-
-MIB = 1024 * 1024
+from mtpstudio.core.planning import Budget, DeviceBudget, HostBudget
+from mtpstudio.core.units import MIB
 
 
 @dataclass(frozen=True)

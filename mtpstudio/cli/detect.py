@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.detect.models import DetectionReport, EngineInfo, GpuInfo, GpuProcess
+from mtpstudio.core.units import GIB, MIB
 
 WIDTH = 100
 INDENT = " " * 11
@@ -82,10 +83,10 @@ def human_bytes(value: int | None) -> str:
     """1.5 GiB / 412 MiB / '?'."""
     if value is None:
         return "?"
-    if value >= 1024**3:
-        return f"{value / 1024**3:.1f} GiB"
-    if value >= 1024**2:
-        return f"{value / 1024**2:.0f} MiB"
+    if value >= GIB:
+        return f"{value / GIB:.1f} GiB"
+    if value >= MIB:
+        return f"{value / MIB:.0f} MiB"
     return f"{value / 1024:.0f} KiB"
 
 

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from platformdirs import user_config_dir, user_data_dir
 
-from mtpstudio.core import quoting
+from mtpstudio.core import paths, quoting
 from mtpstudio.core.engines.base import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, LoadMode, Plan
@@ -106,8 +105,8 @@ class ServiceLayout:
         unit; the script in ``plan.outputs.export_dir`` or ``$XDG_DATA_HOME/mtpstudio``.
         """
         out = plan.outputs
-        config = config_dir or Path(user_config_dir())
-        export = out.export_dir or (data_dir or Path(user_data_dir())) / "mtpstudio"
+        config = config_dir or paths.config_home()
+        export = out.export_dir or (data_dir or paths.data_home()) / "mtpstudio"
         unit_name = f"{out.service_name}.service"
         if scope is UnitScope.SYSTEM:
             unit = Path("/etc/systemd/system") / unit_name

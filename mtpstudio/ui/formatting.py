@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from mtpstudio.core.errors import MtpStudioError
-
-MIB = 1024 * 1024
-GIB = 1024 * MIB
+from mtpstudio.core.units import GIB, MIB
 
 
 def mib(n_bytes: int | None) -> str:

@@ -12,10 +12,9 @@ import json
 import logging
 from pathlib import Path
 
-from platformdirs import user_config_dir
-
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.paths import config_dir as core_config_dir
 from mtpstudio.core.plan import Plan, load_plan, save_plan
 
 log = logging.getLogger(__name__)
@@ -25,7 +24,7 @@ WINDOW_STATE_VERSION = 1
 
 def config_dir() -> Path:
     """``~/.config/mtpstudio`` (or ``$XDG_CONFIG_HOME/mtpstudio``)."""
-    return Path(user_config_dir("mtpstudio"))
+    return core_config_dir()
 
 
 class StateStore:

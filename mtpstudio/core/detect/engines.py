@@ -28,6 +28,7 @@ from mtpstudio.core.engines.probe import (
     table_fingerprint,
 )
 from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.paths import cache_dir
 from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.runner import Runner, RunResult
 
@@ -296,10 +297,8 @@ def find_engines(
 
 
 def default_cache_path() -> Path:
-    """engine-probes.json under platformdirs' user cache dir (XDG_CACHE_HOME/mtpstudio)."""
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("mtpstudio")) / CACHE_FILE_NAME
+    """engine-probes.json in mtpstudio's cache dir (``$XDG_CACHE_HOME/mtpstudio``)."""
+    return cache_dir() / CACHE_FILE_NAME
 
 
 @dataclass

@@ -14,10 +14,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from platformdirs import user_config_dir
-
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.paths import config_dir
 
 __all__ = [
     "KEY_FILE_NAME",
@@ -54,7 +53,7 @@ class ApiKey:
 
 def default_key_path() -> Path:
     """``$XDG_CONFIG_HOME/mtpstudio/server-api-key``."""
-    return Path(user_config_dir("mtpstudio")) / KEY_FILE_NAME
+    return config_dir() / KEY_FILE_NAME
 
 
 def generate_api_key() -> str:

@@ -10,10 +10,11 @@ from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.plan import Plan
+from mtpstudio.core.units import MIB
 
 DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})
 # The engine's own CUDA context: not in its buffers, not yet in nvidia-smi (peers.md: 300-500 MB).
-CUDA_CONTEXT_BYTES = 400 * 1024 * 1024
+CUDA_CONTEXT_BYTES = 400 * MIB
 
 
 @dataclass(frozen=True)

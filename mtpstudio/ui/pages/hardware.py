@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
+from mtpstudio.core.units import MIB
 from mtpstudio.ui.formatting import gib, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids, discrete_gpu_ids
@@ -100,9 +101,7 @@ class HardwarePage(PlanPage):
         self.radio_catalogue = QRadioButton("Plan for another GPU (catalogue)", self)
         self.catalogue_combo = QComboBox(self)
         for card in gpu_cards():
-            self.catalogue_combo.addItem(
-                f"{card.label} · {card.vram_bytes // (1024 * 1024):,} MiB", card.id
-            )
+            self.catalogue_combo.addItem(f"{card.label} · {card.vram_bytes // MIB:,} MiB", card.id)
         self.radio_cpu = QRadioButton("CPU only (system RAM)", self)
         self.target_group = QButtonGroup(self)
         for button in (self.radio_detected, self.radio_catalogue, self.radio_cpu):

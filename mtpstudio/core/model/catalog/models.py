@@ -6,14 +6,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from platformdirs import user_cache_dir
-
 from mtpstudio.core.errors import CatalogError
 from mtpstudio.core.model.catalog.header import write_card_header
 from mtpstudio.core.model.catalog.qwen36 import QWEN36_CARDS
 from mtpstudio.core.model.catalog.spec import ModelCardSpec
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.paths import cache_dir
 
 __all__ = [
     "CARD_FORMAT_VERSION",
@@ -55,7 +54,7 @@ def model_card(card_id: str) -> ModelCardSpec:
 
 
 def _cache_dir() -> Path:
-    return Path(user_cache_dir("mtpstudio")) / "catalog"
+    return cache_dir() / "catalog"
 
 
 def model_card_path(card_id: str) -> Path:

@@ -476,4 +476,4 @@ def test_probe_table_covers_every_adapter_spelling(module_name: str) -> None:
     missing = sorted(
         flag for spelling in spellings.values() for flag in spelling.spellings if flag not in probed
     )
-    assert missing == [], f"add these to CANDIDATE_FLAGS in engines/probe.py: {missing}"
+    assert missing == [], f"add these to CANDIDATE_FLAGS in engines/flags.py: {missing}"

@@ -88,6 +88,10 @@ def _split(path: str) -> tuple[str, str]:
     return "/".join(parts[:-1]), parts[-1]
 
 
+def _empty_manifest() -> dict[str, Any]:
+    return {"schema": 1, "groups": {}, "created_dirs": []}
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
@@ -100,7 +104,7 @@ class Store:
         self.faults = faults
         self.root_fd = root_fd
         self.state_fd = state_fd
-        self.manifest: dict[str, Any] = {"schema": 1, "groups": {}, "created_dirs": []}
+        self.manifest: dict[str, Any] = _empty_manifest()
 
     # ---------------------------------------------------------------- opening
 
@@ -253,7 +257,26 @@ class Store:
     # ---------------------------------------------------------------- install / revert
 
     def install(self, key: str, files: Sequence[FileSpec]) -> list[Change]:
-        """Install ``files`` as group ``key`` (replacing that group's earlier files)."""
+        """Install ``files`` as group ``key`` (replacing that group's earlier files).
+
+        On a failure (a full disk, a link swapped in) what was written is put back before the
+        error is raised: the files as they were before mtpstudio, no stray state.
+        """
+        recorded: list[bool] = []
+        try:
+            return self._install(key, files, recorded)
+        except (OSError, Refused):
+            with suppress(OSError, Refused):
+                if recorded:
+                    self.revert(key)
+                else:  # the manifest on disk does not know this run: forget it
+                    self.manifest = _empty_manifest()
+                    self._load()
+                    self.sweep()
+                    self._finish()
+            raise
+
+    def _install(self, key: str, files: Sequence[FileSpec], recorded: list[bool]) -> list[Change]:
         self.sweep()
         old = self.groups.get(key)
         if old is not None and [f["path"] for f in old["files"]] != [f.path for f in files]:
@@ -303,6 +326,11 @@ class Store:
         created = self.manifest["created_dirs"]
         created.extend(d for d in new_dirs if d not in created)
         self._save()
+        recorded.append(True)
+        self._write_targets(files)
+        return changes
+
+    def _write_targets(self, files: Sequence[FileSpec]) -> None:
         owner = (0, 0) if os.geteuid() == 0 else None
         for spec in files:
             rel_dir, name = _split(spec.path)
@@ -312,7 +340,6 @@ class Store:
                 write_atomic(fd, name, spec.data, spec.mode, spec.path, self.faults, owner)
             finally:
                 os.close(fd)
-        return changes
 
     def revert(self, key: str) -> list[Change]:
         """Put back what group ``key`` replaced, remove what it created, forget the group."""

@@ -128,6 +128,8 @@ def session_group(root: str, name: str, data: bytes) -> list[FileSpec]:
     allowed_session_dir(root, sessions_dir)
     wrapper_name = check_name(_string(payload, "wrapper_name"), "")
     desktop, wrapper = _string(payload, "desktop"), _string(payload, "wrapper")
+    text_of(desktop.encode(), "the session file")
+    text_of(wrapper.encode(), "the session wrapper")
     check_session(desktop, wrapper_name)
     check_wrapper(wrapper)
     files = [
@@ -147,7 +149,7 @@ def unit_group(name: str, data: bytes) -> list[FileSpec]:
     """The environment file and the unit of ``install-unit NAME``."""
     payload = _json_object(data)
     env_name = payload.get("env_name")
-    unit = _string(payload, "unit")
+    unit = text_of(_string(payload, "unit").encode(), "the unit")
     if env_name is not None:
         if not isinstance(env_name, str):
             raise Refused("env_name must be text")
@@ -155,7 +157,7 @@ def unit_group(name: str, data: bytes) -> list[FileSpec]:
     check_unit(unit, system=True, env_name=env_name)
     files = []
     if env_name is not None:
-        env = _string(payload, "env")
+        env = text_of(_string(payload, "env").encode(), "the environment file")
         check_env_file(env)
         files.append(FileSpec(f"{ENV_DIR}/{env_name}", env.encode(), 0o644))
     files.append(FileSpec(f"{SYSTEM_UNIT_DIR}/{name}", unit.encode(), 0o644))

@@ -34,6 +34,7 @@ _UNIT_KEYS = {
 }  # fmt: skip
 _REPEATABLE = {"After", "Wants", "Requires", "Environment", "UnsetEnvironment", "DeviceAllow",
                "SupplementaryGroups", "WantedBy", "Documentation"}  # fmt: skip
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # anything but \t and \n
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ROOT_USERS = {"root", "0"}
 _PROFILE_KEYS = {"GLVidHeapReuseRatio"}
@@ -54,8 +55,10 @@ def text_of(data: bytes, what: str) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise Refused(f"{what} is not UTF-8 text") from None
-    if "\x00" in text:
-        raise Refused(f"{what} contains a NUL byte")
+    bad = _CONTROL.search(text)
+    if bad is not None:
+        # systemd's line reader also ends a line at \r and NUL: a value could smuggle a key
+        raise Refused(f"{what} contains the control character {bad.group()!r}")
     return text
 
 

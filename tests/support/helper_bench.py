@@ -111,7 +111,7 @@ def nvidia_payload() -> tuple[str, bytes]:
 
 def make_root(base: Path) -> Path:
     """A system-like root: /var/lib exists (the helper does not invent /var/lib)."""
-    (base / "var" / "lib").mkdir(parents=True)
+    (base / "var" / "lib").mkdir(parents=True, exist_ok=True)
     return base
 
 

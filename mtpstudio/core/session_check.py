@@ -28,7 +28,9 @@ _RENDERER = re.compile(r"OpenGL renderer string:\s*(.+)")
 
 
 def desktop_vram(report: DetectionReport, session: str | None = None) -> dict[str, Any]:
-    """The desktop processes' VRAM per GPU, from detection (stored as the 'before' figure)."""
+    """The desktop processes' VRAM on the dedicated GPUs (the iGPU's shared memory is not the
+    point), from detection; stored as the 'before' figure."""
+    shared = {g.id for g in report.gpus if g.integrated}
     processes = [
         {
             "gpu_id": p.gpu_id,
@@ -38,7 +40,7 @@ def desktop_vram(report: DetectionReport, session: str | None = None) -> dict[st
             "used_bytes": p.used_bytes,
         }
         for p in report.processes
-        if p.category in DESKTOP_CATEGORIES
+        if p.category in DESKTOP_CATEGORIES and p.gpu_id not in shared
     ]
     known = [p["used_bytes"] for p in processes if isinstance(p["used_bytes"], int)]
     return {

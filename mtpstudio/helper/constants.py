@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 
 HELPER_INSTALL_PATH = "/usr/lib/mtpstudio/mtpstudio-helper"
-"""The helper's installed path: the polkit policy's exec.path, PKGBUILD and install.sh use it."""
+"""The helper's installed path: the polkit policy's exec.path, PKGBUILD and install.sh use it.
+
+Packaging installs it root-owned 0755 as a launcher run in Python's isolated mode, so neither
+the caller's directory nor PYTHON* variables reach the root process::
+
+    #!/usr/bin/python3 -I
+    import sys
+    from mtpstudio.helper.main import main
+    sys.exit(main())
+"""
 
 POLICY_ACTION_ID = "io.github.mtpstudio.helper"
 POLICY_FILE_NAME = f"{POLICY_ACTION_ID}.policy"

@@ -237,3 +237,11 @@ def test_policy_check_can_fail() -> None:
     wrong = text.replace(HELPER_INSTALL_PATH, "/usr/local/bin/mtpstudio-helper")
     paths = [a.text for a in ET.fromstring(wrong.encode()).iter("annotate")]
     assert paths and paths[0] != HELPER_INSTALL_PATH
+
+
+def test_console_script_points_at_the_helper() -> None:
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["mtpstudio-helper"] == "mtpstudio.helper.main:main"
+    assert Path(HELPER_INSTALL_PATH).name == "mtpstudio-helper"

@@ -203,3 +203,15 @@ def test_user_unit_without_root(
     assert code == 0, err
     assert not unit.exists() and not paths.state_dir().exists()
     assert run(capsys, "apply", "unit", "--plan", str(plan), "--user", "--root", "/tmp")[0] == 2
+
+
+def test_verify_session_on_this_machine(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No KDE session, GL tools or GPU here: the report says so instead of failing."""
+    assert run(capsys, "apply", "session", "--root", str(root))[0] == 0
+    code, out, err = run(capsys, "verify-session", "--json", "--root", str(root))
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["desktop_bytes_before"] == 0 and report["measured_before"]
+    assert [g["tool"] for g in report["gl"]] == ["glxinfo", "eglinfo"]
+    code, out, _ = run(capsys, "verify-session", "--root", str(root))
+    assert "Desktop VRAM now: 0 MiB, before: 0 MiB" in out

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from mtpstudio import __version__
-from mtpstudio.cli import detect, gui, plan, render
+from mtpstudio.cli import apply, detect, gui, plan, render
 from mtpstudio.core.errors import MtpStudioError
 
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     gui.register(sub)
     render.register(sub)
     detect.register(sub)
+    apply.register(sub)
     return parser
 
 

@@ -13,8 +13,17 @@ class WriteError(MtpStudioError):
     """A file could not be written."""
 
 
+def fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries: a rename is durable only once its folder is synced."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, then rename."""
+    """Write ``data`` to ``path``: temp file in the same folder, fsync, rename, fsync the folder."""
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -29,6 +38,7 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        fsync_dir(folder)
     except OSError as exc:
         raise WriteError(
             f"cannot write {path}: {exc.strerror or exc}",

@@ -1,1 +1,1 @@
-"""The small privileged helper run through pkexec."""
+"""The small privileged helper run through pkexec: a few verbs, fixed folders, atomic writes."""

@@ -1,0 +1,384 @@
+"""``mtpstudio apply|revert|status|verify-session``: install reclaim sessions, units and the
+NVIDIA profile through the helper, undo them, list them, and check a session from inside."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mtpstudio.core.errors import MtpStudioError
+
+SWITCH_BACK = {"wayland-sessions": "Plasma (Wayland)", "xsessions": "Plasma (X11)"}
+
+
+def register(sub: Any) -> None:
+    """Add ``apply``, ``revert``, ``status`` and ``verify-session`` to the subcommands."""
+    p_apply = sub.add_parser(
+        "apply",
+        help="install a VRAM-saving login session, the service unit or the NVIDIA profile",
+        description="Install files through mtpstudio-helper (pkexec), atomically and revertibly.",
+    )
+    what = p_apply.add_subparsers(dest="what", metavar="WHAT", required=True)
+
+    p_session = what.add_parser("session", help="the login session that keeps Plasma off VRAM")
+    p_session.add_argument(
+        "--variant",
+        choices=["llvmpipe", "igpu", "x11"],
+        help="software rendering, display on the iGPU, or X11 (default: from detection)",
+    )
+    _common(p_session)
+    p_session.set_defaults(func=cmd_apply_session)
+
+    p_unit = what.add_parser("unit", help="the systemd unit that runs llama-server")
+    p_unit.add_argument("--plan", type=Path, required=True, help="the plan file")
+    scope = p_unit.add_mutually_exclusive_group()
+    scope.add_argument("--user", dest="scope", action="store_const", const="user",
+                       help="a user unit in ~/.config/systemd/user (no root needed)")  # fmt: skip
+    scope.add_argument("--system", dest="scope", action="store_const", const="system",
+                       help="a system unit in /etc/systemd/system (default)")  # fmt: skip
+    p_unit.add_argument("--account", help="account a system unit runs as (default: you)")
+    _common(p_unit)
+    p_unit.set_defaults(func=cmd_apply_unit, scope="system")
+
+    p_nv = what.add_parser("nvidia-profile", help="the driver profile GLVidHeapReuseRatio=0")
+    _common(p_nv)
+    p_nv.set_defaults(func=cmd_apply_nvidia)
+
+    p_revert = sub.add_parser("revert", help="undo what mtpstudio installed")
+    p_revert.add_argument("what", choices=["session", "unit", "nvidia-profile", "all"])
+    p_revert.add_argument("--root", type=Path, help="treat DIR as / (tests, packaging)")
+    p_revert.set_defaults(func=cmd_revert)
+
+    p_status = sub.add_parser("status", help="what mtpstudio installed, with paths and hashes")
+    p_status.add_argument("--root", type=Path, help="treat DIR as / (tests, packaging)")
+    p_status.add_argument("--json", action="store_true", help="print JSON")
+    p_status.set_defaults(func=cmd_status)
+
+    p_verify = sub.add_parser(
+        "verify-session", help="inside the new session: renderer, desktop VRAM, leaked variables"
+    )
+    p_verify.add_argument("--json", action="store_true", help="print JSON")
+    p_verify.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    p_verify.set_defaults(func=cmd_verify_session)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the files and a diff; change nothing"
+    )
+    p.add_argument("--root", type=Path, help="treat DIR as / (runs the helper code in-process)")
+
+
+def _root(args: argparse.Namespace) -> Path | None:
+    root: Path | None = getattr(args, "root", None)
+    if root is None:
+        return None
+    if not root.is_dir():
+        raise MtpStudioError(f"--root {root} is not a folder", hint="Create it first.")
+    return root.resolve()
+
+
+# --------------------------------------------------------------------------------------------
+# detection
+
+
+def _detect(include_engines: bool = False) -> Any:
+    from mtpstudio.core.detect.report import DetectionSources, detect_all
+
+    return detect_all(DetectionSources.system(), include_engines=include_engines)
+
+
+def default_variant(report: Any) -> tuple[Any, str]:
+    """The session detection calls for, and why (iGPU first, software rendering otherwise)."""
+    from mtpstudio.core.render import SessionVariant
+
+    igpus = [g for g in report.gpus if g.integrated]
+    if any(g.drives_display for g in igpus):
+        return SessionVariant.WAYLAND_IGPU, "the display is on the iGPU: Plasma can stay there"
+    if igpus:
+        return SessionVariant.WAYLAND_LLVMPIPE, (
+            "an iGPU is present but no monitor is lit on it: with the monitor on the "
+            "motherboard's output, `--variant igpu` keeps hardware rendering; until then, "
+            "software rendering"
+        )
+    if report.display.display_gpu_ids:
+        shown = ", ".join(report.display.display_gpu_ids)
+        return SessionVariant.WAYLAND_LLVMPIPE, f"the display is on {shown}: software rendering"
+    return SessionVariant.WAYLAND_LLVMPIPE, (
+        "no GPU drives a display here (none detected): software rendering, the safe choice"
+    )
+
+
+def _sddm(root: Path | None) -> Any:
+    from mtpstudio.core.runner import SubprocessRunner
+    from mtpstudio.helper.sddm import session_dirs, version_tuple
+
+    dirs = session_dirs(str(root or "/"))
+    if root is None and dirs.installed and dirs.version is None:
+        result = SubprocessRunner()(["sddm", "--version"], 10.0)
+        if result.ok and version_tuple(result.output):
+            dirs = session_dirs("/", result.output.strip().split()[-1])
+    return dirs
+
+
+# --------------------------------------------------------------------------------------------
+# output
+
+
+def _print_preview(plan: Any, root: Path | None, dry_run: bool) -> None:
+    from mtpstudio.core.install import preview
+
+    for note in plan.notes:
+        print(note)
+    print("Files:")
+    for item in preview(plan.files, root):
+        print(f"  {item.path} ({item.state}) - {item.explanation}")
+    if dry_run:
+        for item in preview(plan.files, root):
+            if item.diff:
+                print()
+                sys.stdout.write(item.diff if item.diff.endswith("\n") else item.diff + "\n")
+
+
+def _print_changes(changes: Sequence[tuple[str, str]]) -> None:
+    for path, action in changes:
+        print(f"  {action}: {path}")
+
+
+# --------------------------------------------------------------------------------------------
+# apply
+
+
+def cmd_apply_session(args: argparse.Namespace) -> int:
+    from mtpstudio.core.install import apply_plan, helper_for, session_kind, session_plan
+    from mtpstudio.core.memory.machine import igpu_card_path
+    from mtpstudio.core.render import SessionSettings, SessionVariant
+    from mtpstudio.core.session_check import desktop_vram
+    from mtpstudio.core.units import MIB
+
+    root = _root(args)
+    report = _detect()
+    if args.variant is None:
+        variant, why = default_variant(report)
+    else:
+        variant = {
+            "llvmpipe": SessionVariant.WAYLAND_LLVMPIPE,
+            "igpu": SessionVariant.WAYLAND_IGPU,
+            "x11": SessionVariant.X11_LLVMPIPE,
+        }[args.variant]
+        why = "chosen with --variant"
+    settings = SessionSettings(igpu_card=igpu_card_path(report))
+    sddm = _sddm(root)
+    stem = session_plan(variant, settings, sddm).name.removesuffix(".desktop")
+    vram = desktop_vram(report, session=stem)
+    plan = session_plan(variant, settings, sddm, vram)
+    print(f"Session: {variant.value} - {why}")
+    _print_preview(plan, root, args.dry_run)
+    print(
+        f"Desktop VRAM now: {vram['desktop_bytes'] / MIB:.0f} MiB in "
+        f"{len(vram['desktop_processes'])} desktop processes"
+        + ("" if report.gpus else " (no GPU detected)")
+        + ("; kept as the 'before' figure" if not args.dry_run else "")
+    )
+    name = plan.files[1].text.split("\nName=", 1)[1].split("\n", 1)[0]
+    back = SWITCH_BACK[session_kind(variant)]
+    if args.dry_run:
+        print("Dry run: nothing was written. Run without --dry-run to install (asks for an "
+              "administrator's password through polkit).")  # fmt: skip
+    else:
+        answer = apply_plan(plan, helper_for(root))
+        print("Installed:")
+        _print_changes(answer.changes)
+    heading = "\nAfter installing:\n" if args.dry_run else "\nNext:\n"
+    print(
+        heading
+        + f"  1. Log out. At the login screen open the session menu (Breeze: 'Desktop Session', "
+        f"bottom left) and pick '{name}'.\n"
+        "  2. SDDM remembers the last session you logged in with: it stays selected for later "
+        "logins.\n"
+        f"  3. To switch back, pick '{back}' in the same menu. To remove the session: "
+        "`mtpstudio revert session`.\n"
+        "  Inside the new session, `mtpstudio verify-session` compares the desktop's VRAM with "
+        "the figure kept now."
+    )
+    return 0
+
+
+def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list[str]]:
+    from mtpstudio.core import paths
+    from mtpstudio.core.memory.machine import machine_facts
+    from mtpstudio.core.model.source import load_model_info
+    from mtpstudio.core.plan import load_plan
+    from mtpstudio.core.planning import PlanningContext, launch_spec_for
+    from mtpstudio.core.render import ServiceLayout, UnitScope, render_service_files
+
+    plan = load_plan(args.plan)
+    machine = machine_facts(_detect(include_engines=plan.engine.binary is None))
+    spec, notes = launch_spec_for(plan, PlanningContext(machine, load_model_info(plan.model)))
+    scope = UnitScope(scope_name)
+    user = args.account or getpass.getuser() if scope is UnitScope.SYSTEM else None
+    layout = ServiceLayout.for_plan(
+        plan, scope, config_dir=paths.config_home(), data_dir=paths.data_home()
+    )
+    files = render_service_files(plan, spec, scope=scope, user=user, layout=layout)
+    return files, notes
+
+
+def cmd_apply_unit(args: argparse.Namespace) -> int:
+    from mtpstudio.core.install import (
+        apply_plan,
+        helper_for,
+        install_user_unit,
+        preview,
+        system_unit_plan,
+    )
+    from mtpstudio.core.runner import SubprocessRunner
+
+    root = _root(args)
+    if args.scope == "user" and root is not None:
+        raise MtpStudioError(
+            "--root applies to system files", hint="Drop --root for a user unit, or use --system."
+        )
+    files, notes = _service_files(args, args.scope)
+    for note in notes:
+        print(f"note: {note}")
+    if args.scope == "user":
+        chosen = [files["env"], files["unit"]]
+        print("Files:")
+        for item in preview(chosen):
+            print(f"  {item.path} ({item.state}) - {item.explanation}")
+            if args.dry_run and item.diff:
+                sys.stdout.write(item.diff)
+        if args.dry_run:
+            print("Dry run: nothing was written.")
+            return 0
+        result = install_user_unit(files, SubprocessRunner())
+        print("Installed:")
+        _print_changes(result.changes)
+        print(result.reload)
+        print(f"Start it with: systemctl --user enable --now {files['unit'].name}")
+        return 0
+    plan = system_unit_plan(files)
+    _print_preview(plan, root, args.dry_run)
+    if args.dry_run:
+        print("Dry run: nothing was written.")
+        return 0
+    answer = apply_plan(plan, helper_for(root))
+    print("Installed:")
+    _print_changes(answer.changes)
+    if "daemon_reload" in answer.extra:
+        print(f"systemctl daemon-reload: {answer.extra['daemon_reload']}")
+    print(f"Start it with: sudo systemctl enable --now {files['unit'].name}")
+    return 0
+
+
+def cmd_apply_nvidia(args: argparse.Namespace) -> int:
+    from mtpstudio.core.install import apply_plan, helper_for, nvidia_profile_plan
+    from mtpstudio.core.render import render_nvidia_profile
+
+    root = _root(args)
+    plan = nvidia_profile_plan(render_nvidia_profile())
+    _print_preview(plan, root, args.dry_run)
+    if args.dry_run:
+        print("Dry run: nothing was written.")
+        return 0
+    answer = apply_plan(plan, helper_for(root))
+    print("Installed:")
+    _print_changes(answer.changes)
+    print("Log out and back in (or restart Plasma) so the compositor picks the profile up.")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# revert / status / verify
+
+
+def cmd_revert(args: argparse.Namespace) -> int:
+    from mtpstudio.core.install import (
+        helper_for,
+        revert_group,
+        revert_user_group,
+        system_status,
+        user_status,
+    )
+    from mtpstudio.core.runner import SubprocessRunner
+
+    root = _root(args)
+    wanted = None if args.what == "all" else args.what
+    groups = [g for g in system_status(root)["groups"] if wanted in (None, g.partition(":")[0])]
+    user_groups: list[str] = []
+    if root is None and wanted in (None, "unit"):
+        user_groups = list(user_status()["groups"])
+    if not groups and not user_groups:
+        print(f"mtpstudio has installed no {'files' if wanted is None else wanted} here.")
+        return 0
+    transport = helper_for(root)
+    for group in groups:
+        answer = revert_group(group, transport)
+        print(f"Reverted {group}:")
+        _print_changes(answer.changes)
+    for group in user_groups:
+        result = revert_user_group(group, SubprocessRunner())
+        print(f"Reverted user {group}:")
+        _print_changes(result.changes)
+        print(result.reload)
+    if wanted in (None, "session") and any(g.startswith("session:") for g in groups):
+        print("The login screen now offers your usual sessions; pick one if it still shows the "
+              "removed one as last used.")  # fmt: skip
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from mtpstudio.core.install import system_status, user_status
+
+    root = _root(args)
+    data: dict[str, Any] = {"system": system_status(root)}
+    if root is None:
+        data["user"] = user_status()
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+        return 0
+    empty = True
+    for where, status in data.items():
+        for group, info in sorted(status["groups"].items()):
+            empty = False
+            print(f"{group} ({where}, installed {info['installed_at']}):")
+            for f in info["files"]:
+                replaced = ", replaced a file (kept for revert)" if f["replaced_a_file"] else ""
+                print(f"  {f['path']}  sha256 {f['sha256'][:16]}  {f['state']}{replaced}")
+    if empty:
+        print("mtpstudio has installed nothing here.")
+    return 0
+
+
+def cmd_verify_session(args: argparse.Namespace) -> int:
+    from mtpstudio.core.install import read_measurement, system_status
+    from mtpstudio.core.runner import SubprocessRunner
+    from mtpstudio.core.session_check import check_session, measurement_candidates
+
+    root = _root(args)
+    names = [
+        Path(f["path"]).name
+        for info in system_status(root)["groups"].values()
+        for f in info["files"]
+        if Path(f["path"]).name.startswith("desktop-vram-")
+    ]
+    session = os.environ.get("DESKTOP_SESSION") or None
+    before = None
+    for name in measurement_candidates(session, names):
+        before = read_measurement(name, root)
+        if before is not None:
+            break
+    report = check_session(_detect(), SubprocessRunner(), os.environ, before)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        for line in report.lines():
+            print(line)
+    return 0

@@ -1,0 +1,387 @@
+"""What goes where, previews with diffs, and installing or reverting through the helper.
+
+System files (sessions, system units, the NVIDIA profile) are only ever written by
+``mtpstudio-helper``: through ``pkexec`` on a real system, or - with ``--root DIR`` - the same
+helper code in-process against DIR. User units go to ``$XDG_CONFIG_HOME/systemd/user`` with the
+same atomic, manifest-backed steps (state in ``$XDG_STATE_HOME/mtpstudio``), followed by
+``systemctl --user daemon-reload`` when a user manager is running.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from mtpstudio.core import paths
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.render import (
+    RenderedFile,
+    SessionSettings,
+    SessionVariant,
+    render_session_files,
+)
+from mtpstudio.core.runner import Runner
+from mtpstudio.helper import main as helper_main
+from mtpstudio.helper.constants import HELPER_INSTALL_PATH, WAYLAND_SESSIONS, X11_SESSIONS
+from mtpstudio.helper.faults import Faults
+from mtpstudio.helper.safefs import Refused
+from mtpstudio.helper.sddm import SessionDirs
+from mtpstudio.helper.store import FileSpec, Layout, Store
+from mtpstudio.helper.validate import check_env_file, check_unit
+
+PKEXEC_TIMEOUT_S = 300.0
+SYSTEMCTL_TIMEOUT_S = 30.0
+GROUP_KINDS = ("session", "unit", "nvidia-profile")
+
+
+class InstallError(MtpStudioError):
+    """Installing or reverting did not happen (refused, not authorised, or failed)."""
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    """One helper call: the verb, the NAME, the stdin payload and the files it will write."""
+
+    verb: str
+    name: str
+    payload: bytes
+    files: tuple[RenderedFile, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def group(self) -> str:
+        return f"{self.verb.removeprefix('install-')}:{self.name}"
+
+
+@dataclass(frozen=True)
+class FilePreview:
+    """A file as it would be written, against what is installed now."""
+
+    path: Path
+    state: str  # "new", "unchanged" or "changed"
+    diff: str
+    explanation: str
+
+
+@dataclass(frozen=True)
+class HelperAnswer:
+    """What the helper did (its JSON answer)."""
+
+    group: str
+    changes: tuple[tuple[str, str], ...]  # (path, action)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# what goes where (pure)
+
+
+def session_kind(variant: SessionVariant) -> str:
+    return X11_SESSIONS if variant is SessionVariant.X11_LLVMPIPE else WAYLAND_SESSIONS
+
+
+def session_plan(
+    variant: SessionVariant,
+    settings: SessionSettings,
+    sddm: SessionDirs,
+    desktop_vram: Mapping[str, Any] | None = None,
+) -> InstallPlan:
+    """The session file + wrapper for ``variant`` in the folder the installed SDDM reads."""
+    kind = session_kind(variant)
+    target = sddm.target(kind)
+    if target is None:
+        raise InstallError(
+            f"the installed SDDM reads {kind} only from {', '.join(sddm.dirs[kind])}, "
+            "where mtpstudio does not write",
+            hint="Add /usr/local/share/" + kind + " to SessionDir in /etc/sddm.conf.d/, or "
+            "use `mtpstudio render` and copy the session file yourself.",
+        )
+    if kind == WAYLAND_SESSIONS:
+        settings = replace(settings, wayland_sessions_dir=target)
+    else:
+        settings = replace(settings, x11_sessions_dir=target)
+    files = render_session_files(variant, settings)
+    desktop, wrapper = files["desktop"], files["wrapper"]
+    payload: dict[str, Any] = {
+        "sessions_dir": target,
+        "desktop": desktop.text,
+        "wrapper_name": wrapper.name,
+        "wrapper": wrapper.text,
+    }
+    if desktop_vram is not None:
+        payload["desktop_vram"] = dict(desktop_vram)
+    notes = (sddm.explain(kind), *sddm.notes)
+    return InstallPlan(
+        "install-session", desktop.name, json.dumps(payload).encode(), (wrapper, desktop), notes
+    )
+
+
+def system_unit_plan(files: Mapping[str, RenderedFile]) -> InstallPlan:
+    """The system unit and its environment file (``render_service_files`` with SYSTEM scope)."""
+    unit, env = files["unit"], files["env"]
+    payload = {"unit": unit.text, "env_name": env.name, "env": env.text}
+    return InstallPlan("install-unit", unit.name, json.dumps(payload).encode(), (env, unit))
+
+
+def nvidia_profile_plan(profile: RenderedFile) -> InstallPlan:
+    return InstallPlan("install-nvidia-profile", profile.name, profile.text.encode(), (profile,))
+
+
+def _on_root(path: Path, root: Path | None) -> Path:
+    return path if root is None else root / str(path).lstrip("/")
+
+
+def preview(files: Sequence[RenderedFile], root: Path | None = None) -> list[FilePreview]:
+    """Each file against what is installed now (a unified diff; reading needs no root)."""
+    out: list[FilePreview] = []
+    for f in files:
+        where = _on_root(f.install_path, root)
+        try:
+            current: str | None = where.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            current = None
+        except OSError as exc:
+            current = f"(cannot read: {exc.strerror})\n"
+        if current is None:
+            state, old_lines = "new", []
+        else:
+            state = "unchanged" if current == f.text else "changed"
+            old_lines = current.splitlines(keepends=True)
+        diff = "".join(
+            difflib.unified_diff(
+                old_lines,
+                f.text.splitlines(keepends=True),
+                fromfile=f"{f.install_path} (installed)" if current is not None else "/dev/null",
+                tofile=f"{f.install_path} (mtpstudio)",
+            )
+        )
+        out.append(FilePreview(f.install_path, state, diff, f.explanation))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# talking to the helper
+
+
+class HelperTransport(Protocol):
+    """Runs ``mtpstudio-helper ARGS`` with ``payload`` on stdin: (exit code, stdout, stderr)."""
+
+    def __call__(self, args: Sequence[str], payload: bytes) -> tuple[int, str, str]: ...
+
+
+@dataclass(frozen=True)
+class InProcessHelper:
+    """The helper's own code against ``root`` (``--root``): no privileges, same checks."""
+
+    root: Path
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def __call__(self, args: Sequence[str], payload: bytes) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        env = {k: v for k, v in self.environ.items() if k != "PKEXEC_UID"}
+        code = helper_main.run(
+            ["--root", str(self.root), *args], io.BytesIO(payload), out, err, env
+        )
+        return code, out.getvalue(), err.getvalue()
+
+
+@dataclass(frozen=True)
+class PkexecHelper:
+    """The installed helper through pkexec (polkit asks for the administrator password)."""
+
+    helper: str = HELPER_INSTALL_PATH
+    pkexec: str = "pkexec"
+    timeout: float = PKEXEC_TIMEOUT_S
+
+    def __call__(self, args: Sequence[str], payload: bytes) -> tuple[int, str, str]:
+        if not Path(self.helper).is_file():
+            raise InstallError(
+                f"the helper is not installed at {self.helper}",
+                hint="Install mtpstudio's package (it ships the helper and its polkit policy), "
+                "or use --root DIR / --dry-run to see the files.",
+            )
+        try:
+            result = subprocess.run(
+                [self.pkexec, self.helper, *args],
+                input=payload,
+                capture_output=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise InstallError(
+                "pkexec is not installed", hint="Install polkit, or use --root DIR."
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise InstallError("the helper did not answer in time") from None
+        stderr = result.stderr.decode(errors="replace")
+        if result.returncode in (126, 127) and not stderr.startswith("mtpstudio-helper"):
+            raise InstallError(
+                "authorisation was refused or cancelled",
+                hint="Run it again and enter an administrator's password.",
+            )
+        return result.returncode, result.stdout.decode(errors="replace"), stderr
+
+
+def helper_for(root: Path | None) -> HelperTransport:
+    """In-process against ``root``, else the installed helper through pkexec."""
+    return InProcessHelper(root) if root is not None else PkexecHelper()
+
+
+def call_helper(transport: HelperTransport, args: Sequence[str], payload: bytes = b"") -> Any:
+    """One helper call; its JSON answer, or InstallError with the helper's one line."""
+    code, out, err = transport(args, payload)
+    line = err.strip().splitlines()[-1] if err.strip() else f"exit status {code}"
+    line = line.removeprefix("mtpstudio-helper: ")
+    if code == 2:
+        raise InstallError(f"the helper refused: {line.removeprefix('refused: ')}")
+    if code != 0:
+        raise InstallError(
+            f"the helper failed: {line.removeprefix('failed: ')}",
+            hint="Nothing was left half-written; fix the cause and run it again.",
+        )
+    try:
+        return json.loads(out)
+    except ValueError:
+        raise InstallError("the helper's answer was not understood") from None
+
+
+def _answer(data: Any) -> HelperAnswer:
+    changes = tuple((str(c["path"]), str(c["action"])) for c in data.get("changes", []))
+    extra = {k: v for k, v in data.items() if k not in {"group", "changes"}}
+    return HelperAnswer(str(data.get("group", "")), changes, extra)
+
+
+def apply_plan(plan: InstallPlan, transport: HelperTransport) -> HelperAnswer:
+    """Install the plan's files through the helper."""
+    return _answer(call_helper(transport, [plan.verb, plan.name], plan.payload))
+
+
+def revert_group(group: str, transport: HelperTransport) -> HelperAnswer:
+    """Undo one group (``session:NAME`` …) through the helper."""
+    kind, _, name = group.partition(":")
+    return _answer(call_helper(transport, [f"remove-{kind}", name]))
+
+
+def system_status(root: Path | None = None) -> dict[str, Any]:
+    """What the helper installed (read directly: the manifest is world-readable)."""
+    try:
+        with Store.open(Layout(root=str(root or "/")), Faults(), write=False) as store:
+            return store.status()
+    except Refused as exc:
+        raise InstallError(f"cannot read what mtpstudio installed: {exc}") from None
+
+
+def read_measurement(name: str, root: Path | None = None) -> dict[str, Any] | None:
+    """A stored file of the helper's state folder (e.g. ``desktop-vram-….json``)."""
+    try:
+        with Store.open(Layout(root=str(root or "/")), Faults(), write=False) as store:
+            raw = store.read_state_file(name)
+    except (Refused, OSError):
+        return None
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# --------------------------------------------------------------------------------------------
+# user units (no root)
+
+
+@dataclass(frozen=True)
+class UserInstallResult:
+    """Files written for a user unit and what ``systemctl --user daemon-reload`` said."""
+
+    changes: tuple[tuple[str, str], ...]
+    reload: str
+
+
+def user_layout() -> Layout:
+    """The user-level tree: units and env files below $XDG_CONFIG_HOME, state in XDG state."""
+    state = paths.state_dir()
+    return Layout(root=str(paths.config_home()), state_root=str(state.parent), state_rel=state.name)
+
+
+def _user_rel(path: Path) -> str:
+    home = paths.config_home()
+    try:
+        return "/" + str(path.relative_to(home))
+    except ValueError:
+        raise InstallError(f"{path} is not below {home}") from None
+
+
+def user_manager_running(runner: Runner) -> bool:
+    """True when ``systemctl --user`` reaches a running user manager."""
+    result = runner(["systemctl", "--user", "is-system-running"], SYSTEMCTL_TIMEOUT_S)
+    state = result.stdout.strip()
+    return result.error is None and state in {
+        "running", "degraded", "starting", "initializing", "maintenance"
+    }  # fmt: skip
+
+
+def daemon_reload_user(runner: Runner) -> str:
+    """Reload the user manager when one runs; says what happened."""
+    if not user_manager_running(runner):
+        return "no user manager is running; systemd reads the unit when you next log in"
+    result = runner(["systemctl", "--user", "daemon-reload"], SYSTEMCTL_TIMEOUT_S)
+    if result.ok:
+        return "systemctl --user daemon-reload: done"
+    return f"systemctl --user daemon-reload {result.reason(SYSTEMCTL_TIMEOUT_S)}"
+
+
+def install_user_unit(files: Mapping[str, RenderedFile], runner: Runner) -> UserInstallResult:
+    """Write a user unit and its env file (atomically, revertible), then daemon-reload."""
+    unit, env = files["unit"], files["env"]
+    try:
+        check_unit(unit.text, system=False, env_name=env.name)
+        check_env_file(env.text)
+        specs = [
+            FileSpec(_user_rel(env.install_path), env.text.encode(), env.mode),
+            FileSpec(_user_rel(unit.install_path), unit.text.encode(), unit.mode),
+        ]
+        layout = user_layout()
+        Path(layout.root).mkdir(parents=True, exist_ok=True)
+        Path(str(layout.state_root)).mkdir(parents=True, exist_ok=True)
+        with Store.open(layout, Faults(), write=True) as store:
+            changes = store.install(f"unit:{unit.name}", specs)
+    except Refused as exc:
+        raise InstallError(f"the user unit was not installed: {exc}") from None
+    except OSError as exc:
+        raise InstallError(f"the user unit was not installed: {exc.strerror or exc}") from None
+    shown = tuple((layout.shown(c.path), c.action) for c in changes)
+    return UserInstallResult(shown, daemon_reload_user(runner))
+
+
+def user_status() -> dict[str, Any]:
+    layout = user_layout()
+    if not Path(layout.root).is_dir():
+        return {"root": layout.root, "groups": {}}
+    try:
+        with Store.open(layout, Faults(), write=False) as store:
+            return store.status()
+    except Refused as exc:
+        raise InstallError(f"cannot read the user-level installs: {exc}") from None
+
+
+def revert_user_group(group: str, runner: Runner) -> UserInstallResult:
+    layout = user_layout()
+    try:
+        with Store.open(layout, Faults(), write=True) as store:
+            changes = store.revert(group)
+    except Refused as exc:
+        raise InstallError(f"cannot revert {group}: {exc}") from None
+    except OSError as exc:
+        raise InstallError(f"cannot revert {group}: {exc.strerror or exc}") from None
+    shown = tuple((layout.shown(c.path), c.action) for c in changes)
+    return UserInstallResult(shown, daemon_reload_user(runner))

@@ -1,0 +1,256 @@
+"""``mtpstudio-helper [--root DIR] VERB [NAME]``: the verbs, their payloads, the exit codes.
+
+Content comes on stdin (at most 256 KiB): a JSON object for ``install-session``
+(``sessions_dir``, ``desktop``, ``wrapper_name``, ``wrapper``, optional ``desktop_vram``) and
+``install-unit`` (``unit``, optional ``env_name`` + ``env``); the profile itself for
+``install-nvidia-profile``. The answer is JSON on stdout. Exit 0 done, 2 refused (one line on
+stderr saying why), 1 failed. ``--root DIR`` treats DIR as ``/`` and is refused under pkexec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+from mtpstudio.helper.constants import (
+    DISTRO_SESSION_DIRS,
+    ENV_DIR,
+    LOCAL_SESSION_DIRS,
+    MAX_PAYLOAD_BYTES,
+    NVIDIA_PROFILE_DIR,
+    STATE_DIR,
+    SYSTEM_UNIT_DIR,
+    WRAPPER_DIR,
+)
+from mtpstudio.helper.faults import Faults
+from mtpstudio.helper.safefs import Refused
+from mtpstudio.helper.sddm import session_dirs
+from mtpstudio.helper.store import Change, FileSpec, Layout, Store
+from mtpstudio.helper.validate import (
+    check_env_file,
+    check_name,
+    check_nvidia_profile,
+    check_session,
+    check_unit,
+    check_wrapper,
+    text_of,
+)
+
+USAGE = "usage: mtpstudio-helper [--root DIR] VERB [NAME] (content on stdin)"
+GROUPS = {"session": ".desktop", "unit": ".service", "nvidia-profile": ".json"}
+VERBS = {f"{action}-{group}" for action in ("install", "remove") for group in GROUPS} | {"status"}
+EXIT_DONE, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, str, str | None]:
+    """(root, verb, name) from the command line; refuses anything else."""
+    args = list(argv)
+    root = "/"
+    if args and (args[0] == "--root" or args[0].startswith("--root=")):
+        if args[0] == "--root":
+            if len(args) < 2:
+                raise Refused("--root needs a directory")
+            root, args = args[1], args[2:]
+        else:
+            root, args = args[0].split("=", 1)[1], args[1:]
+        if environ.get("PKEXEC_UID") is not None:
+            raise Refused("--root is not accepted when run through pkexec")
+        if not root.startswith("/") or "\n" in root:
+            raise Refused("--root needs an absolute directory")
+    if not args or args[0] not in VERBS:
+        raise Refused(USAGE)
+    verb, rest = args[0], args[1:]
+    if verb == "status":
+        if rest:
+            raise Refused("status takes no NAME")
+        return root, verb, None
+    if len(rest) != 1:
+        raise Refused(f"{verb} needs exactly one NAME")
+    name = rest[0]
+    check_name(name, GROUPS[verb.split("-", 1)[1]])
+    return root, verb, name
+
+
+def read_payload(stdin: IO[bytes]) -> bytes:
+    """Stdin, refused beyond 256 KiB (never read further than that)."""
+    data = stdin.read(MAX_PAYLOAD_BYTES + 1)
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise Refused(f"the input is larger than {MAX_PAYLOAD_BYTES // 1024} KiB")
+    if not data:
+        raise Refused("no content on stdin")
+    return data
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(text_of(data, "the input"))
+    except ValueError:
+        raise Refused("the input is not a JSON object") from None
+    if not isinstance(value, dict):
+        raise Refused("the input is not a JSON object")
+    return value
+
+
+def _string(payload: Mapping[str, Any], key: str) -> str:
+    value = payload.get(key)
+    if not isinstance(value, str):
+        raise Refused(f"the input has no text for {key!r}")
+    return value
+
+
+def measurement_name(session_file: str) -> str:
+    """The stored before-measurement of a session, next to the manifest."""
+    return f"desktop-vram-{session_file.removesuffix('.desktop')}.json"
+
+
+def allowed_session_dir(root: str, sessions_dir: str) -> str:
+    """``/usr/local/share/{wayland-sessions,xsessions}``, or ``/usr/share/…`` where SDDM reads
+    nothing else; returns the kind."""
+    for kind, local in LOCAL_SESSION_DIRS.items():
+        if sessions_dir == local:
+            return kind
+        if sessions_dir == DISTRO_SESSION_DIRS[kind]:
+            dirs = session_dirs(root)
+            if dirs.installed and dirs.target(kind) == sessions_dir:
+                return kind
+            raise Refused(f"{sessions_dir} is used only where SDDM reads nothing else")
+    raise Refused(f"{sessions_dir!r} is not a session folder the helper writes")
+
+
+def session_group(root: str, name: str, data: bytes) -> list[FileSpec]:
+    """The wrapper, the session file and the measurement of ``install-session NAME``."""
+    payload = _json_object(data)
+    sessions_dir = _string(payload, "sessions_dir")
+    allowed_session_dir(root, sessions_dir)
+    wrapper_name = check_name(_string(payload, "wrapper_name"), "")
+    desktop, wrapper = _string(payload, "desktop"), _string(payload, "wrapper")
+    text_of(desktop.encode(), "the session file")
+    text_of(wrapper.encode(), "the session wrapper")
+    check_session(desktop, wrapper_name)
+    check_wrapper(wrapper)
+    files = [
+        FileSpec(f"{WRAPPER_DIR}/{wrapper_name}", wrapper.encode(), 0o755),
+        FileSpec(f"{sessions_dir}/{name}", desktop.encode(), 0o644),
+    ]
+    vram = payload.get("desktop_vram")
+    if vram is not None:
+        if not isinstance(vram, dict):
+            raise Refused("desktop_vram must be a JSON object")
+        text = json.dumps(vram, indent=2, sort_keys=True) + "\n"
+        files.append(FileSpec(f"/{STATE_DIR}/{measurement_name(name)}", text.encode(), 0o644))
+    return files
+
+
+def unit_group(name: str, data: bytes) -> list[FileSpec]:
+    """The environment file and the unit of ``install-unit NAME``."""
+    payload = _json_object(data)
+    env_name = payload.get("env_name")
+    unit = text_of(_string(payload, "unit").encode(), "the unit")
+    if env_name is not None:
+        if not isinstance(env_name, str):
+            raise Refused("env_name must be text")
+        check_name(env_name, ".env")
+    check_unit(unit, system=True, env_name=env_name)
+    files = []
+    if env_name is not None:
+        env = text_of(_string(payload, "env").encode(), "the environment file")
+        check_env_file(env)
+        files.append(FileSpec(f"{ENV_DIR}/{env_name}", env.encode(), 0o644))
+    files.append(FileSpec(f"{SYSTEM_UNIT_DIR}/{name}", unit.encode(), 0o644))
+    return files
+
+
+def nvidia_group(name: str, data: bytes) -> list[FileSpec]:
+    """The profile file of ``install-nvidia-profile NAME``."""
+    text = text_of(data, "the NVIDIA profile")
+    check_nvidia_profile(text)
+    return [FileSpec(f"{NVIDIA_PROFILE_DIR}/{name}", data, 0o644)]
+
+
+def _daemon_reload() -> str:
+    try:
+        result = subprocess.run(
+            ["systemctl", "daemon-reload"], capture_output=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not done ({exc})"
+    return "done" if result.returncode == 0 else f"failed (exit status {result.returncode})"
+
+
+def execute(
+    root: str, verb: str, name: str | None, stdin: IO[bytes], faults: Faults
+) -> dict[str, Any]:
+    """Run one verb; returns the JSON answer. Raises Refused or OSError."""
+    layout = Layout(root=root)
+    if verb == "status":
+        with Store.open(layout, faults, write=False) as store:
+            return store.status()
+    assert name is not None
+    action, group = verb.split("-", 1)
+    key = f"{group}:{name}"
+    changes: list[Change]
+    if action == "install":
+        data = read_payload(stdin)
+        if group == "session":
+            files = session_group(root, name, data)
+        elif group == "unit":
+            files = unit_group(name, data)
+        else:
+            files = nvidia_group(name, data)
+        with Store.open(layout, faults, write=True) as store:
+            changes = store.install(key, files)
+    else:
+        with Store.open(layout, faults, write=True) as store:
+            changes = store.revert(key)
+    answer: dict[str, Any] = {
+        "group": key,
+        "changes": [{"path": layout.shown(c.path), "action": c.action} for c in changes],
+    }
+    if group == "unit" and root == "/":
+        answer["daemon_reload"] = _daemon_reload()
+    return answer
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def run(
+    argv: Sequence[str],
+    stdin: IO[bytes],
+    stdout: IO[str],
+    stderr: IO[str],
+    environ: Mapping[str, str],
+) -> int:
+    """The whole helper with its streams and environment passed in."""
+    try:
+        root, verb, name = parse_args(argv, environ)
+        answer = execute(root, verb, name, stdin, Faults.from_environ(environ))
+    except Refused as exc:
+        stderr.write(f"mtpstudio-helper: refused: {one_line(str(exc))}\n")
+        return EXIT_REFUSED
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        stderr.write(f"mtpstudio-helper: failed: {one_line(exc.strerror or str(exc))}{where}\n")
+        return EXIT_FAILED
+    except Exception as exc:  # the helper must always answer with one line
+        stderr.write(f"mtpstudio-helper: failed: {one_line(f'{type(exc).__name__}: {exc}')}\n")
+        return EXIT_FAILED
+    stdout.write(json.dumps(answer, indent=2, sort_keys=True) + "\n")
+    return EXIT_DONE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point ``mtpstudio-helper``."""
+    os.umask(0o022)
+    return run(
+        sys.argv[1:] if argv is None else argv,
+        sys.stdin.buffer,
+        sys.stdout,
+        sys.stderr,
+        os.environ,
+    )

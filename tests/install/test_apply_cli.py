@@ -1,0 +1,217 @@
+"""``mtpstudio apply|revert|status`` against temporary roots (the helper's code in-process),
+and user units in the isolated XDG config folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from support.helper_bench import make_root, snapshot
+
+from mtpstudio.cli.main import main
+from mtpstudio.core import paths
+from mtpstudio.core.plan import plan_from_dict, save_plan
+
+SESSION = "plasmawayland-llvmpipe-mtpstudio.desktop"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = make_root(tmp_path / "root")
+    plasma = root / "usr/local/share/wayland-sessions/plasma.desktop"
+    plasma.parent.mkdir(parents=True)
+    plasma.write_text("[Desktop Entry]\nType=Application\nName=Plasma (Wayland)\nExec=/bin/true\n")
+    return root
+
+
+def test_apply_status_revert_round_trip(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(root)
+    code, out, err = run(capsys, "apply", "session", "--variant", "llvmpipe", "--root", str(root))
+    assert code == 0, err
+    assert f"created: {root}/usr/local/share/wayland-sessions/{SESSION}" in out
+    assert "pick 'Plasma (Wayland, software rendering, mtpstudio)'" in out
+    assert "SDDM remembers the last session" in out
+    assert "pick 'Plasma (Wayland)'" in out and "mtpstudio revert session" in out
+    stored = json.loads(
+        (root / "var/lib/mtpstudio/desktop-vram-plasmawayland-llvmpipe-mtpstudio.json").read_text()
+    )
+    assert stored["session"] == "plasmawayland-llvmpipe-mtpstudio" and "desktop_bytes" in stored
+
+    code, out, _ = run(capsys, "status", "--root", str(root), "--json")
+    groups = json.loads(out)["system"]["groups"]
+    assert list(groups) == [f"session:{SESSION}"]
+    assert {f["state"] for f in groups[f"session:{SESSION}"]["files"]} == {"installed"}
+
+    code, out, _ = run(capsys, "status", "--root", str(root))
+    assert code == 0 and "sha256" in out and SESSION in out
+
+    code, out, err = run(capsys, "revert", "all", "--root", str(root))
+    assert code == 0, err
+    assert "removed:" in out
+    assert snapshot(root) == before
+    code, out, _ = run(capsys, "status", "--root", str(root))
+    assert "installed nothing" in out
+
+
+def test_dry_run_prints_files_and_diff_and_writes_nothing(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = root / "usr/local/share/wayland-sessions" / SESSION
+    target.write_text("[Desktop Entry]\nName=an older copy\n")
+    before = snapshot(root)
+    code, out, err = run(capsys, "apply", "session", "--dry-run", "--root", str(root))
+    assert code == 0, err
+    assert f"/usr/local/share/wayland-sessions/{SESSION} (changed)" in out
+    assert "-Name=an older copy" in out and "+Name=Plasma (Wayland, software rendering" in out
+    assert "+export KWIN_COMPOSE=Q" in out  # the wrapper's content, as a new file
+    assert "Dry run: nothing was written" in out and "After installing:" in out
+    assert snapshot(root) == before
+
+
+def test_debian_sddm_puts_the_session_in_usr_share(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = root / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_text("Package: sddm\nStatus: install ok installed\nVersion: 0.19.0-5\n")
+    code, out, err = run(capsys, "apply", "session", "--root", str(root))
+    assert code == 0, err
+    assert "sddm 0.19.0 (dpkg database) reads /usr/share/wayland-sessions" in out
+    assert (root / "usr/share/wayland-sessions" / SESSION).is_file()
+    assert run(capsys, "revert", "session", "--root", str(root))[0] == 0
+    assert not (root / "usr/share").exists()
+
+
+def test_sddm_reading_a_custom_folder_is_said_plainly(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = root / "etc/sddm.conf.d/10-custom.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("[Wayland]\nSessionDir=/opt/sessions\n")
+    code, _out, err = run(capsys, "apply", "session", "--root", str(root))
+    assert code == 2
+    assert err.count("\n") == 1 and "/opt/sessions" in err and "SessionDir" in err
+
+
+def test_igpu_variant_without_an_igpu(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run(capsys, "apply", "session", "--variant", "igpu", "--root", str(root))
+    assert code == 2 and "iGPU" in err and err.count("\n") == 1
+
+
+def test_x11_variant_and_nvidia_profile(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(root)
+    assert run(capsys, "apply", "session", "--variant", "x11", "--root", str(root))[0] == 0
+    assert (root / "usr/local/share/xsessions/plasmax11-llvmpipe-mtpstudio.desktop").is_file()
+    code, _out, err = run(capsys, "apply", "nvidia-profile", "--root", str(root))
+    assert code == 0, err
+    profile = root / "etc/nvidia/nvidia-application-profiles-rc.d/50-mtpstudio-desktop-vram.json"
+    assert json.loads(profile.read_text())["profiles"][0]["settings"][0]["value"] == 0
+    assert run(capsys, "revert", "nvidia-profile", "--root", str(root))[0] == 0
+    assert not profile.exists()
+    assert run(capsys, "revert", "all", "--root", str(root))[0] == 0
+    assert snapshot(root) == before
+
+
+def test_without_root_the_helper_must_be_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    if Path("/usr/lib/mtpstudio/mtpstudio-helper").exists():
+        pytest.skip("the helper is installed on this machine: pkexec would ask for a password")
+    code, _out, err = run(capsys, "apply", "nvidia-profile")
+    assert code == 2
+    assert "helper is not installed at /usr/lib/mtpstudio/mtpstudio-helper" in err
+
+
+# --------------------------------------------------------------------------------------------
+# units
+
+
+@pytest.fixture
+def plan_file(tmp_path: Path) -> tuple[Path, Path]:
+    binary = tmp_path / "engine" / "llama-server"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    plan = plan_from_dict({"model": {"card": "qwen3.6-35b-a3b-iq4_xs"},
+                           "engine": {"binary": str(binary)}})  # fmt: skip
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    return path, binary
+
+
+def verify(unit: Path, runtime: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [shutil.which("systemd-analyze") or "systemd-analyze"]
+    env = dict(os.environ)
+    if runtime is not None:
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        env["XDG_RUNTIME_DIR"] = str(runtime)
+        argv.append("--user")
+    return subprocess.run([*argv, "verify", "--man=no", str(unit)], capture_output=True,
+                          text=True, env=env, timeout=60, check=False)  # fmt: skip
+
+
+def test_system_unit_through_the_helper(
+    root: Path, plan_file: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(root)
+    plan, _binary = plan_file
+    code, _out, err = run(capsys, "apply", "unit", "--plan", str(plan), "--system",
+                         "--account", "alice", "--root", str(root))  # fmt: skip
+    assert code == 0, err
+    unit = root / "etc/systemd/system/mtpstudio-llama.service"
+    assert "User=alice" in unit.read_text()
+    assert (root / "etc/mtpstudio/mtpstudio-llama.env").is_file()
+    result = verify(unit)
+    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), result.stderr
+    assert run(capsys, "revert", "unit", "--root", str(root))[0] == 0
+    assert snapshot(root) == before
+
+
+def test_system_unit_as_root_is_refused(
+    root: Path, plan_file: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _out, err = run(capsys, "apply", "unit", "--plan", str(plan_file[0]),
+                          "--account", "root", "--root", str(root))  # fmt: skip
+    assert code == 2 and "run as root" in err
+
+
+def test_user_unit_without_root(
+    plan_file: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan, _binary = plan_file
+    code, out, err = run(capsys, "apply", "unit", "--plan", str(plan), "--user", "--dry-run")
+    assert code == 0 and "Dry run" in out
+    unit = paths.user_unit_dir() / "mtpstudio-llama.service"
+    assert not unit.exists()
+    code, out, err = run(capsys, "apply", "unit", "--plan", str(plan), "--user")
+    assert code == 0, err
+    assert unit.is_file() and "User=" not in unit.read_text()
+    assert "daemon-reload" in out or "no user manager" in out
+    result = verify(unit, runtime=tmp_path / "runtime")
+    assert result.returncode == 0, result.stderr
+    code, out, _ = run(capsys, "status", "--json")
+    assert list(json.loads(out)["user"]["groups"]) == ["unit:mtpstudio-llama.service"]
+    code, out, err = run(capsys, "revert", "unit")
+    assert code == 0, err
+    assert not unit.exists() and not paths.state_dir().exists()
+    assert run(capsys, "apply", "unit", "--plan", str(plan), "--user", "--root", "/tmp")[0] == 2
+
+
+def test_verify_session_on_this_machine(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No KDE session, GL tools or GPU here: the report says so instead of failing."""
+    assert run(capsys, "apply", "session", "--root", str(root))[0] == 0
+    code, out, err = run(capsys, "verify-session", "--json", "--root", str(root))
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["desktop_bytes_before"] == 0 and report["measured_before"]
+    assert [g["tool"] for g in report["gl"]] == ["glxinfo", "eglinfo"]
+    code, out, _ = run(capsys, "verify-session", "--root", str(root))
+    assert "Desktop VRAM now: 0 MiB, before: 0 MiB" in out

@@ -106,9 +106,34 @@ def test_n_cpu_moe_moves_exactly_the_first_layers_experts(qwen: ModelInfo, n: in
     b = compute_budget(
         plan(moe="n_cpu_moe", n_cpu_moe=n, mtp={"enabled": False}), qwen, BIG, UPSTREAM_FACTS
     )
-    cpu = b.host.segments["weights_mapped"]
     always_cpu = sum(t.n_bytes for t in qwen.tensors if t.name == "token_embd.weight")
-    assert cpu == always_cpu + moved
+    assert b.placement.cpu_expert_layers == frozenset(range(n))
+    # mmap maps one range per file: from token_embd to the end of the last CPU expert tensor,
+    # the GPU layers' dense tensors in between included (llama-model.cpp get_mapping_range)
+    on_cpu = [
+        t
+        for t in qwen.tensors
+        if t.name == "token_embd.weight"
+        or (EXPERT_TENSOR.match(t.name) and t.layer is not None and t.layer < n)
+    ]
+    span = max(t.offset + t.n_bytes for t in on_cpu) - min(t.offset for t in on_cpu)
+    assert b.host.segments["weights_mapped"] == span
+    assert (span > always_cpu + moved) == (n > 0)
+    no_mmap = compute_budget(
+        plan(moe="n_cpu_moe", n_cpu_moe=n, load_mode="no-mmap", mtp={"enabled": False}),
+        qwen,
+        BIG,
+        UPSTREAM_FACTS,
+    )
+    assert no_mmap.host.segments["weights_resident"] == always_cpu + moved
+
+
+def test_mtp_off_maps_the_mtp_block_between_trunk_and_output(qwen: ModelInfo) -> None:
+    """Upstream's CPU_Mapped buffer spans the skipped MTP block (it lies before the output)."""
+    off = compute_budget(plan(mtp={"enabled": False}), qwen, CPU, UPSTREAM_FACTS)
+    on = compute_budget(plan(mtp={"enabled": True}), qwen, CPU, UPSTREAM_FACTS)
+    assert off.devices[0].segments["weights"] == on.devices[0].segments["weights"]
+    assert off.parts["weights_total"] == sum(t.n_bytes for t in qwen.tensors)
 
 
 def test_gpu_layers_count_from_the_back_with_output_as_one(qwen: ModelInfo) -> None:

@@ -378,7 +378,8 @@ def compute_budget(
     output = output_buffer_bytes(model, eff.n_seq)
 
     load_mode = rt.load_mode
-    cpu_weights = split.cpu_bytes
+    # mmap maps the whole file range of the CPU tensors (the MTP block too, with MTP off)
+    cpu_weights = split.cpu_mapped_bytes if load_mode is LoadMode.MMAP else split.cpu_bytes
     if target.is_gpu:
         margin = plan.runtime.fit_margin_mib * MIB
         gpu_segments = {
@@ -448,7 +449,9 @@ def compute_budget(
     if host_budget.fits is False:
         warnings.append("not enough free system RAM for the CPU-side weights and buffers")
     parts = {
-        "weights_total": split.gpu_bytes + split.cpu_bytes,
+        "weights_total": split.gpu_bytes + cpu_weights,
+        "weights_gpu": split.gpu_bytes,
+        "weights_cpu": cpu_weights,
         "kv_cache": kv_gpu + kv_cpu,
         "recurrent_state": rs_gpu + rs_cpu,
         "mtp_kv_cache": mtp_kv,

@@ -20,15 +20,31 @@ CPU_ALIGNMENT = 32
 UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
 
 
+# Where a group of tensors lies in the model file(s): (file index, first byte, end byte) per file,
+# offsets relative to each file's tensor data.
+Extent = tuple[tuple[int, int, int], ...]
+
+
+def _extend(extents: dict[int, tuple[int, int]], t: TensorInfo) -> None:
+    lo, hi = extents.get(t.file_index, (t.offset, t.offset + t.n_bytes))
+    extents[t.file_index] = (min(lo, t.offset), max(hi, t.offset + t.n_bytes))
+
+
+def _frozen(extents: dict[int, tuple[int, int]] | None) -> Extent:
+    return tuple((i, lo, hi) for i, (lo, hi) in sorted((extents or {}).items()))
+
+
 @dataclass(frozen=True)
 class LayerWeights:
-    """Weight bytes of one block, split into expert tensors and the rest."""
+    """Weight bytes of one block, split into expert tensors and the rest, and where they lie."""
 
     layer: int
     dense_bytes: int
     expert_bytes: int
     dense_gpu_bytes: int
     expert_gpu_bytes: int
+    dense_extent: Extent = ()
+    expert_extent: Extent = ()
 
 
 @dataclass(frozen=True)
@@ -45,6 +61,8 @@ class ModelWeights:
     other_bytes: int
     layers: tuple[LayerWeights, ...]
     n_layer: int
+    input_extent: Extent = ()
+    output_extent: Extent = ()
 
     @classmethod
     def from_model(cls, model: ModelInfo) -> ModelWeights:
@@ -52,30 +70,54 @@ class ModelWeights:
         expert: dict[int, int] = {}
         dense_gpu: dict[int, int] = {}
         expert_gpu: dict[int, int] = {}
+        dense_ext: dict[int, dict[int, tuple[int, int]]] = {}
+        expert_ext: dict[int, dict[int, tuple[int, int]]] = {}
+        input_ext: dict[int, tuple[int, int]] = {}
+        output_ext: dict[int, tuple[int, int]] = {}
         input_bytes = output_bytes = output_gpu = other = 0
         for t in model.tensors:
             gpu = cuda_alloc_size(t)
             if t.name in INPUT_TENSORS:
                 input_bytes += t.n_bytes
+                _extend(input_ext, t)
             elif t.name in OUTPUT_TENSORS:
                 output_bytes += t.n_bytes
                 output_gpu += gpu
+                _extend(output_ext, t)
             elif (layer := t.layer) is not None:
                 if EXPERT_TENSOR.match(t.name):
                     expert[layer] = expert.get(layer, 0) + t.n_bytes
                     expert_gpu[layer] = expert_gpu.get(layer, 0) + gpu
+                    _extend(expert_ext.setdefault(layer, {}), t)
                 else:
                     dense[layer] = dense.get(layer, 0) + t.n_bytes
                     dense_gpu[layer] = dense_gpu.get(layer, 0) + gpu
+                    _extend(dense_ext.setdefault(layer, {}), t)
             else:
                 other += t.n_bytes
+                _extend(input_ext, t)  # stays on the CPU like the input tensors
         layers = tuple(
             LayerWeights(
-                i, dense.get(i, 0), expert.get(i, 0), dense_gpu.get(i, 0), expert_gpu.get(i, 0)
+                i,
+                dense.get(i, 0),
+                expert.get(i, 0),
+                dense_gpu.get(i, 0),
+                expert_gpu.get(i, 0),
+                _frozen(dense_ext.get(i)),
+                _frozen(expert_ext.get(i)),
             )
             for i in range(model.block_count)
         )
-        return cls(input_bytes, output_bytes, output_gpu, other, layers, model.n_layer)
+        return cls(
+            input_bytes,
+            output_bytes,
+            output_gpu,
+            other,
+            layers,
+            model.n_layer,
+            _frozen(input_ext),
+            _frozen(output_ext),
+        )
 
 
 def cuda_alloc_size(t: TensorInfo) -> int:
@@ -133,21 +175,41 @@ def place(
 
 @dataclass(frozen=True)
 class WeightSplit:
-    """Weight bytes per side after placement."""
+    """Weight bytes per side after placement.
+
+    ``cpu_mapped_bytes`` is what a memory-mapped load maps for the CPU: the engine maps one
+    range per file, from the first to the last CPU tensor in file order (llama-model.cpp,
+    ``get_mapping_range``), so tensors that lie in between count too: the MTP block between
+    the trunk and the output layer with MTP off, and the GPU layers' dense tensors between
+    CPU expert tensors.
+    """
 
     gpu_bytes: int
     cpu_bytes: int
     cpu_expert_bytes: int
+    cpu_mapped_bytes: int = 0
+
+
+def _span(extents: list[Extent]) -> int:
+    """Bytes from the first to the last byte of ``extents``, per file, added up."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for extent in extents:
+        for i, lo, hi in extent:
+            a, b = ranges.get(i, (lo, hi))
+            ranges[i] = (min(a, lo), max(b, hi))
+    return sum(hi - lo for lo, hi in ranges.values())
 
 
 def split_weights(weights: ModelWeights, placement: Placement) -> WeightSplit:
     """Sum the weight bytes on the GPU and on the CPU for a placement."""
     gpu = cpu = cpu_experts = 0
     cpu += weights.input_bytes + weights.other_bytes
+    cpu_extents = [weights.input_extent]
     if placement.output_on_gpu:
         gpu += weights.output_gpu_bytes
     else:
         cpu += weights.output_bytes
+        cpu_extents.append(weights.output_extent)
     for lw in weights.layers:
         if lw.layer not in placement.loaded_layers:
             continue
@@ -155,9 +217,12 @@ def split_weights(weights: ModelWeights, placement: Placement) -> WeightSplit:
             gpu += lw.dense_gpu_bytes
         else:
             cpu += lw.dense_bytes
+            cpu_extents.append(lw.dense_extent)
         if lw.layer in placement.cpu_expert_layers:
             cpu += lw.expert_bytes
             cpu_experts += lw.expert_bytes
+            cpu_extents.append(lw.expert_extent)
         else:
             gpu += lw.expert_gpu_bytes
-    return WeightSplit(gpu, cpu, cpu_experts)
+    # a span below the sum means offsets are unknown (a table without data offsets)
+    return WeightSplit(gpu, cpu, cpu_experts, max(_span(cpu_extents), cpu) if cpu else 0)

@@ -94,6 +94,7 @@ class Option(StrEnum):
     DRAFT_CACHE_K = "draft-cache-type-k"
     DRAFT_CACHE_V = "draft-cache-type-v"
     VERBOSITY = "verbosity"
+    NO_OP_OFFLOAD = "no-op-offload"
 
 
 @dataclass(frozen=True)

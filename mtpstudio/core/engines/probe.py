@@ -100,6 +100,7 @@ CANDIDATE_FLAGS: tuple[FlagSpec, ...] = tuple(
         *_flags(["-lm", "--load-mode"], [["mmap"]], "load mode (upstream)"),
         *_flags(["--mlock"], SWITCH, "lock weights in RAM"),
         *_flags(["--no-mmap"], SWITCH, "read weights instead of mapping"),
+        *_flags(["--no-op-offload"], SWITCH, "keep RAM experts' work on the CPU (upstream)"),
         *_flags(["--spec-type"], [["none"]], "speculative decoding type"),
         *_flags(["--spec-draft-n-max"], [["3"]], "draft depth (upstream)"),
         *_flags(["--spec-draft-n-min"], [["0"]], "fewest drafted tokens (upstream)"),

@@ -5,10 +5,39 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
 
 EXPERT_TENSOR = re.compile(r"^blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps\b")
+FFN_TENSOR = re.compile(r"^blk\.\d+\.ffn_")
+
+
+class PartialKind(StrEnum):
+    """How upstream's fit splits the one partial layer (common/fit.cpp, layer fractions).
+
+    The value is the pattern of that layer's tensors that go to system RAM: ``up`` keeps the
+    up experts on the GPU, ``gate`` keeps up and gate, ``attn`` keeps only the attention (the
+    router and shared expert go to RAM as well).
+    """
+
+    UP = r"ffn_(gate|gate_up|down)"
+    GATE = r"ffn_down"
+    ATTN = r"ffn_(gate|up|gate_up|down)"
+
+    def moves(self, name: str) -> bool:
+        """Whether tensor ``name`` of the partial layer goes to system RAM."""
+        return re.match(r"^blk\.\d+\." + self.value, name) is not None
+
+
+@dataclass(frozen=True)
+class PartialLayer:
+    """The one layer whose FFN the fit splits between GPU and system RAM."""
+
+    layer: int
+    kind: PartialKind
+
+
 OUTPUT_TENSORS = frozenset({"output.weight", "output_norm.weight", "output_norm.bias"})
 INPUT_TENSORS = frozenset({"token_embd.weight", "token_embd_norm.weight", "token_types.weight"})
 
@@ -45,6 +74,7 @@ class LayerWeights:
     expert_gpu_bytes: int
     dense_extent: Extent = ()
     expert_extent: Extent = ()
+    ffn_tensors: tuple[TensorInfo, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,8 +104,11 @@ class ModelWeights:
         expert_ext: dict[int, dict[int, tuple[int, int]]] = {}
         input_ext: dict[int, tuple[int, int]] = {}
         output_ext: dict[int, tuple[int, int]] = {}
+        ffn: dict[int, list[TensorInfo]] = {}
         input_bytes = output_bytes = output_gpu = other = 0
         for t in model.tensors:
+            if t.layer is not None and FFN_TENSOR.match(t.name):
+                ffn.setdefault(t.layer, []).append(t)
             gpu = cuda_alloc_size(t)
             if t.name in INPUT_TENSORS:
                 input_bytes += t.n_bytes
@@ -105,6 +138,7 @@ class ModelWeights:
                 expert_gpu.get(i, 0),
                 _frozen(dense_ext.get(i)),
                 _frozen(expert_ext.get(i)),
+                tuple(ffn.get(i, ())),
             )
             for i in range(model.block_count)
         )
@@ -141,12 +175,15 @@ class Placement:
         cpu_expert_layers: block indices whose expert tensors stay on the CPU.
         output_on_gpu: the output layer (output.weight, output_norm) is on the GPU.
         loaded_layers: block indices that are loaded at all (MTP blocks only with MTP on).
+        partial: a GPU layer whose FFN is split by the fit's tensor patterns instead of the
+            whole-layer expert rule (it is not in ``cpu_expert_layers``).
     """
 
     gpu_layers: frozenset[int]
     cpu_expert_layers: frozenset[int]
     output_on_gpu: bool
     loaded_layers: frozenset[int]
+    partial: PartialLayer | None = None
 
 
 def place(
@@ -156,6 +193,7 @@ def place(
     n_gpu_layers: int | None,
     cpu_expert_layers: Iterable[int],
     load_mtp: bool,
+    partial: PartialLayer | None = None,
 ) -> Placement:
     """Apply the engine's placement rules.
 
@@ -170,6 +208,8 @@ def place(
     first_gpu = model.block_count + 1 - ngl
     gpu_layers = frozenset(i for i in loaded if i >= first_gpu)
     experts_cpu = frozenset(i for i in cpu_expert_layers if i in loaded) | (loaded - gpu_layers)
+    if partial is not None and partial.layer in gpu_layers:
+        return Placement(gpu_layers, experts_cpu - {partial.layer}, ngl >= 1, loaded, partial)
     return Placement(gpu_layers, experts_cpu, ngl >= 1, loaded)
 
 
@@ -210,8 +250,20 @@ def split_weights(weights: ModelWeights, placement: Placement) -> WeightSplit:
     else:
         cpu += weights.output_bytes
         cpu_extents.append(weights.output_extent)
+    partial = placement.partial
     for lw in weights.layers:
         if lw.layer not in placement.loaded_layers:
+            continue
+        if partial is not None and lw.layer == partial.layer:
+            moved = [t for t in lw.ffn_tensors if partial.kind.moves(t.name)]
+            moved_bytes = sum(t.n_bytes for t in moved)
+            gpu += lw.dense_gpu_bytes + lw.expert_gpu_bytes
+            gpu -= sum(cuda_alloc_size(t) for t in moved)
+            cpu += moved_bytes
+            cpu_experts += sum(t.n_bytes for t in moved if EXPERT_TENSOR.match(t.name))
+            cpu_extents += [
+                _frozen({t.file_index: (t.offset, t.offset + t.n_bytes)}) for t in moved
+            ]
             continue
         if lw.layer in placement.gpu_layers:
             gpu += lw.dense_gpu_bytes

@@ -23,6 +23,7 @@ from mtpstudio.core.memory.terms import (
     pad_to,
     recurrent_row_bytes,
 )
+from mtpstudio.core.memory.trust import device_trust
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
 from mtpstudio.core.units import MIB
@@ -124,6 +125,7 @@ class DeviceBudget:
             "name": self.name,
             "total_bytes": self.total_bytes,
             "segments": dict(self.segments),
+            "segment_trust": device_trust(self.id, self.segments),
             "free_bytes": self.free_bytes,
             "fits": self.fits,
         }
@@ -162,6 +164,7 @@ class HostBudget:
             "total_bytes": self.total_bytes,
             "available_bytes": self.available_bytes,
             "segments": dict(self.segments),
+            "segment_trust": device_trust("host", self.segments),
             "needed_bytes": self.needed_bytes,
             "fits": self.fits,
         }

@@ -7,10 +7,12 @@ from typing import Any
 
 from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.placement import (
+    EXPERT_TENSOR,
     ModelWeights,
     PartialKind,
     PartialLayer,
     Placement,
+    cuda_alloc_size,
     place,
     split_weights,
 )
@@ -508,14 +510,20 @@ def op_offload_bytes(
         return 0
     if not placement.gpu_layers and not placement.output_on_gpu:
         return 0
-    return max(
-        (
-            lw.expert_gpu_bytes
-            for lw in weights.layers
-            if lw.layer in placement.cpu_expert_layers and lw.layer in placement.loaded_layers
-        ),
-        default=0,
+    whole = (
+        lw.expert_gpu_bytes
+        for lw in weights.layers
+        if lw.layer in placement.cpu_expert_layers and lw.layer in placement.loaded_layers
     )
+    split = 0
+    if placement.partial is not None:
+        partial = placement.partial
+        split = sum(
+            cuda_alloc_size(t)
+            for t in weights.layers[partial.layer].ffn_tensors
+            if EXPERT_TENSOR.match(t.name) and partial.kind.moves(t.name)
+        )
+    return max(split, max(whole, default=0))
 
 
 def device_fits(budget: Budget) -> bool:

@@ -30,6 +30,7 @@ FULLSIZE: dict[str, tuple[LoadConfig, ...]] = {
         _c("off 4k fa off", 4096, fa="off"),
         _c("off 32k n-cpu-moe 20", 32768, ctk="q8_0", ctv="q8_0", moe="n_cpu_moe", n_cpu_moe=20),
         _c("on dmax1 4k f16", 4096, mtp=1),
+        _c("on dmax1 12k f16", 12288, mtp=1),
         _c(
             "on dmax2 16k q8_0/q8_0",
             16384,

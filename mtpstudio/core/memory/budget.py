@@ -334,8 +334,7 @@ def compute_budget(
                 )
                 + " in system RAM"
                 + (
-                    f"; layer {partial.layer} is split ({partial.kind.name}: "
-                    "part of its FFN stays on the GPU)"
+                    f"; layer {partial.layer} is split: {_PARTIAL_WORDS[partial.kind]}"
                     if partial is not None
                     else ""
                 )
@@ -492,6 +491,12 @@ def compute_budget(
     }
     return Budget(devices, host_budget, eff, placement, tuple(warnings), parts)
 
+
+_PARTIAL_WORDS = {
+    PartialKind.UP: "its up experts stay on the GPU",
+    PartialKind.GATE: "its up and gate experts stay on the GPU",
+    PartialKind.ATTN: "only its attention stays on the GPU (router and shared expert in RAM)",
+}
 
 OP_OFFLOAD_MIN_BATCH = 32
 """ggml-cuda offloads an op on host weights to the GPU from this batch size on."""

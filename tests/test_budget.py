@@ -108,9 +108,34 @@ def test_n_cpu_moe_moves_exactly_the_first_layers_experts(qwen: ModelInfo, n: in
     b = compute_budget(
         plan(moe="n_cpu_moe", n_cpu_moe=n, mtp={"enabled": False}), qwen, BIG, UPSTREAM_FACTS
     )
-    cpu = b.host.segments["weights_mapped"]
     always_cpu = sum(t.n_bytes for t in qwen.tensors if t.name == "token_embd.weight")
-    assert cpu == always_cpu + moved
+    assert b.placement.cpu_expert_layers == frozenset(range(n))
+    # mmap maps one range per file: from token_embd to the end of the last CPU expert tensor,
+    # the GPU layers' dense tensors in between included (llama-model.cpp get_mapping_range)
+    on_cpu = [
+        t
+        for t in qwen.tensors
+        if t.name == "token_embd.weight"
+        or (EXPERT_TENSOR.match(t.name) and t.layer is not None and t.layer < n)
+    ]
+    span = max(t.offset + t.n_bytes for t in on_cpu) - min(t.offset for t in on_cpu)
+    assert b.host.segments["weights_mapped"] == span
+    assert (span > always_cpu + moved) == (n > 0)
+    no_mmap = compute_budget(
+        plan(moe="n_cpu_moe", n_cpu_moe=n, load_mode="no-mmap", mtp={"enabled": False}),
+        qwen,
+        BIG,
+        UPSTREAM_FACTS,
+    )
+    assert no_mmap.host.segments["weights_resident"] == always_cpu + moved
+
+
+def test_mtp_off_maps_the_mtp_block_between_trunk_and_output(qwen: ModelInfo) -> None:
+    """Upstream's CPU_Mapped buffer spans the skipped MTP block (it lies before the output)."""
+    off = compute_budget(plan(mtp={"enabled": False}), qwen, CPU, UPSTREAM_FACTS)
+    on = compute_budget(plan(mtp={"enabled": True}), qwen, CPU, UPSTREAM_FACTS)
+    assert off.devices[0].segments["weights"] == on.devices[0].segments["weights"]
+    assert off.parts["weights_total"] == sum(t.n_bytes for t in qwen.tensors)
 
 
 def test_gpu_layers_count_from_the_back_with_output_as_one(qwen: ModelInfo) -> None:
@@ -194,6 +219,73 @@ def test_engine_fit_moves_experts_back_to_front(qwen: ModelInfo) -> None:
     card = catalogue_target(gpu_card("rtx-4070-super"), plan().desktop)
     b = compute_budget(plan(ctx=32768, moe="fit"), qwen, card, UPSTREAM_FACTS)
     moved = b.effective.cpu_expert_layers
-    assert moved and max(moved) == qwen.n_layer - 1
-    assert moved == frozenset(range(min(moved), qwen.n_layer))
+    # with MTP on (the default) the MTP block is the last layer the fit counts
+    assert moved and max(moved) == qwen.block_count - 1
+    assert moved == frozenset(range(min(moved), qwen.block_count))
     assert b.devices[0].fits is True
+
+
+def _one_layer_experts(weights: ModelWeights, layer: int) -> int:
+    return weights.layers[layer].expert_gpu_bytes
+
+
+def test_op_offload_adds_one_cpu_layers_experts_to_gpu_compute(
+    qwen: ModelInfo, weights: ModelWeights
+) -> None:
+    """engines.md §5d: RAM experts are copied to the GPU for batches of 32+ tokens."""
+    on = compute_budget(plan(moe="n_cpu_moe", n_cpu_moe=10), qwen, BIG, UPSTREAM_FACTS)
+    off = compute_budget(
+        plan(moe="n_cpu_moe", n_cpu_moe=10, op_offload=False), qwen, BIG, UPSTREAM_FACTS
+    )
+    extra = _one_layer_experts(weights, 0)
+    assert extra > 100 * MIB
+    assert on.devices[0].segments["compute"] == off.devices[0].segments["compute"] + extra
+    assert on.parts["op_offload_compute"] == extra
+    # nothing in RAM, or a batch below 32 tokens: no copies
+    gpu_only = compute_budget(plan(moe="gpu"), qwen, BIG, UPSTREAM_FACTS)
+    assert gpu_only.parts["op_offload_compute"] == 0
+    small = compute_budget(
+        plan(moe="n_cpu_moe", n_cpu_moe=10, ubatch=16, batch=16), qwen, BIG, UPSTREAM_FACTS
+    )
+    assert small.parts["op_offload_compute"] == 0
+
+
+def test_fit_moves_the_mtp_block_experts_first_when_mtp_is_loaded(qwen: ModelInfo) -> None:
+    """common/fit.cpp counts the nextn layer in hp_ngl: it is the last layer, moved first."""
+    target = TargetDevice("CUDA0", "test 16 GiB", 16 * 1024 * MIB)
+    on = compute_budget(plan(moe="fit", mtp={"enabled": True}), qwen, target, UPSTREAM_FACTS)
+    cpu = on.placement.cpu_expert_layers
+    assert qwen.n_layer in cpu  # the MTP block (layer 40)
+    trunk = sorted(i for i in cpu if i < qwen.n_layer)
+    assert trunk and trunk[-1] == qwen.n_layer - 1
+    off = compute_budget(plan(moe="fit", mtp={"enabled": False}), qwen, target, UPSTREAM_FACTS)
+    assert qwen.n_layer not in off.placement.cpu_expert_layers
+
+
+def test_fit_splits_the_first_ram_layer(qwen: ModelInfo, weights: ModelWeights) -> None:
+    """After whole layers, upstream's fit brings part of one more layer back (UP / GATE / ATTN)."""
+    target = TargetDevice("CUDA0", "test 16 GiB", 16 * 1024 * MIB)
+    b = compute_budget(plan(moe="fit", mtp={"enabled": True}), qwen, target, UPSTREAM_FACTS)
+    partial = b.placement.partial
+    assert partial is not None
+    # the first of the layers whose experts the fit moves, handled tensor by tensor
+    assert partial.layer == min(b.effective.cpu_expert_layers)
+    assert partial.layer not in b.placement.cpu_expert_layers
+    whole = compute_budget(
+        plan(moe="fit", mtp={"enabled": True}),
+        qwen,
+        target,
+        UPSTREAM_FACTS,
+        cpu_expert_layers=b.placement.cpu_expert_layers | {partial.layer},
+    )
+    lw = weights.layers[partial.layer]
+    moved = sum(t.n_bytes for t in lw.ffn_tensors if partial.kind.moves(t.name))
+    kept = lw.dense_bytes + lw.expert_bytes - moved
+    # the split layer keeps part of its FFN on the GPU compared with moving all its experts
+    delta = b.devices[0].segments["weights"] - whole.devices[0].segments["weights"]
+    if partial.kind.name == "ATTN":
+        assert delta < 0  # router and shared expert go to RAM as well
+    else:
+        assert delta > 0 and moved < lw.expert_bytes
+    assert kept > 0
+    assert b.devices[0].fits

@@ -215,6 +215,16 @@ class RuntimeOptions(_Section):
     n_gpu_layers: int | None = Field(
         default=None, description="Layers on the GPU (-ngl); none means all (or fit's choice)."
     )
+    op_offload: bool = Field(
+        default=True,
+        description=(
+            "Offload host-tensor work to the GPU (upstream's default): with experts in system "
+            "RAM, prompt batches of 32+ tokens copy one layer's experts at a time to the GPU and "
+            "run them there. Much faster prompt processing, but the GPU compute buffer grows by "
+            "about one layer's expert tensors. Off (--no-op-offload) saves that VRAM and runs "
+            "the RAM experts on the CPU, so long prompts are processed several times slower."
+        ),
+    )
 
     @field_validator("ctx")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mtpstudio.core.memory.budget import DEVICE_SEGMENTS, Budget, DeviceBudget
+from mtpstudio.core.memory.trust import segment_trust
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan
 from mtpstudio.core.units import GIB, MIB
@@ -152,6 +153,11 @@ LABELS = {
     "margin": "safety margin",
 }
 
+TRUST_LEGEND = (
+    "exact: byte formula checked against the engine's log; measured: stored measurement of "
+    "this build; estimate: fitted or assumed"
+)
+
 
 def mib(n_bytes: int | None) -> str:
     return "unknown" if n_bytes is None else f"{n_bytes / MIB:,.0f} MiB"
@@ -178,7 +184,8 @@ def device_table(device: DeviceBudget) -> list[str]:
     for name in DEVICE_SEGMENTS:
         value = device.segments.get(name, 0)
         if value:
-            lines.append(f"  {BAR_GLYPHS[name]} {LABELS[name]:<20} {mib(value):>12}")
+            trust = segment_trust(device.id, name).value
+            lines.append(f"  {BAR_GLYPHS[name]} {LABELS[name]:<20} {mib(value):>12}  {trust}")
     lines.append(f"    {'used':<20} {mib(device.used_bytes):>12}")
     free = device.free_bytes
     if free is not None:
@@ -193,16 +200,18 @@ def budget_report(budget: Budget, argv: list[str] | None = None) -> str:
     lines: list[str] = ["VRAM budget:"]
     for device in budget.devices:
         lines += ["  " + line for line in device_table(device)]
+    lines.append(f"  ({TRUST_LEGEND})")
     host = budget.host
     s = host.segments
     lines.append("System RAM:")
     lines.append(f"  total {mib(host.total_bytes)}, available {mib(host.available_bytes)}")
-    if s["weights_mapped"]:
-        lines.append(f"  weights memory-mapped from disk   {mib(s['weights_mapped'])}")
-    if s["weights_resident"]:
-        lines.append(f"  weights read into RAM             {mib(s['weights_resident'])}")
-    if s["weights_locked"]:
-        lines.append(f"  weights locked in RAM             {mib(s['weights_locked'])}")
+    for key, label in (
+        ("weights_mapped", "weights memory-mapped from disk   "),
+        ("weights_resident", "weights read into RAM             "),
+        ("weights_locked", "weights locked in RAM             "),
+    ):
+        if s[key]:
+            lines.append(f"  {label}{mib(s[key])}  {segment_trust('host', key).value}")
     lines.append(
         "  buffers (KV, state, output, ...)  "
         + mib(host.needed_bytes - s["weights_resident"] - s["weights_locked"])

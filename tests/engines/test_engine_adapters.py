@@ -619,3 +619,18 @@ def test_spec_is_frozen() -> None:
     spec = build_launch_spec(make_plan(UP), probed(UP))
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.binary = Path("/x")  # type: ignore[misc]
+
+
+def test_no_op_offload_is_emitted_when_asked_and_supported() -> None:
+    on = build_launch_spec(
+        make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 8}), documented_build(UP)
+    )
+    assert "--no-op-offload" not in on.args
+    plan = make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 8, "op_offload": False})
+    spec = build_launch_spec(plan, documented_build(UP))
+    assert "--no-op-offload" in spec.args
+    note = next(n for n in spec.flags if n.flag == "--no-op-offload")
+    assert note.setting == "runtime.op_offload" and "VRAM" in note.explanation
+    # a CPU-only plan has nothing to offload
+    cpu = make_plan(UP, device="cpu", runtime={"op_offload": False})
+    assert "--no-op-offload" not in build_launch_spec(cpu, documented_build(UP)).args

@@ -94,6 +94,7 @@ CANDIDATE_FLAGS: tuple[FlagSpec, ...] = tuple(
         *_flags(["-lm", "--load-mode"], [["mmap"]], "load mode (upstream)"),
         *_flags(["--mlock"], SWITCH, "lock weights in RAM"),
         *_flags(["--no-mmap"], SWITCH, "read weights instead of mapping"),
+        *_flags(["--no-op-offload"], SWITCH, "keep RAM experts' work on the CPU (upstream)"),
         *_flags(["--spec-type"], [["none"]], "speculative decoding type"),
         *_flags(["--spec-draft-n-max"], [["3"]], "draft depth (upstream)"),
         *_flags(["--spec-draft-n-min"], [["0"]], "fewest drafted tokens (upstream)"),
@@ -157,6 +158,7 @@ class Option(StrEnum):
     DRAFT_CACHE_K = "draft-cache-type-k"
     DRAFT_CACHE_V = "draft-cache-type-v"
     VERBOSITY = "verbosity"
+    NO_OP_OFFLOAD = "no-op-offload"
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,7 @@ UPSTREAM_SPELLINGS = MappingProxyType(
             ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "f16"
         ),
         Option.VERBOSITY: FlagSpelling(("-lv", "--log-verbosity", "--verbosity"), "3"),
+        Option.NO_OP_OFFLOAD: FlagSpelling(("--no-op-offload",), None),
     }
 )
 

@@ -49,6 +49,24 @@ class UpstreamAdapter(AdapterBase):
         return super()._flash_attn_note(value, quantized_v, b)
 
     def _emit_placement(self, plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
+        self._emit_layout(plan, model, b)
+        if plan.runtime.op_offload or plan.device == "cpu":
+            return
+        emitted = b.emit(
+            Option.NO_OP_OFFLOAD,
+            [],
+            "runtime.op_offload",
+            "Run the experts kept in system RAM on the CPU instead of copying them to the GPU "
+            "for large batches: saves about one layer's experts of VRAM, slower prompts.",
+            required=False,
+        )
+        if not emitted:
+            b.warn(
+                f"{describe_build(b.build)} has no --no-op-offload: it copies RAM-resident "
+                "experts to the GPU for large batches, as the budget assumes when op offload is on."
+            )
+
+    def _emit_layout(self, plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
         rt = plan.runtime
         fit_off_note = (
             "Use exactly the placement below; llama-server's fit (on by default) would re-plan it."

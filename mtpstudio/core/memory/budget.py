@@ -7,7 +7,16 @@ from typing import Any
 
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
-from mtpstudio.core.memory.placement import ModelWeights, Placement, place, split_weights
+from mtpstudio.core.memory.placement import (
+    EXPERT_TENSOR,
+    ModelWeights,
+    PartialKind,
+    PartialLayer,
+    Placement,
+    cuda_alloc_size,
+    place,
+    split_weights,
+)
 from mtpstudio.core.memory.terms import (
     ComputeShape,
     compute_bytes,
@@ -17,8 +26,9 @@ from mtpstudio.core.memory.terms import (
     pad_to,
     recurrent_row_bytes,
 )
+from mtpstudio.core.memory.trust import device_trust
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
+from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
 from mtpstudio.core.units import MIB
 
 UNQUANTIZED_CACHE = frozenset({"f32", "f16", "bf16"})
@@ -85,6 +95,7 @@ class DeviceBudget:
             "name": self.name,
             "total_bytes": self.total_bytes,
             "segments": dict(self.segments),
+            "segment_trust": device_trust(self.id, self.segments),
             "free_bytes": self.free_bytes,
             "fits": self.fits,
         }
@@ -123,6 +134,7 @@ class HostBudget:
             "total_bytes": self.total_bytes,
             "available_bytes": self.available_bytes,
             "segments": dict(self.segments),
+            "segment_trust": device_trust("host", self.segments),
             "needed_bytes": self.needed_bytes,
             "fits": self.fits,
         }
@@ -259,6 +271,7 @@ def compute_budget(
     host: HostSpec | None = None,
     weights: ModelWeights | None = None,
     cpu_expert_layers: frozenset[int] | None = None,
+    partial: PartialLayer | None = None,
 ) -> Budget:
     """Predict what the engine allocates for ``plan`` on ``target``.
 
@@ -270,7 +283,9 @@ def compute_budget(
     host = host or HostSpec()
     if cpu_expert_layers is None:
         if plan.runtime.moe is MoePlacement.FIT and target.is_gpu and target.total_bytes:
-            cpu_expert_layers = engine_fit_layers(plan, model, target, facts, host, weights)
+            cpu_expert_layers, partial = engine_fit_placement(
+                plan, model, target, facts, host, weights
+            )
         else:
             cpu_expert_layers = cpu_expert_layers_for(plan, model)
     eff, warnings = _effective(plan, model, facts, cpu_expert_layers)
@@ -279,7 +294,18 @@ def compute_budget(
         if trunk:
             warnings.append(
                 f"the engine's fit is expected to keep the experts of layers {trunk[0]}-{trunk[-1]}"
-                f" ({len(trunk)} of {model.n_layer}) in system RAM"
+                f" ({len(trunk)} of {model.n_layer})"
+                + (
+                    " and the MTP block's"
+                    if any(i >= model.n_layer for i in cpu_expert_layers)
+                    else ""
+                )
+                + " in system RAM"
+                + (
+                    f"; layer {partial.layer} is split: {_PARTIAL_WORDS[partial.kind]}"
+                    if partial is not None
+                    else ""
+                )
             )
     placement = place(
         model,
@@ -287,6 +313,7 @@ def compute_budget(
         n_gpu_layers=eff.n_gpu_layers,
         cpu_expert_layers=cpu_expert_layers,
         load_mtp=eff.mtp_active,
+        partial=partial,
     )
     split = split_weights(weights, placement)
 
@@ -344,9 +371,11 @@ def compute_budget(
     else:
         main_compute = compute_bytes(model, main_shape)
     output = output_buffer_bytes(model, eff.n_seq)
+    op_offload = op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
 
     load_mode = rt.load_mode
-    cpu_weights = split.cpu_bytes
+    # mmap maps the whole file range of the CPU tensors (the MTP block too, with MTP off)
+    cpu_weights = split.cpu_mapped_bytes if load_mode is LoadMode.MMAP else split.cpu_bytes
     if target.is_gpu:
         margin = plan.runtime.fit_margin_mib * MIB
         gpu_segments = {
@@ -355,7 +384,7 @@ def compute_budget(
             "recurrent_state": rs_gpu,
             "mtp_kv_cache": mtp_kv if mtp_on_gpu else 0,
             "mtp_compute": mtp_compute if mtp_on_gpu else 0,
-            "compute": main_compute,
+            "compute": main_compute + op_offload,
             "output": 0,
             "desktop": target.desktop_bytes,
             "other_processes": target.other_bytes,
@@ -416,7 +445,9 @@ def compute_budget(
     if host_budget.fits is False:
         warnings.append("not enough free system RAM for the CPU-side weights and buffers")
     parts = {
-        "weights_total": split.gpu_bytes + split.cpu_bytes,
+        "weights_total": split.gpu_bytes + cpu_weights,
+        "weights_gpu": split.gpu_bytes,
+        "weights_cpu": cpu_weights,
         "kv_cache": kv_gpu + kv_cpu,
         "recurrent_state": rs_gpu + rs_cpu,
         "mtp_kv_cache": mtp_kv,
@@ -424,8 +455,48 @@ def compute_budget(
         "mtp_output": mtp_output,
         "compute": main_compute,
         "mtp_compute": mtp_compute,
+        "op_offload_compute": op_offload,
     }
     return Budget(devices, host_budget, eff, placement, tuple(warnings), parts)
+
+
+_PARTIAL_WORDS = {
+    PartialKind.UP: "its up experts stay on the GPU",
+    PartialKind.GATE: "its up and gate experts stay on the GPU",
+    PartialKind.ATTN: "only its attention stays on the GPU (router and shared expert in RAM)",
+}
+
+OP_OFFLOAD_MIN_BATCH = 32
+"""ggml-cuda offloads an op on host weights to the GPU from this batch size on."""
+
+
+def op_offload_bytes(
+    plan: Plan, weights: ModelWeights, placement: Placement, n_tokens: int, target: TargetDevice
+) -> int:
+    """GPU compute-buffer bytes for RAM-resident experts copied over for large batches.
+
+    With ``--op-offload`` (upstream's default) the scheduler runs a matmul whose weights sit in
+    host memory on the GPU when the batch has 32+ tokens, copying the weights into the GPU
+    compute buffer; the reservation holds about one layer's expert tensors (engines.md §5d).
+    """
+    if not (target.is_gpu and plan.runtime.op_offload and n_tokens >= OP_OFFLOAD_MIN_BATCH):
+        return 0
+    if not placement.gpu_layers and not placement.output_on_gpu:
+        return 0
+    whole = (
+        lw.expert_gpu_bytes
+        for lw in weights.layers
+        if lw.layer in placement.cpu_expert_layers and lw.layer in placement.loaded_layers
+    )
+    split = 0
+    if placement.partial is not None:
+        partial = placement.partial
+        split = sum(
+            cuda_alloc_size(t)
+            for t in weights.layers[partial.layer].ffn_tensors
+            if EXPERT_TENSOR.match(t.name) and partial.kind.moves(t.name)
+        )
+    return max(split, max(whole, default=0))
 
 
 def device_fits(budget: Budget) -> bool:
@@ -441,16 +512,58 @@ def engine_fit_layers(
     host: HostSpec,
     weights: ModelWeights,
 ) -> frozenset[int]:
-    """Expert layers the engine's fit moves to the CPU: back to front until the device fits.
+    """Expert layers the engine's fit moves to the CPU (see ``engine_fit_placement``)."""
+    return engine_fit_placement(plan, model, target, facts, host, weights)[0]
+
+
+def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts) -> int:
+    """How many blocks the fit counts: upstream adds the MTP block when it is loaded
+    (``hp_ngl += n_layer_nextn`` in common/fit.cpp), so its experts are the first to move."""
+    mtp_loaded = (
+        facts.flavour is EngineFlavour.UPSTREAM
+        and plan.mtp.enabled
+        and model.has_mtp
+        and model.architecture in facts.mtp_architectures
+    )
+    return model.block_count if mtp_loaded else model.n_layer
+
+
+def engine_fit_placement(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+) -> tuple[frozenset[int], PartialLayer | None]:
+    """Expert layers the engine's fit moves to the CPU, and the layer it splits.
 
     Both engines fill from the back (upstream: dense-only layers back-to-front, then full
     layers front-to-back; ik: overrides from the last layer down), so the front layers keep
-    their experts on the GPU. Partial layers are not modelled: whole layers move.
+    their experts on the GPU. Upstream counts the MTP block among the layers when it is
+    loaded (it is the last one), and then tries to bring part of the first RAM layer back:
+    its up experts (``UP``), then up and gate (``GATE``); when not even ``UP`` fits it moves
+    that layer's router and shared expert to RAM too (``ATTN``).
     """
-    n = model.n_layer
+    n = _fit_layers_from_back(plan, model, facts)
+
+    def fits(layers: frozenset[int], partial: PartialLayer | None = None) -> bool:
+        budget = compute_budget(
+            plan, model, target, facts, host, weights, cpu_expert_layers=layers, partial=partial
+        )
+        return device_fits(budget)
+
     for k in range(n + 1):
         layers = frozenset(range(n - k, n))
-        budget = compute_budget(plan, model, target, facts, host, weights, cpu_expert_layers=layers)
-        if device_fits(budget):
-            return layers
-    return frozenset(range(model.block_count))
+        if not fits(layers):
+            continue
+        if k == 0 or facts.flavour is not EngineFlavour.UPSTREAM:
+            return layers, None
+        first = n - k
+        up = PartialLayer(first, PartialKind.UP)
+        if fits(layers, up):
+            gate = PartialLayer(first, PartialKind.GATE)
+            return layers, gate if fits(layers, gate) else up
+        attn = PartialLayer(first, PartialKind.ATTN)
+        return layers, attn if fits(layers, attn) else None
+    return frozenset(range(model.block_count)), None

@@ -5,10 +5,39 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
 
 EXPERT_TENSOR = re.compile(r"^blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps\b")
+FFN_TENSOR = re.compile(r"^blk\.\d+\.ffn_")
+
+
+class PartialKind(StrEnum):
+    """How upstream's fit splits the one partial layer (common/fit.cpp, layer fractions).
+
+    The value is the pattern of that layer's tensors that go to system RAM: ``up`` keeps the
+    up experts on the GPU, ``gate`` keeps up and gate, ``attn`` keeps only the attention (the
+    router and shared expert go to RAM as well).
+    """
+
+    UP = r"ffn_(gate|gate_up|down)"
+    GATE = r"ffn_down"
+    ATTN = r"ffn_(gate|up|gate_up|down)"
+
+    def moves(self, name: str) -> bool:
+        """Whether tensor ``name`` of the partial layer goes to system RAM."""
+        return re.match(r"^blk\.\d+\." + self.value, name) is not None
+
+
+@dataclass(frozen=True)
+class PartialLayer:
+    """The one layer whose FFN the fit splits between GPU and system RAM."""
+
+    layer: int
+    kind: PartialKind
+
+
 OUTPUT_TENSORS = frozenset({"output.weight", "output_norm.weight", "output_norm.bias"})
 INPUT_TENSORS = frozenset({"token_embd.weight", "token_embd_norm.weight", "token_types.weight"})
 
@@ -20,15 +49,32 @@ CPU_ALIGNMENT = 32
 UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
 
 
+# Where a group of tensors lies in the model file(s): (file index, first byte, end byte) per file,
+# offsets relative to each file's tensor data.
+Extent = tuple[tuple[int, int, int], ...]
+
+
+def _extend(extents: dict[int, tuple[int, int]], t: TensorInfo) -> None:
+    lo, hi = extents.get(t.file_index, (t.offset, t.offset + t.n_bytes))
+    extents[t.file_index] = (min(lo, t.offset), max(hi, t.offset + t.n_bytes))
+
+
+def _frozen(extents: dict[int, tuple[int, int]] | None) -> Extent:
+    return tuple((i, lo, hi) for i, (lo, hi) in sorted((extents or {}).items()))
+
+
 @dataclass(frozen=True)
 class LayerWeights:
-    """Weight bytes of one block, split into expert tensors and the rest."""
+    """Weight bytes of one block, split into expert tensors and the rest, and where they lie."""
 
     layer: int
     dense_bytes: int
     expert_bytes: int
     dense_gpu_bytes: int
     expert_gpu_bytes: int
+    dense_extent: Extent = ()
+    expert_extent: Extent = ()
+    ffn_tensors: tuple[TensorInfo, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -45,6 +91,8 @@ class ModelWeights:
     other_bytes: int
     layers: tuple[LayerWeights, ...]
     n_layer: int
+    input_extent: Extent = ()
+    output_extent: Extent = ()
 
     @classmethod
     def from_model(cls, model: ModelInfo) -> ModelWeights:
@@ -52,30 +100,58 @@ class ModelWeights:
         expert: dict[int, int] = {}
         dense_gpu: dict[int, int] = {}
         expert_gpu: dict[int, int] = {}
+        dense_ext: dict[int, dict[int, tuple[int, int]]] = {}
+        expert_ext: dict[int, dict[int, tuple[int, int]]] = {}
+        input_ext: dict[int, tuple[int, int]] = {}
+        output_ext: dict[int, tuple[int, int]] = {}
+        ffn: dict[int, list[TensorInfo]] = {}
         input_bytes = output_bytes = output_gpu = other = 0
         for t in model.tensors:
+            if t.layer is not None and FFN_TENSOR.match(t.name):
+                ffn.setdefault(t.layer, []).append(t)
             gpu = cuda_alloc_size(t)
             if t.name in INPUT_TENSORS:
                 input_bytes += t.n_bytes
+                _extend(input_ext, t)
             elif t.name in OUTPUT_TENSORS:
                 output_bytes += t.n_bytes
                 output_gpu += gpu
+                _extend(output_ext, t)
             elif (layer := t.layer) is not None:
                 if EXPERT_TENSOR.match(t.name):
                     expert[layer] = expert.get(layer, 0) + t.n_bytes
                     expert_gpu[layer] = expert_gpu.get(layer, 0) + gpu
+                    _extend(expert_ext.setdefault(layer, {}), t)
                 else:
                     dense[layer] = dense.get(layer, 0) + t.n_bytes
                     dense_gpu[layer] = dense_gpu.get(layer, 0) + gpu
+                    _extend(dense_ext.setdefault(layer, {}), t)
             else:
                 other += t.n_bytes
+                _extend(input_ext, t)  # stays on the CPU like the input tensors
         layers = tuple(
             LayerWeights(
-                i, dense.get(i, 0), expert.get(i, 0), dense_gpu.get(i, 0), expert_gpu.get(i, 0)
+                i,
+                dense.get(i, 0),
+                expert.get(i, 0),
+                dense_gpu.get(i, 0),
+                expert_gpu.get(i, 0),
+                _frozen(dense_ext.get(i)),
+                _frozen(expert_ext.get(i)),
+                tuple(ffn.get(i, ())),
             )
             for i in range(model.block_count)
         )
-        return cls(input_bytes, output_bytes, output_gpu, other, layers, model.n_layer)
+        return cls(
+            input_bytes,
+            output_bytes,
+            output_gpu,
+            other,
+            layers,
+            model.n_layer,
+            _frozen(input_ext),
+            _frozen(output_ext),
+        )
 
 
 def cuda_alloc_size(t: TensorInfo) -> int:
@@ -99,12 +175,15 @@ class Placement:
         cpu_expert_layers: block indices whose expert tensors stay on the CPU.
         output_on_gpu: the output layer (output.weight, output_norm) is on the GPU.
         loaded_layers: block indices that are loaded at all (MTP blocks only with MTP on).
+        partial: a GPU layer whose FFN is split by the fit's tensor patterns instead of the
+            whole-layer expert rule (it is not in ``cpu_expert_layers``).
     """
 
     gpu_layers: frozenset[int]
     cpu_expert_layers: frozenset[int]
     output_on_gpu: bool
     loaded_layers: frozenset[int]
+    partial: PartialLayer | None = None
 
 
 def place(
@@ -114,6 +193,7 @@ def place(
     n_gpu_layers: int | None,
     cpu_expert_layers: Iterable[int],
     load_mtp: bool,
+    partial: PartialLayer | None = None,
 ) -> Placement:
     """Apply the engine's placement rules.
 
@@ -128,36 +208,73 @@ def place(
     first_gpu = model.block_count + 1 - ngl
     gpu_layers = frozenset(i for i in loaded if i >= first_gpu)
     experts_cpu = frozenset(i for i in cpu_expert_layers if i in loaded) | (loaded - gpu_layers)
+    if partial is not None and partial.layer in gpu_layers:
+        return Placement(gpu_layers, experts_cpu - {partial.layer}, ngl >= 1, loaded, partial)
     return Placement(gpu_layers, experts_cpu, ngl >= 1, loaded)
 
 
 @dataclass(frozen=True)
 class WeightSplit:
-    """Weight bytes per side after placement."""
+    """Weight bytes per side after placement.
+
+    ``cpu_mapped_bytes`` is what a memory-mapped load maps for the CPU: the engine maps one
+    range per file, from the first to the last CPU tensor in file order (llama-model.cpp,
+    ``get_mapping_range``), so tensors that lie in between count too: the MTP block between
+    the trunk and the output layer with MTP off, and the GPU layers' dense tensors between
+    CPU expert tensors.
+    """
 
     gpu_bytes: int
     cpu_bytes: int
     cpu_expert_bytes: int
+    cpu_mapped_bytes: int = 0
+
+
+def _span(extents: list[Extent]) -> int:
+    """Bytes from the first to the last byte of ``extents``, per file, added up."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for extent in extents:
+        for i, lo, hi in extent:
+            a, b = ranges.get(i, (lo, hi))
+            ranges[i] = (min(a, lo), max(b, hi))
+    return sum(hi - lo for lo, hi in ranges.values())
 
 
 def split_weights(weights: ModelWeights, placement: Placement) -> WeightSplit:
     """Sum the weight bytes on the GPU and on the CPU for a placement."""
     gpu = cpu = cpu_experts = 0
     cpu += weights.input_bytes + weights.other_bytes
+    cpu_extents = [weights.input_extent]
     if placement.output_on_gpu:
         gpu += weights.output_gpu_bytes
     else:
         cpu += weights.output_bytes
+        cpu_extents.append(weights.output_extent)
+    partial = placement.partial
     for lw in weights.layers:
         if lw.layer not in placement.loaded_layers:
+            continue
+        if partial is not None and lw.layer == partial.layer:
+            moved = [t for t in lw.ffn_tensors if partial.kind.moves(t.name)]
+            moved_bytes = sum(t.n_bytes for t in moved)
+            gpu += lw.dense_gpu_bytes + lw.expert_gpu_bytes
+            gpu -= sum(cuda_alloc_size(t) for t in moved)
+            cpu += moved_bytes
+            cpu_experts += sum(t.n_bytes for t in moved if EXPERT_TENSOR.match(t.name))
+            cpu_extents += [
+                _frozen({t.file_index: (t.offset, t.offset + t.n_bytes)}) for t in moved
+            ]
             continue
         if lw.layer in placement.gpu_layers:
             gpu += lw.dense_gpu_bytes
         else:
             cpu += lw.dense_bytes
+            cpu_extents.append(lw.dense_extent)
         if lw.layer in placement.cpu_expert_layers:
             cpu += lw.expert_bytes
             cpu_experts += lw.expert_bytes
+            cpu_extents.append(lw.expert_extent)
         else:
             gpu += lw.expert_gpu_bytes
-    return WeightSplit(gpu, cpu, cpu_experts)
+    # a span below the sum means offsets are unknown (a table without data offsets)
+    return WeightSplit(gpu, cpu, cpu_experts, max(_span(cpu_extents), cpu) if cpu else 0)

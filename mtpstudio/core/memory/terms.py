@@ -87,8 +87,10 @@ _FFN = {
 
 
 # The MTP draft context runs only the nextn block (attention + MoE, no delta-net).
+# Hybrid with flash attention refitted at full size (Qwen3.6 35B-A3B and 27B cards): the query
+# with its output gate and the attention output (4 x q) plus two embedding-wide rows.
 _MTP_ATTN = {
-    ("hybrid", True): (0.0, 2.0, 8.0),
+    ("hybrid", True): (2.0, 4.0, 0.0),
     ("hybrid", False): (0.0, 4.0, 6.0),
     ("moe", True): (0.0, 2.0, 8.0),
     ("moe", False): (0.0, 4.0, 6.0),
@@ -119,11 +121,27 @@ def recurrent_width(model: ModelInfo) -> int:
     return 2 * model.ssm_state_size * model.ssm_group_count + model.ssm_inner_size
 
 
-def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = True) -> int:
-    """Estimate one context's compute buffer: mask + the larger of the attention and FFN peaks.
+def moe_peak_floats(model: ModelInfo, *, mtp: bool = False) -> int:
+    """Live floats per token at the routed-expert peak of a MoE layer (0 for dense models).
 
-    ``recurrent=False`` leaves the delta-net block out (the MTP draft context only runs the
-    nextn layer, which is full attention + MoE).
+    The down projection's per-expert outputs and their router-weighted copy are both live
+    (2 x n_embd x n_expert_used); the trunk graph also keeps the residual stream, the normed
+    input and the shared-expert input (3 x n_embd), the MTP graph one expert width. Fitted on
+    the full-size Qwen3.6-35B-A3B card at ubatch 256-2048 (benchmarks/fullsize_accuracy.py);
+    on the small test models this term is never the largest.
+    """
+    if not model.is_moe:
+        return 0
+    experts = 2 * model.n_embd * model.n_expert_used
+    return experts + (model.expert_ffn_length if mtp else 3 * model.n_embd)
+
+
+def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = True) -> int:
+    """Estimate one context's compute buffer: the mask plus the largest activation peak.
+
+    ``recurrent=False`` is the MTP draft context: it only runs the nextn layer (full attention
+    + FFN, no delta-net), and its mask is live only during attention. The logits are computed
+    after the last FFN has been freed, so they are a peak of their own, not an addition.
     """
     family = model_family(model)
     fa = shape.flash_attn
@@ -132,18 +150,25 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
     kv_dim = model.n_head_kv * model.key_length
     # The reservation splits the ubatch over the streams, so the mask is n_kv x n_tokens.
     mask = shape.n_kv * t * (2 if fa else F32)
-    ae, aq, akv = (_MTP_ATTN if not recurrent and model.has_mtp else _ATTN)[(family, fa)]
+    mtp = not recurrent and model.has_mtp
+    ae, aq, akv = (_MTP_ATTN if mtp else _ATTN)[(family, fa)]
     attn = F32 * t * (ae * model.n_embd + aq * q_dim + akv * kv_dim)
     if not fa:
         attn += shape.n_kv * t * model.n_head * F32
     fe, ff, fr = _FFN[(family, fa)]
     width_r = recurrent_width(model) if recurrent else 0
-    ffn = F32 * t * (fe * model.n_embd + ff * ffn_width(model) + fr * width_r)
+    ffn_floats = fe * model.n_embd + ff * ffn_width(model) + fr * width_r
+    if mtp and family == "hybrid" and not model.is_moe:
+        # the dense nextn block keeps the attention output alongside the FFN (Qwen3.6-27B)
+        ffn_floats += 1.5 * q_dim
+    ffn = F32 * t * max(ffn_floats, moe_peak_floats(model, mtp=mtp))
     if fa and shape.quantized_kv and recurrent:
         # a quantized K/V cache adds about 8 bytes per query element to the attention peak
         attn += _QUANT_KV_EXTRA[family] * t * q_dim
     logits = F32 * shape.n_outputs * model.vocab_size
-    return int(mask + max(attn, ffn) + logits)
+    if mtp:
+        return int(max(mask + attn, ffn, logits))
+    return int(mask + max(attn, ffn, logits))
 
 
 # ik_llama.cpp reserves its worst-case graph differently: logits for every token of the ubatch,

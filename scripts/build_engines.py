@@ -14,6 +14,7 @@ Usage: build_engines.py [upstream] [ik] [--print-paths] [--jobs N]
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -133,12 +134,82 @@ def download_sdist(python: Path, engine: EngineSource, dest: Path) -> Path:
     return found[0]
 
 
+class UnsafeArchiveError(Exception):
+    """An archive member would land outside the extraction folder, or is not a file/dir/link."""
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def member_problem(member: tarfile.TarInfo, root: str) -> str | None:
+    """Why ``member`` must not be extracted under ``root`` (a realpath), or None when it is safe.
+
+    Paths are resolved against what is already on disk, so a link extracted earlier cannot
+    carry a later member out of the folder. Works on every Python 3.11 (``extractall``'s
+    ``filter`` argument only arrived in 3.11.4).
+    """
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        return "is a device, FIFO or other special file"
+    name = member.name
+    if not name or name.startswith("/") or os.path.isabs(name):
+        return "has an absolute path"
+    if ".." in name.split("/"):
+        return "contains '..'"
+    parent = os.path.realpath(os.path.join(root, os.path.dirname(name)))
+    target = os.path.join(parent, os.path.basename(name))
+    if not _inside(parent, root) or not _inside(os.path.realpath(target), root):
+        return "would be written outside the folder (through a link)"
+    if member.issym():
+        if os.path.isabs(member.linkname):
+            return "is a symbolic link to an absolute path"
+        if not _inside(os.path.realpath(os.path.join(parent, member.linkname)), root):
+            return "is a symbolic link leading outside the folder"
+    if member.islnk():
+        if os.path.isabs(member.linkname) or ".." in member.linkname.split("/"):
+            return "is a hard link to a path outside the folder"
+        if not _inside(os.path.realpath(os.path.join(root, member.linkname)), root):
+            return "is a hard link leading outside the folder"
+    return None
+
+
+def _tamed(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A copy owned by us, without set-id/sticky bits or group/other write permission."""
+    tame = copy.copy(member)
+    tame.uid, tame.gid, tame.uname, tame.gname = os.getuid(), os.getgid(), "", ""
+    mode = member.mode & 0o755
+    tame.mode = mode | 0o700 if member.isdir() else mode | 0o600
+    return tame
+
+
+def safe_extract(archive: Path, dest: Path) -> None:
+    """Extract ``archive`` into the existing folder ``dest``, refusing any unsafe member."""
+    root = os.path.realpath(dest)
+    extra: dict[str, object] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            problem = member_problem(member, root)
+            if problem is not None:
+                raise UnsafeArchiveError(
+                    f"{archive.name}: member {member.name!r} {problem}; refusing to extract it"
+                )
+            tar.extract(_tamed(member), root, numeric_owner=True, **extra)
+    for here, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(here, name)
+            if os.path.islink(path) and not _inside(os.path.realpath(path), root):
+                os.unlink(path)
+                raise UnsafeArchiveError(
+                    f"{archive.name}: link {os.path.relpath(path, root)!r} leads outside the "
+                    "folder; refusing it"
+                )
+
+
 def extract(archive: Path, dest: Path) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
+    safe_extract(archive, dest)
     (top,) = [p for p in dest.iterdir() if p.is_dir()]
     return top
 
@@ -260,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
             build(ENGINES[name], root, args.jobs)
         except subprocess.CalledProcessError as exc:
             say(f"{name}: build failed ({exc}); the log above says where")
+            return 1
+        except UnsafeArchiveError as exc:
+            say(f"{name}: {exc} (delete the cached sdist folder to download it again)")
             return 1
     return 0
 

@@ -46,6 +46,9 @@ def cmd_gui(args: argparse.Namespace) -> int:
             "no display is available for the wizard",
             hint="Run it in a graphical session, or use `mtpstudio plan --demo` here.",
         )
+    from mtpstudio.core.qt_platform import check_xcb_platform  # before Qt loads: no abort 134
+
+    check_xcb_platform()
     plan = load_plan(args.plan) if getattr(args, "plan", None) else None
     if screenshots is not None:
         from mtpstudio.ui.app import run_screenshots

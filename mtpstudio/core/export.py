@@ -59,6 +59,7 @@ def render_all(
             script=service[2],
             scope=scope.value,
             session_files=session_files,
+            desktop=plan.desktop.value,
             warnings=list(dict.fromkeys(warnings)),
         )
     )

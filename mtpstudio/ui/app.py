@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan
 from mtpstudio.ui.icons import app_icon
+from mtpstudio.ui.smoke import arm_smoke_screenshot
 
 __all__ = ["app_icon", "demo_plan", "ensure_application", "run_app", "run_screenshots"]
 
@@ -44,6 +45,7 @@ def run_app(plan: Plan | None = None, *, demo: bool = False) -> int:
     wizard = MtpWizard(plan)
     _close_on_signals(wizard)
     wizard.show()
+    arm_smoke_screenshot(wizard)  # hidden test hook (MTPSTUDIO_SMOKE_SCREENSHOT)
     app.exec()
     return 0
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio import __version__
+from mtpstudio.cli import bench
 from mtpstudio.cli.detect import add_detect_parser
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import (
@@ -367,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_unit.set_defaults(func=_cmd_export_unit)
 
     add_detect_parser(sub)
+    bench.register(sub)
     return parser
 
 

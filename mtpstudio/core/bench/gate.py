@@ -1,0 +1,144 @@
+"""The correctness gate: at temperature 0, drafting on must produce the text drafting off does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mtpstudio.core.bench.client import BenchClient
+from mtpstudio.core.bench.prompts import BenchPrompt
+from mtpstudio.core.bench.target import (
+    BenchProgress,
+    BenchTarget,
+    CancelToken,
+    ProgressCallback,
+    no_progress,
+)
+from mtpstudio.core.errors import BenchError
+
+
+@dataclass(frozen=True)
+class GateMismatch:
+    """Where two generations part: token index and the two tokens (id, piece) there."""
+
+    index: int
+    token_on: tuple[int, str] | None
+    token_off: tuple[int, str] | None
+    same_prefix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "token_on": None if self.token_on is None else list(self.token_on),
+            "token_off": None if self.token_off is None else list(self.token_off),
+            "same_prefix": self.same_prefix,
+        }
+
+
+@dataclass(frozen=True)
+class GateItem:
+    """One prompt's verdict."""
+
+    category: str
+    text_on: str
+    text_off: str
+    mismatch: GateMismatch | None
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatch is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "passed": self.passed,
+            "mismatch": None if self.mismatch is None else self.mismatch.to_dict(),
+            "text_on": self.text_on,
+            "text_off": self.text_off,
+        }
+
+
+@dataclass
+class GateReport:
+    """Per-prompt verdicts; ``error`` says why the gate stopped early."""
+
+    on_label: str
+    off_label: str
+    n_predict: int
+    items: list[GateItem]
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and bool(self.items) and all(i.passed for i in self.items)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "drafting_on": self.on_label,
+            "drafting_off": self.off_label,
+            "n_predict": self.n_predict,
+            "passed": self.passed,
+            "mismatches": sum(not i.passed for i in self.items),
+            "items": [i.to_dict() for i in self.items],
+            "error": self.error,
+        }
+
+
+def first_difference(
+    tokens_on: Sequence[tuple[int, str]], tokens_off: Sequence[tuple[int, str]]
+) -> GateMismatch | None:
+    """The first index where the token sequences differ (a shorter one ends there); pure."""
+    for i, (x, y) in enumerate(zip(tokens_on, tokens_off, strict=False)):
+        if x[0] != y[0]:
+            return GateMismatch(i, x, y, "".join(p for _, p in tokens_on[:i]))
+    if len(tokens_on) == len(tokens_off):
+        return None
+    i = min(len(tokens_on), len(tokens_off))
+    return GateMismatch(
+        i,
+        tokens_on[i] if i < len(tokens_on) else None,
+        tokens_off[i] if i < len(tokens_off) else None,
+        "".join(p for _, p in tokens_on[:i]),
+    )
+
+
+def run_gate(
+    drafting_on: BenchTarget,
+    drafting_off: BenchTarget,
+    prompts: Sequence[BenchPrompt],
+    n_predict: int = 192,
+    *,
+    cancel: CancelToken | None = None,
+    progress: ProgressCallback = no_progress,
+    timeout_s: float = 600.0,
+) -> GateReport:
+    """Generate every prompt greedily on both servers and compare; tokens via the on-server."""
+    report = GateReport(drafting_on.name, drafting_off.name, n_predict, [])
+    cancel = cancel or CancelToken()
+    with BenchClient(drafting_on, timeout_s) as on, BenchClient(drafting_off, timeout_s) as off:
+        try:
+            for done, prompt in enumerate(prompts, start=1):
+                cancel.raise_if_cancelled()
+                a = on.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
+                b = off.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
+                mismatch = None
+                if a.text != b.text:
+                    mismatch = first_difference(on.tokenize(a.text), on.tokenize(b.text))
+                    if mismatch is None:  # same tokens, different bytes: say where the text parts
+                        mismatch = GateMismatch(-1, None, None, _common_prefix(a.text, b.text))
+                report.items.append(GateItem(prompt.category, a.text, b.text, mismatch))
+                step = BenchProgress(drafting_on.name, "gate", prompt.category, done, len(prompts))
+                progress(step)
+        except BenchError as exc:
+            report.error = str(exc)
+    return report
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return a[:n]

@@ -197,8 +197,14 @@ def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
     off = None
     if args.gate:
         off_plan = plan_with(first.plan, {"mtp.enabled": False})
-        if b is not None and b.plan is not None and b.plan.to_json() == off_plan.to_json():
-            off = b
+        second = variants[1] if variants else None
+        if (
+            b is not None
+            and second is not None
+            and not second.env
+            and (second.plan.to_json() == off_plan.to_json())
+        ):
+            off = b  # the A/B's B already is A with drafting off
         else:
             off = stack.enter_context(launcher(off_plan, label="drafting-off", env={}))
     yield _Targets(a, b, off)

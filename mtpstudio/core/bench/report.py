@@ -31,7 +31,10 @@ _HEAD = (
 
 
 def _f(value: float | None, fmt: str, width: int) -> str:
-    return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
+    if value is None:
+        return f"{'-':>{width}}"
+    sign = "+" if fmt.startswith("+") else ""
+    return f"{value:>{sign}{width}{fmt.lstrip('+')}}"
 
 
 def _row(c: CategoryResult) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from mtpstudio.core.bench.client import BenchClient
-from mtpstudio.core.bench.prompts import load_prompts
+from mtpstudio.core.bench.prompts import WARMUP, load_prompts
 from mtpstudio.core.bench.target import BenchTarget
 from mtpstudio.core.plan import EngineFlavour
 
@@ -28,7 +28,7 @@ def measure(target: BenchTarget, n_predict: int, rounds: int) -> list[tuple[str,
     prompts = load_prompts()
     rows = []
     with BenchClient(target) as client:
-        client.complete("warmup", prompts[0].prompt, n_predict)
+        client.complete(WARMUP.category, WARMUP.prompt, n_predict)
         for i in range(rounds):
             p = prompts[i % len(prompts)]
             s = client.complete(p.category, p.prompt, n_predict)

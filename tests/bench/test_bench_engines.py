@@ -20,7 +20,7 @@ from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, select
 from mtpstudio.core.bench.report import render_text
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.runner import run_bench
-from mtpstudio.core.bench.target import BenchProgress, BenchTarget
+from mtpstudio.core.bench.target import BenchProgress, BenchTarget, CancelToken
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict, save_plan
 
 pytestmark = pytest.mark.engine
@@ -154,6 +154,21 @@ def test_a_server_killed_mid_run_keeps_finished_categories(tiny_model, running_s
     assert r.error.startswith(f"victim stopped answering during {CATEGORIES[3]!r}")
     assert "Check that the server is still running" in r.error
     assert render_text(r).splitlines()[-1].endswith("(3 categories kept)")
+
+
+def test_cancel_keeps_finished_categories(tiny_model, running_server) -> None:
+    server = running_server("upstream", tiny_model("dense"), ctx_size=CTX)
+    cancel = CancelToken()
+
+    def cancel_after_two(step: BenchProgress) -> None:
+        if step.phase == "measure" and step.done == 2:
+            cancel.cancel()
+
+    r = run_bench(BenchTarget(server.base_url), load_prompts(), QUICK, cancel=cancel,
+                  progress=cancel_after_two)  # fmt: skip
+    assert r.cancelled and [c.category for c in r.categories] == list(CATEGORIES[:2])
+    assert r.error is not None and "cancelled" in r.error
+    assert server.alive()  # cancelling stops the client, not the server
 
 
 @pytest.fixture

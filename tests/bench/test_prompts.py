@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, parse_prompts, select
+from mtpstudio.core.bench.prompts import CATEGORIES, WARMUP, load_prompts, parse_prompts, select
 from mtpstudio.core.errors import BenchError
 
 
@@ -17,6 +17,11 @@ def test_shipped_prompts_are_the_nine_categories() -> None:
     long_review = next(p for p in prompts if p.category == "long_code_review")
     short = [p for p in prompts if p.category not in ("long_code_review", "summarize")]
     assert len(long_review.prompt) > 2 * max(len(p.prompt) for p in short)
+
+
+def test_warmup_prompt_is_none_of_the_categories() -> None:
+    assert WARMUP.prompt not in {p.prompt for p in load_prompts()}
+    assert WARMUP.category not in CATEGORIES
 
 
 def test_select_keeps_order_and_refuses_unknown() -> None:

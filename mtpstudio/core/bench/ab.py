@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mtpstudio.core.bench.prompts import BenchPrompt
+from mtpstudio.core.bench.prompts import WARMUP, BenchPrompt
 from mtpstudio.core.bench.results import BenchReport, BenchSettings, CategoryResult
 from mtpstudio.core.bench.runner import BenchSession
 from mtpstudio.core.bench.target import (
@@ -151,7 +151,7 @@ def run_ab(
         with sampler:
             if settings.warmup and prompts:
                 for current in (sa, sb):
-                    current.warm_up(prompts[0])
+                    current.warm_up(WARMUP)
             for current in (sa, sb):
                 current.begin_measuring()
             for i, prompt in enumerate(prompts):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtpstudio.core.bench.client import BenchClient, CompletionSample
-from mtpstudio.core.bench.prompts import BenchPrompt
+from mtpstudio.core.bench.prompts import WARMUP, BenchPrompt
 from mtpstudio.core.bench.results import BenchSettings
 from mtpstudio.core.bench.target import (
     BenchProgress,
@@ -137,7 +137,7 @@ def run_concurrent(
 
     if settings.warmup and prompts:
         with BenchClient(target, settings.timeout_s) as client:
-            client.complete(prompts[0].category, prompts[0].prompt, settings.n_predict)
+            client.complete(WARMUP.category, WARMUP.prompt, settings.n_predict)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=n_clients, thread_name_prefix="bench-client") as pool:
         list(pool.map(client_job, results))

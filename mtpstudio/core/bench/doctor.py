@@ -81,7 +81,7 @@ def check_acceptance(report: BenchReport, plan: Plan | None) -> Finding | None:
     remedies.append(Remedy("turn MTP off", {"mtp.enabled": False}))
     return Finding(
         "low-acceptance",
-        f"Draft acceptance is {rate:.0%} (below {LOW_ACCEPTANCE:.0%}): most drafted tokens are "
+        f"Draft acceptance is {rate:.1%} (below {LOW_ACCEPTANCE:.0%}): most drafted tokens are "
         "thrown away, so drafting is likely costing speed; compare with MTP off (A/B preset "
         "'mtp').",
         _valid(plan, remedies),

@@ -21,6 +21,9 @@ CATEGORIES: tuple[str, ...] = (
     "long_code_review",
 )
 _RESOURCE = "bench/prompts.json"
+# The discarded warm-up request uses a prompt of its own: an engine that remembers earlier
+# generations (ik's drafter does) would otherwise get the first category for free.
+WARMUP_PROMPT = "Write two friendly sentences to welcome a new colleague to the team.\n"
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,9 @@ class BenchPrompt:
 
     category: str
     prompt: str
+
+
+WARMUP = BenchPrompt("warmup", WARMUP_PROMPT)
 
 
 def parse_prompts(text: str, where: str = "prompts") -> tuple[BenchPrompt, ...]:

@@ -6,7 +6,7 @@ import datetime as _dt
 from collections.abc import Sequence
 
 from mtpstudio.core.bench.client import BenchClient, CompletionSample, metric_counters
-from mtpstudio.core.bench.prompts import BenchPrompt
+from mtpstudio.core.bench.prompts import WARMUP, BenchPrompt
 from mtpstudio.core.bench.results import BenchReport, BenchSettings, CategoryResult, MetricsCheck
 from mtpstudio.core.bench.target import (
     BenchCancelled,
@@ -158,7 +158,7 @@ def run_bench(
     try:
         with sampler:
             if settings.warmup and prompts:
-                session.warm_up(prompts[0])
+                session.warm_up(WARMUP)
             session.begin_measuring()
             for prompt in prompts:
                 session.run_category(prompt)

@@ -163,10 +163,11 @@ class _Targets:
 @contextmanager
 def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
     if args.url:
-        a = _url_target(args.url, args.engine_flavour, "A" if args.vs_url else args.url, args)
+        a = _url_target(args.url, args.engine_flavour, args.url, args)
         b = None
         if args.vs_url:
-            b = _url_target(args.vs_url, args.vs_engine_flavour or args.engine_flavour, "B", args)
+            flavour = args.vs_engine_flavour or args.engine_flavour
+            b = _url_target(args.vs_url, flavour, args.vs_url, args)
             b = replace(b, drafting_requested=None)
         if args.vs or args.preset:
             raise BenchError("--vs and --preset need --plan", hint="Use --vs-url with --url.")

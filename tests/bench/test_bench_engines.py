@@ -13,7 +13,7 @@ from support.bench_launcher import PlanLauncher
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.bench.ab import run_ab
-from mtpstudio.core.bench.client import BenchClient, metric_counters, parse_metrics
+from mtpstudio.core.bench.client import metric_counters, parse_metrics
 from mtpstudio.core.bench.concurrency import run_concurrent
 from mtpstudio.core.bench.gate import run_gate
 from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, select
@@ -197,16 +197,14 @@ def test_gate_passes_for_self_drafting_and_catches_another_model(dense_trio) -> 
     assert not bad.passed
     failing = [i for i in bad.items if not i.passed]
     assert failing
-    with BenchClient(dense_trio["self"]) as client:
-        for item in failing:
-            m = item.mismatch
-            assert m is not None
-            on, off = client.tokenize(item.text_on), client.tokenize(item.text_off)
-            assert on[: m.index] == off[: m.index]
-            assert m.token_on == (on[m.index] if m.index < len(on) else None)
-            assert m.token_off == (off[m.index] if m.index < len(off) else None)
-            assert m.token_on != m.token_off
-            assert item.text_on.startswith(m.same_prefix)
+    for item in failing:  # upstream streams the generated ids: the gate compares those
+        m, on, off = item.mismatch, item.ids_on, item.ids_off
+        assert m is not None and on is not None and off is not None
+        assert len(on) == len(off) == N
+        assert on[: m.index] == off[: m.index] and on[m.index] != off[m.index]
+        assert m.token_on is not None and m.token_off is not None
+        assert (m.token_on[0], m.token_off[0]) == (on[m.index], off[m.index])
+        assert item.text_on.startswith(m.same_prefix)
 
 
 def test_ab_interleaves_per_category(dense_trio) -> None:
@@ -305,3 +303,23 @@ def test_cli_dead_server_is_one_sentence(capsys) -> None:
     assert main(["bench", "--url", "http://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no server answers at http://127.0.0.1:9" in err[0]
+
+
+def test_gate_on_ik_compares_retokenized_text(tiny_model, running_server) -> None:
+    """ik's OAI stream has no token ids: the gate tokenizes both texts through /tokenize."""
+    dense = tiny_model("dense")
+    on = running_server("ik", dense, ["-md", str(dense), "--draft-max", "4", "--draft-p-min",
+                                      "0"], ctx_size=CTX)  # fmt: skip
+    plain = running_server("ik", dense, ctx_size=CTX)
+    other = running_server("ik", tiny_model("dense", seed=2), ctx_size=CTX)
+    prompts = select(load_prompts(), ["code_python", "qa_factual"])
+    a = BenchTarget(on.base_url, EngineFlavour.IK, label="ik-self")
+    b = BenchTarget(other.base_url, EngineFlavour.IK, label="ik-other")
+    ok = run_gate(a, BenchTarget(plain.base_url, EngineFlavour.IK), prompts, N)
+    assert ok.passed, [i.to_dict() for i in ok.items]
+    bad = run_gate(a, b, prompts, N)
+    assert not bad.passed
+    for item in (i for i in bad.items if not i.passed):
+        assert item.ids_on is None and item.mismatch is not None
+        assert item.mismatch.token_on != item.mismatch.token_off
+        assert item.text_on.startswith(item.mismatch.same_prefix)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ class CompletionSample:
     wall_ms: float
     client_decode_tps: float | None
     speculative_types: str | None = None
+    token_ids: tuple[int, ...] | None = None  # the generated ids, when the stream carries them
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +163,7 @@ class BenchClient:
         started = time.perf_counter()
         token_times: list[float] = []
         pieces: list[str] = []
+        ids: list[int] | None = []
         final: dict[str, Any] | None = None
         try:
             with self._http.stream("POST", self.endpoint, json=payload) as response:
@@ -186,6 +189,11 @@ class BenchClient:
                     else:
                         token_times.append(now)
                         pieces.append(text)
+                        tokens = chunk.get("tokens")
+                        if ids is not None and isinstance(tokens, list):
+                            ids.extend(int(t) for t in tokens)
+                        else:
+                            ids = None  # OAI chunks carry text only
         except httpx.HTTPError as exc:
             raise BenchError(
                 f"{self.target.name} stopped answering during {category!r} "
@@ -198,7 +206,10 @@ class BenchClient:
                 f"{self.target.name} ended the {category!r} stream without its timings",
                 hint="Is this a llama.cpp or ik_llama.cpp llama-server of the chosen flavour?",
             )
-        return _sample(category, "".join(pieces), final, started, ended, token_times)
+        sample = _sample(category, "".join(pieces), final, started, ended, token_times)
+        if ids is not None and len(ids) == sample.predicted_n:
+            sample = dataclasses.replace(sample, token_ids=tuple(ids))
+        return sample
 
     def tokenize(self, text: str) -> list[tuple[int, str]]:
         """The server's tokens for ``text`` as (id, piece); pieces come from /detokenize."""

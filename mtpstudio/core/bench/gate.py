@@ -44,6 +44,8 @@ class GateItem:
     text_on: str
     text_off: str
     mismatch: GateMismatch | None
+    ids_on: tuple[int, ...] | None = None
+    ids_off: tuple[int, ...] | None = None
 
     @property
     def passed(self) -> bool:
@@ -123,11 +125,16 @@ def run_gate(
                 a = on.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
                 b = off.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
                 mismatch = None
-                if a.text != b.text:
+                if a.token_ids is not None and b.token_ids is not None:
+                    if a.token_ids != b.token_ids:
+                        mismatch = _id_difference(on, a.token_ids, b.token_ids)
+                elif a.text != b.text:
                     mismatch = first_difference(on.tokenize(a.text), on.tokenize(b.text))
                     if mismatch is None:  # same tokens, different bytes: say where the text parts
                         mismatch = GateMismatch(-1, None, None, _common_prefix(a.text, b.text))
-                report.items.append(GateItem(prompt.category, a.text, b.text, mismatch))
+                report.items.append(
+                    GateItem(prompt.category, a.text, b.text, mismatch, a.token_ids, b.token_ids)
+                )
                 step = BenchProgress(drafting_on.name, "gate", prompt.category, done, len(prompts))
                 progress(step)
         except BenchError as exc:
@@ -142,3 +149,21 @@ def _common_prefix(a: str, b: str) -> str:
             break
         n += 1
     return a[:n]
+
+
+def _id_difference(
+    client: BenchClient, ids_on: tuple[int, ...], ids_off: tuple[int, ...]
+) -> GateMismatch | None:
+    """Compare the generated token ids themselves; pieces and prefix from /detokenize."""
+    n = 0
+    for x, y in zip(ids_on, ids_off, strict=False):
+        if x != y:
+            break
+        n += 1
+    if n == len(ids_on) == len(ids_off):
+        return None
+
+    def token(ids: tuple[int, ...]) -> tuple[int, str] | None:
+        return (ids[n], client.detokenize([ids[n]])) if n < len(ids) else None
+
+    return GateMismatch(n, token(ids_on), token(ids_off), client.detokenize(list(ids_on[:n])))

@@ -306,16 +306,19 @@ def test_cli_dead_server_is_one_sentence(capsys) -> None:
 
 
 def test_gate_on_ik_compares_retokenized_text(tiny_model, running_server) -> None:
-    """ik's OAI stream has no token ids: the gate tokenizes both texts through /tokenize."""
+    """ik's OAI stream has no token ids: the gate tokenizes both texts through /tokenize.
+
+    (ik 0.1.5 drafting for itself can drop the last token's text when the limit falls inside
+    an accepted draft, which the gate reports; so the passing case here is plain vs plain.)
+    """
     dense = tiny_model("dense")
-    on = running_server("ik", dense, ["-md", str(dense), "--draft-max", "4", "--draft-p-min",
-                                      "0"], ctx_size=CTX)  # fmt: skip
     plain = running_server("ik", dense, ctx_size=CTX)
+    again = running_server("ik", dense, ctx_size=CTX)
     other = running_server("ik", tiny_model("dense", seed=2), ctx_size=CTX)
     prompts = select(load_prompts(), ["code_python", "qa_factual"])
-    a = BenchTarget(on.base_url, EngineFlavour.IK, label="ik-self")
+    a = BenchTarget(plain.base_url, EngineFlavour.IK, label="ik")
     b = BenchTarget(other.base_url, EngineFlavour.IK, label="ik-other")
-    ok = run_gate(a, BenchTarget(plain.base_url, EngineFlavour.IK), prompts, N)
+    ok = run_gate(a, BenchTarget(again.base_url, EngineFlavour.IK), prompts, N)
     assert ok.passed, [i.to_dict() for i in ok.items]
     bad = run_gate(a, b, prompts, N)
     assert not bad.passed

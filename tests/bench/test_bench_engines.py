@@ -205,6 +205,8 @@ def test_gate_passes_for_self_drafting_and_catches_another_model(dense_trio) -> 
         assert m.token_on is not None and m.token_off is not None
         assert (m.token_on[0], m.token_off[0]) == (on[m.index], off[m.index])
         assert item.text_on.startswith(m.same_prefix)
+        assert m.logprob_gap is not None and not m.near_tie  # another model: a real difference
+    assert not bad.only_near_ties
 
 
 def test_ab_interleaves_per_category(dense_trio) -> None:

@@ -8,7 +8,13 @@ import pytest
 
 from mtpstudio.core.bench.ab import ABReport, pct_delta, preset_graphs_control, preset_mtp_on_off
 from mtpstudio.core.bench.gate import first_difference
-from mtpstudio.core.bench.report import render_ab_text, render_csv, render_markdown, render_text
+from mtpstudio.core.bench.report import (
+    render_ab_text,
+    render_csv,
+    render_gate_text,
+    render_markdown,
+    render_text,
+)
 from mtpstudio.core.plan import Plan
 
 from .samples import report
@@ -87,6 +93,24 @@ def test_presets() -> None:
     on, off = preset_mtp_on_off(plan)
     assert on.plan.mtp.enabled and not off.plan.mtp.enabled
     assert on.plan.runtime == off.plan.runtime
+
+
+def test_near_ties() -> None:
+    from mtpstudio.core.bench.gate import GateItem, GateMismatch, GateReport
+
+    tie = GateMismatch(5, (1, "a"), (2, "b"), "xyz", logprob_gap=0.003)
+    real = GateMismatch(5, (1, "a"), (2, "b"), "xyz", logprob_gap=float("inf"))
+    assert tie.near_tie and not real.near_tie
+    assert not GateMismatch(5, (1, "a"), (2, "b"), "xyz").near_tie  # not measured
+    ok = GateItem("qa_factual", "t", "t", None)
+    gate = GateReport("on", "off", 8, [ok, GateItem("code_cpp", "a", "b", tie)])
+    assert not gate.passed and gate.only_near_ties
+    assert "near tie, log-prob gap 0.0030" in render_gate_text(gate)
+    assert "every mismatch is a near tie" in render_gate_text(gate)
+    gate.items.append(GateItem("summarize", "a", "b", real))
+    assert not gate.only_near_ties
+    assert gate.to_dict()["items"][2]["mismatch"]["logprob_gap"] is None
+    assert "not among the off-server's top 10" in render_gate_text(gate)
 
 
 def test_first_difference() -> None:

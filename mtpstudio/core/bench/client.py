@@ -225,6 +225,28 @@ class BenchClient:
             out = [(tid, self.detokenize([tid])) for tid in ids_without_piece]
         return out
 
+    def top_logprobs(self, prompt: str, generated: list[int], n: int) -> dict[int, float]:
+        """{token id: log-probability} of the ``n`` likeliest next tokens after ``prompt`` and
+        the ``generated`` ids (upstream's native endpoint, which takes token arrays)."""
+        ids = self._post_json("/tokenize", {"content": prompt, "add_special": True}).get(
+            "tokens", []
+        )
+        prompt_ids = [int(t["id"]) if isinstance(t, dict) else int(t) for t in ids]
+        body = self._post_json(
+            "/completion",
+            {
+                "prompt": prompt_ids + generated,
+                "n_predict": 1,
+                "temperature": 0.0,
+                "n_probs": n,
+                "cache_prompt": False,
+            },
+        )
+        probs = body.get("completion_probabilities") or []
+        if not probs or not isinstance(probs[0], dict):
+            return {}
+        return {int(t["id"]): float(t["logprob"]) for t in probs[0].get("top_logprobs", [])}
+
     def detokenize(self, tokens: list[int]) -> str:
         return str(self._post_json("/detokenize", {"tokens": tokens}).get("content", ""))
 

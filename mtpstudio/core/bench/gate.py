@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,22 +18,38 @@ from mtpstudio.core.bench.target import (
 )
 from mtpstudio.core.errors import BenchError
 
+# Two candidate tokens closer than this (in log-probability) are a near tie: which one wins can
+# flip with batch-size dependent rounding (a verify batch vs one token at a time).
+NEAR_TIE_NATS = 0.05
+
 
 @dataclass(frozen=True)
 class GateMismatch:
-    """Where two generations part: token index and the two tokens (id, piece) there."""
+    """Where two generations part: token index and the two tokens (id, piece) there.
+
+    ``logprob_gap`` is how much likelier the drafting-off server found its own token than the
+    drafting-on one at that position (None when not measured, inf when not in its top list).
+    """
 
     index: int
     token_on: tuple[int, str] | None
     token_off: tuple[int, str] | None
     same_prefix: str
+    logprob_gap: float | None = None
+
+    @property
+    def near_tie(self) -> bool:
+        return self.logprob_gap is not None and self.logprob_gap <= NEAR_TIE_NATS
 
     def to_dict(self) -> dict[str, Any]:
+        gap = self.logprob_gap
         return {
             "index": self.index,
             "token_on": None if self.token_on is None else list(self.token_on),
             "token_off": None if self.token_off is None else list(self.token_off),
             "same_prefix": self.same_prefix,
+            "logprob_gap": None if gap is None or gap == float("inf") else round(gap, 5),
+            "near_tie": self.near_tie,
         }
 
 
@@ -75,6 +92,12 @@ class GateReport:
     def passed(self) -> bool:
         return self.error is None and bool(self.items) and all(i.passed for i in self.items)
 
+    @property
+    def only_near_ties(self) -> bool:
+        """Every mismatch is a near tie: rounding, not drafting, chose the other token."""
+        misses = [i.mismatch for i in self.items if i.mismatch is not None]
+        return bool(misses) and all(m.near_tie for m in misses)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "drafting_on": self.on_label,
@@ -82,6 +105,7 @@ class GateReport:
             "n_predict": self.n_predict,
             "passed": self.passed,
             "mismatches": sum(not i.passed for i in self.items),
+            "only_near_ties": self.only_near_ties,
             "items": [i.to_dict() for i in self.items],
             "error": self.error,
         }
@@ -128,6 +152,8 @@ def run_gate(
                 if a.token_ids is not None and b.token_ids is not None:
                     if a.token_ids != b.token_ids:
                         mismatch = _id_difference(on, a.token_ids, b.token_ids)
+                        if mismatch is not None:
+                            mismatch = _with_gap(off, prompt.prompt, b.token_ids, mismatch)
                 elif a.text != b.text:
                     mismatch = first_difference(on.tokenize(a.text), on.tokenize(b.text))
                     if mismatch is None:  # same tokens, different bytes: say where the text parts
@@ -167,3 +193,21 @@ def _id_difference(
         return (ids[n], client.detokenize([ids[n]])) if n < len(ids) else None
 
     return GateMismatch(n, token(ids_on), token(ids_off), client.detokenize(list(ids_on[:n])))
+
+
+def _with_gap(
+    off: BenchClient, prompt: str, ids_off: tuple[int, ...], m: GateMismatch
+) -> GateMismatch:
+    """Ask the drafting-off server how close its choice was at the parting position."""
+    if m.token_on is None or m.token_off is None:
+        return m
+    try:
+        top = off.top_logprobs(prompt, list(ids_off[: m.index]), 10)
+    except BenchError:
+        return m
+    lp_off = top.get(m.token_off[0])
+    lp_on = top.get(m.token_on[0])
+    if lp_off is None:
+        return m
+    gap = float("inf") if lp_on is None else lp_off - lp_on
+    return dataclasses.replace(m, logprob_gap=gap)

@@ -148,14 +148,28 @@ def render_gate_text(gate: GateReport) -> str:
         off = "end of text" if m.token_off is None else f"{m.token_off[0]} {m.token_off[1]!r}"
         lines.append(
             f"  FAIL {item.category}: first differing token #{m.index}: on {on} vs off {off} "
-            f"(after {m.same_prefix[-40:]!r})"
+            f"(after {m.same_prefix[-40:]!r}){_gap_note(m.logprob_gap, m.near_tie)}"
         )
     if gate.error:
         lines.append(f"  error: {gate.error}")
     failed = sum(not i.passed for i in gate.items)
     verdict = "PASSED" if gate.passed else "FAILED"
     lines.append(f"gate {verdict}: {len(gate.items) - failed}/{len(gate.items)} prompts identical")
+    if gate.only_near_ties:
+        lines.append(
+            "  every mismatch is a near tie: batch-size dependent rounding chose the other "
+            "token, not a drafting bug (compare on a real model before trusting this build)"
+        )
     return "\n".join(lines)
+
+
+def _gap_note(gap: float | None, near_tie: bool) -> str:
+    if gap is None:
+        return ""
+    if gap == float("inf"):
+        return "; the on-token is not among the off-server's top 10: a real difference"
+    kind = "near tie" if near_tie else "clear difference"
+    return f"; {kind}, log-prob gap {gap:.4f}"
 
 
 def render_concurrency_text(report: ConcurrencyReport) -> str:

@@ -27,8 +27,8 @@ NEAR_TIE_NATS = 0.05
 class GateMismatch:
     """Where two generations part: token index and the two tokens (id, piece) there.
 
-    ``logprob_gap`` is how much likelier the drafting-off server found its own token than the
-    drafting-on one at that position (None when not measured, inf when not in its top list).
+    ``logprob_gap`` is |log p(off token) - log p(on token)| at that position, as the drafting-off
+    server sees it (None when not measured, inf when the on token is not in its top list).
     """
 
     index: int
@@ -209,5 +209,7 @@ def _with_gap(
     lp_on = top.get(m.token_on[0])
     if lp_off is None:
         return m
-    gap = float("inf") if lp_on is None else lp_off - lp_on
+    # Re-reading prompt and prefix as one batch rounds differently again, so the sign can flip
+    # for a near tie; the size of the gap is what tells a tie from a real difference.
+    gap = float("inf") if lp_on is None else abs(lp_off - lp_on)
     return dataclasses.replace(m, logprob_gap=gap)

@@ -12,13 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.bench.ab import PRESETS, ABVariant, run_ab
-from mtpstudio.core.bench.client import BenchClient
+from mtpstudio.core.bench.ab import (
+    PRESETS,
+    ABReport,
+    ABVariant,
+    TargetOpener,
+    run_ab,
+    run_ab_rounds,
+)
+from mtpstudio.core.bench.client import BenchClient, CompletionSample
 from mtpstudio.core.bench.concurrency import ConcurrencyReport, run_concurrent
 from mtpstudio.core.bench.doctor import diagnose
-from mtpstudio.core.bench.gate import GateReport, run_gate
+from mtpstudio.core.bench.gate import GateReport, gate_against
 from mtpstudio.core.bench.history import EXPORT_FORMATS, BenchHistory, export_entry
-from mtpstudio.core.bench.prompts import load_prompts, select
+from mtpstudio.core.bench.prompts import BenchPrompt, load_prompts, select
 from mtpstudio.core.bench.report import (
     render_ab_text,
     render_concurrency_text,
@@ -100,6 +107,12 @@ def register(sub: Any) -> None:
         help="the --url server was started with MTP or a draft model (flag a run without drafts)",
     )
     p.add_argument("--api-key", help="API key of the --url server(s)")
+    p.add_argument(
+        "--together",
+        action="store_true",
+        help="with --plan: keep both A/B servers up at once and interleave per category "
+        "(default: one server at a time, rounds alternating A B / B A)",
+    )
     p.add_argument("--no-history", action="store_true", help="do not store this run")
     p.set_defaults(func=run_bench_command, launcher=None)
 
@@ -183,13 +196,9 @@ def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
             "say what to benchmark", hint="Give --url http://HOST:PORT or --plan PLAN.json."
         )
     launcher: ServerLauncher = args.launcher or DEFAULT_LAUNCHER
-    plan = load_plan(args.plan)
-    variants: tuple[ABVariant, ABVariant] | None = None
-    if args.preset:
-        variants = PRESETS[args.preset](plan)
-    elif args.vs:
-        variants = (ABVariant(args.plan.stem, plan), ABVariant(args.vs.stem, load_plan(args.vs)))
-    first = variants[0] if variants else ABVariant(args.plan.stem, plan)
+    found = _variants(args)
+    variants = (found[0], found[1]) if len(found) == 2 else None
+    first = found[0]
     a = stack.enter_context(launcher(first.plan, label=first.label, env=first.env))
     b = None
     if variants:
@@ -211,74 +220,144 @@ def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
     yield _Targets(a, b, off)
 
 
+class _Output:
+    """Prints each result, stores it in the history and collects the --json document."""
+
+    def __init__(self, history: BenchHistory | None) -> None:
+        self.history = history
+        self.document: dict[str, Any] = {"started_at": utc_now()}
+        self.failed = False
+        self.gate_failed = False
+
+    def ab(self, ab: ABReport, plan: Plan | None) -> BenchReport:
+        findings = diagnose(ab.a, plan, ab)
+        _clear_progress()
+        print(render_ab_text(ab, findings))
+        self.document["ab"] = ab.to_dict()
+        self.document["findings"] = [f.to_dict() for f in findings]
+        self.failed |= ab.error is not None
+        if self.history is not None:
+            first = self.history.add_report(ab.a, "ab-a")
+            second = self.history.add_report(ab.b, "ab-b", group=first)
+            self.document["history_ids"] = [first, second]
+        return ab.a
+
+    def bench(self, report: BenchReport, plan: Plan | None) -> BenchReport:
+        findings = diagnose(report, plan)
+        _clear_progress()
+        print(render_text(report, findings))
+        self.document["bench"] = report.to_dict()
+        self.document["findings"] = [f.to_dict() for f in findings]
+        self.failed |= report.error is not None
+        if self.history is not None:
+            self.document["history_ids"] = [self.history.add_report(report, "bench")]
+        return report
+
+    def gate(self, gate: GateReport) -> None:
+        _clear_progress()
+        print()
+        print(render_gate_text(gate))
+        self.document["gate"] = gate.to_dict()
+        self.gate_failed = not gate.passed
+        self.failed |= gate.error is not None
+        self._store("gate", gate.on_label, gate.to_dict())
+
+    def concurrency(self, conc: ConcurrencyReport) -> None:
+        _clear_progress()
+        print()
+        print(render_concurrency_text(conc))
+        self.document["concurrency"] = conc.to_dict()
+        self.failed |= conc.error is not None
+        self._store("concurrency", conc.label, conc.to_dict())
+
+    def _store(self, kind: str, label: str, data: dict[str, Any]) -> None:
+        if self.history is not None:
+            run_id = self.history.add_document(kind, label, data, self.document["started_at"])
+            self.document.setdefault("history_ids", []).append(run_id)
+
+
+def _on_samples(report: BenchReport) -> list[CompletionSample]:
+    """The benchmark's own temperature-0 texts: the gate's drafting-on side."""
+    return [c.samples[0] for c in report.categories if c.samples]
+
+
 def run_bench_command(args: argparse.Namespace) -> int:
     """``mtpstudio bench``: run, print, store; exit 2 on a server failure, 1 on a failed gate."""
     settings = _settings(args)
     prompts = select(load_prompts(args.prompts), _categories(args.categories))
-    history = None if args.no_history else BenchHistory()
-    document: dict[str, Any] = {"started_at": utc_now()}
-    failed = False
-    gate_failed = False
-    with ExitStack() as stack, _targets(args, stack) as t:
-        plan = t.a.plan
-        if t.b is not None:
-            ab = run_ab(t.a, t.b, prompts, settings, progress=_progress, vram=VramSampler())
-            findings = diagnose(ab.a, plan, ab)
-            _clear_progress()
-            print(render_ab_text(ab, findings))
-            document["ab"] = ab.to_dict()
-            failed |= ab.error is not None
-            if history is not None:
-                first = history.add_report(ab.a, "ab-a")
-                history.add_report(ab.b, "ab-b", group=first)
-                document["history_ids"] = [first, first + 1]
-            report = ab.a
-        else:
-            report = run_bench(t.a, prompts, settings, progress=_progress, vram=VramSampler())
-            findings = diagnose(report, plan)
-            _clear_progress()
-            print(render_text(report, findings))
-            document["bench"] = report.to_dict()
-            failed |= report.error is not None
-            if history is not None:
-                document["history_ids"] = [history.add_report(report, "bench")]
-        document["findings"] = [f.to_dict() for f in findings]
-        if t.off is not None and not failed:
-            gate = run_gate(t.a, t.off, prompts, settings.n_predict, progress=_progress)
-            _clear_progress()
-            print()
-            print(render_gate_text(gate))
-            document["gate"] = gate.to_dict()
-            gate_failed = not gate.passed
-            failed |= gate.error is not None
-            _store(history, "gate", gate, document)
-        if args.concurrency > 1 and not failed:
-            conc = run_concurrent(t.a, prompts, args.concurrency, settings, progress=_progress)
-            _clear_progress()
-            print()
-            print(render_concurrency_text(conc))
-            document["concurrency"] = conc.to_dict()
-            failed |= conc.error is not None
-            _store(history, "concurrency", conc, document)
+    if args.plan is not None and args.vs_url:
+        raise BenchError("--vs-url goes with --url", hint="With --plan use --vs PLAN2 or --preset.")
+    out = _Output(None if args.no_history else BenchHistory())
+    if args.plan is not None and not args.together:
+        report = _run_plans_in_turn(args, settings, prompts, out)
+    else:
+        with ExitStack() as stack, _targets(args, stack) as t:
+            if t.b is not None:
+                ab = run_ab(t.a, t.b, prompts, settings, progress=_progress, vram=VramSampler())
+                report = out.ab(ab, t.a.plan)
+            else:
+                report = run_bench(t.a, prompts, settings, progress=_progress, vram=VramSampler())
+                out.bench(report, t.a.plan)
+            if t.off is not None and not out.failed:
+                out.gate(gate_against(t.off, _on_samples(report), t.a.name, prompts,
+                                      settings.n_predict, progress=_progress))  # fmt: skip
+            if args.concurrency > 1 and not out.failed:
+                out.concurrency(run_concurrent(t.a, prompts, args.concurrency, settings,
+                                               progress=_progress))  # fmt: skip
     if args.json is not None:
-        write_text_atomic(args.json, json.dumps(document, indent=2) + "\n")
-    if failed:
-        print(f"mtpstudio: {_first_error(document, report)}", file=sys.stderr)
+        write_text_atomic(args.json, json.dumps(out.document, indent=2) + "\n")
+    if out.failed:
+        print(f"mtpstudio: {_first_error(out.document, report)}", file=sys.stderr)
         return 2
-    return 1 if gate_failed else 0
+    return 1 if out.gate_failed else 0
 
 
-def _store(
-    history: BenchHistory | None,
-    kind: str,
-    result: GateReport | ConcurrencyReport,
-    document: dict[str, Any],
-) -> None:
-    if history is None:
-        return
-    label = result.on_label if isinstance(result, GateReport) else result.label
-    run_id = history.add_document(kind, label, result.to_dict(), document["started_at"])
-    document.setdefault("history_ids", []).append(run_id)
+def _run_plans_in_turn(
+    args: argparse.Namespace,
+    settings: BenchSettings,
+    prompts: tuple[BenchPrompt, ...],
+    out: _Output,
+) -> BenchReport:
+    """Plans one server at a time (two big models rarely fit one GPU together)."""
+    launcher: ServerLauncher = args.launcher or DEFAULT_LAUNCHER
+    variants = _variants(args)
+    first = variants[0]
+
+    def opener(v: ABVariant) -> TargetOpener:
+        return lambda: launcher(v.plan, label=v.label, env=v.env)
+
+    if len(variants) == 2:
+        ab = run_ab_rounds(opener(variants[0]), opener(variants[1]), prompts, settings,
+                           progress=_progress, vram=VramSampler)  # fmt: skip
+        report = out.ab(ab, first.plan)
+    else:
+        with opener(first)() as a:
+            report = out.bench(
+                run_bench(a, prompts, settings, progress=_progress, vram=VramSampler()),
+                first.plan,
+            )
+            if args.concurrency > 1 and not out.failed:
+                out.concurrency(run_concurrent(a, prompts, args.concurrency, settings,
+                                               progress=_progress))  # fmt: skip
+    if len(variants) == 2 and args.concurrency > 1 and not out.failed:
+        with opener(first)() as a:
+            out.concurrency(run_concurrent(a, prompts, args.concurrency, settings,
+                                           progress=_progress))  # fmt: skip
+    if args.gate and not out.failed:
+        off_plan = plan_with(first.plan, {"mtp.enabled": False})
+        with launcher(off_plan, label="drafting-off", env={}) as off:
+            out.gate(gate_against(off, _on_samples(report), first.label, prompts,
+                                  settings.n_predict, progress=_progress))  # fmt: skip
+    return report
+
+
+def _variants(args: argparse.Namespace) -> tuple[ABVariant, ...]:
+    plan = load_plan(args.plan)
+    if args.preset:
+        return PRESETS[args.preset](plan)
+    if args.vs:
+        return ABVariant(args.plan.stem, plan), ABVariant(args.vs.stem, load_plan(args.vs))
+    return (ABVariant(args.plan.stem, plan),)
 
 
 def _first_error(document: dict[str, Any], report: BenchReport) -> str:

@@ -269,10 +269,7 @@ def test_cli_url_run_json_and_history(tiny_model, running_server, tmp_path: Path
     assert shown["report"] == doc["bench"]
 
 
-def test_cli_plan_mtp_preset_with_gate(engine, tiny_model, tmp_path: Path, monkeypatch,
-                                       capsys) -> None:  # fmt: skip
-    launcher = PlanLauncher(tmp_path / "logs")
-    monkeypatch.setattr("mtpstudio.cli.bench.DEFAULT_LAUNCHER", launcher)
+def _tiny_mtp_plan(engine, tiny_model, tmp_path: Path) -> Path:
     plan = plan_from_dict({
         "device": "cpu",
         "model": {"path": str(tiny_model("hybrid-mtp", dtype="q8_0"))},
@@ -281,17 +278,34 @@ def test_cli_plan_mtp_preset_with_gate(engine, tiny_model, tmp_path: Path, monke
         "mtp": {"enabled": True, "draft_max": 2, "draft_p_min": 0.0},
     })  # fmt: skip
     save_plan(plan, tmp_path / "plan.json")
+    return tmp_path / "plan.json"
+
+
+def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
+    engine, tiny_model, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    launcher = PlanLauncher(tmp_path / "logs")
+    monkeypatch.setattr("mtpstudio.cli.bench.DEFAULT_LAUNCHER", launcher)
+    plan = _tiny_mtp_plan(engine, tiny_model, tmp_path)
     out = tmp_path / "ab.json"
-    code = main(["bench", "--plan", str(tmp_path / "plan.json"), "--preset", "mtp", "--gate",
+    code = main(["bench", "--plan", str(plan), "--preset", "mtp", "--gate", "--repeat", "2",
                  "--n-predict", str(N), "--categories", "code_python,qa_factual,summarize",
                  "--json", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())
-    assert len(launcher.servers) == 2  # MTP on and MTP off; the gate reuses the off server
+    # Rounds alternate A B, B A; then the gate's drafting-off server; never two at once.
+    assert launcher.labels == ["mtp-on", "mtp-off", "mtp-off", "mtp-on", "drafting-off"]
     assert all(not s.alive() for s in launcher.servers)
+    starts = [s.started_at for s in launcher.servers]
+    assert starts == sorted(starts)
     assert "A/B  A = mtp-on  B = mtp-off" in printed
-    assert [r["category"] for r in doc["ab"]["rows"]] == ["code_python", "summarize", "qa_factual"]
-    assert doc["ab"]["a"]["aggregate"]["total_draft"] > 0
+    rows = doc["ab"]["rows"]
+    assert [r["category"] for r in rows] == ["code_python", "summarize", "qa_factual"]
+    a = doc["ab"]["a"]
+    assert a["aggregate"]["n_requests"] == 6 and a["aggregate"]["total_predicted"] == 6 * N
+    assert all(len(c["samples"]) == 2 for c in a["categories"])
+    assert a["aggregate"]["total_draft"] > 0
+    assert a["metrics_check"]["matches"] is True
     assert doc["ab"]["b"]["aggregate"]["total_draft"] == 0
     assert doc["gate"]["drafting_on"] == "mtp-on" and len(doc["gate"]["items"]) == 3
     assert code == (0 if doc["gate"]["passed"] else 1)
@@ -299,6 +313,19 @@ def test_cli_plan_mtp_preset_with_gate(engine, tiny_model, tmp_path: Path, monke
     assert "p-min-low" in finding_codes
     p_min = next(f for f in doc["findings"] if f["code"] == "p-min-low")
     assert p_min["remedies"][0]["plan_changes"] == {"mtp.draft_p_min": 0.75}
+
+
+def test_cli_plan_together_interleaves(engine, tiny_model, tmp_path: Path, monkeypatch,
+                                       capsys) -> None:  # fmt: skip
+    launcher = PlanLauncher(tmp_path / "logs")
+    monkeypatch.setattr("mtpstudio.cli.bench.DEFAULT_LAUNCHER", launcher)
+    plan = _tiny_mtp_plan(engine, tiny_model, tmp_path)
+    code = main(["bench", "--plan", str(plan), "--preset", "mtp", "--gate", "--together",
+                 "--n-predict", str(N), "--categories", "code_python,qa_factual"])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert launcher.labels == ["mtp-on", "mtp-off"]  # the gate reuses B, which is MTP off
+    assert "A/B  A = mtp-on  B = mtp-off" in printed and "correctness gate" in printed
+    assert code in (0, 1)
 
 
 def test_cli_dead_server_is_one_sentence(capsys) -> None:

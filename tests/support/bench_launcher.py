@@ -24,6 +24,7 @@ class PlanLauncher:
         self.log_dir = log_dir
         self.extra_args = extra_args
         self.servers: list[LlamaServer] = []
+        self.labels: list[str] = []
 
     @contextmanager
     def __call__(self, plan: Plan, *, label: str, env: Mapping[str, str]) -> Iterator[BenchTarget]:
@@ -45,6 +46,7 @@ class PlanLauncher:
             env={**spec.env, **env},
         )
         self.servers.append(server)
+        self.labels.append(label)
         try:
             yield BenchTarget(
                 base_url=server.base_url,

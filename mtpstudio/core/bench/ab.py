@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mtpstudio.core.bench.prompts import WARMUP, BenchPrompt
-from mtpstudio.core.bench.results import BenchReport, BenchSettings, CategoryResult
-from mtpstudio.core.bench.runner import BenchSession
+from mtpstudio.core.bench.results import (
+    BenchReport,
+    BenchSettings,
+    CategoryResult,
+    MetricsCheck,
+    VramPeak,
+)
+from mtpstudio.core.bench.runner import BenchSession, run_bench
 from mtpstudio.core.bench.target import (
     BenchTarget,
     CancelToken,
@@ -173,6 +180,94 @@ def run_ab(
     sa.report.vram = peaks
     sb.report.vram = peaks
     return ABReport(sa.report, sb.report)
+
+
+TargetOpener = Callable[[], AbstractContextManager[BenchTarget]]
+
+
+def run_ab_rounds(
+    open_a: TargetOpener,
+    open_b: TargetOpener,
+    prompts: Sequence[BenchPrompt],
+    settings: BenchSettings | None = None,
+    *,
+    cancel: CancelToken | None = None,
+    progress: ProgressCallback = no_progress,
+    vram: Callable[[], VramSampler] | None = None,
+) -> ABReport:
+    """A/B for servers that cannot be up together (one GPU): one side at a time, in rounds.
+
+    Each of ``settings.repeats`` rounds starts a side, runs every category once and stops it;
+    the order alternates (A B, B A, A B ...) so slow drift falls on both sides. Medians and sums
+    are over the rounds, as with repeats. A failing side ends the run; what finished is kept.
+    """
+    settings = settings or BenchSettings()
+    cancel = cancel or CancelToken()
+    once = replace(settings, repeats=1)
+    merged: dict[str, BenchReport | None] = {"a": None, "b": None}
+    openers = {"a": open_a, "b": open_b}
+    for r in range(max(1, settings.repeats)):
+        for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            sampler = vram() if vram is not None else None
+            with openers[side]() as target:
+                part = run_bench(target, prompts, once, cancel=cancel, progress=progress,
+                                 vram=sampler)  # fmt: skip
+            merged[side] = part if merged[side] is None else merge_reports(merged[side], part)
+            if part.error:
+                return _ab_from(merged, settings, failed=side)
+    return _ab_from(merged, settings, failed=None)
+
+
+def merge_reports(first: BenchReport | None, later: BenchReport) -> BenchReport:
+    """One side's rounds as one report: samples joined per category, totals and peaks added."""
+    if first is None:
+        return later
+    rows = {c.category: c for c in first.categories}
+    for c in later.categories:
+        old = rows.get(c.category)
+        rows[c.category] = CategoryResult(c.category, (old.samples if old else ()) + c.samples)
+    out = replace(first, categories=list(rows.values()))
+    out.wall_s_total = first.wall_s_total + later.wall_s_total
+    out.error = first.error or later.error
+    out.cancelled = first.cancelled or later.cancelled
+    if first.metrics is not None and later.metrics is not None:
+        keys = set(first.metrics.delta) | set(later.metrics.delta)
+        out.metrics = MetricsCheck(
+            delta={k: first.metrics.delta.get(k, 0.0) + later.metrics.delta.get(k, 0.0)
+                   for k in keys},
+            expected={k: v + later.metrics.expected.get(k, 0)
+                      for k, v in first.metrics.expected.items()},
+        )  # fmt: skip
+    else:
+        out.metrics = None
+    peaks = {p.device: p for p in first.vram}
+    for p in later.vram:
+        if p.device not in peaks or p.used_bytes > peaks[p.device].used_bytes:
+            peaks[p.device] = VramPeak(p.device, p.used_bytes, p.total_bytes,
+                                       p.samples + (peaks[p.device].samples
+                                                    if p.device in peaks else 0))  # fmt: skip
+    out.vram = list(peaks.values())
+    out.settings = replace(first.settings, repeats=len(next(iter(rows.values())).samples)
+                           if rows else first.settings.repeats)  # fmt: skip
+    return out
+
+
+def _ab_from(
+    merged: dict[str, BenchReport | None], settings: BenchSettings, failed: str | None
+) -> ABReport:
+    a, b = merged["a"], merged["b"]
+    if a is None or b is None:  # B never ran because A failed first (or the other way round)
+        done = a or b
+        assert done is not None
+        empty = replace(done, categories=[], wall_s_total=0.0, warmup=None, metrics=None,
+                        vram=[], label="A" if a is None else "B",
+                        error="not run because the other side failed")  # fmt: skip
+        a, b = (a or empty), (b or empty)
+    elif failed is not None:
+        other = b if failed == "a" else a
+        if other.error is None:
+            other.error = "stopped because the other side failed"
+    return ABReport(a, b)
 
 
 def _r(value: float | None, digits: int = 2) -> float | None:

@@ -51,6 +51,7 @@ class CompletionSample:
     client_decode_tps: float | None
     speculative_types: str | None = None
     token_ids: tuple[int, ...] | None = None  # the generated ids, when the stream carries them
+    prompt: str | None = None  # the prompt sent (the gate re-asks the server about it)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -207,6 +208,7 @@ class BenchClient:
                 hint="Is this a llama.cpp or ik_llama.cpp llama-server of the chosen flavour?",
             )
         sample = _sample(category, "".join(pieces), final, started, ended, token_times)
+        sample = dataclasses.replace(sample, prompt=prompt)
         if ids is not None and len(ids) == sample.predicted_n:
             sample = dataclasses.replace(sample, token_ids=tuple(ids))
         return sample

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mtpstudio.core.bench.client import BenchClient
+from mtpstudio.core.bench.client import BenchClient, CompletionSample
 from mtpstudio.core.bench.prompts import BenchPrompt
 from mtpstudio.core.bench.target import (
     BenchProgress,
@@ -129,6 +129,53 @@ def first_difference(
     )
 
 
+def compare(
+    category: str, a: CompletionSample, b: CompletionSample, client: BenchClient
+) -> GateItem:
+    """One prompt's verdict; ``client`` (the drafting-off server) tokenizes and weighs ties."""
+    mismatch = None
+    if a.token_ids is not None and b.token_ids is not None:
+        if a.token_ids != b.token_ids:
+            mismatch = _id_difference(client, a.token_ids, b.token_ids)
+            if mismatch is not None and a.prompt is not None:
+                mismatch = _with_gap(client, a.prompt, b.token_ids, mismatch)
+    elif a.text != b.text:
+        mismatch = first_difference(client.tokenize(a.text), client.tokenize(b.text))
+        if mismatch is None:  # same tokens, different bytes: say where the text parts
+            mismatch = GateMismatch(-1, None, None, _common_prefix(a.text, b.text))
+    return GateItem(category, a.text, b.text, mismatch, a.token_ids, b.token_ids)
+
+
+def gate_against(
+    drafting_off: BenchTarget,
+    on_samples: Sequence[CompletionSample],
+    on_label: str,
+    prompts: Sequence[BenchPrompt],
+    n_predict: int = 192,
+    *,
+    cancel: CancelToken | None = None,
+    progress: ProgressCallback = no_progress,
+    timeout_s: float = 600.0,
+) -> GateReport:
+    """The gate when the drafting-on texts are already known (a benchmark's own samples at
+    temperature 0): only the drafting-off server has to be up. Prompts without a drafting-on
+    sample are generated on neither side."""
+    report = GateReport(on_label, drafting_off.name, n_predict, [])
+    cancel = cancel or CancelToken()
+    by_category = {s.category: s for s in on_samples}
+    todo = [p for p in prompts if p.category in by_category]
+    with BenchClient(drafting_off, timeout_s) as off:
+        try:
+            for done, prompt in enumerate(todo, start=1):
+                cancel.raise_if_cancelled()
+                b = off.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
+                report.items.append(compare(prompt.category, by_category[prompt.category], b, off))
+                progress(BenchProgress(drafting_off.name, "gate", prompt.category, done, len(todo)))
+        except BenchError as exc:
+            report.error = str(exc)
+    return report
+
+
 def run_gate(
     drafting_on: BenchTarget,
     drafting_off: BenchTarget,
@@ -139,7 +186,7 @@ def run_gate(
     progress: ProgressCallback = no_progress,
     timeout_s: float = 600.0,
 ) -> GateReport:
-    """Generate every prompt greedily on both servers and compare; tokens via the on-server."""
+    """Generate every prompt greedily on both servers (both up) and compare."""
     report = GateReport(drafting_on.name, drafting_off.name, n_predict, [])
     cancel = cancel or CancelToken()
     with BenchClient(drafting_on, timeout_s) as on, BenchClient(drafting_off, timeout_s) as off:
@@ -148,19 +195,7 @@ def run_gate(
                 cancel.raise_if_cancelled()
                 a = on.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
                 b = off.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
-                mismatch = None
-                if a.token_ids is not None and b.token_ids is not None:
-                    if a.token_ids != b.token_ids:
-                        mismatch = _id_difference(on, a.token_ids, b.token_ids)
-                        if mismatch is not None:
-                            mismatch = _with_gap(off, prompt.prompt, b.token_ids, mismatch)
-                elif a.text != b.text:
-                    mismatch = first_difference(on.tokenize(a.text), on.tokenize(b.text))
-                    if mismatch is None:  # same tokens, different bytes: say where the text parts
-                        mismatch = GateMismatch(-1, None, None, _common_prefix(a.text, b.text))
-                report.items.append(
-                    GateItem(prompt.category, a.text, b.text, mismatch, a.token_ids, b.token_ids)
-                )
+                report.items.append(compare(prompt.category, a, b, off))
                 step = BenchProgress(drafting_on.name, "gate", prompt.category, done, len(prompts))
                 progress(step)
         except BenchError as exc:

@@ -35,7 +35,10 @@ def test_low_acceptance_proposes_fewer_drafts_then_off() -> None:
 
 def test_no_drafts_flagged_first() -> None:
     r = report(rows=[[(16, 0, 0, 100.0)]])
-    assert codes(diagnose(r, Plan())) == ["drafting-off"]
+    (finding,) = diagnose(r, Plan())
+    assert finding.code == "drafting-off" and not finding.remedies
+    (on_ik,) = diagnose(r, plan_with(Plan(), {"engine.flavour": "ik"}))
+    assert on_ik.remedies[0].changes == {"engine.flavour": "upstream"}
 
 
 def test_vram_above_95_percent() -> None:

@@ -17,6 +17,7 @@ from mtpstudio.core.bench.results import (
 )
 from mtpstudio.core.bench.runner import BenchSession, run_bench
 from mtpstudio.core.bench.target import (
+    BenchCancelled,
     BenchTarget,
     CancelToken,
     ProgressCallback,
@@ -167,7 +168,9 @@ def run_ab(
                     current.run_category(prompt)
             for current in (sa, sb):
                 current.finish_measuring()
-    except BenchError as exc:
+    except (BenchError, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: keep what finished, like a cancel
+            exc = BenchCancelled("interrupted")
         current.fail(exc)
         other = sb if current is sa else sa
         if other.report.error is None:

@@ -8,7 +8,7 @@ from typing import Any
 from mtpstudio.core.bench.ab import GRAPHS_OFF_ENV, ABReport
 from mtpstudio.core.bench.results import BenchReport, VramPeak
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.plan import CacheType, Plan, plan_with
+from mtpstudio.core.plan import CacheType, EngineFlavour, Plan, plan_with
 
 LOW_ACCEPTANCE = 0.60
 VRAM_FULL = 0.95
@@ -174,7 +174,18 @@ def diagnose(
     """Every finding for a run (and for its A/B, when there is one)."""
     findings: list[Finding | None] = []
     if report.drafting_warning:
-        findings.append(Finding("drafting-off", report.drafting_warning))
+        remedies = []
+        if plan is not None and plan.engine.flavour is EngineFlavour.IK:
+            remedies.append(Remedy("use upstream llama.cpp (this ik_llama.cpp build has no MTP "
+                                   "for qwen35moe)", {"engine.flavour": "upstream"}))  # fmt: skip
+        findings.append(
+            Finding(
+                "drafting-off",
+                report.drafting_warning + " The server log says why (e.g. 'MTP will be "
+                "disabled', or no draft reached p-min).",
+                _valid(plan, remedies),
+            )
+        )
     findings += [
         check_acceptance(report, plan),
         check_vram(report.vram, plan),

@@ -165,6 +165,8 @@ def run_bench(
             session.finish_measuring()
     except BenchError as exc:
         session.fail(exc)
+    except KeyboardInterrupt:  # Ctrl-C in a terminal: keep what finished, like a cancel
+        session.fail(BenchCancelled("interrupted"))
     finally:
         session.close()
     session.report.vram = sampler.peaks()

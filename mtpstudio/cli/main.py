@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from mtpstudio import __version__
-from mtpstudio.cli import apply, detect, gui, plan, render
+from mtpstudio.cli import apply, bench, detect, gui, plan, render
 from mtpstudio.core.errors import MtpStudioError
 
 
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.register(sub)
     detect.register(sub)
     apply.register(sub)
+    bench.register(sub)
     return parser
 
 

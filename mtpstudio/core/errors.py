@@ -37,3 +37,7 @@ class AdapterError(MtpStudioError):
 
 class RenderError(MtpStudioError):
     """A file cannot be rendered, e.g. a value that cannot be quoted safely for its format."""
+
+
+class BenchError(MtpStudioError):
+    """A benchmark cannot run or was interrupted (the message says which server and why)."""

@@ -368,6 +368,11 @@ def _memory(source: NvmlSource, handle: Any, name: str, problems: list[str]) -> 
         return GpuMemory()
 
 
+def device_memory(source: NvmlSource, handle: Any) -> GpuMemory:
+    """One device's memory figures now (NVML v2, else v1); empty GpuMemory when NVML has none."""
+    return _memory(source, handle, "GPU", [])
+
+
 def _process_list(
     source: NvmlSource, handle: Any, kind: str, problems: list[str], name: str
 ) -> list[Any]:

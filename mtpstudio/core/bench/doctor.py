@@ -1,0 +1,196 @@
+"""After a run: what the figures say about the settings, each finding with the Plan change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mtpstudio.core.bench.ab import GRAPHS_OFF_ENV, ABReport
+from mtpstudio.core.bench.results import BenchReport, VramPeak
+from mtpstudio.core.errors import PlanError
+from mtpstudio.core.plan import CacheType, EngineFlavour, Plan, plan_with
+
+LOW_ACCEPTANCE = 0.60
+VRAM_FULL = 0.95
+GRAPHS_FASTER_PCT = 3.0
+P_MIN_FLOOR = 0.75
+_QUANTIZED_KV = {
+    CacheType.Q8_0,
+    CacheType.Q5_1,
+    CacheType.Q5_0,
+    CacheType.Q4_1,
+    CacheType.Q4_0,
+    CacheType.IQ4_NL,
+}
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One Plan change that addresses a finding (``plan_with`` dotted keys)."""
+
+    label: str
+    changes: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "plan_changes": dict(self.changes)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the doctor saw, why it matters, and the Plan changes that fix it (best first)."""
+
+    code: str
+    message: str
+    remedies: tuple[Remedy, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "remedies": [r.to_dict() for r in self.remedies],
+        }
+
+
+def _valid(plan: Plan | None, remedies: list[Remedy]) -> tuple[Remedy, ...]:
+    """Keep only remedies that make a valid Plan (all of them when there is no plan)."""
+    if plan is None:
+        return tuple(remedies)
+    kept = []
+    for remedy in remedies:
+        try:
+            plan_with(plan, remedy.changes)
+        except PlanError:
+            continue
+        kept.append(remedy)
+    return tuple(kept)
+
+
+def check_acceptance(report: BenchReport, plan: Plan | None) -> Finding | None:
+    rate = report.aggregate_accept_rate
+    if rate is None or rate >= LOW_ACCEPTANCE:
+        return None
+    remedies = []
+    draft_max = plan.mtp.draft_max if plan is not None else None
+    if draft_max is not None and draft_max > 1:
+        remedies.append(
+            Remedy(
+                f"draft fewer tokens ({draft_max} -> {draft_max - 1})",
+                {"mtp.draft_max": draft_max - 1},
+            )
+        )
+    remedies.append(Remedy("turn MTP off", {"mtp.enabled": False}))
+    return Finding(
+        "low-acceptance",
+        f"Draft acceptance is {rate:.1%} (below {LOW_ACCEPTANCE:.0%}): most drafted tokens are "
+        "thrown away, so drafting is likely costing speed; compare with MTP off (A/B preset "
+        "'mtp').",
+        _valid(plan, remedies),
+    )
+
+
+def check_vram(peaks: list[VramPeak], plan: Plan | None) -> Finding | None:
+    full = [p for p in peaks if p.fraction > VRAM_FULL]
+    if not full:
+        return None
+    worst = max(full, key=lambda p: p.fraction)
+    remedies: list[Remedy] = []
+    if plan is not None:
+        ctx = max(256, (plan.runtime.ctx // 2) // 256 * 256)
+        if ctx < plan.runtime.ctx:
+            remedies.append(
+                Remedy(f"halve the context ({plan.runtime.ctx} -> {ctx})", {"runtime.ctx": ctx})
+            )
+        kv = (plan.runtime.cache_type_k, plan.runtime.cache_type_v)
+        if not all(t in _QUANTIZED_KV for t in kv):
+            remedies.append(
+                Remedy(
+                    "quantize the KV cache to q8_0",
+                    {
+                        "runtime.cache_type_k": "q8_0",
+                        "runtime.cache_type_v": "q8_0",
+                        "runtime.flash_attn": "on",
+                    },
+                )
+            )
+        margin = plan.runtime.fit_margin_mib + 512
+        remedies.append(
+            Remedy(f"raise the fit margin to {margin} MiB", {"runtime.fit_margin_mib": margin})
+        )
+    else:
+        remedies = [
+            Remedy("lower the context", {"runtime.ctx": 16384}),
+            Remedy(
+                "quantize the KV cache to q8_0",
+                {"runtime.cache_type_k": "q8_0", "runtime.cache_type_v": "q8_0"},
+            ),
+            Remedy("raise the fit margin", {"runtime.fit_margin_mib": 1536}),
+        ]
+    return Finding(
+        "vram-full",
+        f"{worst.device} peaked at {worst.fraction:.1%} of its VRAM during the run (above "
+        f"{VRAM_FULL:.0%}): a longer prompt or a desktop window can push it out of memory.",
+        _valid(plan, remedies),
+    )
+
+
+def check_graphs_control(ab: ABReport, plan: Plan | None) -> Finding | None:
+    """B ran with CUDA graphs disabled; if it was faster, graphs are being re-captured."""
+    if not GRAPHS_OFF_ENV.items() <= dict(ab.b.env).items():
+        return None
+    delta = ab.tok_s_delta_pct
+    if delta is None or delta <= GRAPHS_FASTER_PCT:
+        return None
+    remedies = []
+    if plan is not None and plan.mtp.enabled and plan.mtp.draft_min < plan.mtp.draft_max:
+        remedies.append(
+            Remedy(
+                "draft a fixed number of tokens (steady graph shapes)",
+                {"mtp.draft_min": plan.mtp.draft_max},
+            )
+        )
+    return Finding(
+        "graphs-recapture",
+        f"With CUDA graphs disabled the server was {delta:.1f}% faster: the graphs are being "
+        "re-captured (changing batch shapes, e.g. varying draft lengths); keep "
+        "GGML_CUDA_DISABLE_GRAPHS=1 or fix the draft length.",
+        _valid(plan, remedies),
+    )
+
+
+def check_p_min(report: BenchReport, plan: Plan | None) -> Finding | None:
+    if plan is None or not plan.mtp.enabled or plan.mtp.draft_p_min >= P_MIN_FLOOR:
+        return None
+    return Finding(
+        "p-min-low",
+        f"Draft p-min is {plan.mtp.draft_p_min:g}: drafts the model is unsure of are verified "
+        f"anyway; {P_MIN_FLOOR} is the usual choice for MTP.",
+        _valid(plan, [Remedy(f"set p-min to {P_MIN_FLOOR}", {"mtp.draft_p_min": P_MIN_FLOOR})]),
+    )
+
+
+def diagnose(
+    report: BenchReport, plan: Plan | None = None, ab: ABReport | None = None
+) -> list[Finding]:
+    """Every finding for a run (and for its A/B, when there is one)."""
+    findings: list[Finding | None] = []
+    if report.drafting_warning:
+        remedies = []
+        if plan is not None and plan.engine.flavour is EngineFlavour.IK:
+            remedies.append(Remedy("use upstream llama.cpp (this ik_llama.cpp build has no MTP "
+                                   "for qwen35moe)", {"engine.flavour": "upstream"}))  # fmt: skip
+        findings.append(
+            Finding(
+                "drafting-off",
+                report.drafting_warning + " The server log says why (e.g. 'MTP will be "
+                "disabled', or no draft reached p-min).",
+                _valid(plan, remedies),
+            )
+        )
+    findings += [
+        check_acceptance(report, plan),
+        check_vram(report.vram, plan),
+        check_p_min(report, plan),
+    ]
+    if ab is not None:
+        findings.append(check_graphs_control(ab, plan))
+    return [f for f in findings if f is not None]

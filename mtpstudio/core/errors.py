@@ -37,3 +37,7 @@ class AdapterError(MtpStudioError):
 
 class RenderError(MtpStudioError):
     """A file cannot be rendered, e.g. a value that cannot be quoted safely for its format."""
+
+
+class ServerError(MtpStudioError):
+    """A server cannot be launched, found or stopped (port in use, bad model, crash, timeout)."""

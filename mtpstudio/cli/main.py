@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio import __version__
+from mtpstudio.cli import launch as launch_cli
+from mtpstudio.cli import server as server_cli
 from mtpstudio.cli.detect import add_detect_parser
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import (
@@ -367,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_unit.set_defaults(func=_cmd_export_unit)
 
     add_detect_parser(sub)
+    launch_cli.register(sub)
+    server_cli.register(sub)
     return parser
 
 

@@ -143,6 +143,8 @@ def _stay_attached(proc: Any, result: Any, echo: bool) -> int:
     outcome = proc.stop()
     remove_state(result.state)
     text = Path(result.log_path).read_text(encoding="utf-8", errors="replace")
-    diagnosis = diagnose(parse_load_log(text), result.prepared.plan, outcome)
+    diagnosis = diagnose(
+        parse_load_log(text), result.prepared.plan, outcome, model=result.prepared.model
+    )
     print(f"mtpstudio: the server ended: {diagnosis.render()}", file=sys.stderr)
     return 1

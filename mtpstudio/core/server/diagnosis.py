@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from mtpstudio.core.errors import PlanError
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MIN_CTX, CacheType, MoePlacement, Plan, plan_with
 from mtpstudio.core.server.health import HealthResult, HealthState
 from mtpstudio.core.server.load_log import LoadReport
@@ -174,10 +175,13 @@ _BY_FAILURE: dict[str, tuple[str, ...]] = {
 }
 
 
-def oom_fixes(plan: Plan, failed: str, n_layer: int | None = None) -> tuple[Fix, ...]:
+def oom_fixes(
+    plan: Plan, failed: str, n_layer: int | None = None, *, moe: bool = True
+) -> tuple[Fix, ...]:
     """Fixes for an allocation failure of ``failed`` (a buffer kind), most likely first.
 
-    Only changes that produce a valid, different Plan are offered.
+    Only changes that produce a valid, different Plan are offered; no expert placement for a
+    dense model (``moe`` False) and no GPU margin for a CPU-only plan.
     """
     makers: dict[str, Callable[[], Fix | None]] = {
         "margin": lambda: _margin(plan),
@@ -188,7 +192,12 @@ def oom_fixes(plan: Plan, failed: str, n_layer: int | None = None) -> tuple[Fix,
         "experts": lambda: _experts(plan, n_layer),
     }
     fixes: list[Fix] = []
+    skip = {"experts"} if not moe else set()
+    if plan.device == "cpu":
+        skip.add("margin")
     for name in _BY_FAILURE.get(failed, _BY_FAILURE["unknown"]):
+        if name in skip:
+            continue
         fix = makers[name]()
         if fix is None:
             continue
@@ -231,22 +240,29 @@ def diagnose(
     outcome: ProcessOutcome | None = None,
     health: HealthResult | None = None,
     *,
-    n_layer: int | None = None,
+    model: ModelInfo | None = None,
 ) -> Diagnosis:
-    """Explain a failed launch from its log, exit and health wait (pure)."""
+    """Explain a failed launch from its log, exit and health wait (pure).
+
+    ``model`` (the header facts) keeps the fixes to ones that apply (no experts to move on a
+    dense model).
+    """
+    n_layer = model.n_layer if model is not None else None
+    moe = model.is_moe if model is not None else True
     if report.allocation_failures:
         first = next(
             (f for f in report.allocation_failures if f.what != "unknown"),
             report.allocation_failures[0],
         )
-        size = f" ({first.mib:,.2f} MiB)" if first.mib else ""
+        sizes = [f.mib for f in report.allocation_failures if f.mib]
+        size = f" ({max(sizes):,.2f} MiB)" if sizes else ""
         cause = (
             f"The server ran out of memory allocating {_WHAT[first.what]}{size}"
             f"{_device_phrase(first.where)}."
         )
         evidence = tuple(f.line for f in report.allocation_failures)
         return Diagnosis(
-            CauseKind.OUT_OF_MEMORY, cause, evidence, oom_fixes(plan, first.what, n_layer)
+            CauseKind.OUT_OF_MEMORY, cause, evidence, oom_fixes(plan, first.what, n_layer, moe=moe)
         )
     if report.bind_failed:
         return Diagnosis(
@@ -297,7 +313,7 @@ def diagnose(
             if kind is CauseKind.KILLED
             else f"The server {code}"
         )
-        fixes = oom_fixes(plan, "unknown", n_layer) if kind is CauseKind.KILLED else ()
+        fixes = oom_fixes(plan, "unknown", n_layer, moe=moe) if kind is CauseKind.KILLED else ()
         return Diagnosis(kind, f"{what}.", tuple(report.error_lines[-4:]), fixes)
     if health is not None and health.state is HealthState.TIMEOUT:
         return Diagnosis(

@@ -255,7 +255,7 @@ def run_launch(
         outcome = proc.stop(grace=2.0)
         tick(health.last)
         report = parse_load_log(_read_log(prepared.process.log_path))
-        diagnosis = diagnose(report, plan, outcome, health, n_layer=prepared.model.n_layer)
+        diagnosis = diagnose(report, plan, outcome, health, model=prepared.model)
         result = LaunchResult(prepared, health, report, outcome, seconds, diagnosis=diagnosis)
         return result, None
     tick(health.last)
@@ -279,7 +279,7 @@ def run_launch(
                     error = f"measurement not saved: {exc}"
     note: Diagnosis | None = None
     if report.drafting_disabled and (plan.mtp.enabled or _draft_path(plan) is not None):
-        note = diagnose(report, plan, proc.outcome, health)
+        note = diagnose(report, plan, proc.outcome, health, model=prepared.model)
     result = LaunchResult(
         prepared,
         health,

@@ -90,9 +90,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if not result.ok:
         if not args.json:
             assert result.diagnosis is not None
-            print(
-                f"mtpstudio: the server did not start: {result.diagnosis.render()}", file=sys.stderr
-            )
+            why = result.diagnosis.render()
+            print(f"mtpstudio: the server did not start. {why}", file=sys.stderr)
             print(f"Full log: {result.log_path}", file=sys.stderr)
         return 1
     assert proc is not None and result.state is not None

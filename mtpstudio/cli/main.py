@@ -84,6 +84,10 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     mtp.add_argument("--draft-p-min", type=float, help="draft probability threshold")
     mtp.add_argument("--draft-cache-type-k", choices=CACHE_TYPES, help="draft K cache type")
     mtp.add_argument("--draft-cache-type-v", choices=CACHE_TYPES, help="draft V cache type")
+    mtp.add_argument(
+        "--draft-model", type=Path, metavar="GGUF", help="a separate draft model (turns MTP off)"
+    )
+    mtp.add_argument("--draft-gpu-layers", "-ngld", type=int, help="draft model layers on the GPU")
 
     srv = p.add_argument_group("server")
     srv.add_argument("--host", help="listen address (default 127.0.0.1)")
@@ -121,6 +125,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "api_key": "server.api_key",
         "desktop": "desktop",
         "gpu": "device",
+        "draft_gpu_layers": "draft.gpu_layers",
     }
     for attr, dotted in direct.items():
         value = getattr(args, attr)
@@ -137,6 +142,10 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             changes["engine.flavour"] = args.engine
         else:
             changes["engine.binary"] = args.engine
+    if args.draft_model is not None:
+        changes["draft.path"] = str(args.draft_model)
+        if args.mtp is None:
+            changes["mtp.enabled"] = False
     if args.n_cpu_moe is not None:
         changes["runtime.moe"] = "n_cpu_moe"
         changes["runtime.n_cpu_moe"] = args.n_cpu_moe
@@ -163,13 +172,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.budget_report import budget_report
     from mtpstudio.core.detect.report import detect_all
     from mtpstudio.core.memory.machine import machine_facts
+    from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, evaluate
     from mtpstudio.core.summary import plan_report
 
     plan = plan_from_args(args)
     info = load_model_info(plan.model)
-    result = evaluate(plan, PlanningContext(machine_facts(detect_all()), info))
+    draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
+    result = evaluate(plan, PlanningContext(machine_facts(detect_all()), info, draft))
     budget = replace(result.budget, warnings=result.warnings)
     if args.save:
         save_plan(plan, args.save)

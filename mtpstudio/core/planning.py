@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mtpstudio.core.engines.base import LaunchSpec, build_launch_spec, documented_build
 from mtpstudio.core.memory.budget import Budget, compute_budget
+from mtpstudio.core.memory.draft import with_draft
 from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.machine import MachineFacts
@@ -27,6 +28,7 @@ class PlanningContext:
 
     machine: MachineFacts
     model: ModelInfo
+    draft_model: ModelInfo | None = None
     weights: ModelWeights = field(init=False)
 
     def __post_init__(self) -> None:
@@ -94,6 +96,8 @@ def evaluate(plan: Plan, ctx: PlanningContext, *, suggest: bool = True) -> PlanR
     target = resolve_for(plan, ctx.machine)
     facts = memory_facts(plan.engine.flavour)
     budget = compute_budget(plan, ctx.model, target.device, facts, target.host, ctx.weights)
+    if ctx.draft_model is not None and plan.draft.path is not None:
+        budget = with_draft(budget, plan, ctx.draft_model, facts)
     spec, notes = launch_spec_for(plan, ctx)
     warnings = list(budget.warnings) + list(spec.warnings) + notes
     if suggest and budget.fits is False and target.device.is_gpu:

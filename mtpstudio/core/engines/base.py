@@ -94,6 +94,8 @@ class Option(StrEnum):
     DRAFT_CACHE_K = "draft-cache-type-k"
     DRAFT_CACHE_V = "draft-cache-type-v"
     VERBOSITY = "verbosity"
+    DRAFT_MODEL = "draft-model"
+    DRAFT_GPU_LAYERS = "draft-gpu-layers"
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,7 @@ class AdapterBase:
         self._emit_placement(plan, model, b)
         self._emit_load_mode(plan, b)
         self._emit_mtp(plan, model, b)
+        emit_draft_model(plan, b)
         self._emit_logging(plan, b, for_mtpstudio_launch)
         return LaunchSpec(
             flavour=self.flavour,
@@ -691,3 +694,10 @@ def build_argv(plan: Plan, build: EngineBuild, model: ModelInfo | None = None) -
 def probe_candidates(flavour: EngineFlavour) -> tuple[tuple[str, str | None], ...]:
     """Each flag spelling the adapter of ``flavour`` may emit, with a value to probe it with."""
     return adapter_for(flavour).probe_candidates()
+
+
+def emit_draft_model(plan: Plan, b: SpecBuilder) -> None:
+    """The separate draft model's flags (``engines.draft``); late import, it imports this."""
+    from mtpstudio.core.engines.draft import emit_draft_model as emit
+
+    emit(plan, b)

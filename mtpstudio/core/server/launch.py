@@ -149,11 +149,9 @@ def prepare_launch(
 
 
 def _check_draft(plan: Plan) -> ModelInfo | None:
-    draft = getattr(plan, "draft", None)
-    path = getattr(draft, "path", None)
-    if path is None:
+    if plan.draft.path is None:
         return None
-    return check_model(Path(path), role="draft model")
+    return check_model(Path(plan.draft.path), role="draft model")
 
 
 @dataclass(frozen=True)
@@ -179,29 +177,34 @@ class LaunchResult:
         return self.prepared.process.log_path
 
 
-def predict_budget(plan: Plan, model: ModelInfo) -> tuple[Budget, str]:
+def predict_budget(
+    plan: Plan, model: ModelInfo, build: EngineBuild, draft: ModelInfo | None = None
+) -> tuple[Budget, str]:
     """The budget ``mtpstudio plan`` shows for this plan on this machine, and the device id."""
+    import dataclasses
+
     from mtpstudio.core.detect.report import detect_all
     from mtpstudio.core.memory.machine import machine_facts
     from mtpstudio.core.planning import PlanningContext, evaluate
 
-    machine = machine_facts(detect_all(include_engines=False))
-    result = evaluate(plan, PlanningContext(machine, model), suggest=False)
+    machine = dataclasses.replace(machine_facts(detect_all(include_engines=False)), builds=(build,))
+    result = evaluate(plan, PlanningContext(machine, model, draft), suggest=False)
     return result.budget, result.target.device.id
 
 
 class _Prediction(threading.Thread):
     """Computes the predicted budget while the server loads (detection takes a moment)."""
 
-    def __init__(self, plan: Plan, model: ModelInfo) -> None:
+    def __init__(self, prepared: PreparedLaunch) -> None:
         super().__init__(name="mtpstudio-predict", daemon=True)
-        self._plan, self._model = plan, model
+        self._prepared = prepared
         self.result: tuple[Budget, str] | None = None
         self.error: str | None = None
 
     def run(self) -> None:
         try:
-            self.result = predict_budget(self._plan, self._model)
+            p = self._prepared
+            self.result = predict_budget(p.plan, p.model, p.build, p.draft_model)
         except MtpStudioError as exc:
             self.error = str(exc)
         except Exception as exc:
@@ -231,7 +234,7 @@ def run_launch(
     """
     started = time.monotonic()
     plan = prepared.plan
-    prediction = _Prediction(plan, prepared.model) if predict else None
+    prediction = _Prediction(prepared) if predict else None
     if prediction is not None:
         prediction.start()
     proc = ServerProcess.start(prepared.process)
@@ -278,7 +281,7 @@ def run_launch(
                 except MtpStudioError as exc:
                     error = f"measurement not saved: {exc}"
     note: Diagnosis | None = None
-    if report.drafting_disabled and (plan.mtp.enabled or _draft_path(plan) is not None):
+    if report.drafting_disabled and (plan.mtp.enabled or plan.draft.path is not None):
         note = diagnose(report, plan, proc.outcome, health, model=prepared.model)
     result = LaunchResult(
         prepared,
@@ -292,12 +295,6 @@ def run_launch(
         prediction_error=error,
     )
     return result, proc
-
-
-def _draft_path(plan: Plan) -> Path | None:
-    draft = getattr(plan, "draft", None)
-    path = getattr(draft, "path", None)
-    return Path(path) if path is not None else None
 
 
 def record_state(

@@ -12,7 +12,7 @@ from support.servers import free_port
 
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.server.process import ServerProcess
-from mtpstudio.core.server.state import servers_dir
+from mtpstudio.core.server.state import prune_stale, servers_dir
 
 
 def make_plan(binary: Path, model: Path, flavour: str, **changes: Any) -> Plan:
@@ -41,6 +41,7 @@ def launched() -> Iterator[list[ServerProcess]]:
     yield procs
     for proc in procs:
         proc.stop(grace=3.0)
+    prune_stale()  # their state records, now stale
 
 
 @pytest.fixture

@@ -10,10 +10,9 @@ _MODEL_BUF_UP = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+
 _MODEL_BUF_IK = re.compile(r"llm_load_tensors:\s+(\S+) buffer size =\s+([\d.]+) MiB")
 _CTX_START = re.compile(r"(llama_context: n_seq_max\s+=|llama_init_from_model: n_ctx\s+=)")
 _MTP_START = re.compile(r"creating MTP draft context")
-_DRAFT_MODEL_START = re.compile(
-    r"loading draft model|common_speculative_init_result: loading|load_draft|"
-    r"llama_init_from_gpt_params: .*draft|speculative.*loading model"
-)
+# A second model load after the main model's buffers is the draft model (upstream announces it
+# with "loading draft model"; ik just loads it).
+_DRAFT_MODEL_START = re.compile(r"loading draft model|llama_model_loader: loaded meta data")
 _KV = re.compile(r"(?:llama_kv_cache|llama_kv_cache_init):\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
 _RS = re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+([\d.]+) MiB")
 _OUT = re.compile(r":\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")
@@ -183,7 +182,7 @@ def parse_load_log(text: str) -> LoadReport:
         if _MTP_START.search(line):
             next_kind = "mtp"
             continue
-        if _DRAFT_MODEL_START.search(line) and report.model:
+        if _DRAFT_MODEL_START.search(line) and report.model and not draft_model_loading:
             next_kind = "draft"
             draft_model_loading = True
             continue

@@ -90,3 +90,22 @@ def test_exit_without_log_evidence(code: int, kind: CauseKind, phrase: str) -> N
     d = diagnose(parse_load_log(""), plan(), ProcessOutcome(code))
     assert d.kind is kind
     assert phrase in d.cause
+
+
+def test_real_ik_kv_oom_on_the_cpu() -> None:
+    report = parse_load_log((FIXTURES / "ik-oom-kv-cpu.log").read_text())
+    p = plan(device="cpu", **{"engine.flavour": "ik", "runtime.ctx": 4194304,
+                             "mtp.enabled": False})  # fmt: skip
+    d = diagnose(report, p, ProcessOutcome(1))
+    assert d.kind is CauseKind.OUT_OF_MEMORY
+    assert d.cause == (
+        "The server ran out of memory allocating the KV cache (131,072.00 MiB) in system RAM."
+    )
+    assert d.fixes[0].changes == {"runtime.ctx": 2097152}
+
+
+def test_real_ik_missing_model_segfault() -> None:
+    report = parse_load_log((FIXTURES / "ik-missing-model.log").read_text())
+    d = diagnose(report, plan(), ProcessOutcome(139))  # as a shell reports the SIGSEGV
+    assert d.kind is CauseKind.MODEL_LOAD
+    assert d.cause == "The engine could not load the model and crashed with SIGSEGV (exit 139)."

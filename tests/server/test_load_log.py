@@ -140,3 +140,28 @@ def test_a_cuda_oom_before_the_context_names_the_failed_buffer() -> None:
     assert {f.what for f in report.allocation_failures} == {"kv_cache"}
     assert report.allocation_failures[0].where == "CUDA0"
     assert report.allocation_failures[0].mib == 640.0
+
+
+def test_ik_draft_model_is_the_second_model_load() -> None:
+    text = fixture("ik-draft-model.log")
+    report = parse_load_log(text)
+    assert report.model == {"CPU": 1.63} and report.draft_model == {"CPU": 0.41}
+    draft = report.context("draft")
+    assert draft is not None and draft.n_ctx == 512
+    assert report.drafting == "draft" and report.loaded
+
+
+def test_ik_kv_out_of_memory_on_the_cpu() -> None:
+    report = parse_load_log(fixture("ik-oom-kv-cpu.log"))
+    assert {f.what for f in report.allocation_failures} == {"kv_cache"}
+    assert max(f.mib or 0 for f in report.allocation_failures) == pytest.approx(131072.0)
+    assert any(f.where == "CPU" for f in report.allocation_failures)
+    # ik warns about its own estimate on a CPU-only build; that is not the failure
+    assert any("less the required compute buffer" in line for line in report.fit_lines)
+    assert all("Free memory" not in f.line for f in report.allocation_failures)
+
+
+def test_ik_missing_model_log() -> None:
+    report = parse_load_log(fixture("ik-missing-model.log"))
+    assert not report.out_of_memory and not report.loaded
+    assert any("unable to load model" in e for e in report.error_lines)

@@ -23,7 +23,8 @@ _FIT = re.compile(
     r"common_params_fit|common_fit_params|projected to use|cannot meet free memory target|"
     r"context size reduced|Adding experts CPU overrides|Memory use in device|"
     r"Memory required for model tensors|Memory available on all devices|Setting layer \d+ to "
-    r"device|Unable to auto-fit|after overriding all MoE tensors|Not enough memory in device"
+    r"device|Unable to auto-fit|after overriding all MoE tensors|Not enough memory in device|"
+    r"Free memory \d+ MiB on device"
 )
 _MTP_DISABLED = re.compile(
     r"model has 0 NextN layers|MTP will be disabled|"
@@ -49,7 +50,7 @@ _LOADED = re.compile(r"main: model loaded|llama_server: model loaded|\] model lo
 _BIND = re.compile(r"couldn't bind")
 _SLOTS = re.compile(r"n_slots = (\d+)")
 _ALLOC_DEVICE = re.compile(r"on device (\d+)")
-_ALLOC_BUFTYPE = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
+_ALLOC_BUFTYPE = re.compile(r"failed to allocate (?:(\S+) )?buffer of size (\d+)")
 _ALLOC_MIB = re.compile(r"allocating ([\d.]+) MiB")
 
 

@@ -55,12 +55,21 @@ def bare_start(argv: list[str], port: int, log: Path) -> float:
         proc.wait(10)
 
 
-def cli_launch(plan_path: Path) -> tuple[float, float]:
+def cli_launch(plan_path: Path, port: int) -> tuple[float, float, float]:
+    """(CLI start -> /health 200 seen from outside, CLI start -> return, its own figure)."""
     cmd = [sys.executable, "-m", "mtpstudio.cli.main", "launch", "--plan", str(plan_path),
            "--json"]  # fmt: skip
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    healthy = float("nan")
+    while proc.poll() is None and time.perf_counter() - t0 < 180:
+        if probe_health("127.0.0.1", port, timeout=0.5).status == 200:
+            healthy = time.perf_counter() - t0
+            break
+        time.sleep(0.005)
+    out, err = proc.communicate(timeout=180)
     wall = time.perf_counter() - t0
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     if done.returncode != 0:
         raise SystemExit(f"mtpstudio launch failed: {done.stderr}")
     own = float(json.loads(done.stdout)["healthy_after_s"])
@@ -68,7 +77,7 @@ def cli_launch(plan_path: Path) -> tuple[float, float]:
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     if stop.returncode != 0:
         raise SystemExit(f"mtpstudio server stop failed: {stop.stderr}")
-    return wall, own
+    return healthy, wall, own
 
 
 def main() -> int:
@@ -77,11 +86,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
 
+    binary = engine_binary(args.engine)  # before the XDG dirs move: the build cache stays
     work = Path(tempfile.mkdtemp(prefix="bench-launch-"))
     for name in ("XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
         os.environ[name] = str(work / name.lower())
     model = make_model("dense", work / "dense.gguf")
-    binary = engine_binary(args.engine)
     plan = plan_with(Plan(), {
         "device": "cpu", "model.path": str(model), "model.card": None,
         "engine.flavour": args.engine, "engine.binary": str(binary), "runtime.ctx": 512,
@@ -93,10 +102,14 @@ def main() -> int:
     prepared = prepare_launch(plan, find_build(plan))  # probes once (cached for the CLI)
     argv = list(prepared.spec.argv)
 
-    bare, wall, own = [], [], []
+    bare: list[float] = []
+    healthy: list[float] = []
+    wall: list[float] = []
+    own: list[float] = []
     for i in range(args.rounds):
         bare.append(bare_start(argv, plan.server.port, work / f"bare-{i}.log"))
-        w, o = cli_launch(plan_path)
+        h, w, o = cli_launch(plan_path, plan.server.port)
+        healthy.append(h)
         wall.append(w)
         own.append(o)
 
@@ -107,11 +120,13 @@ def main() -> int:
     print(f"launch-to-healthy, {args.engine} llama-server, tiny dense model, {args.rounds} rounds")
     print(" ".join(argv))
     print(line("bare llama-server (spawn -> /health 200)", bare))
-    print(line("mtpstudio launch (CLI start -> return)", wall))
-    print(line("  of which spawn -> /health 200", own))
-    gap = statistics.median(wall) - statistics.median(bare)
-    verdict = "within" if gap <= TARGET_S else "OVER"
-    print(f"difference of medians: {gap:+.3f} s ({verdict} the {TARGET_S} s target)")
+    print(line("mtpstudio launch (CLI start -> /health 200)", healthy))
+    print(line("mtpstudio launch (CLI start -> returns)", wall))
+    print(line("  its own spawn -> /health 200", own))
+    for label, xs in (("healthy", healthy), ("returns", wall)):
+        gap = statistics.median(xs) - statistics.median(bare)
+        verdict = "within" if gap <= TARGET_S else "OVER"
+        print(f"difference of medians ({label}): {gap:+.3f} s ({verdict} the {TARGET_S} s target)")
     return 0
 
 

@@ -10,8 +10,8 @@ from enum import StrEnum
 from typing import Protocol
 
 PROBE_TIMEOUT_S = 0.5
-FIRST_DELAY_S = 0.02
-MAX_DELAY_S = 0.1
+FIRST_DELAY_S = 0.005
+MAX_DELAY_S = 0.05
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
 
 

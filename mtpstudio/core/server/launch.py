@@ -234,12 +234,18 @@ def run_launch(
     """
     started = time.monotonic()
     plan = prepared.plan
+    # The prediction (detection + budget) runs while the engine loads; it starts after the
+    # first unanswered probe, so it does not compete with a quick start.
     prediction = _Prediction(prepared) if predict else None
-    if prediction is not None:
-        prediction.start()
     proc = ServerProcess.start(prepared.process)
 
-    def tick(_answer: HealthAnswer) -> None:
+    started = False
+
+    def tick(answer: HealthAnswer) -> None:
+        nonlocal started
+        if prediction is not None and answer.status != 200 and not started:
+            prediction.start()
+            started = True
         lines = proc.read_log()
         if on_line is not None:
             for line in lines:
@@ -269,7 +275,10 @@ def run_launch(
     rec: Reconciliation | None = None
     error: str | None = None
     if prediction is not None:
-        prediction.join()
+        if started:
+            prediction.join()
+        else:
+            prediction.run()  # healthy at the first probe: predict now, in this thread
         error = prediction.error
         if prediction.result is not None:
             budget, device = prediction.result

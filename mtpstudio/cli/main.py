@@ -180,7 +180,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     info = load_model_info(plan.model)
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
-    result = evaluate(plan, PlanningContext(machine_facts(detect_all()), info, draft))
+    named = [plan.engine.binary] if plan.engine.binary is not None else []
+    context = PlanningContext(machine_facts(detect_all(engine_paths=named)), info, draft)
+    result = evaluate(plan, context)
     budget = replace(result.budget, warnings=result.warnings)
     if args.save:
         save_plan(plan, args.save)
@@ -190,6 +192,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(plan_report(plan, info))
         print(f"\nTarget: {result.target.source}")
         sys.stdout.write(budget_report(budget, result.argv))
+        from mtpstudio.core.server.reconcile import last_measured_text
+
+        measured = last_measured_text(context.machine.build_for(plan), result.target.device.id)
+        if measured:
+            print(f"\n{measured}")
         if args.save:
             print(f"\nPlan saved to {args.save}")
     return 0

@@ -58,6 +58,14 @@ def test_launch_status_logs_stop(
 
         logs = cli("server", "logs", "-n", "5")
         assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 5
+
+        replanned = cli("plan", "--plan", str(saved(plan, tmp_path)))
+        assert replanned.returncode == 0, replanned.stderr
+        assert "Last measured on this build and device" in replanned.stdout
+        weights_row = next(
+            line for line in replanned.stdout.splitlines() if line.startswith("weights ")
+        )
+        assert f"{rows['weights']['actual_mib']:.2f}" in weights_row
     finally:
         stopped = cli("server", "stop")
     assert stopped.returncode == 0

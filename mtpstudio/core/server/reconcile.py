@@ -251,3 +251,14 @@ def last_measured(key: str, device: str, path: Path | None = None) -> Reconcilia
         return Reconciliation.from_json(raw)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def last_measured_text(build: EngineBuild | None, device: str) -> str | None:
+    """'Last measured …' with the stored table for this build and device, for plan reports."""
+    if build is None:
+        return None
+    rec = last_measured(build_key(build), device)
+    if rec is None:
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(rec.measured_at))
+    return f"Last measured on this build and device ({when}):\n{rec.render()}"

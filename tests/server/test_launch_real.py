@@ -59,6 +59,7 @@ def test_start_health_reconcile_stop(
     assert proc is not None
     launched.append(proc)
     assert result.ok, result.diagnosis
+    assert result.health.seconds <= result.seconds < 120
     assert probe_health(plan.server.host, plan.server.port).status == 200
     assert [s.pid for s in load_states()] == [proc.pid]
 

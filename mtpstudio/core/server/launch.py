@@ -239,13 +239,13 @@ def run_launch(
     prediction = _Prediction(prepared) if predict else None
     proc = ServerProcess.start(prepared.process)
 
-    started = False
+    predicting = False
 
     def tick(answer: HealthAnswer) -> None:
-        nonlocal started
-        if prediction is not None and answer.status != 200 and not started:
+        nonlocal predicting
+        if prediction is not None and answer.status != 200 and not predicting:
             prediction.start()
-            started = True
+            predicting = True
         lines = proc.read_log()
         if on_line is not None:
             for line in lines:
@@ -275,7 +275,7 @@ def run_launch(
     rec: Reconciliation | None = None
     error: str | None = None
     if prediction is not None:
-        if started:
+        if predicting:
             prediction.join()
         else:
             prediction.run()  # healthy at the first probe: predict now, in this thread

@@ -49,6 +49,8 @@ from mtpstudio.core.server.state import (
     servers_dir,
 )
 
+PREDICT_AFTER_S = 0.25
+
 
 def find_build(
     plan: Plan,
@@ -234,16 +236,17 @@ def run_launch(
     """
     started = time.monotonic()
     plan = prepared.plan
-    # The prediction (detection + budget) runs while the engine loads; it starts after the
-    # first unanswered probe, so it does not compete with a quick start.
+    # The prediction (detection + budget) runs while the engine loads, once the load takes
+    # longer than PREDICT_AFTER_S, so it does not compete with a quick start for the CPU.
     prediction = _Prediction(prepared) if predict else None
     proc = ServerProcess.start(prepared.process)
-
+    spawned = time.monotonic()
     predicting = False
 
     def tick(answer: HealthAnswer) -> None:
         nonlocal predicting
-        if prediction is not None and answer.status != 200 and not predicting:
+        loading = answer.status != 200 and time.monotonic() - spawned > PREDICT_AFTER_S
+        if prediction is not None and loading and not predicting:
             prediction.start()
             predicting = True
         lines = proc.read_log()

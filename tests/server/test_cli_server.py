@@ -184,3 +184,41 @@ def test_fifty_launch_stop_cycles_leave_nothing_behind(
     assert len(pids) == 50
     assert left == []
     assert state_files() == []
+
+
+def test_startup_timeout_is_diagnosed_and_reaped(
+    plan_for: Callable[..., Plan], tmp_path: Path
+) -> None:
+    plan = plan_for("ik")  # ik answers nothing until it has loaded
+    result = cli("launch", "--plan", str(saved(plan, tmp_path)), "--timeout", "0")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith(
+        "mtpstudio: the server did not start. The server did not become healthy before the "
+        "startup timeout"
+    )
+    assert processes_with(str(plan.model.path)) == []
+    assert state_files() == []
+
+
+def test_logs_follow_ends_when_the_server_stops(
+    plan_for: Callable[..., Plan], tmp_path: Path
+) -> None:
+    plan = plan_for("upstream")
+    assert cli("launch", "--plan", str(saved(plan, tmp_path))).returncode == 0
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "mtpstudio.cli.main", "server", "logs", "-n", "2", "--follow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1.0)
+        assert follow.poll() is None  # still following
+        assert cli("server", "stop").returncode == 0
+        out, _err = follow.communicate(timeout=20)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0
+    assert len(out.splitlines()) >= 2
+    assert processes_with(str(plan.model.path)) == []

@@ -318,8 +318,9 @@ def diagnose(
     if health is not None and health.state is HealthState.TIMEOUT:
         return Diagnosis(
             CauseKind.TIMEOUT,
-            f"The server did not become healthy within {health.seconds:.0f} s "
-            f"(last answer: {health.last.detail}).",
+            f"The server did not become healthy before the startup timeout "
+            f"({health.seconds:.1f} s; last answer: {health.last.detail}); a large model may "
+            "need a longer --timeout.",
             tuple(report.error_lines[-4:]),
             (),
         )

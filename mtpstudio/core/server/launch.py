@@ -254,14 +254,18 @@ def run_launch(
             for line in lines:
                 on_line(line)
 
-    health = wait_healthy(
-        proc,
-        plan.server.host,
-        plan.server.port,
-        timeout,
-        on_tick=tick,
-        owns_port=lambda: procfs.listens_on(proc.pid, plan.server.port),
-    )
+    try:
+        health = wait_healthy(
+            proc,
+            plan.server.host,
+            plan.server.port,
+            timeout,
+            on_tick=tick,
+            owns_port=lambda: procfs.listens_on(proc.pid, plan.server.port),
+        )
+    except BaseException:  # Ctrl-C or a bug while waiting: never leave the server behind
+        proc.kill()
+        raise
     seconds = time.monotonic() - started
     if health.state is not HealthState.HEALTHY:
         outcome = proc.stop(grace=2.0)

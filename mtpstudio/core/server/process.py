@@ -243,7 +243,6 @@ class ServerProcess:
                 self._killed = True
                 self._signal(signal.SIGKILL)
                 self._proc.wait(KILL_WAIT_S)
-        self._reap_group()
         self.follower.poll()
         self.follower.ring.flush()
         return self.outcome
@@ -254,7 +253,6 @@ class ServerProcess:
             self._stopped = self._killed = True
             self._signal(signal.SIGKILL)
             self._proc.wait(KILL_WAIT_S)
-        self._reap_group()
         return self.outcome
 
     def _signal(self, sig: signal.Signals) -> None:
@@ -266,11 +264,6 @@ class ServerProcess:
         except PermissionError:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(sig)
-
-    def _reap_group(self) -> None:
-        """Kill anything left in the group after the leader ended (helpers it forked)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signal.SIGKILL)
 
 
 def pid_alive(pid: int, start: int | None = None) -> bool:
@@ -309,7 +302,5 @@ def stop_pid(pid: int, start: int | None, grace: float = STOP_GRACE_S) -> Proces
             break
     if pid_alive(pid, start):
         raise ServerError(f"the server with pid {pid} did not stop even after SIGKILL")
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
     # Not our child: its exit status is its reaper's; report the signal that ended it.
     return ProcessOutcome(returncode=-int(last), stopped=True, killed=last is signal.SIGKILL)

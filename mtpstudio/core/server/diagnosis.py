@@ -101,7 +101,9 @@ def _ctx(plan: Plan) -> Fix | None:
     return Fix(
         f"halve the context to {new} tokens",
         {"runtime.ctx": new},
-        "the KV cache (and the MTP draft's KV cache) grows with the context",
+        "the KV cache (and a draft context's KV cache) grows with the context"
+        if plan.mtp.enabled or plan.draft.path is not None
+        else "the KV cache grows with the context",
     )
 
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from mtpstudio import __version__
-from mtpstudio.cli import apply, bench, detect, gui, plan, render
+from mtpstudio.cli import apply, bench, detect, gui, launch, plan, render, server
 from mtpstudio.core.errors import MtpStudioError
 
 
@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     detect.register(sub)
     apply.register(sub)
     bench.register(sub)
+    launch.register(sub)
+    server.register(sub)
     return parser
 
 

@@ -85,6 +85,10 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     mtp.add_argument("--draft-p-min", type=float, help="draft probability threshold")
     mtp.add_argument("--draft-cache-type-k", choices=CACHE_TYPES, help="draft K cache type")
     mtp.add_argument("--draft-cache-type-v", choices=CACHE_TYPES, help="draft V cache type")
+    mtp.add_argument(
+        "--draft-model", type=Path, metavar="GGUF", help="a separate draft model (turns MTP off)"
+    )
+    mtp.add_argument("--draft-gpu-layers", "-ngld", type=int, help="draft model layers on the GPU")
 
     srv = p.add_argument_group("server")
     srv.add_argument("--host", help="listen address (default 127.0.0.1)")
@@ -122,6 +126,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "api_key": "server.api_key",
         "desktop": "desktop",
         "gpu": "device",
+        "draft_gpu_layers": "draft.gpu_layers",
     }
     for attr, dotted in direct.items():
         value = getattr(args, attr)
@@ -138,6 +143,10 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             changes["engine.flavour"] = args.engine
         else:
             changes["engine.binary"] = args.engine
+    if args.draft_model is not None:
+        changes["draft.path"] = str(args.draft_model)
+        if args.mtp is None:
+            changes["mtp.enabled"] = False
     if args.n_cpu_moe is not None:
         changes["runtime.moe"] = "n_cpu_moe"
         changes["runtime.n_cpu_moe"] = args.n_cpu_moe
@@ -162,13 +171,18 @@ def _check_device(device: str) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.detect.report import detect_all
+    from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
     from mtpstudio.core.reports import budget_report, plan_report
+    from mtpstudio.core.server.reconcile import last_measured_text
 
     plan = plan_from_args(args)
     info = load_model_info(plan.model)
-    result = evaluate(plan, PlanningContext(machine_for(detect_all()), info))
+    draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
+    named = [plan.engine.binary] if plan.engine.binary is not None else []
+    pctx = PlanningContext(machine_for(detect_all(engine_paths=named)), info, draft)
+    result = evaluate(plan, pctx)
     budget = replace(result.budget, warnings=result.warnings)
     if args.save:
         save_plan(plan, args.save)
@@ -178,6 +192,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(plan_report(plan, info))
         print(f"\nTarget: {result.target.source}")
         sys.stdout.write(budget_report(budget, result.argv))
+        measured = last_measured_text(pctx.machine.build_for(plan), result.target.device.id)
+        if measured:
+            print(f"\n{measured}")
         if args.save:
             print(f"\nPlan saved to {args.save}")
     return 0

@@ -41,3 +41,7 @@ class RenderError(MtpStudioError):
 
 class BenchError(MtpStudioError):
     """A benchmark cannot run or was interrupted (the message says which server and why)."""
+
+
+class ServerError(MtpStudioError):
+    """A server cannot be launched, found or stopped (port in use, bad model, crash, timeout)."""

@@ -180,6 +180,36 @@ class MtpOptions(_Section):
         return self
 
 
+class DraftModelOptions(_Section):
+    """A separate small draft model for speculative decoding (instead of MTP).
+
+    Its depth, p-min and K/V cache types are the ``mtp`` section's draft settings.
+    """
+
+    path: Path | None = Field(
+        default=None,
+        description="Draft GGUF sharing the model's vocabulary; none means no draft model.",
+    )
+    gpu_layers: int | None = Field(
+        default=None,
+        description="Draft layers on the GPU (-ngld); none means all of them on a GPU plan.",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _draft_on_one_line(cls, value: Path | None) -> Path | None:
+        if value is not None and "\n" in str(value):
+            raise ValueError("draft model path must not contain a newline")
+        return value
+
+    @field_validator("gpu_layers")
+    @classmethod
+    def _draft_ngl(cls, value: int | None) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError("draft gpu layers must not be negative")
+        return value
+
+
 class RuntimeOptions(_Section):
     """What the engine is asked to allocate and how it places weights."""
 
@@ -366,6 +396,9 @@ class Plan(_Section):
         default_factory=RuntimeOptions, description="Context, caches, batches and placement."
     )
     mtp: MtpOptions = Field(default_factory=MtpOptions, description="Multi-token prediction.")
+    draft: DraftModelOptions = Field(
+        default_factory=DraftModelOptions, description="A separate draft model (instead of MTP)."
+    )
     server: ServerOptions = Field(default_factory=ServerOptions, description="Listen address.")
     desktop: DesktopReclaim = Field(
         default=DesktopReclaim.NONE, description="How desktop VRAM is reclaimed."
@@ -378,6 +411,12 @@ class Plan(_Section):
         if not value or any(c.isspace() for c in value):
             raise ValueError("device must be 'auto', 'cpu', a device id or a catalogue GPU id")
         return value
+
+    @model_validator(mode="after")
+    def _mtp_or_draft_model(self) -> Self:
+        if self.draft.path is not None and self.mtp.enabled:
+            raise ValueError("draft with MTP or with a draft model, not both: turn MTP off")
+        return self
 
     def to_json(self) -> str:
         """The plan as stable, human-readable JSON (sorted keys, two-space indent)."""

@@ -16,6 +16,7 @@ from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget, compute_budget
 from mtpstudio.core.memory.devices import HostSpec
+from mtpstudio.core.memory.draft import with_draft
 from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
@@ -59,6 +60,7 @@ class PlanningContext:
 
     machine: MachineFacts
     model: ModelInfo
+    draft_model: ModelInfo | None = None
     weights: ModelWeights = field(init=False)
 
     def __post_init__(self) -> None:
@@ -138,6 +140,8 @@ def budget_for(plan: Plan, pctx: PlanningContext) -> tuple[ResolvedTarget, Budge
     target = resolve_for(plan, pctx.machine)
     facts = memory_facts(plan.engine.flavour)
     budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
+    if pctx.draft_model is not None and plan.draft.path is not None:
+        budget = with_draft(budget, plan, pctx.draft_model, facts)
     return target, budget
 
 

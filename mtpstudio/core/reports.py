@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mtpstudio.core.memory.budget import DEVICE_SEGMENTS, Budget, DeviceBudget
+from mtpstudio.core.memory.draft import DRAFT_SEGMENTS
 from mtpstudio.core.memory.trust import segment_trust
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan
@@ -138,6 +139,9 @@ BAR_GLYPHS = {
     "other_processes": "P",
     "driver_overhead": "V",
     "margin": "_",
+    "draft_weights": "d",
+    "draft_kv_cache": "k",
+    "draft_compute": "c",
 }
 LABELS = {
     "weights": "weights",
@@ -151,7 +155,11 @@ LABELS = {
     "other_processes": "other processes",
     "driver_overhead": "driver/CUDA context",
     "margin": "safety margin",
+    "draft_weights": "draft model weights",
+    "draft_kv_cache": "draft model KV",
+    "draft_compute": "draft model compute",
 }
+SHOWN_SEGMENTS = (*DEVICE_SEGMENTS, *DRAFT_SEGMENTS)
 
 TRUST_LEGEND = (
     "exact: byte formula checked against the engine's log; measured: stored measurement of "
@@ -167,7 +175,7 @@ def text_bar(device: DeviceBudget, width: int = BAR_WIDTH) -> str:
     """``[WWWWKKRMCDD__....]`` scaled to the device size; ``!`` marks what does not fit."""
     scale_to = max(device.total_bytes or 0, device.used_bytes, 1)
     cells: list[str] = []
-    for name in DEVICE_SEGMENTS:
+    for name in SHOWN_SEGMENTS:
         n = round(width * device.segments.get(name, 0) / scale_to)
         cells += [BAR_GLYPHS[name]] * n
     if device.total_bytes is not None:
@@ -181,7 +189,7 @@ def text_bar(device: DeviceBudget, width: int = BAR_WIDTH) -> str:
 
 def device_table(device: DeviceBudget) -> list[str]:
     lines = [f"{device.id}  {device.name}  total {mib(device.total_bytes)}"]
-    for name in DEVICE_SEGMENTS:
+    for name in SHOWN_SEGMENTS:
         value = device.segments.get(name, 0)
         if value:
             trust = segment_trust(device.id, name).value

@@ -604,8 +604,21 @@ def test_detection_probes_every_spelling_the_adapters_emit() -> None:
 
 
 def test_option_enum_is_fully_spelled_somewhere() -> None:
+    from mtpstudio.core.engines.draft import IK_DRAFT, UPSTREAM_DRAFT
+
     spelled = set(UpstreamAdapter.spellings) | set(IkAdapter.spellings)
+    spelled |= set(UPSTREAM_DRAFT) | set(IK_DRAFT)
     assert spelled == set(Option)
+
+
+def test_draft_model_spellings_are_all_probed() -> None:
+    from mtpstudio.core.engines.draft import IK_DRAFT, UPSTREAM_DRAFT
+    from mtpstudio.core.engines.probe import CANDIDATE_FLAGS
+
+    probed_flags = {spec.flag for spec in CANDIDATE_FLAGS}
+    for table in (UPSTREAM_DRAFT, IK_DRAFT):
+        spellings = {s for entry in table.values() for s in entry.spellings}
+        assert spellings <= probed_flags, sorted(spellings - probed_flags)
 
 
 def test_plan_cache_types_are_all_accepted_values() -> None:

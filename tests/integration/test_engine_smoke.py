@@ -150,9 +150,15 @@ def test_upstream_mtp_drafts(tiny_model, running_server) -> None:
     timings = body["timings"]
     assert timings["draft_n"] > 0
     assert 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
-    log = server.log_text()
+    # The server may write the request's summary lines just after the response went out.
+    deadline = time.monotonic() + 10.0
+    while True:
+        log = server.log_text()
+        acceptance = UP_DRAFT_ACCEPTANCE.search(log)
+        if acceptance is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert UP_MTP_CONTEXT.search(log).group(1) == str(model)  # type: ignore[union-attr]
-    acceptance = UP_DRAFT_ACCEPTANCE.search(log)
     assert acceptance is not None, "no 'draft acceptance' line at default verbosity"
     assert (int(acceptance[2]), int(acceptance[3])) == (
         timings["draft_n_accepted"],

@@ -297,6 +297,7 @@ class AdapterBase:
         self._emit_placement(plan, model, b)
         self._emit_load_mode(plan, b)
         self._emit_mtp(plan, model, b)
+        self._emit_draft_model(plan, b)
         self._emit_logging(plan, b, for_mtpstudio_launch)
         return LaunchSpec(
             flavour=self.flavour,
@@ -553,6 +554,9 @@ class AdapterBase:
 
     def _emit_load_mode(self, plan: Plan, b: SpecBuilder) -> None:
         raise NotImplementedError
+
+    def _emit_draft_model(self, plan: Plan, b: SpecBuilder) -> None:
+        """A separate draft model's flags; the adapters use ``engines.draft``."""
 
     def _emit_mtp(self, plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
         raise NotImplementedError

@@ -159,6 +159,8 @@ class Option(StrEnum):
     DRAFT_CACHE_V = "draft-cache-type-v"
     VERBOSITY = "verbosity"
     NO_OP_OFFLOAD = "no-op-offload"
+    DRAFT_MODEL = "draft-model"
+    DRAFT_GPU_LAYERS = "draft-gpu-layers"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from mtpstudio.core.engines.base import (
     format_float,
 )
 from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.draft import emit_draft_model
 from mtpstudio.core.engines.flags import IK_DOCUMENTED_FLAGS, IK_DOCUMENTED_SPEC_TYPES, IK_SPELLINGS
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
@@ -174,3 +175,6 @@ class IkAdapter(AdapterBase):
 
     def _emit_logging(self, plan: Plan, b: SpecBuilder, for_mtpstudio_launch: bool) -> None:
         """ik prints the buffer sizes at its default verbosity; nothing to add."""
+
+    def _emit_draft_model(self, plan: Plan, b: SpecBuilder) -> None:
+        emit_draft_model(plan, b)

@@ -10,6 +10,7 @@ from mtpstudio.core.engines.base import (
     format_float,
 )
 from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.draft import emit_draft_model
 from mtpstudio.core.engines.flags import (
     MTP_SPEC_TYPE,
     UPSTREAM_DOCUMENTED_FLAGS,
@@ -219,3 +220,6 @@ class UpstreamAdapter(AdapterBase):
                 f"{describe_build(b.build)} has no -lv, so its log may lack the buffer sizes "
                 "mtpstudio checks."
             )
+
+    def _emit_draft_model(self, plan: Plan, b: SpecBuilder) -> None:
+        emit_draft_model(plan, b)

@@ -1,0 +1,340 @@
+"""Why a launch failed, in one sentence, and ranked Plan changes that would fix it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from mtpstudio.core.errors import PlanError
+from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.plan import MIN_CTX, CacheType, MoePlacement, Plan, plan_with
+from mtpstudio.core.server.health import HealthResult, HealthState
+from mtpstudio.core.server.load_log import LoadReport
+from mtpstudio.core.server.process import ProcessOutcome
+
+MARGIN_STEP_MIB = 256
+EXPERT_LAYER_STEP = 4
+_QUANTIZED_KV = CacheType.Q8_0
+
+
+class CauseKind(StrEnum):
+    """The kind of failure."""
+
+    OUT_OF_MEMORY = "out_of_memory"
+    MODEL_LOAD = "model_load"
+    PORT_IN_USE = "port_in_use"
+    BAD_ARGUMENT = "bad_argument"
+    DRAFTING_UNAVAILABLE = "drafting_unavailable"
+    CRASHED = "crashed"
+    KILLED = "killed"
+    TIMEOUT = "timeout"
+    EXITED = "exited"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One Plan change: what to do, why, and the ``plan_with`` changes that do it."""
+
+    title: str
+    changes: dict[str, Any]
+    why: str
+
+    def apply(self, plan: Plan) -> Plan:
+        return plan_with(plan, self.changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "changes": dict(self.changes), "why": self.why}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The cause in one sentence, the log lines that show it, and fixes, best first."""
+
+    kind: CauseKind
+    cause: str
+    evidence: tuple[str, ...] = ()
+    fixes: tuple[Fix, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "cause": self.cause,
+            "evidence": list(self.evidence),
+            "fixes": [f.to_json() for f in self.fixes],
+        }
+
+    def render(self) -> str:
+        """Plain text: the cause, the evidence, then numbered fixes."""
+        lines = [self.cause]
+        if self.evidence:
+            lines.append("The log says:")
+            lines += [f"  {e}" for e in self.evidence[:4]]
+        if self.fixes:
+            lines.append("What to change in the plan (most likely to help first):")
+            for i, fix in enumerate(self.fixes, 1):
+                changes = ", ".join(f"{k}={v}" for k, v in fix.changes.items())
+                lines.append(f"  {i}. {fix.title} ({changes}): {fix.why}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# fixes for an out-of-memory load
+
+
+def _margin(plan: Plan) -> Fix:
+    new = plan.runtime.fit_margin_mib + MARGIN_STEP_MIB
+    return Fix(
+        f"raise the safety margin to {new} MiB",
+        {"runtime.fit_margin_mib": new},
+        "the engine's fit then leaves more room for buffers it sizes late (compute, CUDA "
+        "context) and for memory the desktop takes meanwhile",
+    )
+
+
+def _ctx(plan: Plan) -> Fix | None:
+    ctx = plan.runtime.ctx
+    if ctx <= MIN_CTX:
+        return None
+    new = max(MIN_CTX, (ctx // 2) // 256 * 256)
+    return Fix(
+        f"halve the context to {new} tokens",
+        {"runtime.ctx": new},
+        "the KV cache (and a draft context's KV cache) grows with the context"
+        if plan.mtp.enabled or plan.draft.path is not None
+        else "the KV cache grows with the context",
+    )
+
+
+def _draft_depth(plan: Plan) -> Fix | None:
+    if not plan.mtp.enabled or plan.mtp.draft_max <= 1:
+        return None
+    new = max(1, plan.mtp.draft_max - 1)
+    changes: dict[str, Any] = {"mtp.draft_max": new}
+    if plan.mtp.draft_min > new:
+        changes["mtp.draft_min"] = new
+    return Fix(
+        f"lower the draft depth to {new}",
+        changes,
+        "upstream keeps one recurrent-state copy per drafted token, and the outputs grow too",
+    )
+
+
+def _quantize_kv(plan: Plan) -> Fix | None:
+    rt = plan.runtime
+    if rt.cache_type_k in (CacheType.Q4_0, CacheType.Q4_1, CacheType.IQ4_NL):
+        return None
+    if rt.cache_type_k is _QUANTIZED_KV and rt.cache_type_v is _QUANTIZED_KV:
+        new = CacheType.Q4_0
+    else:
+        new = _QUANTIZED_KV
+    return Fix(
+        f"quantize the KV cache to {new.value}",
+        {"runtime.cache_type_k": new.value, "runtime.cache_type_v": new.value,
+         "runtime.flash_attn": "on"},
+        f"{new.value} takes {'about half' if new is _QUANTIZED_KV else 'about a third less'} "
+        "the memory per token (a quantized V cache needs flash attention)",
+    )  # fmt: skip
+
+
+def _parallel(plan: Plan) -> Fix | None:
+    if plan.runtime.parallel == 1:
+        return None
+    return Fix(
+        "serve one slot (--parallel 1)",
+        {"runtime.parallel": 1},
+        "each slot has its own recurrent state (multiplied again by MTP) and output buffer",
+    )
+
+
+def _experts(plan: Plan, n_layer: int | None) -> Fix | None:
+    rt = plan.runtime
+    if rt.moe is MoePlacement.ALL_CPU:
+        return None
+    current = rt.n_cpu_moe if rt.moe is MoePlacement.N_CPU_MOE else 0
+    new = current + EXPERT_LAYER_STEP
+    if n_layer is not None and current >= n_layer:
+        return None
+    if n_layer is not None:
+        new = min(new, n_layer)
+    return Fix(
+        f"keep the experts of {new} layers on the CPU",
+        {"runtime.moe": "n_cpu_moe", "runtime.n_cpu_moe": new},
+        "expert weights are most of a MoE model; in system RAM they cost speed, not VRAM",
+    )
+
+
+_BY_FAILURE: dict[str, tuple[str, ...]] = {
+    "kv_cache": ("ctx", "quantize", "margin", "parallel", "draft", "experts"),
+    "recurrent_state": ("parallel", "draft", "margin", "ctx", "experts", "quantize"),
+    "compute": ("margin", "draft", "ctx", "experts", "parallel", "quantize"),
+    "output": ("parallel", "draft", "margin", "ctx", "quantize", "experts"),
+    "weights": ("experts", "margin", "ctx", "quantize", "draft", "parallel"),
+    "fit": ("experts", "ctx", "quantize", "margin", "draft", "parallel"),
+    "runtime": ("margin", "ctx", "draft", "quantize", "parallel", "experts"),
+    "unknown": ("margin", "ctx", "draft", "quantize", "parallel", "experts"),
+}
+
+
+def oom_fixes(
+    plan: Plan, failed: str, n_layer: int | None = None, *, moe: bool = True
+) -> tuple[Fix, ...]:
+    """Fixes for an allocation failure of ``failed`` (a buffer kind), most likely first.
+
+    Only changes that produce a valid, different Plan are offered; no expert placement for a
+    dense model (``moe`` False) and no GPU margin for a CPU-only plan.
+    """
+    makers: dict[str, Callable[[], Fix | None]] = {
+        "margin": lambda: _margin(plan),
+        "ctx": lambda: _ctx(plan),
+        "draft": lambda: _draft_depth(plan),
+        "quantize": lambda: _quantize_kv(plan),
+        "parallel": lambda: _parallel(plan),
+        "experts": lambda: _experts(plan, n_layer),
+    }
+    fixes: list[Fix] = []
+    skip = {"experts"} if not moe else set()
+    if plan.device == "cpu":
+        skip.add("margin")
+    for name in _BY_FAILURE.get(failed, _BY_FAILURE["unknown"]):
+        if name in skip:
+            continue
+        fix = makers[name]()
+        if fix is None:
+            continue
+        try:
+            changed = fix.apply(plan)
+        except PlanError:
+            continue
+        if changed != plan:
+            fixes.append(fix)
+    return tuple(fixes)
+
+
+_WHAT = {
+    "kv_cache": "the KV cache",
+    "recurrent_state": "the recurrent state",
+    "compute": "a compute buffer",
+    "output": "the output buffer",
+    "weights": "the model weights",
+    "fit": "the model (the engine's fit found no placement)",
+    "runtime": "a buffer while generating",
+    "unknown": "a buffer",
+}
+
+
+def _device_phrase(where: str | None) -> str:
+    if where is None:
+        return ""
+    if where.upper().startswith("CPU"):
+        return " in system RAM"
+    return f" on {where}"
+
+
+# --------------------------------------------------------------------------------------------
+# the diagnosis
+
+
+def diagnose(
+    report: LoadReport,
+    plan: Plan,
+    outcome: ProcessOutcome | None = None,
+    health: HealthResult | None = None,
+    *,
+    model: ModelInfo | None = None,
+) -> Diagnosis:
+    """Explain a failed launch from its log, exit and health wait (pure).
+
+    ``model`` (the header facts) keeps the fixes to ones that apply (no experts to move on a
+    dense model).
+    """
+    n_layer = model.n_layer if model is not None else None
+    moe = model.is_moe if model is not None else True
+    if report.allocation_failures:
+        first = next(
+            (f for f in report.allocation_failures if f.what != "unknown"),
+            report.allocation_failures[0],
+        )
+        sizes = [f.mib for f in report.allocation_failures if f.mib]
+        size = f" ({max(sizes):,.2f} MiB)" if sizes else ""
+        cause = (
+            f"The server ran out of memory allocating {_WHAT[first.what]}{size}"
+            f"{_device_phrase(first.where)}."
+        )
+        evidence = tuple(f.line for f in report.allocation_failures)
+        return Diagnosis(
+            CauseKind.OUT_OF_MEMORY, cause, evidence, oom_fixes(plan, first.what, n_layer, moe=moe)
+        )
+    if report.bind_failed:
+        return Diagnosis(
+            CauseKind.PORT_IN_USE,
+            f"The server could not listen on {plan.server.host}:{plan.server.port}: another "
+            "program took the port.",
+            tuple(line for line in report.error_lines if "bind" in line),
+            (Fix("use another port", {"server.port": plan.server.port + 1},
+                 "or stop the program that holds it"),),
+        )  # fmt: skip
+    dropped = [d for d in report.drafting_disabled if "failed to create MTP" not in d]
+    if report.drafting_disabled and not report.loaded:
+        return Diagnosis(
+            CauseKind.DRAFTING_UNAVAILABLE,
+            "The engine refused to start drafting: the model has no MTP layer this engine can use.",
+            tuple(report.drafting_disabled),
+            (Fix("turn MTP off", {"mtp.enabled": False}, "the model then runs without drafting"),),
+        )
+    bad_arg = next(
+        (e for e in report.error_lines if "invalid argument" in e or "error: " in e.lower()),
+        None,
+    )
+    load_error = next(
+        (
+            e
+            for e in report.error_lines
+            if "load model" in e or "loading model" in e or "unable to load" in e
+        ),
+        None,
+    )
+    code = outcome.describe() if outcome is not None else "stopped"
+    if load_error is not None:
+        return Diagnosis(
+            CauseKind.MODEL_LOAD,
+            f"The engine could not load the model and {code}.",
+            tuple(report.error_lines[-4:]),
+        )
+    if bad_arg is not None and not report.contexts:
+        return Diagnosis(
+            CauseKind.BAD_ARGUMENT,
+            f"The engine rejected its command line and {code}.",
+            (bad_arg,),
+        )
+    if outcome is not None and outcome.crashed:
+        kind = CauseKind.KILLED if outcome.signal_name == "SIGKILL" else CauseKind.CRASHED
+        what = (
+            "The server was killed from outside (SIGKILL: often the kernel's out-of-memory killer)"
+            if kind is CauseKind.KILLED
+            else f"The server {code}"
+        )
+        fixes = oom_fixes(plan, "unknown", n_layer, moe=moe) if kind is CauseKind.KILLED else ()
+        return Diagnosis(kind, f"{what}.", tuple(report.error_lines[-4:]), fixes)
+    if health is not None and health.state is HealthState.TIMEOUT:
+        return Diagnosis(
+            CauseKind.TIMEOUT,
+            f"The server did not become healthy before the startup timeout "
+            f"({health.seconds:.1f} s; last answer: {health.last.detail}); a large model may "
+            "need a longer --timeout.",
+            tuple(report.error_lines[-4:]),
+            (),
+        )
+    if dropped and report.loaded:
+        return Diagnosis(
+            CauseKind.DRAFTING_UNAVAILABLE,
+            "The server runs, but without drafting: the engine disabled it.",
+            tuple(dropped),
+            (Fix("turn MTP off", {"mtp.enabled": False}, "the plan then says what really runs"),),
+        )
+    return Diagnosis(
+        CauseKind.EXITED,
+        f"The server {code} before it became healthy.",
+        tuple(report.error_lines[-4:]),
+    )

@@ -1,0 +1,98 @@
+"""Process facts from /proc (Linux): alive or zombie, start time, who listens on a TCP port."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+_TCP_LISTEN = "0A"
+
+
+def _stat_fields(pid: int, proc_root: Path = PROC) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (field 3 onwards), or None."""
+    try:
+        text = (proc_root / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    _, sep, rest = text.rpartition(")")
+    return rest.split() if sep else None
+
+
+def start_ticks(pid: int, proc_root: Path = PROC) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (stat field 22); None if gone."""
+    fields = _stat_fields(pid, proc_root)
+    if fields is None or len(fields) < 20:
+        return None
+    return int(fields[19])
+
+
+def is_running(pid: int, start: int | None = None, proc_root: Path = PROC) -> bool:
+    """``pid`` exists, is not a zombie and (when ``start`` is given) started then.
+
+    A different start time means the pid now belongs to another program.
+    """
+    if pid <= 0:
+        return False
+    fields = _stat_fields(pid, proc_root)
+    if fields is None or fields[0] in ("Z", "X"):
+        return False
+    return start is None or start_ticks(pid, proc_root) == start
+
+
+def process_name(pid: int, proc_root: Path = PROC) -> str | None:
+    try:
+        return (proc_root / str(pid) / "comm").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+def listening_inodes(port: int, proc_root: Path = PROC) -> set[str]:
+    """Socket inodes in LISTEN state on ``port`` (IPv4 and IPv6)."""
+    inodes: set[str] = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (proc_root / "net" / name).read_text(encoding="utf-8").splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) < 10 or parts[3] != _TCP_LISTEN:
+                continue
+            if int(parts[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(parts[9])
+    return inodes
+
+
+def _socket_inodes(pid: int, proc_root: Path) -> set[str]:
+    fd_dir = proc_root / str(pid) / "fd"
+    out: set[str] = set()
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return out
+    for fd in names:
+        try:
+            target = os.readlink(fd_dir / fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+
+
+def listens_on(pid: int, port: int, proc_root: Path = PROC) -> bool:
+    """Whether process ``pid`` holds a listening socket on ``port``."""
+    wanted = listening_inodes(port, proc_root)
+    return bool(wanted) and bool(wanted & _socket_inodes(pid, proc_root))
+
+
+def port_owner(port: int, proc_root: Path = PROC) -> int | None:
+    """The pid listening on ``port``, when this user may see it."""
+    wanted = listening_inodes(port, proc_root)
+    if not wanted:
+        return None
+    for entry in proc_root.iterdir():
+        if entry.name.isdigit() and wanted & _socket_inodes(int(entry.name), proc_root):
+            return int(entry.name)
+    return None

@@ -1,0 +1,75 @@
+"""Fixtures for launching real servers through mtpstudio's own launcher."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.servers import free_port
+
+from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.server.process import ServerProcess
+from mtpstudio.core.server.state import prune_stale, servers_dir
+
+
+def make_plan(binary: Path, model: Path, flavour: str, **changes: Any) -> Plan:
+    """A CPU plan for a tiny model on a free loopback port."""
+    base: dict[str, Any] = {
+        "device": "cpu",
+        "model.path": str(model),
+        "model.card": None,
+        "engine.flavour": flavour,
+        "engine.binary": str(binary),
+        "runtime.ctx": 512,
+        "runtime.cache_type_k": "f16",
+        "runtime.cache_type_v": "f16",
+        "runtime.threads": 2,
+        "mtp.enabled": False,
+        "server.port": free_port(),
+    }
+    base.update(changes)
+    return plan_with(Plan(), base)
+
+
+@pytest.fixture
+def launched() -> Iterator[list[ServerProcess]]:
+    """Processes a test launched; every one is stopped and reaped afterwards."""
+    procs: list[ServerProcess] = []
+    yield procs
+    for proc in procs:
+        proc.stop(grace=3.0)
+    prune_stale()  # their state records, now stale
+
+
+@pytest.fixture
+def plan_for(engine: Callable[[str], Path], tiny_model: Callable[..., Path]) -> Callable[..., Plan]:
+    """``plan_for("upstream" | "ik", kind="dense", model_params={}, **plan_changes)``."""
+
+    def make(flavour: str, kind: str = "dense", model_params: Any = None, **changes: Any) -> Plan:
+        model = tiny_model(kind, **(model_params or {}))
+        return make_plan(engine(flavour), model, flavour, **changes)
+
+    return make
+
+
+def processes_with(text: str) -> list[int]:
+    """Pids (not zombies) whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if text in cmd and stat and stat[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def state_files() -> list[Path]:
+    return sorted(servers_dir().glob("*.json")) if servers_dir().exists() else []

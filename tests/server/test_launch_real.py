@@ -1,0 +1,193 @@
+"""mtpstudio's launcher with the real engines on tiny models: start, health, stop, failures."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mtpstudio.core.engines.registry import build_launch_spec
+from mtpstudio.core.errors import ServerError
+from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.server.diagnosis import CauseKind, diagnose
+from mtpstudio.core.server.health import HealthState, probe_health
+from mtpstudio.core.server.launch import (
+    PreparedLaunch,
+    find_build,
+    new_log_path,
+    prepare_launch,
+    run_launch,
+)
+from mtpstudio.core.server.load_log import parse_load_log
+from mtpstudio.core.server.process import ProcessSpec, ServerProcess, process_spec
+from mtpstudio.core.server.reconcile import HOST, last_measured
+from mtpstudio.core.server.state import (
+    Liveness,
+    load_states,
+    prune_stale,
+    remove_state,
+    run_dir,
+)
+
+from .conftest import processes_with, state_files
+
+pytestmark = [pytest.mark.engine]
+ENGINES = ["upstream", "ik"]
+_SIZE = re.compile(r"=\s+([\d.]+) MiB")
+
+
+def logged(text: str, pattern: str) -> float:
+    return sum(
+        float(m.group(1))
+        for line in text.splitlines()
+        if re.search(pattern, line) and (m := _SIZE.search(line))
+    )
+
+
+@pytest.mark.parametrize("flavour", ENGINES)
+def test_start_health_reconcile_stop(
+    flavour: str, plan_for: Callable[..., Plan], launched: list[ServerProcess]
+) -> None:
+    plan = plan_for(flavour)
+    build = find_build(plan)
+    result, proc = run_launch(prepare_launch(plan, build), timeout=120)
+    assert proc is not None
+    launched.append(proc)
+    assert result.ok, result.diagnosis
+    assert result.health.seconds <= result.seconds < 120
+    assert probe_health(plan.server.host, plan.server.port).status == 200
+    assert [s.pid for s in load_states()] == [proc.pid]
+
+    text = result.log_path.read_text()
+    rec = result.reconciliation
+    assert rec is not None, result.prediction_error
+    weights = rec.row("weights", HOST)
+    assert weights is not None
+    buffers = logged(text, r"(model )?buffer size =")
+    contexts = logged(text, r"(KV|compute|output) buffer size")
+    assert weights.actual_mib == pytest.approx(buffers - contexts)
+    kv = rec.row("kv_cache", HOST)
+    assert kv is not None and kv.actual_mib == pytest.approx(logged(text, r"KV buffer size"))
+    compute = rec.row("compute", HOST)
+    assert compute is not None
+    assert compute.actual_mib == pytest.approx(
+        max(float(x) for x in re.findall(r"compute buffer size =\s+([\d.]+)", text))
+    )
+    # the memory model predicts weights and KV exactly (the log prints two decimals)
+    assert abs(weights.delta_mib) <= 0.01 and abs(kv.delta_mib) <= 0.01
+    stored = last_measured(rec.build_key, "CPU")
+    assert stored is not None and stored.to_json() == rec.to_json()
+
+    outcome = proc.stop()
+    assert outcome.stopped and not outcome.killed and outcome.returncode == 0
+    assert result.state is not None and result.state.liveness() is Liveness.GONE
+    remove_state(result.state)
+    assert processes_with(str(result.log_path.name)) == []
+
+
+@pytest.mark.parametrize("flavour", ENGINES)
+def test_sigkill_mid_run_is_reported_and_leaves_nothing(
+    flavour: str, plan_for: Callable[..., Plan], launched: list[ServerProcess]
+) -> None:
+    plan = plan_for(flavour)
+    result, proc = run_launch(prepare_launch(plan, find_build(plan)), timeout=120)
+    assert proc is not None and result.state is not None
+    launched.append(proc)
+    os.kill(proc.pid, signal.SIGKILL)  # from outside, as the kernel's OOM killer would
+    outcome = proc.wait(10)
+    assert outcome.describe() == "was killed by SIGKILL (exit 137)"
+    d = diagnose(parse_load_log(result.log_path.read_text()), plan, outcome)
+    assert d.kind is CauseKind.KILLED
+    assert result.state.liveness() is Liveness.GONE
+    assert [s.port for s in prune_stale()] == [plan.server.port]
+    assert state_files() == []
+    assert processes_with(str(plan.model.path)) == []
+
+
+@pytest.mark.parametrize("flavour", ENGINES)
+def test_missing_and_corrupt_models_are_refused_before_launch(
+    flavour: str, plan_for: Callable[..., Plan], tmp_path: Path
+) -> None:
+    plan = plan_for(flavour)
+    build = find_build(plan)
+    missing = plan_with(plan, {"model.path": str(tmp_path / "gone.gguf")})
+    with pytest.raises(ServerError, match=r"^the model file .*gone\.gguf does not exist$"):
+        prepare_launch(missing, build)
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
+    with pytest.raises(ServerError, match=r"is not a usable GGUF model"):
+        prepare_launch(plan_with(plan, {"model.path": str(corrupt)}), build)
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("hello")
+    with pytest.raises(ServerError, match=r"is not a usable GGUF model"):
+        prepare_launch(plan_with(plan, {"model.path": str(not_gguf)}), build)
+    assert processes_with(str(tmp_path)) == []
+
+
+def test_ik_segfault_after_unable_to_load_model_reads_as_a_load_failure(
+    plan_for: Callable[..., Plan], tmp_path: Path
+) -> None:
+    """Bypass the preflight to see the engine's own failure: ik crashes (SIGSEGV)."""
+    plan = plan_for("ik")
+    build = find_build(plan)
+    good = prepare_launch(plan, build)
+    gone = tmp_path / "gone.gguf"
+    spec = build_launch_spec(plan, build, good.model, for_mtpstudio_launch=True, model_path=gone)
+    pspec: ProcessSpec = process_spec(
+        spec, new_log_path(plan.server.port), os.environ, cwd=run_dir()
+    )
+    prepared = PreparedLaunch(plan, build, good.model, spec, pspec)
+    result, proc = run_launch(prepared, timeout=60, predict=False)
+    assert proc is None and not result.ok
+    assert result.health.state is HealthState.EXITED
+    assert result.outcome.signal_name == "SIGSEGV"
+    assert result.diagnosis is not None
+    assert result.diagnosis.kind is CauseKind.MODEL_LOAD
+    assert result.diagnosis.cause == (
+        "The engine could not load the model and crashed with SIGSEGV (exit 139)."
+    )
+    assert any("unable to load model" in e for e in result.diagnosis.evidence)
+
+
+@pytest.mark.parametrize("flavour", ENGINES)
+def test_port_in_use_is_reported_before_launch(flavour: str, plan_for: Callable[..., Plan]) -> None:
+    plan = plan_for(flavour)
+    build = find_build(plan)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", plan.server.port))
+        s.listen(1)
+        with pytest.raises(ServerError) as err:
+            prepare_launch(plan, build)
+    assert str(err.value) == (
+        f"port {plan.server.port} on 127.0.0.1 is already in use by {_comm()} (pid {os.getpid()})"
+    )
+    assert err.value.hint and "another port" in err.value.hint
+
+
+def _comm() -> str:
+    return Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+
+
+@pytest.mark.parametrize("flavour", ENGINES)
+def test_real_out_of_memory_is_diagnosed(
+    flavour: str, plan_for: Callable[..., Plan], launched: list[ServerProcess]
+) -> None:
+    """An enormous context: the KV cache cannot be allocated in system RAM (128 GiB)."""
+    wide = {"n_embd": 256, "n_head": 8, "n_head_kv": 8, "head_dim": 256, "n_layer": 2,
+            "n_ctx_train": 4194304}  # fmt: skip
+    huge = {"runtime.ctx": 4194304, "runtime.cache_type_k": "f32", "runtime.cache_type_v": "f32"}
+    plan = plan_for(flavour, model_params=wide, **huge)
+    result, proc = run_launch(prepare_launch(plan, find_build(plan)), timeout=120, predict=False)
+    if proc is not None:
+        launched.append(proc)
+    assert not result.ok
+    d = result.diagnosis
+    assert d is not None and d.kind is CauseKind.OUT_OF_MEMORY, result.log_path.read_text()[-2000:]
+    assert d.cause.startswith("The server ran out of memory allocating the KV cache")
+    assert d.fixes[0].changes == {"runtime.ctx": 2097152}
+    assert processes_with(str(plan.model.path)) == []

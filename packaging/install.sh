@@ -92,9 +92,9 @@ refresh_caches() {
 
 uninstall() {
   if [ -d "$DESTDIR$STATE_DIR" ] && [ -n "$(ls -A "$DESTDIR$STATE_DIR" 2>/dev/null)" ]; then
-    printf 'install.sh: note: %s holds what `mtpstudio apply` installed (sessions, units);\n' \
+    printf "install.sh: note: %s records what 'mtpstudio apply' installed (sessions, units);\n" \
       "$STATE_DIR" >&2
-    printf '  they stay. Reinstall and run `mtpstudio revert` to remove them.\n' >&2
+    printf "  those files stay. To remove them, reinstall and run 'mtpstudio revert'.\n" >&2
   fi
   rm -rf "$DESTDIR$VENV"
   installed_files | while IFS= read -r path; do

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,27 @@ def test_build_and_package_from_the_sdist_produce_the_package_tree(
     assert "from mtpstudio.cli.main import main" in entry.read_text()
     (resources,) = [p for p in pkgdir.rglob("site-packages/mtpstudio/resources")]
     assert (resources / f"{APP_ID}.desktop").is_file()
+
+
+def shellcheck(*args: str) -> subprocess.CompletedProcess[str]:
+    tool = shutil.which("shellcheck")
+    assert tool, "shellcheck is missing: scripts/test installs it"
+    return subprocess.run([tool, *args], capture_output=True, text=True)
+
+
+# makepkg sets srcdir/pkgdir, reads the variables itself and runs functions under errexit.
+PKGBUILD_SHELLCHECK = ("--shell=bash", "--exclude=SC2034,SC2154,SC2164")
+
+
+def test_shellcheck_passes_on_the_pkgbuild_and_install_sh() -> None:
+    result = shellcheck(*PKGBUILD_SHELLCHECK, str(PKGBUILD))
+    assert result.returncode == 0, result.stdout
+    result = shellcheck(str(ROOT / "packaging" / "install.sh"))
+    assert result.returncode == 0, result.stdout
+
+
+def test_shellcheck_catches_an_unquoted_pkgdir(tmp_path: Path) -> None:
+    broken = mutated(tmp_path, '"$pkgdir$_helper"', "$pkgdir$_helper")
+    result = shellcheck(*PKGBUILD_SHELLCHECK, str(broken))
+    assert result.returncode != 0
+    assert "SC2086" in result.stdout

@@ -30,7 +30,12 @@ def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[
     from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
     from mtpstudio.core.export import render_all
     from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import PlanningContext, launch_spec_for, machine_for
+    from mtpstudio.core.planning import (
+        PlanningContext,
+        launch_spec_for,
+        machine_for,
+        resolve_mtp,
+    )
     from mtpstudio.core.render import SessionSettings, UnitScope
 
     plan = load_plan(args.plan)
@@ -46,6 +51,7 @@ def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[
         key = ensure_api_key(key_file)
         if key.created:
             messages.append(f"New API key (shown once): {key.key} — stored in {key.path}")
+    plan = resolve_mtp(plan, pctx)  # the files say what the engine runs: MTP auto decided
     spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
     scope = UnitScope(args.scope)
     user = args.user or (getpass.getuser() if scope is UnitScope.SYSTEM else None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from PySide6.QtWidgets import QApplication, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.plan import Plan
@@ -60,16 +60,36 @@ def test_command_box_rewraps_on_resize_and_copies_one_line(qtbot: QtBot) -> None
     assert box.command_line() == shlex.join(ARGV)
 
 
+def visual_lines(edit: QPlainTextEdit) -> list[str]:
+    """The lines as drawn (after the widget's own wrapping), from the text layouts."""
+    lines: list[str] = []
+    block = edit.document().firstBlock()
+    while block.isValid():
+        layout = block.layout()
+        text = block.text()
+        for i in range(layout.lineCount()):
+            line = layout.lineAt(i)
+            lines.append(text[line.textStart() : line.textStart() + line.textLength()])
+        block = block.next()
+    return lines
+
+
 def test_the_budget_page_command_never_splits_a_flag(make_wizard: WizardFactory) -> None:
     wizard = make_wizard(Plan())
     go_to(wizard, 3)
     page = wizard.budget_page
-    page.command.resize(420, 90)
-    page.command.set_argv(wizard.state.evaluation().argv)
-    shown = page.command.toPlainText().splitlines()
-    assert len(shown) > 1
-    assert _words_on_lines(shown) == list(wizard.state.evaluation().argv)
-    assert page.command_line() == shlex.join(wizard.state.evaluation().argv)
+    argv = list(wizard.state.evaluation().argv)
+    words = set(argv) | {shlex.quote(w) for w in argv}
+    for width in (360, 420, 520, 700):
+        page.command.setFixedWidth(width)
+        for _ in range(3):
+            QApplication.processEvents()
+        shown = visual_lines(page.command)
+        assert len(shown) > 1
+        for line in shown:  # every drawn line starts and ends on a whole argv word
+            parts = line.removesuffix(" \\").split()
+            assert parts[0] in words and parts[-1] in words, line
+    assert page.command_line() == shlex.join(argv)
 
 
 def test_every_legend_colour_is_distinct() -> None:

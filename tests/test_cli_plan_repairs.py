@@ -61,7 +61,7 @@ def test_mtp_auto_is_on_for_a_model_with_an_mtp_layer(tiny_model: Any) -> None:
     out = plan_json("--model", str(tiny_model("hybrid-mtp")))
     assert out["effective"]["mtp"] is True
     assert out["effective"]["mtp_reason"].startswith("MTP auto: on")
-    assert out["effective"]["options"]["mtp"]["enabled"] is True
+    assert out["effective_options"]["mtp"]["enabled"] is True
     assert "--spec-type" in out["argv"]
 
 
@@ -148,7 +148,7 @@ def test_json_carries_what_the_text_shows() -> None:
     assert out["verdict"]["status"] in {"fits", "does_not_fit"}
     assert out["verdict"]["fits"] is out["devices"][0]["fits"]
     assert out["effective"]["ctx"] % 256 == 0 and out["effective"]["ctx"] >= 200000
-    assert out["effective"]["options"]["runtime"]["ctx"] == 200000
+    assert out["effective_options"]["runtime"]["ctx"] == 200000
     layers = out["cpu_expert_layers"]
     assert layers and layers == sorted(layers) and all(isinstance(i, int) for i in layers)
     assert any(f"{layers[0]}-" in w for w in out["warnings"] if "fit is expected" in w)
@@ -217,7 +217,7 @@ def test_no_slots_warning_for_one_slot_and_desktop_text_agrees_with_the_budget()
 )
 def test_ctx_accepts_sizes(text: str, tokens: int) -> None:
     out = plan_json("--demo", "--gpu", "rtx-4070-super", "--ctx", text)
-    assert out["effective"]["options"]["runtime"]["ctx"] == tokens
+    assert out["effective_options"]["runtime"]["ctx"] == tokens
 
 
 @pytest.mark.parametrize("text", ["1e6x", "lots", "1.5", "-5"])

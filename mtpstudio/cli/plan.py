@@ -305,8 +305,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.save:
         save_plan(plan, args.save)
     if args.json:
-        data = budget.to_json(result.argv)
-        data |= plan_json_fields(result, desktop_choices(plan, pctx), defaults_line)
+        fields = plan_json_fields(result, desktop_choices(plan, pctx), defaults_line)
+        options = fields.pop("effective_options")
+        data = fields | budget.to_json(result.argv) | {"effective_options": options}
         print(json.dumps(data, indent=2))
     else:
         desktop = None
@@ -332,15 +333,15 @@ def plan_json_fields(result: Any, desktop: list[Any], defaults_line: str) -> dic
     effective = result.effective or result.plan
     return {
         "verdict": result.verdict.to_json(),
+        "demo_defaults": defaults_line or None,
         "target": {"id": result.target.device.id, "source": result.target.source},
         "effective": {
             "ctx": eff.n_ctx,
             "ctx_per_slot": eff.n_ctx_seq,
             "mtp": eff.mtp_active,
             "mtp_reason": result.mtp_line,
-            "options": json.loads(effective.to_json()),
         },
-        "cpu_expert_layers": sorted(eff.cpu_expert_layers),
         "desktop_options": [c.to_json() for c in desktop],
-        "demo_defaults": defaults_line or None,
+        "cpu_expert_layers": sorted(eff.cpu_expert_layers),
+        "effective_options": json.loads(effective.to_json()),
     }

@@ -282,6 +282,11 @@ def fit_suggestions(
     return [offload, ctx]
 
 
+LLVMPIPE_DESKTOP_BYTES = 130 * MIB
+"""A software-rendered (llvmpipe) KDE session keeps about 130 MB on the card (design.md §1;
+the catalogue's ``llvmpipe_desktop_vram_mib``)."""
+
+
 @dataclass(frozen=True)
 class DesktopChoice:
     """One desktop reclamation that applies to the target: the desktop's VRAM after it."""
@@ -309,7 +314,7 @@ def desktop_choices(plan: Plan, pctx: PlanningContext) -> list[DesktopChoice]:
     if not device.is_gpu:
         return []
     now = device.desktop_bytes
-    llvmpipe = 130 * MIB
+    llvmpipe = LLVMPIPE_DESKTOP_BYTES
     try:
         card = gpu_card(plan.device)
         now, llvmpipe = card.desktop_vram_bytes, card.llvmpipe_desktop_vram_bytes

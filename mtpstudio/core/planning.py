@@ -7,6 +7,7 @@ re-exported here so callers need not import the modules that compute them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -55,10 +56,12 @@ __all__ = [
     "effective_build",
     "evaluate",
     "fit_suggestions",
+    "follows_published_setup",
     "launch_spec_for",
     "machine_for",
     "mtp_line",
     "published_demo_plan",
+    "published_setup_text",
     "resolve_for",
     "resolve_mtp",
 ]
@@ -348,6 +351,21 @@ _PUBLISHED_WORDS = {
 }
 
 
+def published_setup_text() -> str:
+    """The published setup in words: ``ctx 131,072, draft max 3, …``."""
+    return ", ".join(_PUBLISHED_WORDS[k](v) for k, v in PUBLISHED_SETUP.items())
+
+
+def follows_published_setup(plan: Plan) -> bool:
+    """True when the plan uses every value of the published setup (the demo's defaults)."""
+    data = json.loads(plan.to_json())
+    for dotted, value in PUBLISHED_SETUP.items():
+        section, name = dotted.split(".")
+        if data[section][name] != value:
+            return False
+    return True
+
+
 def published_demo_plan(
     plan: Plan, pctx: PlanningContext, given: frozenset[str] = frozenset()
 ) -> tuple[Plan, str]:
@@ -362,7 +380,8 @@ def published_demo_plan(
     candidate = plan_with(plan, changes)
     target, budget = budget_for(candidate, pctx)
     shown = ", ".join(_PUBLISHED_WORDS[k](v) for k, v in changes.items())
-    if budget.fits:
+    # the card must hold it; RAM only counts when known (the GUI plans before detection)
+    if all(d.fits for d in budget.devices) and budget.host.fits is not False:
         return candidate, (
             f"Demo defaults: the published setup ({shown}) fits {target.device.name}, so the "
             "demo uses it."

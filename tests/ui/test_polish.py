@@ -158,3 +158,18 @@ def test_the_engine_page_does_not_shift_when_a_refusal_appears(
     page.notice.show_text("A refused edit, said in one sentence.", Tone.BAD)
     QApplication.processEvents()
     assert page.ctx.mapTo(page, page.ctx.rect().topLeft()) == before
+
+
+def test_the_gui_demo_uses_the_published_setup_and_says_so(make_wizard: WizardFactory) -> None:
+    from mtpstudio.ui.app import demo_plan
+
+    plan = demo_plan()
+    assert (plan.runtime.ctx, plan.mtp.draft_max, plan.mtp.draft_p_min) == (131072, 3, 0.75)
+    assert plan.mtp.cache_type_k.value == plan.mtp.cache_type_v.value == "q8_0"
+    wizard = make_wizard(plan)
+    go_to(wizard, 3)
+    text = wizard.budget_page.target_label.text()
+    assert "Demo defaults: the published setup (ctx 131,072" in text
+    assert text.endswith("which fits this card.")
+    wizard.budget_page.ctx.spin.setValue(32768)  # no longer the published setup: not claimed
+    assert "published setup" not in wizard.budget_page.target_label.text()

@@ -21,7 +21,13 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.engines.capabilities import mtp_reason
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import MoePlacement, Plan
-from mtpstudio.core.planning import Budget, FitSuggestion, fit_suggestions
+from mtpstudio.core.planning import (
+    Budget,
+    FitSuggestion,
+    fit_suggestions,
+    follows_published_setup,
+    published_setup_text,
+)
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
@@ -212,7 +218,13 @@ class BudgetPage(PlanPage):
             return
         self.bar.set_budget(budget)
         target = evaluation.target
-        self.target_label.setText(f"Planning for {target.source}." if target else "")
+        text = f"Planning for {target.source}." if target else ""
+        if plan.model.path is None and follows_published_setup(plan):
+            fits = all(d.fits for d in budget.devices)
+            text += f" Demo defaults: the published setup ({published_setup_text()}), which " + (
+                "fits this card." if fits else "does NOT fit this card."
+            )
+        self.target_label.setText(text)
         self._show_verdict(plan, budget, evaluation)
         self._show_host(budget)
         self._show_command(evaluation)

@@ -81,7 +81,7 @@ LOAD_CHOICES = (
 )
 FLASH_CHOICES = tuple((f, f.value) for f in FlashAttention)
 MTP_CHOICES = (
-    (None, "auto: on when the model and build can run it"),
+    (None, "auto"),
     (True, "on"),
     (False, "off"),
 )
@@ -159,7 +159,7 @@ class EnginePage(PlanPage):
         self.port = self._spin("server.port", 1, 65535, 1)
         self.port.setGroupSeparatorShown(False)
         self.api_key_file = self._line("server.api_key_file", optional=True)
-        self.api_key_file.setPlaceholderText("none (needed beyond loopback)")
+        self.api_key_file.setPlaceholderText("none")
         sf.addRow("Host", self.host)
         sf.addRow("Port", self.port)
         sf.addRow("API key file", self.api_key_file)

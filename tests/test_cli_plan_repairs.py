@@ -15,7 +15,9 @@ import pytest
 from support.servers import EngineMissingError, engine_binary
 
 
-def run_plan(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_plan(
+    *args: str, home: Path | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in {"DISPLAY", "WAYLAND_DISPLAY"}}
     if home is not None:
         env["XDG_CONFIG_HOME"] = str(home / "config")
@@ -25,6 +27,7 @@ def run_plan(*args: str, home: Path | None = None) -> subprocess.CompletedProces
         text=True,
         env=env,
         timeout=180,
+        input=stdin,
     )
 
 
@@ -115,6 +118,10 @@ def test_api_key_goes_to_a_user_only_file_never_the_plan_or_argv(tmp_path: Path)
     unit = (out / "mtpstudio-llama.service").read_text()
     assert f"--api-key-file {key_file}" in unit and key not in unit
     assert not any(key in f.read_text() for f in out.iterdir())
+    # the key can come from standard input, so it is not in mtpstudio's own argv either
+    piped = run_plan("--demo", "--api-key", "-", home=tmp_path, stdin="sk-from-stdin\n")
+    assert piped.returncode == 0, piped.stderr
+    assert key_file.read_text().strip() == "sk-from-stdin"
 
 
 # -- item 8: desktop options by vendor, sourced figures ---------------------------------

@@ -144,7 +144,8 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     srv.add_argument(
         "--api-key",
         metavar="KEY",
-        help="store KEY in the API key file (0600); the plan names the file, never the key",
+        help="store KEY in the API key file (0600); the plan names the file, never the key "
+        "(`-` reads the key from standard input, keeping it out of the process list)",
     )
     srv.add_argument(
         "--api-key-file",
@@ -251,7 +252,8 @@ def _with_key_file(plan: Plan, args: argparse.Namespace, changes: dict[str, Any]
         changes["server.api_key_file"] = str(key_file)
     if args.api_key is not None:
         assert key_file is not None
-        store_api_key(key_file, args.api_key)
+        key = sys.stdin.readline().strip() if args.api_key == "-" else args.api_key
+        store_api_key(key_file, key)
     return plan
 
 

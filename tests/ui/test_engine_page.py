@@ -133,6 +133,10 @@ def test_mtp_defaults_to_auto_and_says_what_auto_decided(make_wizard: WizardFact
     assert page.mtp_state.text().startswith("MTP auto: off (ik_llama.cpp runs MTP only")
     assert wizard.plan.mtp.enabled is None  # auto stays auto: nothing to turn off
     assert "-mtp" not in wizard.state.evaluation().argv
+    go_to(wizard, 3)  # the budget page says it will not run, and what works instead
+    verdict = wizard.budget_page.verdict.text()
+    assert verdict.startswith("Will NOT run as planned: ik_llama.cpp cannot load this qwen35moe")
+    assert "Instead: for MTP on this model use upstream llama.cpp" in verdict
 
 
 def test_a_build_without_fit_greys_out_that_choice(make_wizard: WizardFactory) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.servers import start_server
+from support.servers import ServerStartError, start_server
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.apikey import store_api_key
@@ -137,3 +137,23 @@ def test_both_engines_serve_the_key_from_the_plans_key_file(
         assert ok.status_code == 200, ok.text[:500]
     finally:
         server.stop()
+
+
+def test_the_ik_blocker_is_what_the_real_ik_build_does(
+    engine: Callable[[str], Path], tiny_model: Any, tmp_path: Path
+) -> None:
+    """The plan says ik will not load a qwen35moe GGUF with its MTP block: the build agrees."""
+    from mtpstudio.core.model.gguf import read_model_info
+
+    model = tiny_model("hybrid-mtp")
+    binary = engine("ik")
+    spec = build_launch_spec(
+        plan(EngineFlavour.IK, model={"path": str(model)}),
+        probe_build(binary, EngineFlavour.IK),
+        read_model_info(model),
+    )
+    assert any("cannot load this qwen35moe" in b for b in spec.blockers)
+    assert "-mtp" not in spec.args
+    with pytest.raises(ServerStartError) as info:
+        start_server(binary, model, [], log_dir=tmp_path, attempts=1, health_timeout=60)
+    assert "attn_qkv.weight' not found" in info.value.log_text

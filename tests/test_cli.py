@@ -111,7 +111,10 @@ def test_plan_json_has_exactly_the_documented_shape() -> None:
     )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert set(out) == {"devices", "host", "argv", "warnings"}
+    assert set(out) == {
+        "devices", "host", "argv", "warnings", "verdict", "target", "effective",
+        "cpu_expert_layers", "desktop_options", "demo_defaults", "effective_options",
+    }  # fmt: skip
     (device,) = out["devices"]
     assert device["id"] == "CUDA0" and "4070" in device["name"]
     assert {
@@ -127,7 +130,8 @@ def test_plan_json_has_exactly_the_documented_shape() -> None:
     assert device["fits"] is (device["free_bytes"] >= 0)
     assert out["argv"][out["argv"].index("-c") + 1] == "131072"
     assert "--spec-draft-n-max" in out["argv"]
-    assert any("--parallel 1" in w for w in out["warnings"])
+    assert out["argv"][out["argv"].index("--parallel") + 1] == "1"
+    assert not any("quadruple" in w for w in out["warnings"])  # one slot: nothing to warn about
 
 
 def test_cpu_plan_has_one_cpu_device() -> None:

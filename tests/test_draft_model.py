@@ -34,7 +34,15 @@ def draft_plan(flavour: str, device: str = "auto", **changes: object) -> Plan:
 
 def test_mtp_and_a_draft_model_are_exclusive() -> None:
     with pytest.raises(PlanError, match="not both"):
-        plan_with(Plan(), {"draft.path": "/d.gguf"})
+        plan_with(Plan(), {"mtp.enabled": True, "draft.path": "/d.gguf"})
+
+
+def test_mtp_auto_with_a_draft_model_resolves_off() -> None:
+    from mtpstudio.core.engines.registry import adapter_for
+
+    plan = plan_with(Plan(), {"draft.path": "/d.gguf"})  # MTP on auto: allowed
+    build = documented_build(EngineFlavour.UPSTREAM)
+    assert adapter_for(build).resolve_mtp(plan, build, None).mtp.enabled is False
 
 
 def test_upstream_draft_flags() -> None:

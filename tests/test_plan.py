@@ -83,7 +83,7 @@ def test_json_round_trip_keeps_every_value(tmp_path: Path) -> None:
             "model": {"path": "/models/Qwen 3.6 – “35B” $HOME%.gguf", "card": None},
             "runtime": {"ctx": 131072, "cache_type_k": "q5_1", "moe": "fit", "threads": 6},
             "mtp": {"draft_max": 3, "draft_p_min": 0.5, "cache_type_v": "q8_0"},
-            "server": {"host": "0.0.0.0", "port": 9000, "api_key": "k3y"},
+            "server": {"host": "0.0.0.0", "port": 9000, "api_key_file": "/home/u/key file"},
             "desktop": "llvmpipe",
         }
     )
@@ -93,7 +93,22 @@ def test_json_round_trip_keeps_every_value(tmp_path: Path) -> None:
     assert again == plan
     assert again.runtime.cache_type_k is CacheType.Q5_1
     assert again.runtime.moe is MoePlacement.FIT
-    assert json.loads(path.read_text())["schema_version"] == 1
+    assert json.loads(path.read_text())["schema_version"] == 2
+    assert "k3y" not in path.read_text() and 'api_key"' not in path.read_text()
+
+
+def test_mtp_defaults_to_auto_and_version_1_files_still_load(tmp_path: Path) -> None:
+    assert Plan().mtp.enabled is None  # auto
+    old = tmp_path / "v1.json"
+    data = json.loads(Plan().to_json())
+    data["schema_version"] = 1
+    for written, loaded in ((True, None), (False, False)):
+        data["mtp"]["enabled"] = written
+        old.write_text(json.dumps(data))
+        plan = load_plan(old)
+        assert plan.mtp.enabled is loaded and plan.schema_version == 2
+    explicit = plan_from_dict({"mtp": {"enabled": True}})  # version 2: true means on
+    assert explicit.mtp.enabled is True
 
 
 def test_save_replaces_atomically_and_leaves_no_temp_files(tmp_path: Path) -> None:

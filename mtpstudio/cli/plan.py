@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mtpstudio.core.errors import PlanError
 from mtpstudio.core.plan import (
     CacheType,
     DesktopReclaim,
@@ -22,14 +25,59 @@ from mtpstudio.core.plan import (
 )
 
 CACHE_TYPES = [c.value for c in CacheType]
+EXIT_DOES_NOT_FIT = 3
+"""``plan --check`` exits with this when the plan does not fit or will not run as planned."""
+
+_TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([km]?)\s*$", re.IGNORECASE)
+
+
+def parse_token_count(text: str, what: str = "--ctx") -> int:
+    """``131072``, ``128k`` (x1024), ``1m`` (x1024²) or ``1e6`` as a whole number of tokens.
+
+    Raises:
+        PlanError: one sentence saying what was wrong.
+    """
+    m = _TOKENS.match(text)
+    value = None
+    if m:
+        scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+        number = float(m.group(1)) * scale
+        if math.isfinite(number) and number == int(number):
+            value = int(number)
+    if value is None:
+        raise PlanError(
+            f"{what} {text!r} is not a whole number of tokens",
+            hint="Write it like 32768, 128k (= 131072) or 1e6.",
+        )
+    return value
+
+
+def _demo_help() -> str:
+    from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_cards
+
+    cards = ", ".join(c.card_id for c in model_cards())
+    return (
+        f"use a demo model card (default: {DEFAULT_MODEL_CARD}); `--demo list` lists them. "
+        f"Cards: {cards}"
+    )
 
 
 def register(sub: Any) -> None:
     """Add ``plan`` to the main parser's subparsers."""
-    p_plan = sub.add_parser("plan", help="print the model summary and the options chosen")
+    p_plan = sub.add_parser(
+        "plan",
+        help="print the model summary and the options chosen",
+        epilog=f"Exit status: 0, or 2 for bad input; with --check, {EXIT_DOES_NOT_FIT} when the "
+        "plan does not fit or will not run as planned.",
+    )
     add_plan_options(p_plan)
     p_plan.add_argument("--save", type=Path, metavar="PLAN_JSON", help="write the plan here")
     p_plan.add_argument("--json", action="store_true", help="print JSON")
+    p_plan.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit {EXIT_DOES_NOT_FIT} when the plan does not fit or will not run as planned",
+    )
     p_plan.set_defaults(func=cmd_plan)
 
 
@@ -43,14 +91,14 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         nargs="?",
         const="",
         metavar="CARD",
-        help="use a demo model card (default: Qwen3.6-35B-A3B IQ4_XS)",
+        help=_demo_help(),
     )
     src.add_argument("--gpu", help="auto, cpu, a device id (CUDA0) or a catalogue GPU id")
     src.add_argument("--plan", type=Path, help="start from this plan file")
     src.add_argument("--engine", help="upstream, ik, or the path of a llama-server binary")
 
     rt = p.add_argument_group("runtime")
-    rt.add_argument("--ctx", "-c", type=int, help="context size in tokens")
+    rt.add_argument("--ctx", "-c", help="context size in tokens (32768, 128k, 1e6)")
     rt.add_argument("--cache-type-k", "-ctk", choices=CACHE_TYPES, help="K cache type")
     rt.add_argument("--cache-type-v", "-ctv", choices=CACHE_TYPES, help="V cache type")
     rt.add_argument(
@@ -78,7 +126,11 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
 
     mtp = p.add_argument_group("multi-token prediction")
     mtp.add_argument(
-        "--mtp", action=argparse.BooleanOptionalAction, default=None, help="MTP drafting"
+        "--mtp",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="MTP drafting (default auto: on when the model has an MTP layer and the build "
+        "can run it)",
     )
     mtp.add_argument("--draft-max", type=int, help="most drafted tokens per step")
     mtp.add_argument("--draft-min", type=int, help="fewest drafted tokens per step")
@@ -93,7 +145,19 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     srv = p.add_argument_group("server")
     srv.add_argument("--host", help="listen address (default 127.0.0.1)")
     srv.add_argument("--port", type=int, help="TCP port (default 8080)")
-    srv.add_argument("--api-key", help="API key (needed beyond loopback)")
+    srv.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="store KEY in the API key file (0600); the plan names the file, never the key "
+        "(`-` reads the key from standard input, keeping it out of the process list)",
+    )
+    srv.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="the API key file the plan names (default beyond loopback: "
+        "~/.config/mtpstudio/server-api-key, generated when missing)",
+    )
     srv.add_argument(
         "--desktop", choices=[d.value for d in DesktopReclaim], help="desktop VRAM reclamation"
     )
@@ -101,10 +165,20 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """The Plan the options describe: the --plan file (or defaults) with given options applied."""
+    return plan_and_changes(args)[0]
+
+
+def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
+    """The Plan the options describe, and the dotted settings the options changed.
+
+    A ``--engine`` path is probed now (as detection would, cached), so a bad one is refused
+    here in one sentence and the plan gets the build's real flavour.
+    """
     base = load_plan(args.plan) if args.plan else Plan()
     changes: dict[str, Any] = {}
+    if args.ctx is not None:
+        changes["runtime.ctx"] = parse_token_count(str(args.ctx))
     direct = {
-        "ctx": "runtime.ctx",
         "cache_type_k": "runtime.cache_type_k",
         "cache_type_v": "runtime.cache_type_v",
         "flash_attn": "runtime.flash_attn",
@@ -123,7 +197,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         "draft_cache_type_v": "mtp.cache_type_v",
         "host": "server.host",
         "port": "server.port",
-        "api_key": "server.api_key",
+        "api_key_file": "server.api_key_file",
         "desktop": "desktop",
         "gpu": "device",
         "draft_gpu_layers": "draft.gpu_layers",
@@ -140,9 +214,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         changes["model.path"], changes["model.card"] = None, args.demo or DEFAULT_MODEL_CARD
     if args.engine is not None:
         if args.engine in {f.value for f in EngineFlavour}:
-            changes["engine.flavour"] = args.engine
+            changes["engine.flavour"], changes["engine.binary"] = args.engine, None
         else:
-            changes["engine.binary"] = args.engine
+            changes.update(_probed_engine(args.engine))
     if args.draft_model is not None:
         changes["draft.path"] = str(args.draft_model)
         if args.mtp is None:
@@ -158,6 +232,37 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         changes["runtime.moe"] = "n_cpu_moe"
     plan = plan_with(base, changes)
     _check_device(plan.device)
+    return _with_key_file(plan, args, changes), changes
+
+
+def _probed_engine(text: str) -> dict[str, Any]:
+    from mtpstudio.core.detect.engines import probe_engine_file
+    from mtpstudio.core.runner import SubprocessRunner
+
+    path = Path(text).expanduser()
+    if "/" not in text and not path.exists():
+        raise PlanError(
+            f"--engine {text!r} is neither upstream, ik nor the path of a llama-server binary",
+            hint="Give upstream, ik, or a path such as ~/llama.cpp/build/bin/llama-server.",
+        )
+    info = probe_engine_file(path, SubprocessRunner())
+    assert info.flavour is not None  # probe_engine_file refuses unknown builds
+    return {"engine.flavour": info.flavour.value, "engine.binary": str(path.absolute())}
+
+
+def _with_key_file(plan: Plan, args: argparse.Namespace, changes: dict[str, Any]) -> Plan:
+    """Name a key file when the plan needs one; store ``--api-key`` in it (0600), never the plan."""
+    from mtpstudio.core.engines.apikey import default_key_path, store_api_key
+
+    key_file = plan.server.api_key_file
+    if key_file is None and (args.api_key is not None or not plan.server.is_loopback):
+        key_file = default_key_path()
+        plan = plan_with(plan, {"server.api_key_file": str(key_file)})
+        changes["server.api_key_file"] = str(key_file)
+    if args.api_key is not None:
+        assert key_file is not None
+        key = sys.stdin.readline().strip() if args.api_key == "-" else args.api_key
+        store_api_key(key_file, key)
     return plan
 
 
@@ -169,32 +274,91 @@ def _check_device(device: str) -> None:
     gpu_card(device)  # raises CatalogError naming the known ids
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def detect_for(plan: Plan) -> Any:
+    """Detection that also probes the engine binary the plan names (wherever it lives)."""
     from mtpstudio.core.detect.report import detect_all
+
+    extra = [Path(plan.engine.binary)] if plan.engine.binary is not None else []
+    return detect_all(engine_paths=extra)
+
+
+def _list_demo_cards() -> int:
+    from mtpstudio.core.model.catalog.models import model_cards
+
+    for card in model_cards():
+        print(card.card_id)
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
+    from mtpstudio.core.planning import (
+        PlanningContext,
+        desktop_choices,
+        evaluate,
+        machine_for,
+        published_demo_plan,
+    )
     from mtpstudio.core.reports import budget_report, plan_report
     from mtpstudio.core.server.reconcile import last_measured_text
 
-    plan = plan_from_args(args)
+    if args.demo == "list":
+        return _list_demo_cards()
+    plan, changes = plan_and_changes(args)
     info = load_model_info(plan.model)
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
-    named = [plan.engine.binary] if plan.engine.binary is not None else []
-    pctx = PlanningContext(machine_for(detect_all(engine_paths=named)), info, draft)
+    pctx = PlanningContext(machine_for(detect_for(plan)), info, draft)
+    defaults_line = ""
+    if plan.model.path is None and args.plan is None:
+        plan, defaults_line = published_demo_plan(plan, pctx, frozenset(changes))
     result = evaluate(plan, pctx)
     budget = replace(result.budget, warnings=result.warnings)
+    effective = result.effective or plan
+    verdict = result.verdict
     if args.save:
         save_plan(plan, args.save)
     if args.json:
-        print(json.dumps(budget.to_json(result.argv), indent=2))
+        fields = plan_json_fields(result, desktop_choices(plan, pctx), defaults_line)
+        options = fields.pop("effective_options")
+        data = fields | budget.to_json(result.argv) | {"effective_options": options}
+        print(json.dumps(data, indent=2))
     else:
-        sys.stdout.write(plan_report(plan, info))
+        desktop = None
+        if result.target.device.is_gpu:
+            desktop = result.budget.devices[0].segments.get("desktop")
+        text = plan_report(effective, info, mtp_line=result.mtp_line, desktop_bytes=desktop)
+        sys.stdout.write(text)
+        if defaults_line:
+            print(f"  {defaults_line}")
         print(f"\nTarget: {result.target.source}")
-        sys.stdout.write(budget_report(budget, result.argv))
+        sys.stdout.write(budget_report(budget, result.argv, verdict.lines()))
         measured = last_measured_text(pctx.machine.build_for(plan), result.target.device.id)
         if measured:
             print(f"\n{measured}")
         if args.save:
             print(f"\nPlan saved to {args.save}")
+    if args.check and not verdict.ok:
+        return EXIT_DOES_NOT_FIT
     return 0
+
+
+def plan_json_fields(result: Any, desktop: list[Any], defaults_line: str) -> dict[str, Any]:
+    """What the text report shows beyond the budget, as fields (scripts and the GUI read them)."""
+    budget = result.budget
+    eff = budget.effective
+    effective = result.effective or result.plan
+    return {
+        "verdict": result.verdict.to_json(),
+        "demo_defaults": defaults_line or None,
+        "target": {"id": result.target.device.id, "source": result.target.source},
+        "effective": {
+            "ctx": eff.n_ctx,
+            "ctx_per_slot": eff.n_ctx_seq,
+            "mtp": eff.mtp_active,
+            "mtp_reason": result.mtp_line,
+        },
+        "desktop_options": [c.to_json() for c in desktop],
+        "cpu_expert_layers": sorted(eff.cpu_expert_layers),
+        "effective_options": json.loads(effective.to_json()),
+    }

@@ -26,23 +26,32 @@ def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[
     """Render the plan's files the way the GUI's Export does (same core calls)."""
     import getpass
 
-    from mtpstudio.core.detect.report import detect_all
-    from mtpstudio.core.engines.apikey import ensure_api_key
+    from mtpstudio.cli.plan import detect_for
+    from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
     from mtpstudio.core.export import render_all
     from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import PlanningContext, launch_spec_for, machine_for
+    from mtpstudio.core.planning import (
+        PlanningContext,
+        launch_spec_for,
+        machine_for,
+        resolve_mtp,
+    )
     from mtpstudio.core.render import SessionSettings, UnitScope
 
     plan = load_plan(args.plan)
-    machine = machine_for(detect_all())
+    machine = machine_for(detect_for(plan))
     pctx = PlanningContext(machine, load_model_info(plan.model))
     messages: list[str] = []
-    key_file = None
-    if not plan.server.is_loopback:
-        key = ensure_api_key()
-        key_file = key.path
+    # The key file the plan names (the default one when it names none but needs a key): the
+    # unit reads the key from there, so clients and server always share one key.
+    key_file = plan.server.api_key_file
+    if key_file is None and not plan.server.is_loopback:
+        key_file = default_key_path()
+    if key_file is not None:
+        key = ensure_api_key(key_file)
         if key.created:
             messages.append(f"New API key (shown once): {key.key} — stored in {key.path}")
+    plan = resolve_mtp(plan, pctx)  # the files say what the engine runs: MTP auto decided
     spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
     scope = UnitScope(args.scope)
     user = args.user or (getpass.getuser() if scope is UnitScope.SYSTEM else None)

@@ -19,7 +19,10 @@ from pydantic import (
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import PlanError
 
-SCHEMA_VERSION: Literal[1] = 1
+SCHEMA_VERSION: Literal[2] = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
+"""Version 1 files still load: see ``_migrate_v1`` (MTP on/off became auto/on/off; the API key
+moved out of the file)."""
 MIN_CTX = 256
 DEFAULT_PORT = 8080
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -135,7 +138,13 @@ class EngineChoice(_Section):
 class MtpOptions(_Section):
     """Multi-token prediction: the model's own nextn layer drafts tokens."""
 
-    enabled: bool = Field(default=True, description="Draft tokens with the model's MTP layer.")
+    enabled: bool | None = Field(
+        default=None,
+        description=(
+            "Draft tokens with the model's MTP layer: true (on), false (off) or null (auto: on "
+            "when the model has an MTP layer and the chosen build can run it)."
+        ),
+    )
     draft_max: int = Field(
         default=2, description="Most tokens drafted per step (--spec-draft-n-max / --draft-max)."
     )
@@ -312,8 +321,12 @@ class ServerOptions(_Section):
 
     host: str = Field(default="127.0.0.1", description="Listen address; loopback by default.")
     port: int = Field(default=DEFAULT_PORT, description="TCP port.")
-    api_key: str | None = Field(
-        default=None, description="API key; required when listening beyond loopback."
+    api_key_file: Path | None = Field(
+        default=None,
+        description=(
+            "File holding the API key (user-only, 0600); the key itself is never stored in the "
+            "plan. Required when listening beyond loopback."
+        ),
     )
 
     @field_validator("host")
@@ -330,11 +343,11 @@ class ServerOptions(_Section):
             raise ValueError("port must be between 1 and 65535")
         return value
 
-    @field_validator("api_key")
+    @field_validator("api_key_file")
     @classmethod
-    def _key_plain(cls, value: str | None) -> str | None:
-        if value is not None and (not value or any(c.isspace() for c in value)):
-            raise ValueError("API key must be non-empty and contain no spaces")
+    def _key_file_on_one_line(cls, value: Path | None) -> Path | None:
+        if value is not None and "\n" in str(value):
+            raise ValueError("API key file path must not contain a newline")
         return value
 
     @property
@@ -386,7 +399,7 @@ DeviceChoice = Annotated[
 class Plan(_Section):
     """Everything mtpstudio needs to plan, render, launch and benchmark one server."""
 
-    schema_version: Literal[1] = Field(
+    schema_version: Literal[2] = Field(
         default=SCHEMA_VERSION, description="Version of this file's layout."
     )
     device: DeviceChoice = "auto"
@@ -444,16 +457,48 @@ def describe_validation_error(error: ValidationError) -> str:
 def plan_from_dict(data: dict[str, Any]) -> Plan:
     """Validate plain data into a Plan, raising PlanError with readable messages."""
     version = data.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_SCHEMA_VERSIONS:
         raise PlanError(
             f"plan schema_version {version!r} is not supported (this mtpstudio reads "
-            f"{SCHEMA_VERSION})",
+            f"{', '.join(str(v) for v in READABLE_SCHEMA_VERSIONS)})",
             hint="Upgrade mtpstudio or recreate the plan.",
         )
+    if version == 1:
+        data = _migrate_v1(data)
+    _refuse_plain_key(data)
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:
         raise PlanError(f"invalid plan: {describe_validation_error(exc)}") from None
+
+
+def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 plan as version 2.
+
+    Version 1 had no MTP auto: ``"enabled": true`` was its default, written into every file, so
+    it becomes auto (on wherever MTP can run, which is what such a file meant); ``false`` stays
+    off. Version 1 could hold the API key itself; version 2 never does, so such a file is
+    refused with what to do rather than the key being dropped or kept in the plan.
+    """
+    out: dict[str, Any] = json.loads(json.dumps(data))
+    out["schema_version"] = SCHEMA_VERSION
+    mtp = out.get("mtp")
+    if isinstance(mtp, dict) and mtp.get("enabled") is True:
+        mtp["enabled"] = None
+    server = out.get("server")
+    if isinstance(server, dict) and server.get("api_key", 0) is None:
+        del server["api_key"]  # no key: nothing to move
+    return out
+
+
+def _refuse_plain_key(data: dict[str, Any]) -> None:
+    server = data.get("server")
+    if isinstance(server, dict) and "api_key" in server:
+        raise PlanError(
+            "this plan keeps its API key in plain text, which mtpstudio no longer does",
+            hint="Put the key in a user-only file (umask 077; printf '%s\\n' KEY > FILE), "
+            'then replace "api_key" in the plan with "api_key_file": "FILE".',
+        )
 
 
 def plan_with(plan: Plan, changes: dict[str, Any]) -> Plan:

@@ -7,13 +7,16 @@ re-exported here so callers need not import the modules that compute them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.capabilities import engine_name, mtp_reason
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.registry import adapter_for, build_launch_spec, documented_build
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget, compute_budget
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.draft import with_draft
@@ -21,15 +24,23 @@ from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.placement import ModelWeights
-from mtpstudio.core.memory.targets import ResolvedTarget, resolve_target
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.memory.targets import (
+    ResolvedTarget,
+    check_reclaim,
+    desktop_after_reclaim,
+    reclaims_for,
+    resolve_target,
+)
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import EngineFlavour, Plan
+from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
+from mtpstudio.core.units import MIB
 
 __all__ = [
     "DESKTOP_CATEGORIES",
     "Budget",
     "BuildChoice",
+    "DesktopChoice",
     "DeviceBudget",
     "EngineBuild",
     "FitSuggestion",
@@ -37,16 +48,23 @@ __all__ = [
     "LaunchSpec",
     "MachineFacts",
     "PlanResult",
+    "PlanVerdict",
     "PlanningContext",
     "ResolvedTarget",
     "budget_for",
     "build_choices",
+    "desktop_choices",
     "effective_build",
     "evaluate",
     "fit_suggestions",
+    "follows_published_setup",
     "launch_spec_for",
     "machine_for",
+    "mtp_line",
+    "published_demo_plan",
+    "published_setup_text",
     "resolve_for",
+    "resolve_mtp",
 ]
 
 
@@ -68,18 +86,66 @@ class PlanningContext:
 
 
 @dataclass(frozen=True)
+class PlanVerdict:
+    """Will the plan run as planned, and does it fit; what works instead when it will not."""
+
+    fits: bool | None
+    blockers: tuple[str, ...] = ()
+    alternatives: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> str:
+        """``fits``, ``does_not_fit``, ``will_not_run`` or ``unknown`` (device size unknown)."""
+        if self.blockers:
+            return "will_not_run"
+        return {True: "fits", False: "does_not_fit", None: "unknown"}[self.fits]
+
+    @property
+    def ok(self) -> bool:
+        """It fits and nothing stops the engine from running it as planned."""
+        return self.status == "fits"
+
+    def lines(self) -> list[str]:
+        """``Verdict: …`` and, when it will not run, why and what works instead."""
+        fit = {True: "fits", False: "does NOT fit", None: "unknown (device size unknown)"}
+        if not self.blockers:
+            return [f"Verdict: {fit[self.fits]}"]
+        out = [f"Verdict: will NOT run as planned (memory: {fit[self.fits]})"]
+        out += [f"  - {b}" for b in self.blockers]
+        out += [f"  Instead: {a}" for a in self.alternatives]
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status,
+            "fits": self.fits,
+            "blockers": list(self.blockers),
+            "instead": list(self.alternatives),
+        }
+
+
+@dataclass(frozen=True)
 class PlanResult:
-    """Everything the budget page and ``mtpstudio plan`` show for one Plan."""
+    """Everything the budget page and ``mtpstudio plan`` show for one Plan.
+
+    ``plan`` is the plan as given; ``effective`` the one the engine runs (MTP auto decided).
+    """
 
     plan: Plan
     target: ResolvedTarget
     budget: Budget
     spec: LaunchSpec
     warnings: tuple[str, ...]
+    effective: Plan | None = None
+    mtp_line: str = ""
 
     @property
     def argv(self) -> list[str]:
         return list(self.spec.argv)
+
+    @property
+    def verdict(self) -> PlanVerdict:
+        return PlanVerdict(self.budget.fits, self.spec.blockers, self.spec.alternatives)
 
 
 @dataclass(frozen=True)
@@ -121,6 +187,28 @@ def build_choices(machine: MachineFacts) -> list[BuildChoice]:
     return choices
 
 
+def resolve_mtp(plan: Plan, pctx: PlanningContext) -> Plan:
+    """``plan`` with MTP auto decided for its build and model (unchanged when on or off)."""
+    choice = effective_build(plan, pctx.machine)
+    return adapter_for(choice.flavour).resolve_mtp(plan, choice.build, pctx.model)
+
+
+def mtp_line(plan: Plan, pctx: PlanningContext) -> str:
+    """One sentence: is MTP on, and why (auto says what decided it)."""
+    choice = effective_build(plan, pctx.machine)
+    engine = engine_name(choice.flavour)
+    if plan.mtp.enabled is False:
+        return "MTP off (as asked)."
+    reason = mtp_reason(choice.build, pctx.model)
+    if plan.mtp.enabled is True:
+        if reason is None:
+            return "MTP on (as asked)."
+        return f"MTP on as asked, but it cannot run: {reason}."
+    if reason is None:
+        return f"MTP auto: on (the model has an MTP layer and {engine} can run it)."
+    return f"MTP auto: off ({reason})."
+
+
 def resolve_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:
     """The target device; a demo-card plan with no GPU found plans for the demo GPU card."""
     resolved = resolve_target(plan, machine.host, list(machine.gpus))
@@ -132,11 +220,13 @@ def resolve_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:
         resolved = replace(
             resolved, source=f"no GPU detected: the demo plans for the {resolved.source}"
         )
+    check_reclaim(plan.desktop, resolved.device)
     return resolved
 
 
 def budget_for(plan: Plan, pctx: PlanningContext) -> tuple[ResolvedTarget, Budget]:
     """The target and the memory budget alone (what is left when the command line fails)."""
+    plan = resolve_mtp(plan, pctx)
     target = resolve_for(plan, pctx.machine)
     facts = memory_facts(plan.engine.flavour)
     budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
@@ -149,6 +239,7 @@ def launch_spec_for(
     plan: Plan, pctx: PlanningContext, api_key_file: Path | None = None
 ) -> tuple[LaunchSpec, list[str]]:
     """The engine command line from the probed build (or the documented flags, said plainly)."""
+    plan = resolve_mtp(plan, pctx)
     choice = effective_build(plan, pctx.machine)
     notes: list[str] = []
     if not choice.probed:
@@ -173,21 +264,134 @@ def launch_spec_for(
 
 def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> PlanResult:
     """Budget, command line and warnings for ``plan``; fit suggestions when it does not fit."""
-    target, budget = budget_for(plan, pctx)
-    spec, notes = launch_spec_for(plan, pctx)
+    effective = resolve_mtp(plan, pctx)
+    target, budget = budget_for(effective, pctx)
+    spec, notes = launch_spec_for(effective, pctx)
     warnings = list(budget.warnings) + list(spec.warnings) + notes
     if suggest and budget.fits is False and target.device.is_gpu:
-        warnings += [f"Fit: {s.message}" for s in fit_suggestions(plan, pctx, target)]
-    return PlanResult(plan, target, budget, spec, tuple(warnings))
+        warnings += [f"Fit: {s.message}" for s in fit_suggestions(effective, pctx, target)]
+    return PlanResult(plan, target, budget, spec, tuple(warnings), effective, mtp_line(plan, pctx))
 
 
 def fit_suggestions(
     plan: Plan, pctx: PlanningContext, target: ResolvedTarget | None = None
 ) -> list[FitSuggestion]:
     """The planner's two answers: fewest CPU expert layers here, then the largest context there."""
+    plan = resolve_mtp(plan, pctx)
     target = target or resolve_for(plan, pctx.machine)
     facts = memory_facts(plan.engine.flavour)
     dev, host, w = target.device, target.host, pctx.weights
     offload = fewest_cpu_expert_layers(plan, pctx.model, dev, facts, host, w)
     base = offload.plan if offload.fits else plan
-    return [offload, largest_context(base, pctx.model, dev, facts, host, w)]
+    ctx = largest_context(base, pctx.model, dev, facts, host, w)
+    where = "with the offload suggested above" if offload.fits else "at the plan's own offload"
+    ctx = replace(ctx, message=ctx.message.replace("at this offload", where))
+    return [offload, ctx]
+
+
+LLVMPIPE_DESKTOP_BYTES = 130 * MIB
+"""A software-rendered (llvmpipe) KDE session keeps about 130 MB on the card (design.md §1;
+the catalogue's ``llvmpipe_desktop_vram_mib``)."""
+
+
+@dataclass(frozen=True)
+class DesktopChoice:
+    """One desktop reclamation that applies to the target: the desktop's VRAM after it."""
+
+    reclaim: DesktopReclaim
+    desktop_bytes: int
+    saves_bytes: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "option": self.reclaim.value,
+            "desktop_bytes": self.desktop_bytes,
+            "saves_bytes": self.saves_bytes,
+        }
+
+
+def desktop_choices(plan: Plan, pctx: PlanningContext) -> list[DesktopChoice]:
+    """Each reclamation the target's vendor allows, with the VRAM it would give back.
+
+    Catalogue cards use their typical desktop figures; a detected GPU starts from what its
+    desktop holds now (the llvmpipe figure is the catalogue's for the same vendor).
+    """
+    target = resolve_for(plan.model_copy(update={"desktop": DesktopReclaim.NONE}), pctx.machine)
+    device = target.device
+    if not device.is_gpu:
+        return []
+    now = device.desktop_bytes
+    llvmpipe = LLVMPIPE_DESKTOP_BYTES
+    try:
+        card = gpu_card(plan.device)
+        now, llvmpipe = card.desktop_vram_bytes, card.llvmpipe_desktop_vram_bytes
+    except MtpStudioError:
+        pass
+    out = []
+    for reclaim in reclaims_for(device.vendor):
+        after = desktop_after_reclaim(now, min(llvmpipe, now), reclaim)
+        out.append(DesktopChoice(reclaim, after, now - after))
+    return out
+
+
+PUBLISHED_SETUP: dict[str, object] = {
+    "runtime.ctx": 131072,
+    "mtp.draft_max": 3,
+    "mtp.draft_p_min": 0.75,
+    "mtp.cache_type_k": "q8_0",
+    "mtp.cache_type_v": "q8_0",
+}
+"""The published Qwen3.6-35B-A3B MTP setup the demo follows where it fits: draft max 3 with a
+q8_0 cache (llama.cpp PR #22673, reference/peers.md §4.1), a 131072 context (club-3090#390,
+peers.md §4.1), p-min 0.75 (ik_llama.cpp's default, reference/engines.md §3)."""
+
+
+_PUBLISHED_WORDS = {
+    "runtime.ctx": lambda v: f"ctx {v:,}",
+    "mtp.draft_max": lambda v: f"draft max {v}",
+    "mtp.draft_p_min": lambda v: f"p-min {v}",
+    "mtp.cache_type_k": lambda v: f"draft K cache {v}",
+    "mtp.cache_type_v": lambda v: f"draft V cache {v}",
+}
+
+
+def published_setup_text() -> str:
+    """The published setup in words: ``ctx 131,072, draft max 3, …``."""
+    return ", ".join(_PUBLISHED_WORDS[k](v) for k, v in PUBLISHED_SETUP.items())
+
+
+def follows_published_setup(plan: Plan) -> bool:
+    """True when the plan uses every value of the published setup (the demo's defaults)."""
+    data = json.loads(plan.to_json())
+    for dotted, value in PUBLISHED_SETUP.items():
+        section, name = dotted.split(".")
+        if data[section][name] != value:
+            return False
+    return True
+
+
+def published_demo_plan(
+    plan: Plan, pctx: PlanningContext, given: frozenset[str] = frozenset()
+) -> tuple[Plan, str]:
+    """The demo's defaults: the published setup when the memory model says it fits the target.
+
+    Settings in ``given`` (dotted paths the user chose) are kept. Returns the plan and one
+    sentence saying which defaults were used and why.
+    """
+    changes = {k: v for k, v in PUBLISHED_SETUP.items() if k not in given}
+    if not changes:
+        return plan, ""
+    candidate = plan_with(plan, changes)
+    target, budget = budget_for(candidate, pctx)
+    shown = ", ".join(_PUBLISHED_WORDS[k](v) for k, v in changes.items())
+    # the card must hold it; RAM only counts when known (the GUI plans before detection)
+    if all(d.fits for d in budget.devices) and budget.host.fits is not False:
+        return candidate, (
+            f"Demo defaults: the published setup ({shown}) fits {target.device.name}, so the "
+            "demo uses it."
+        )
+    short = max((-(d.free_bytes or 0) for d in budget.devices), default=0)
+    return plan, (
+        f"Demo defaults: the published setup ({shown}) does not fit {target.device.name} "
+        f"({short / MIB:,.0f} MiB short), so the demo keeps the plan's defaults."
+    )

@@ -74,8 +74,14 @@ def model_summary_lines(info: ModelInfo) -> list[str]:
     return [f"  {label:<{width}}  {value}" for label, value in rows]
 
 
-def plan_option_lines(plan: Plan) -> list[str]:
-    """The options the Plan chose, as aligned ``label  value`` lines."""
+def plan_option_lines(
+    plan: Plan, *, mtp_line: str | None = None, desktop_bytes: int | None = None
+) -> list[str]:
+    """The options the Plan chose, as aligned ``label  value`` lines.
+
+    ``plan`` should be the effective plan (MTP auto decided); ``mtp_line`` says why MTP is on
+    or off, ``desktop_bytes`` what the desktop keeps on the card after the reclamation.
+    """
     rt, mtp, srv = plan.runtime, plan.mtp, plan.server
     if rt.moe is MoePlacement.N_CPU_MOE and rt.n_cpu_moe == 0:
         moe = "all experts on the GPU (--n-cpu-moe 0)"
@@ -92,11 +98,19 @@ def plan_option_lines(plan: Plan) -> list[str]:
             f"on: draft max {mtp.draft_max}, min {mtp.draft_min}, p-min {mtp.draft_p_min:g}, "
             f"draft cache {mtp.cache_type_k.value}/{mtp.cache_type_v.value}"
         )
+    elif mtp.enabled is None:
+        mtp_text = "auto (on when the model has an MTP layer and the build can run it)"
     else:
         mtp_text = "off"
     engine = plan.engine.flavour.value
     engine += f" ({plan.engine.binary})" if plan.engine.binary else " (the build detection finds)"
-    key = "set" if srv.api_key else "none"
+    key = f"in {srv.api_key_file} (0600)" if srv.api_key_file else "none"
+    if plan.desktop.value == "none":
+        desktop = "none: the desktop keeps its VRAM"
+    else:
+        desktop = plan.desktop.value
+    if desktop_bytes is not None:
+        desktop += f" ({desktop_bytes / MIB:,.0f} MiB on the card, see the budget)"
     rows = [
         ("target", plan.device),
         ("engine", engine),
@@ -111,16 +125,21 @@ def plan_option_lines(plan: Plan) -> list[str]:
         ("load mode", rt.load_mode.value),
         ("MTP", mtp_text),
         ("server", f"{srv.host}:{srv.port}, API key {key}"),
-        ("desktop VRAM", plan.desktop.value),
+        ("desktop reclaim", desktop),
     ]
     width = max(len(label) for label, _ in rows)
-    return [f"  {label:<{width}}  {value}" for label, value in rows]
+    lines = [f"  {label:<{width}}  {value}" for label, value in rows]
+    if mtp_line:
+        lines.append(f"  {mtp_line}")
+    return lines
 
 
-def plan_report(plan: Plan, info: ModelInfo) -> str:
+def plan_report(
+    plan: Plan, info: ModelInfo, *, mtp_line: str | None = None, desktop_bytes: int | None = None
+) -> str:
     """The model summary and the chosen options, as printed by ``mtpstudio plan``."""
     lines = [f"Model: {plan.model.label}", *model_summary_lines(info), "", "Options:"]
-    lines += plan_option_lines(plan)
+    lines += plan_option_lines(plan, mtp_line=mtp_line, desktop_bytes=desktop_bytes)
     return "\n".join(lines) + "\n"
 
 
@@ -203,8 +222,13 @@ def device_table(device: DeviceBudget) -> list[str]:
     return lines
 
 
-def budget_report(budget: Budget, argv: list[str] | None = None) -> str:
-    """Per-device tables, host RAM, verdict, warnings and the command line."""
+def budget_report(
+    budget: Budget, argv: list[str] | None = None, verdict_lines: list[str] | None = None
+) -> str:
+    """Per-device tables, host RAM, verdict, warnings and the command line.
+
+    ``verdict_lines`` replace the memory-only verdict (planning's ``PlanVerdict.lines``).
+    """
     lines: list[str] = ["VRAM budget:"]
     for device in budget.devices:
         lines += ["  " + line for line in device_table(device)]
@@ -226,7 +250,7 @@ def budget_report(budget: Budget, argv: list[str] | None = None) -> str:
     )
     lines.append(f"  prompt cache (grows up to)        {mib(s['prompt_cache_max'])}")
     verdict = {True: "fits", False: "does NOT fit", None: "unknown (device size unknown)"}
-    lines.append(f"Verdict: {verdict[budget.fits]}")
+    lines += verdict_lines or [f"Verdict: {verdict[budget.fits]}"]
     if budget.warnings:
         lines.append("Warnings:")
         lines += [f"  - {w}" for w in budget.warnings]

@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan
 from mtpstudio.ui.icons import app_icon
@@ -31,8 +32,17 @@ def ensure_application() -> QApplication:
 
 
 def demo_plan() -> Plan:
-    """The demo: Plan() defaults (the demo model card) on the catalogue RTX 4070 SUPER."""
-    return Plan(device=DEFAULT_GPU_CARD)
+    """The demo: the demo model card on the catalogue RTX 4070 SUPER, with the published MTP
+    setup when the memory model says it fits that card (else the Plan's defaults)."""
+    from mtpstudio.core.model.source import load_model_info
+    from mtpstudio.core.planning import PlanningContext, machine_for, published_demo_plan
+
+    plan = Plan(device=DEFAULT_GPU_CARD)
+    try:
+        pctx = PlanningContext(machine_for(None), load_model_info(plan.model))
+    except MtpStudioError:
+        return plan  # the card's header cannot be built: the plain defaults still work
+    return published_demo_plan(plan, pctx)[0]
 
 
 def run_app(plan: Plan | None = None, *, demo: bool = False) -> int:

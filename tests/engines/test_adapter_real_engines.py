@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.servers import ServerStartError, start_server
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
+from mtpstudio.core.engines.apikey import store_api_key
 from mtpstudio.core.engines.base import LaunchSpec
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.probe import CANDIDATE_FLAGS, FlagSpec
@@ -109,3 +111,49 @@ def test_the_check_catches_a_rejected_flag(engine: Callable[[str], Path]) -> Non
         flags=(*spec.flags, type(spec.flags[0])("--mlock", (), "runtime.load_mode", "x")),
     )
     assert parses(broken).returncode != 0
+
+
+@pytest.mark.parametrize("flavour", [EngineFlavour.UPSTREAM, EngineFlavour.IK])
+def test_both_engines_serve_the_key_from_the_plans_key_file(
+    flavour: EngineFlavour, engine: Callable[[str], Path], tiny_model: Any, tmp_path: Path
+) -> None:
+    """The key file the plan names really guards the server: 401 without it, 200 with it."""
+    binary = engine(flavour.value)
+    key_file = tmp_path / "server-api-key"
+    key = store_api_key(key_file, "mtps-real-key").key
+    spec = build_launch_spec(
+        plan(flavour, server={"host": "0.0.0.0", "api_key_file": str(key_file)}),
+        probe_build(binary, flavour),
+    )
+    at = spec.args.index("--api-key-file")
+    assert key not in spec.argv
+    server = start_server(
+        binary, tiny_model("dense"), list(spec.args[at : at + 2]), log_dir=tmp_path
+    )
+    try:
+        payload = {"prompt": "Hi", "n_predict": 1, "temperature": 0.0}
+        assert server.post("/completion", json=payload).status_code == 401
+        ok = server.post("/completion", json=payload, headers={"Authorization": f"Bearer {key}"})
+        assert ok.status_code == 200, ok.text[:500]
+    finally:
+        server.stop()
+
+
+def test_the_ik_blocker_is_what_the_real_ik_build_does(
+    engine: Callable[[str], Path], tiny_model: Any, tmp_path: Path
+) -> None:
+    """The plan says ik will not load a qwen35moe GGUF with its MTP block: the build agrees."""
+    from mtpstudio.core.model.gguf import read_model_info
+
+    model = tiny_model("hybrid-mtp")
+    binary = engine("ik")
+    spec = build_launch_spec(
+        plan(EngineFlavour.IK, model={"path": str(model)}),
+        probe_build(binary, EngineFlavour.IK),
+        read_model_info(model),
+    )
+    assert any("cannot load this qwen35moe" in b for b in spec.blockers)
+    assert "-mtp" not in spec.args
+    with pytest.raises(ServerStartError) as info:
+        start_server(binary, model, [], log_dir=tmp_path, attempts=1, health_timeout=60)
+    assert "attn_qkv.weight' not found" in info.value.log_text

@@ -23,7 +23,7 @@ from mtpstudio.core.engines.registry import (
 )
 from mtpstudio.core.engines.upstream import DOCUMENTED_FLAGS as UP_FLAGS
 from mtpstudio.core.engines.upstream import DOCUMENTED_SPEC_TYPES, UpstreamAdapter
-from mtpstudio.core.errors import AdapterError
+from mtpstudio.core.errors import AdapterError, PlanError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import (
     CacheType,
@@ -314,46 +314,61 @@ def test_quantized_v_without_flash_attention_is_refused() -> None:
     assert build_launch_spec(ok, probed(UP)).args[12:14] == ("-fa", "off")
 
 
-def test_non_loopback_needs_a_key() -> None:
+def test_non_loopback_needs_a_key_file() -> None:
     plan = make_plan(UP, server={"host": "0.0.0.0"})
     with pytest.raises(AdapterError, match=r"0\.0\.0\.0.*API key") as info:
         build_launch_spec(plan, probed(UP))
     assert info.value.hint
-    keyed = make_plan(UP, server={"host": "0.0.0.0", "api_key": "sk-test"})
+    keyed = make_plan(UP, server={"host": "0.0.0.0", "api_key_file": str(KEY_FILE)})
     spec = build_launch_spec(keyed, probed(UP))
-    assert spec.args[4:8] == ("--port", "8080", "--api-key", "sk-test")
-    assert any("process list" in w for w in spec.warnings)
+    assert spec.args[4:8] == ("--port", "8080", "--api-key-file", str(KEY_FILE))
+    assert spec.api_key_file == KEY_FILE
 
 
-def test_key_file_preferred_and_loopback_key_kept() -> None:
-    plan = make_plan(UP, server={"api_key": "sk-plan"})
-    spec = build_launch_spec(plan, probed(UP), api_key_file=KEY_FILE)
-    assert "--api-key" not in spec.args and "--api-key-file" in spec.args
-    # a build whose probe lacked --api-key-file falls back to the plan's key, with a warning
+def test_the_key_itself_is_never_in_a_plan_or_the_command_line() -> None:
+    with pytest.raises(PlanError, match="API key in plain text") as info:
+        make_plan(UP, server={"api_key": "sk-plan"})
+    assert "api_key_file" in (info.value.hint or "")
+    # a version-1 file with a key is refused the same way, one without a key loads
+    with pytest.raises(PlanError, match="plain text"):
+        plan_from_dict({"schema_version": 1, "server": {"api_key": "sk-old"}})
+    assert plan_from_dict({"schema_version": 1, "server": {"api_key": None}}).server
+    # a build without --api-key-file is refused rather than given the key on the command line
     no_file = probed(UP, UP_FLAGS - {"--api-key-file"})
-    spec = build_launch_spec(plan, no_file, api_key_file=KEY_FILE)
-    assert "--api-key" in spec.args and "--api-key-file" not in spec.args
+    keyed = make_plan(UP, server={"api_key_file": str(KEY_FILE)})
     with pytest.raises(AdapterError, match="--api-key-file"):
-        build_launch_spec(make_plan(UP), no_file, api_key_file=KEY_FILE)
+        build_launch_spec(keyed, no_file)
+    spec = build_launch_spec(keyed, probed(UP))
+    assert "--api-key" not in spec.args and "--api-key-file" in spec.args
 
 
 def test_upstream_mtp_needs_draft_mtp() -> None:
     old = probed(UP, spec_types=("none", "draft-simple"), mtp=MtpSupport.UNAVAILABLE)
     with pytest.raises(AdapterError, match="draft-mtp") as info:
-        build_launch_spec(make_plan(UP), old)
+        build_launch_spec(make_plan(UP, mtp={"enabled": True}), old)
     assert str(old.binary) in str(info.value)
     assert "--spec-type" not in build_launch_spec(make_plan(UP, mtp={"enabled": False}), old).args
+    # auto: off on a build that cannot draft with MTP, no error
+    assert "--spec-type" not in build_launch_spec(make_plan(UP), old, model_info()).args
 
 
-def test_upstream_mtp_on_a_model_without_mtp_layers_is_refused() -> None:
-    with pytest.raises(AdapterError, match="no MTP"):
-        build_launch_spec(make_plan(UP), probed(UP), model_info(nextn=0))
+def test_mtp_auto_follows_the_model_and_explicit_on_without_a_layer_is_refused() -> None:
+    plain = model_info(nextn=0)
+    assert make_plan(UP).mtp.enabled is None  # auto is the default
+    assert "--spec-type" not in build_launch_spec(make_plan(UP), probed(UP), plain).args
+    assert "--spec-type" in build_launch_spec(make_plan(UP), probed(UP), model_info()).args
+    for flavour in (UP, IK):
+        with pytest.raises(AdapterError, match="no MTP"):
+            build_launch_spec(make_plan(flavour, mtp={"enabled": True}), probed(flavour), plain)
+    glm = model_info("glm4moe")
+    assert "-mtp" in build_launch_spec(make_plan(IK), probed(IK), glm).args
 
 
 def test_ik_build_without_mtp_switch() -> None:
     build = probed(IK, IK_FLAGS - {"-mtp", "--multi-token-prediction"}, mtp=MtpSupport.UNAVAILABLE)
     with pytest.raises(AdapterError, match="-mtp"):
-        build_launch_spec(make_plan(IK), build)
+        build_launch_spec(make_plan(IK, mtp={"enabled": True}), build)
+    assert "-mtp" not in build_launch_spec(make_plan(IK), build).args  # auto: off
 
 
 def test_flavour_mismatch_and_unprobed_builds() -> None:
@@ -472,14 +487,17 @@ def test_alternative_short_spellings() -> None:
 # warnings
 
 
-def test_ik_mtp_on_qwen35moe_warns_that_mtp_cannot_be_active() -> None:
-    spec = build_launch_spec(make_plan(IK), probed(IK), model_info("qwen35moe"))
-    assert "-mtp" in spec.args  # the user asked; the server itself disables it
-    assert any(w.startswith("MTP cannot be active") and "qwen35moe" in w for w in spec.warnings)
-    assert any("probably cannot load" in w for w in spec.warnings)
-    glm = build_launch_spec(make_plan(IK), probed(IK), model_info("glm4moe"))
-    assert not any("MTP cannot be active" in w for w in glm.warnings)
-    unknown = build_launch_spec(make_plan(IK), probed(IK))
+def test_ik_on_qwen35moe_will_not_run_and_never_gets_mtp() -> None:
+    for mtp in (None, True):
+        spec = build_launch_spec(make_plan(IK, mtp={"enabled": mtp}), probed(IK), model_info())
+        assert "-mtp" not in spec.args  # a flag the build cannot honour for this model
+        assert any("cannot load this qwen35moe" in b for b in spec.blockers)
+        assert any("upstream" in a and "draft model" in a for a in spec.alternatives)
+    explicit = build_launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK), model_info())
+    assert any("-mtp is left out" in b for b in explicit.blockers)
+    glm = build_launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK), model_info("glm4moe"))
+    assert "-mtp" in glm.args and not glm.blockers
+    unknown = build_launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK))
     assert any("decides at load time" in w for w in unknown.warnings)
 
 

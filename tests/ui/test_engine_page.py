@@ -70,8 +70,8 @@ def test_choosing_a_build_and_options_writes_the_plan(make_wizard: WizardFactory
     page.margin.setValue(512)
     page.threads.setValue(8)
     page.port.setValue(8081)
-    page.api_key.setText("s3cret")
-    page.api_key.editingFinished.emit()
+    page.api_key_file.setText("/home/me/.config/mtpstudio/key")
+    page.api_key_file.editingFinished.emit()
     plan = wizard.plan
     assert plan.runtime.ctx == 65536
     assert (plan.runtime.cache_type_k, plan.runtime.cache_type_v) == (CacheType.Q4_0, CacheType.F16)
@@ -79,7 +79,8 @@ def test_choosing_a_build_and_options_writes_the_plan(make_wizard: WizardFactory
     assert (plan.runtime.moe, plan.runtime.n_cpu_moe) == (MoePlacement.N_CPU_MOE, 12)
     assert plan.runtime.fit_margin_mib == 512
     assert plan.runtime.threads == 8
-    assert (plan.server.port, plan.server.api_key) == (8081, "s3cret")
+    assert plan.server.port == 8081
+    assert str(plan.server.api_key_file) == "/home/me/.config/mtpstudio/key"
     page.threads.setValue(0)  # "engine default"
     assert wizard.plan.runtime.threads is None
     page.build_list.setCurrentRow(1)
@@ -100,21 +101,42 @@ def test_tooltips_explain_options_and_their_flags(make_wizard: WizardFactory) ->
 def test_mtp_is_disabled_with_the_reason_when_the_build_cannot_run_it(
     make_wizard: WizardFactory,
 ) -> None:
-    wizard = make_wizard(Plan())
+    wizard = make_wizard(Plan(mtp={"enabled": True}))
     go_to(wizard, 2)
     page = wizard.engine_page
     page.build_list.setCurrentRow(1)  # ik_llama.cpp: MTP only for glm4moe
     reason = page.reasons["mtp.enabled"]
     assert "ik_llama.cpp runs MTP only for glm4moe models" in reason
-    assert page.mtp_enabled.isEnabled()  # still on in the plan: it can be turned off
+    assert page.mtp_enabled.isEnabled()  # auto and off stay available
     assert page.mtp_enabled.toolTip().startswith("Not available: ")
+    model = page.mtp_enabled.model()
+    assert isinstance(model, QStandardItemModel)
+    on_row = page.mtp_enabled.findData("on")
+    assert model.item(on_row).isEnabled()  # still on in the plan: it can be turned off
     assert not page.draft_max.isEnabled()
     assert not page.draft_cache_k.isEnabled()
     assert "MTP: ik_llama.cpp runs MTP only" in page.unavailable_label.text()
     assert "Draft K cache" not in page.unavailable_label.text()  # said once, for MTP
-    page.mtp_enabled.setChecked(False)
+    page.mtp_enabled.setCurrentIndex(page.mtp_enabled.findData("off"))
     assert wizard.plan.mtp.enabled is False
-    assert not page.mtp_enabled.isEnabled()
+    assert not model.item(on_row).isEnabled()  # cannot be turned on again with this build
+
+
+def test_mtp_defaults_to_auto_and_says_what_auto_decided(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(Plan())
+    go_to(wizard, 2)
+    page = wizard.engine_page
+    assert wizard.plan.mtp.enabled is None
+    assert page.mtp_enabled.currentData() == "auto"
+    assert page.mtp_state.text().startswith("MTP auto: on")  # the demo card has an MTP layer
+    page.build_list.setCurrentRow(1)  # ik_llama.cpp cannot run it for qwen35moe
+    assert page.mtp_state.text().startswith("MTP auto: off (ik_llama.cpp runs MTP only")
+    assert wizard.plan.mtp.enabled is None  # auto stays auto: nothing to turn off
+    assert "-mtp" not in wizard.state.evaluation().argv
+    go_to(wizard, 3)  # the budget page says it will not run, and what works instead
+    verdict = wizard.budget_page.verdict.text()
+    assert verdict.startswith("Will NOT run as planned: ik_llama.cpp cannot load this qwen35moe")
+    assert "Instead: for MTP on this model use upstream llama.cpp" in verdict
 
 
 def test_a_build_without_fit_greys_out_that_choice(make_wizard: WizardFactory) -> None:

@@ -141,7 +141,11 @@ def check_graphs_control(ab: ABReport, plan: Plan | None) -> Finding | None:
     if delta is None or delta <= GRAPHS_FASTER_PCT:
         return None
     remedies = []
-    if plan is not None and plan.mtp.enabled and plan.mtp.draft_min < plan.mtp.draft_max:
+    if (
+        plan is not None
+        and plan.mtp.enabled is not False
+        and plan.mtp.draft_min < plan.mtp.draft_max
+    ):
         remedies.append(
             Remedy(
                 "draft a fixed number of tokens (steady graph shapes)",
@@ -158,8 +162,11 @@ def check_graphs_control(ab: ABReport, plan: Plan | None) -> Finding | None:
 
 
 def check_p_min(report: BenchReport, plan: Plan | None) -> Finding | None:
-    if plan is None or not plan.mtp.enabled or plan.mtp.draft_p_min >= P_MIN_FLOOR:
+    if plan is None or plan.mtp.draft_p_min >= P_MIN_FLOOR:
         return None
+    drafting = plan.mtp.enabled or plan.draft.path is not None
+    if not drafting and not (plan.mtp.enabled is None and report.total_draft > 0):
+        return None  # off, or auto decided off (no drafts came back)
     return Finding(
         "p-min-low",
         f"Draft p-min is {plan.mtp.draft_p_min:g}: drafts the model is unsure of are verified "

@@ -544,3 +544,48 @@ def dump_probe_table() -> list[dict[str, object]]:
         {"flag": s.flag, "forms": [list(f) for f in s.forms], "purpose": s.purpose}
         for s in CANDIDATE_FLAGS
     ]
+
+
+class EnginePathError(MtpStudioError):
+    """A llama-server named by path is missing, not runnable, or not an engine mtpstudio knows."""
+
+
+def probe_engine_file(
+    path: Path,
+    runner: Runner,
+    cache_path: Path | None = None,
+    use_cache: bool = True,
+    timeout: float = PROBE_TIMEOUT_S,
+) -> EngineInfo:
+    """Identify and probe the one binary at ``path`` as detection would (same cache).
+
+    Raises:
+        EnginePathError: the file does not exist, is not an executable file, or did not
+            answer as upstream llama.cpp or ik_llama.cpp.
+    """
+    binary = Path(path).expanduser()
+    hint = "Give upstream, ik, or the path of a llama-server binary (mtpstudio detect lists them)."
+    if not binary.exists():
+        raise EnginePathError(f"the engine {binary} does not exist", hint=hint)
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise EnginePathError(f"the engine {binary} is not an executable file", hint=hint)
+    found = detect_engines(
+        {},
+        runner,
+        extra_paths=[binary],
+        cache_path=cache_path,
+        use_cache=use_cache,
+        home=None,
+        system_dirs=(),
+        opt_root=None,
+        timeout=timeout,
+    )
+    real = str(binary.resolve())
+    info = next((e for e in found.engines if e.real_path == real), None)
+    if info is None or info.flavour is None:
+        why = "; ".join(info.problems) if info is not None else "; ".join(found.problems)
+        raise EnginePathError(
+            f"{binary} is not a llama-server mtpstudio knows ({why or 'it did not answer'})",
+            hint=hint,
+        )
+    return info

@@ -27,6 +27,7 @@ __all__ = [
     "generate_api_key",
     "read_api_key",
     "replace_api_key",
+    "store_api_key",
 ]
 
 KEY_FILE_NAME = "server-api-key"
@@ -125,3 +126,15 @@ def replace_api_key(path: Path | None = None) -> ApiKey:
     key = generate_api_key()
     _write_key(target, key)
     return ApiKey(key, target, created=True)
+
+
+def store_api_key(path: Path, key: str) -> ApiKey:
+    """Write a key the user chose to ``path`` (0600, folder 0700), replacing what was there.
+
+    Raises:
+        ApiKeyError: the key is empty or holds whitespace, or the file cannot be written.
+    """
+    if not key or any(c.isspace() for c in key):
+        raise ApiKeyError("the API key must be non-empty and contain no spaces")
+    _write_key(path, key)
+    return ApiKey(key, path, created=True)

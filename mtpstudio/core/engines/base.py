@@ -25,6 +25,7 @@ from typing import Protocol
 from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import FlagSpelling, Option
 from mtpstudio.core.errors import AdapterError
+from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import CacheType, EngineFlavour, FlashAttention, MoePlacement, Plan
 
@@ -87,6 +88,10 @@ class LaunchSpec:
     drop_env_prefixes: tuple[str, ...] = ENV_PREFIXES_TO_DROP
     api_key_file: Path | None = None
     assumed_documented: bool = False
+    blockers: tuple[str, ...] = ()
+    """Why the engine will not run this plan as planned (empty: it will)."""
+    alternatives: tuple[str, ...] = ()
+    """What works instead, when there are blockers."""
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -138,6 +143,12 @@ class EngineAdapter(Protocol):
 
     def probe_candidates(self) -> tuple[tuple[str, str | None], ...]: ...
 
+    def build_mtp_blocker(self, build: EngineBuild) -> str | None: ...
+
+    def mtp_blocker(self, build: EngineBuild, model: ModelInfo | None) -> str | None: ...
+
+    def resolve_mtp(self, plan: Plan, build: EngineBuild, model: ModelInfo | None) -> Plan: ...
+
     def build_launch_spec(
         self,
         plan: Plan,
@@ -171,6 +182,8 @@ class SpecBuilder:
         self.build = build
         self.notes: list[FlagNote] = []
         self.warnings: list[str] = []
+        self.blockers: list[str] = []
+        self.alternatives: list[str] = []
 
     def spelling(self, option: Option) -> str | None:
         """The first spelling of ``option`` that the build accepts, or None."""
@@ -223,6 +236,13 @@ class SpecBuilder:
     def warn(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
+
+    def block(self, message: str, instead: str) -> None:
+        """The engine will not run the plan as planned: why, and what works instead."""
+        if message not in self.blockers:
+            self.blockers.append(message)
+        if instead not in self.alternatives:
+            self.alternatives.append(instead)
 
 
 class AdapterBase:
@@ -291,8 +311,9 @@ class AdapterBase:
                 f"The plan names the engine binary {plan.engine.binary}, but the command "
                 f"uses the probed build at {build.binary}."
             )
+        plan = self.resolve_mtp(plan, build, model)
         self._emit_model(plan, b, model_path, assumed)
-        key_file = self._emit_server(plan, b, api_key_file)
+        key_file = self._emit_server(plan, b, api_key_file or plan.server.api_key_file)
         self._emit_context(plan, b)
         self._emit_placement(plan, model, b)
         self._emit_load_mode(plan, b)
@@ -307,7 +328,44 @@ class AdapterBase:
             env={},
             api_key_file=key_file,
             assumed_documented=assumed,
+            blockers=tuple(b.blockers),
+            alternatives=tuple(b.alternatives),
         )
+
+    # -- MTP: can it run, and what auto means ---------------------------------------------------
+
+    def build_mtp_blocker(self, build: EngineBuild) -> str | None:
+        """Why this build cannot draft with MTP at all (None: it can, or may)."""
+        raise NotImplementedError
+
+    def mtp_blocker(self, build: EngineBuild, model: ModelInfo | None) -> str | None:
+        """Why MTP cannot run with this build and model (None: it can).
+
+        With no model known, only the build is judged.
+        """
+        reason = self.build_mtp_blocker(build)
+        if reason is not None or model is None:
+            return reason
+        if not model.has_mtp:
+            return "the model has no MTP (nextn) layer"
+        architectures = memory_facts(self.flavour).mtp_architectures
+        if model.architecture not in architectures:
+            return (
+                f"{self.engine_name} runs MTP only for {', '.join(sorted(architectures))} "
+                f"models, and this model is {model.architecture}"
+            )
+        return None
+
+    def resolve_mtp(self, plan: Plan, build: EngineBuild, model: ModelInfo | None) -> Plan:
+        """``plan`` with MTP auto (``enabled is None``) decided: on exactly when it can run."""
+        if plan.mtp.enabled is not None:
+            return plan
+        if plan.draft.path is not None:  # a separate draft model drafts instead
+            return plan.model_copy(update={"mtp": plan.mtp.model_copy(update={"enabled": False})})
+        if not build.accepted_flags:  # unprobed: judge by the documented flags
+            build, _ = self._effective_build(build, True)
+        on = self.mtp_blocker(build, model) is None
+        return plan.model_copy(update={"mtp": plan.mtp.model_copy(update={"enabled": on})})
 
     def _effective_build(
         self, build: EngineBuild, assume_documented: bool
@@ -360,38 +418,21 @@ class AdapterBase:
             )
         b.emit(Option.HOST, [server.host], "server.host", where)
         b.emit(Option.PORT, [str(server.port)], "server.port", "TCP port of the HTTP API.")
-        if api_key_file is not None and b.accepts(Option.API_KEY_FILE):
+        if api_key_file is not None:
             b.emit(
                 Option.API_KEY_FILE,
                 [str(api_key_file)],
-                "server.api_key",
-                "Clients must send the key stored in this file (Authorization: Bearer …).",
+                "server.api_key_file",
+                "Clients must send the key stored in this file (Authorization: Bearer …); the "
+                "key itself stays out of the command line.",
+                purpose="reading the API key from a file",
             )
             return api_key_file
-        if server.api_key is not None:
-            if api_key_file is not None:
-                b.warn(
-                    f"{describe_build(b.build)} cannot read the key from a file, so the key "
-                    "is on the command line."
-                )
-            b.emit(
-                Option.API_KEY,
-                [server.api_key],
-                "server.api_key",
-                "Clients must send this key (Authorization: Bearer …).",
-            )
-            b.warn(
-                "The API key is on the command line: other local users can read it in the "
-                "process list, and it is written into the unit and script; prefer a key file."
-            )
-            return None
-        if api_key_file is not None:
-            raise b.unsupported(Option.API_KEY_FILE, "reading the API key from a file")
         if not server.is_loopback:
             raise AdapterError(
                 f"listening on {server.host}, beyond this computer, needs an API key",
-                hint="Generate a key (it is stored with user-only permissions), or listen on "
-                "127.0.0.1.",
+                hint="Name a key file (mtpstudio plan --api-key-file FILE; a new key is "
+                "generated there with user-only permissions), or listen on 127.0.0.1.",
             )
         return None
 

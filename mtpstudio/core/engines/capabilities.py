@@ -48,36 +48,12 @@ class Capability:
 
 def build_mtp_reason(build: EngineBuild) -> str | None:
     """Why this build cannot draft with MTP at all (None: it can, or may)."""
-    if build.flavour is EngineFlavour.UPSTREAM:
-        if build.mtp is not MtpSupport.AVAILABLE or (
-            build.spec_types and MTP_SPEC_TYPE not in build.spec_types
-        ):
-            return (
-                f"this build cannot draft with MTP (its --spec-type has no {MTP_SPEC_TYPE}); "
-                "choose a newer upstream build"
-            )
-        return None
-    if not option_accepted(build, Option.MTP):
-        return "this ik_llama.cpp build has no -mtp flag"
-    return None
+    return adapter_for(build).build_mtp_blocker(build)
 
 
 def mtp_reason(build: EngineBuild, model: ModelInfo | None) -> str | None:
     """Why MTP cannot be used with this build and model (None: it can)."""
-    reason = build_mtp_reason(build)
-    if reason is not None:
-        return reason
-    if model is not None:
-        if not model.has_mtp:
-            return "the model has no MTP (nextn) layer"
-        facts = memory_facts(build.flavour)
-        if model.architecture not in facts.mtp_architectures:
-            allowed = ", ".join(sorted(facts.mtp_architectures))
-            return (
-                f"{engine_name(build.flavour)} runs MTP only for {allowed} models, and this "
-                f"model is {model.architecture}"
-            )
-    return None
+    return adapter_for(build).mtp_blocker(build, model)
 
 
 def build_capabilities(build: EngineBuild) -> list[Capability]:
@@ -163,7 +139,7 @@ def disabled_reasons(build: EngineBuild, model: ModelInfo | None, plan: Plan) ->
         reasons["mtp.enabled"] = mtp
         for key in (*MTP_SETTINGS, *DRAFT_CACHE_SETTINGS):
             reasons[key] = f"MTP cannot be used: {mtp}"
-    elif not plan.mtp.enabled:
+    elif plan.mtp.enabled is False:
         for key in (*MTP_SETTINGS, *DRAFT_CACHE_SETTINGS):
             reasons[key] = "MTP is off"
     if "mtp.cache_type_k" not in reasons:

@@ -8,9 +8,10 @@ from mtpstudio.core.engines.base import (
     SpecBuilder,
     format_float,
 )
-from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
 from mtpstudio.core.engines.draft import emit_draft_model
 from mtpstudio.core.engines.flags import IK_DOCUMENTED_FLAGS, IK_DOCUMENTED_SPEC_TYPES, IK_SPELLINGS
+from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
 
@@ -19,6 +20,12 @@ __all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "IK_MTP_ARCHITECTURES", 
 
 IK_MTP_ARCHITECTURES = frozenset({"glm4moe"})
 """Architectures whose MTP ik_llama.cpp honours (engines.md §0.1: GLM-4.x MoE only)."""
+
+IK_INSTEAD = (
+    "for MTP on this model use upstream llama.cpp (--engine upstream); on ik_llama.cpp use a "
+    "GGUF converted without the MTP layer, with a draft model for speculative decoding"
+)
+"""What works where ik_llama.cpp cannot run the model's MTP (engines.md §0.1)."""
 
 IK_FIT_MARGIN_DEFAULT_MIB = 1024  # ik reads --fit-margin 0 as this
 
@@ -36,6 +43,11 @@ class IkAdapter(AdapterBase):
     documented_spec_types = DOCUMENTED_SPEC_TYPES
     documented_mtp = MtpSupport.UNKNOWN_UNTIL_LAUNCH
     engine_name = "ik_llama.cpp"
+
+    def build_mtp_blocker(self, build: EngineBuild) -> str | None:
+        if not SpecBuilder(self.spellings, build).accepts(Option.MTP):
+            return "this ik_llama.cpp build has no -mtp flag"
+        return None
 
     def _flash_attn_note(self, value: FlashAttention, quantized_v: bool, b: SpecBuilder) -> str:
         if value is FlashAttention.AUTO:
@@ -63,7 +75,7 @@ class IkAdapter(AdapterBase):
                     "margin it honours, is used instead."
                 )
                 margin = 1
-            if plan.mtp.enabled:
+            if plan.mtp.enabled and (model is None or model.architecture in IK_MTP_ARCHITECTURES):
                 b.warn(
                     "ik_llama.cpp's fit does not count the MTP draft context; leave a larger "
                     "fit margin so drafting has room."
@@ -109,10 +121,10 @@ class IkAdapter(AdapterBase):
     def _emit_mtp(self, plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
         mtp = plan.mtp
         if model is not None and model.architecture == "qwen35moe" and model.n_nextn_layer > 0:
-            b.warn(
-                "ik_llama.cpp probably cannot load this qwen35moe GGUF: it treats the MTP "
-                "block as an ordinary layer and stops at a missing tensor; use a GGUF converted "
-                "without MTP for ik_llama.cpp."
+            b.block(
+                "ik_llama.cpp cannot load this qwen35moe GGUF: it treats the MTP block as an "
+                "ordinary layer and stops at a missing tensor",
+                IK_INSTEAD,
             )
         if not mtp.enabled:
             return
@@ -123,18 +135,21 @@ class IkAdapter(AdapterBase):
                 "ik_llama.cpp decides at load time whether MTP is active (this snapshot honours "
                 "it only for GLM-4.x MoE models); check the log for 'MTP will be disabled'."
             )
-        elif model.architecture not in IK_MTP_ARCHITECTURES:
-            b.warn(
-                f"MTP cannot be active: ik_llama.cpp honours -mtp only for "
-                f"{', '.join(sorted(IK_MTP_ARCHITECTURES))} models, and this model is "
-                f"{model.architecture}; the server will log 'MTP will be disabled' and run "
-                "without drafting."
-            )
         elif not model.has_mtp:
-            b.warn(
-                "MTP cannot be active: the model has no MTP (nextn) layer; the server will run "
-                "without drafting."
+            raise AdapterError(
+                f"the model {model.name or model.architecture} has no MTP (nextn) layer, so "
+                "MTP drafting cannot run",
+                hint="Turn MTP off (or leave it on auto), or use a GGUF with its MTP layer.",
             )
+        elif model.architecture not in IK_MTP_ARCHITECTURES:
+            b.block(
+                f"ik_llama.cpp honours -mtp only for {', '.join(sorted(IK_MTP_ARCHITECTURES))} "
+                f"models and this model is {model.architecture}, so MTP cannot run: -mtp is "
+                "left out",
+                "for MTP on this model use upstream llama.cpp (--engine upstream); on "
+                "ik_llama.cpp use a draft model for speculative decoding",
+            )
+            return
         runtime = plan.runtime
         if (mtp.cache_type_k, mtp.cache_type_v) != (runtime.cache_type_k, runtime.cache_type_v):
             b.warn(

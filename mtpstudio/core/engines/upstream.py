@@ -9,7 +9,7 @@ from mtpstudio.core.engines.base import (
     describe_build,
     format_float,
 )
-from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
 from mtpstudio.core.engines.draft import emit_draft_model
 from mtpstudio.core.engines.flags import (
     MTP_SPEC_TYPE,
@@ -39,6 +39,17 @@ class UpstreamAdapter(AdapterBase):
     documented_spec_types = DOCUMENTED_SPEC_TYPES
     documented_mtp = MtpSupport.AVAILABLE
     engine_name = "upstream llama.cpp"
+
+    def build_mtp_blocker(self, build: EngineBuild) -> str | None:
+        if build.mtp is not MtpSupport.AVAILABLE or (
+            build.spec_types and MTP_SPEC_TYPE not in build.spec_types
+        ):
+            return (
+                f"this build cannot draft with MTP (its --spec-type has no {MTP_SPEC_TYPE}); "
+                "choose a newer upstream build"
+            )
+        return None
+
     expert_tensors = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
 
     def _flash_attn_note(self, value: FlashAttention, quantized_v: bool, b: SpecBuilder) -> str:

@@ -202,16 +202,19 @@ def _effective(
     else:
         n_ctx_seq, n_stream = n_ctx, 1
     mtp_active = False
-    if plan.mtp.enabled:
+    explicit = plan.mtp.enabled is True  # None is auto: on only where MTP can run, silently
+    if plan.mtp.enabled is not False:
         if not model.has_mtp:
-            warnings.append(
-                "MTP is on but the model has no MTP (nextn) layer: the engine will not draft."
-            )
+            if explicit:
+                warnings.append(
+                    "MTP is on but the model has no MTP (nextn) layer: the engine will not draft."
+                )
         elif model.architecture not in facts.mtp_architectures:
-            warnings.append(
-                f"{facts.flavour.value} cannot run MTP for {model.architecture}: it loads the "
-                "model without drafting (switch engine or turn MTP off)."
-            )
+            if explicit:
+                warnings.append(
+                    f"{facts.flavour.value} cannot run MTP for {model.architecture}: it loads "
+                    "the model without drafting (switch engine or turn MTP off)."
+                )
         else:
             mtp_active = True
     n_rs_seq = 0
@@ -221,16 +224,11 @@ def _effective(
         and model.architecture in facts.rollback_architectures
     ):
         n_rs_seq = plan.mtp.draft_max
-    if mtp_active and model.recurrent_layers:
-        if n_seq == 1:
-            warnings.append(
-                "slots on auto would quadruple the recurrent state with MTP: using --parallel 1"
-            )
-        else:
-            warnings.append(
-                f"{n_seq} slots with MTP keep {n_seq * (1 + n_rs_seq)} recurrent-state copies; "
-                "use --parallel 1 unless you serve several users"
-            )
+    if mtp_active and model.recurrent_layers and n_seq > 1:  # one slot (the default): silent
+        warnings.append(
+            f"{n_seq} slots with MTP keep {n_seq * (1 + n_rs_seq)} recurrent-state copies; "
+            "use --parallel 1 unless you serve several users"
+        )
     if rt.ctx > model.context_length > 0:
         warnings.append(f"ctx {rt.ctx} is beyond the model's native context {model.context_length}")
     if quantized(rt.cache_type_v.value) and not fa:
@@ -521,7 +519,7 @@ def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts
     (``hp_ngl += n_layer_nextn`` in common/fit.cpp), so its experts are the first to move."""
     mtp_loaded = (
         facts.flavour is EngineFlavour.UPSTREAM
-        and plan.mtp.enabled
+        and plan.mtp.enabled is not False  # on, or auto (on where it can run)
         and model.has_mtp
         and model.architecture in facts.mtp_architectures
     )

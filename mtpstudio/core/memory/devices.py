@@ -16,6 +16,8 @@ class TargetDevice:
         desktop_bytes: VRAM the desktop (compositor, shell) holds.
         other_bytes: VRAM other processes hold.
         driver_overhead_bytes: the engine's own driver/CUDA context, outside its buffers.
+        vendor: ``nvidia``, ``amd``, ``intel`` … (None: the CPU, or not known); decides which
+            desktop reclamations apply.
     """
 
     id: str
@@ -24,6 +26,7 @@ class TargetDevice:
     desktop_bytes: int = 0
     other_bytes: int = 0
     driver_overhead_bytes: int = 0
+    vendor: str | None = None
 
     @property
     def is_gpu(self) -> bool:

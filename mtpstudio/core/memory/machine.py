@@ -15,6 +15,9 @@ from mtpstudio.core.units import MIB
 DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})
 # The engine's own CUDA context: not in its buffers, not yet in nvidia-smi (peers.md: 300-500 MB).
 CUDA_CONTEXT_BYTES = 400 * MIB
+# Other GPUs (ROCm/HIP, Vulkan): the runtime overhead other calculators assume, "about 0.5 GB
+# fixed, real usage may be 200-800 MB" (peers.md §4.3, ggufvram.radicchio.page).
+GPU_RUNTIME_BYTES = 500_000_000
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,10 @@ def gpu_target(gpu: GpuInfo, report: DetectionReport) -> TargetDevice:
         total_bytes=gpu.memory.total_bytes,
         desktop_bytes=desktop,
         other_bytes=other,
-        driver_overhead_bytes=CUDA_CONTEXT_BYTES if gpu.vendor is GpuVendor.NVIDIA else 0,
+        driver_overhead_bytes=(
+            CUDA_CONTEXT_BYTES if gpu.vendor is GpuVendor.NVIDIA else GPU_RUNTIME_BYTES
+        ),
+        vendor=gpu.vendor.value,
     )
 
 

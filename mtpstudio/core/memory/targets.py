@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mtpstudio.core.errors import PlanError
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
 from mtpstudio.core.plan import DesktopReclaim, Plan
+from mtpstudio.core.units import MIB
 
-# What each reclamation leaves of the desktop's VRAM on the card: the NVIDIA profile stops the
-# compositor's heap growth (about half is typical, desktop.md §3); the iGPU takes the display.
-NVIDIA_PROFILE_SHARE = 0.5
+# What the NVIDIA application profile (GLVidHeapReuseRatio=0) leaves of the desktop's VRAM: it
+# stops the driver's heap growth (kwin_wayland 110 MB -> 2.5 GB, egl-wayland#126), so KDE keeps
+# about its start-up size: kwin_wayland about 110 MB at start plus plasmashell alone 309 MiB
+# (ollama#15179). Both figures: shared/reference/peers.md §4.3 "Desktop / compositor share".
+NVIDIA_PROFILE_DESKTOP_BYTES = 110_000_000 + 309 * MIB
+
+# Which reclamations apply to a card of each vendor (the profile is an NVIDIA driver setting,
+# peers.md §5 item 3; the iGPU and llvmpipe sessions work for any card, desktop.md §2).
+VENDOR_RECLAIMS: dict[str | None, tuple[DesktopReclaim, ...]] = {
+    "nvidia": tuple(DesktopReclaim),
+    None: (DesktopReclaim.NONE,),
+}
+ANY_VENDOR_RECLAIMS = (DesktopReclaim.NONE, DesktopReclaim.IGPU, DesktopReclaim.LLVMPIPE)
 
 
 @dataclass(frozen=True)
@@ -29,8 +41,30 @@ def desktop_after_reclaim(card_desktop: int, llvmpipe_desktop: int, reclaim: Des
     if reclaim is DesktopReclaim.IGPU:
         return 0
     if reclaim is DesktopReclaim.NVIDIA_PROFILE:
-        return int(card_desktop * NVIDIA_PROFILE_SHARE)
+        return min(card_desktop, NVIDIA_PROFILE_DESKTOP_BYTES)
     return card_desktop
+
+
+def reclaims_for(vendor: str | None) -> tuple[DesktopReclaim, ...]:
+    """The desktop reclamations that apply to a card of ``vendor`` (None: no GPU, none)."""
+    return VENDOR_RECLAIMS.get(vendor, ANY_VENDOR_RECLAIMS)
+
+
+def check_reclaim(reclaim: DesktopReclaim, device: TargetDevice) -> None:
+    """Refuse a reclamation that does not apply to the target's vendor.
+
+    Raises:
+        PlanError: e.g. the NVIDIA profile for an AMD card.
+    """
+    if not device.is_gpu or device.vendor is None:
+        return  # no card to judge (a CPU plan may still render the session files)
+    allowed = reclaims_for(device.vendor)
+    if reclaim not in allowed:
+        vendor = {"amd": "AMD", "intel": "Intel"}.get(device.vendor, device.vendor)
+        raise PlanError(
+            f"--desktop {reclaim.value} does not apply to an {vendor} card ({device.name})",
+            hint="Choose one of: " + ", ".join(r.value for r in allowed) + ".",
+        )
 
 
 def catalogue_target(card: GpuCard, reclaim: DesktopReclaim) -> TargetDevice:
@@ -43,6 +77,7 @@ def catalogue_target(card: GpuCard, reclaim: DesktopReclaim) -> TargetDevice:
             card.desktop_vram_bytes, card.llvmpipe_desktop_vram_bytes, reclaim
         ),
         driver_overhead_bytes=card.driver_overhead_bytes or 0,
+        vendor=card.vendor,
     )
 
 

@@ -102,13 +102,13 @@ def _ctx(plan: Plan) -> Fix | None:
         f"halve the context to {new} tokens",
         {"runtime.ctx": new},
         "the KV cache (and a draft context's KV cache) grows with the context"
-        if plan.mtp.enabled or plan.draft.path is not None
+        if plan.mtp.enabled is not False or plan.draft.path is not None
         else "the KV cache grows with the context",
     )
 
 
 def _draft_depth(plan: Plan) -> Fix | None:
-    if not plan.mtp.enabled or plan.mtp.draft_max <= 1:
+    if plan.mtp.enabled is False or plan.mtp.draft_max <= 1:
         return None
     new = max(1, plan.mtp.draft_max - 1)
     changes: dict[str, Any] = {"mtp.draft_max": new}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mtpstudio.core.engines.base import LaunchSpec, describe_build
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.registry import build_launch_spec
+from mtpstudio.core.engines.registry import adapter_for, build_launch_spec
 from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.memory.engine_facts import memory_facts
@@ -142,6 +142,7 @@ def prepare_launch(
         )
     check_binary(build.binary)
     info = check_model(Path(path))
+    plan = adapter_for(build.flavour).resolve_mtp(plan, build, info)  # MTP auto decided
     draft_info = _check_draft(plan)
     check_port(plan.server.host, plan.server.port)
     spec = build_launch_spec(plan, build, info, for_mtpstudio_launch=True, model_path=Path(path))

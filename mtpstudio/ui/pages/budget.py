@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QGuiApplication
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QGridLayout,
     QHBoxLayout,
     QLabel,
-    QPlainTextEdit,
     QPushButton,
     QSlider,
     QSpinBox,
@@ -23,11 +21,18 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.engines.capabilities import mtp_reason
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import MoePlacement, Plan
-from mtpstudio.core.planning import Budget, FitSuggestion, fit_suggestions
+from mtpstudio.core.planning import (
+    Budget,
+    FitSuggestion,
+    fit_suggestions,
+    follows_published_setup,
+    published_setup_text,
+)
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
+from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.vram_bar import VramBar
 
@@ -99,12 +104,8 @@ class BudgetPage(PlanPage):
         self.warnings_label.setWordWrap(True)
         self.warnings_label.setStyleSheet("color: #92400e;")
 
-        self.command = QPlainTextEdit(self)
-        self.command.setReadOnly(True)
-        mono = QFont("monospace")
-        mono.setStyleHint(QFont.StyleHint.Monospace)
-        self.command.setFont(mono)
-        self.command.setFixedHeight(64)
+        self.command = CommandBox(self)
+        self.command.setFixedHeight(84)
         self.copy_button = QPushButton("Copy", self)
         self.copy_button.setToolTip("Copy the command line to the clipboard.")
         command_row = QHBoxLayout()
@@ -212,13 +213,19 @@ class BudgetPage(PlanPage):
             )
             self.target_label.setText("")
             self.host_label.setText("")
-            self.command.setPlainText("")
+            self.command.set_argv(None)
             self.warnings_label.setText("")
             return
         self.bar.set_budget(budget)
         target = evaluation.target
-        self.target_label.setText(f"Planning for {target.source}." if target else "")
-        self._show_verdict(plan, budget)
+        text = f"Planning for {target.source}." if target else ""
+        if plan.model.path is None and follows_published_setup(plan):
+            fits = all(d.fits for d in budget.devices)
+            text += f" Demo defaults: the published setup ({published_setup_text()}), which " + (
+                "fits this card." if fits else "does NOT fit this card."
+            )
+        self.target_label.setText(text)
+        self._show_verdict(plan, budget, evaluation)
         self._show_host(budget)
         self._show_command(evaluation)
 
@@ -226,7 +233,7 @@ class BudgetPage(PlanPage):
         info = self.state.model_info
         build = self.state.build().build
         why_no_mtp = mtp_reason(build, info)
-        if not plan.mtp.enabled:
+        if plan.mtp.enabled is False:
             why_no_mtp = why_no_mtp or "MTP is off (Engine & options page)"
         self._enable(self.draft, why_no_mtp)
         why_no_experts = None
@@ -256,9 +263,17 @@ class BudgetPage(PlanPage):
         if reason:
             row.note.setText(reason)
 
-    def _show_verdict(self, plan: Plan, budget: Budget) -> None:
+    def _show_verdict(
+        self, plan: Plan, budget: Budget, evaluation: Evaluation | None = None
+    ) -> None:
         parts: list[str] = []
         tone = Tone.GOOD
+        result = evaluation.result if evaluation is not None else None
+        if result is not None and result.verdict.blockers:
+            verdict = result.verdict
+            parts.append(f"Will NOT run as planned: {'; '.join(verdict.blockers)}.")
+            parts += [f"Instead: {a}." for a in verdict.alternatives]
+            tone = Tone.BAD
         for device in budget.devices:
             free = device.free_bytes
             if free is None:
@@ -300,10 +315,10 @@ class BudgetPage(PlanPage):
     def _show_command(self, evaluation: Evaluation) -> None:
         argv = evaluation.argv
         if argv is None:
-            self.command.setPlainText(f"No command line: {evaluation.error}")
+            self.command.set_message(f"No command line: {evaluation.error}")
             self.copy_button.setEnabled(False)
         else:
-            self.command.setPlainText(shlex.join(argv))
+            self.command.set_argv(argv)
             self.copy_button.setEnabled(True)
         warnings = [w for w in evaluation.warnings if "short:" not in w]
         self.warnings_label.setText("\n".join(f"• {w}" for w in warnings))
@@ -367,7 +382,7 @@ class BudgetPage(PlanPage):
         self.apply_suggestion(1)
 
     def _on_copy_clicked(self) -> None:
-        QGuiApplication.clipboard().setText(self.command.toPlainText())
+        QGuiApplication.clipboard().setText(self.command.command_line())
 
     def command_line(self) -> str:
-        return self.command.toPlainText()
+        return self.command.command_line()

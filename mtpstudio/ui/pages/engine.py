@@ -80,6 +80,12 @@ LOAD_CHOICES = (
     (LoadMode.MLOCK, "locked in RAM (mlock)"),
 )
 FLASH_CHOICES = tuple((f, f.value) for f in FlashAttention)
+MTP_CHOICES = (
+    (None, "auto"),
+    (True, "on"),
+    (False, "off"),
+)
+_MTP_DATA = {None: "auto", True: "on", False: "off"}
 CACHE_CHOICES = tuple((c, c.value) for c in CacheType)
 
 
@@ -152,16 +158,20 @@ class EnginePage(PlanPage):
         self.host = self._line("server.host")
         self.port = self._spin("server.port", 1, 65535, 1)
         self.port.setGroupSeparatorShown(False)
-        self.api_key = self._line("server.api_key", optional=True)
-        self.api_key.setPlaceholderText("none")
+        self.api_key_file = self._line("server.api_key_file", optional=True)
+        self.api_key_file.setPlaceholderText("none")
         sf.addRow("Host", self.host)
         sf.addRow("Port", self.port)
-        sf.addRow("API key", self.api_key)
+        sf.addRow("API key file", self.api_key_file)
 
         mtp = QGroupBox("Multi-token prediction", self)
         mf = QFormLayout(mtp)
-        self.mtp_enabled = self._check("mtp.enabled", "Draft with the model's MTP layer")
-        mf.addRow(self.mtp_enabled)
+        self.mtp_enabled = self._tristate("mtp.enabled", MTP_CHOICES)
+        mf.addRow("MTP", self.mtp_enabled)
+        self.mtp_state = QLabel(self)
+        self.mtp_state.setWordWrap(True)
+        self.mtp_state.setStyleSheet("color: #374151;")
+        mf.addRow(self.mtp_state)
         self.draft_max = self._spin("mtp.draft_max", 1, 16, 1)
         mf.addRow("Draft depth (max)", self.draft_max)
         self.draft_min = self._spin("mtp.draft_min", 0, 16, 1)
@@ -268,6 +278,22 @@ class EnginePage(PlanPage):
             combo.setCurrentIndex(max(0, combo.findData(value)))
 
         self._register(Control(path, combo, combo.currentData, write), combo.currentIndexChanged)
+        return combo
+
+    def _tristate(self, path: str, choices: tuple[tuple[bool | None, str], ...]) -> QComboBox:
+        """A combo for auto (None) / on (True) / off (False)."""
+        combo = QComboBox(self)
+        for value, label in choices:
+            combo.addItem(label, _MTP_DATA[value])
+        by_data = {data: value for value, data in _MTP_DATA.items()}
+
+        def read() -> Any:
+            return by_data.get(combo.currentData())
+
+        def write(value: Any) -> None:
+            combo.setCurrentIndex(max(0, combo.findData(_MTP_DATA.get(value, "auto"))))
+
+        self._register(Control(path, combo, read, write), combo.currentIndexChanged)
         return combo
 
     def _check(self, path: str, text: str) -> QCheckBox:
@@ -396,16 +422,24 @@ class EnginePage(PlanPage):
         for path, control in self.controls.items():
             reason = self.reasons.get(path)
             enabled = reason is None
-            if path == "mtp.enabled" and reason is not None and plan.mtp.enabled:
-                enabled = True  # still on: leave the way to turn it off
+            if path == "mtp.enabled":
+                enabled = True  # auto and off are always there; "on" is greyed out below
             control.widget.setEnabled(enabled)
             control.widget.setToolTip(setting_tooltip(path, spec, reason))
         for path, combo in (("runtime.moe", self.moe), ("runtime.load_mode", self.load_mode)):
             self._disable_choices(path, combo, plan_value(plan, path))
+        mtp_reason = self.reasons.get("mtp.enabled")
+        if mtp_reason is not None:
+            self.reasons["mtp.enabled=on"] = mtp_reason
+        self._disable_choices("mtp.enabled", self.mtp_enabled, _MTP_DATA[plan.mtp.enabled])
+        result = evaluation.result if evaluation is not None else None
+        self.mtp_state.setText(result.mtp_line if result is not None else "")
         lines = []
         for key, reason in self.reasons.items():
             if reason == "MTP is off" or reason.startswith("MTP cannot be used"):
                 continue  # said once, for MTP itself
+            if key == "mtp.enabled=on":
+                continue
             lines.append(f"{setting_name(key)}: {reason}")
         self.unavailable_label.setText(
             "Not available with this build and model — " + "; ".join(lines) if lines else ""

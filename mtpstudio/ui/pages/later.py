@@ -6,8 +6,6 @@ here pretends to change anything.
 
 from __future__ import annotations
 
-import shlex
-
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
@@ -25,6 +23,7 @@ from mtpstudio.core.reports import plan_option_lines
 from mtpstudio.ui.formatting import mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
+from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
 
 
@@ -123,21 +122,17 @@ class ServicePage(_LaterPage):
         self.setTitle("Service")
         self.setSubTitle("Run the server as a systemd service with the planned command line.")
         self.body.addWidget(QLabel("<b>The command the service will run</b>", self))
-        self.command = QPlainTextEdit(self)
-        self.command.setReadOnly(True)
-        mono = QFont("monospace")
-        mono.setStyleHint(QFont.StyleHint.Monospace)
-        self.command.setFont(mono)
+        self.command = CommandBox(self)
         self.body.addWidget(self.command, 1)
 
     def _refresh(self) -> None:
         evaluation = self.state.evaluation()
         if evaluation is None:
-            self.command.setPlainText("The model header has not been read yet.")
+            self.command.set_message("The model header has not been read yet.")
         elif evaluation.argv is None:
-            self.command.setPlainText(f"No command line: {evaluation.error}")
+            self.command.set_message(f"No command line: {evaluation.error}")
         else:
-            self.command.setPlainText(shlex.join(evaluation.argv))
+            self.command.set_argv(evaluation.argv)
 
 
 class LaunchPage(_LaterPage):

@@ -73,14 +73,30 @@ class Badge(QLabel):
 
 
 class Notice(QLabel):
-    """A wrapping sentence in a tinted frame (info, warning or error); hidden when empty."""
+    """A wrapping sentence in a tinted frame (info, warning or error); hidden when empty.
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    Its room (``reserve_lines`` lines) stays in the layout while it is hidden, so a banner that
+    comes and goes never moves the controls below it under the pointer.
+    """
+
+    PADDING_Y = 5
+
+    def __init__(self, parent: QWidget | None = None, reserve_lines: int = 2) -> None:
         super().__init__(parent)
         self.setWordWrap(True)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.tone = Tone.INFO
+        policy = self.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.setSizePolicy(policy)
+        self.reserve_lines = reserve_lines
+        self.setMinimumHeight(self.reserved_height())
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.setVisible(False)
+
+    def reserved_height(self) -> int:
+        """The height kept for the notice: its lines, padding and border."""
+        return self.fontMetrics().lineSpacing() * self.reserve_lines + 2 * self.PADDING_Y + 2
 
     def show_text(self, text: str | None, tone: Tone = Tone.INFO) -> None:
         self.tone = tone
@@ -91,7 +107,7 @@ class Notice(QLabel):
         background, foreground, border = _BADGE_COLORS[tone]
         self.setStyleSheet(
             f"QLabel {{ background: {background}; color: {foreground}; border: 1px solid "
-            f"{border}; border-radius: 4px; padding: 5px 8px; }}"
+            f"{border}; border-radius: 4px; padding: {self.PADDING_Y}px 8px; }}"
         )
         self.setText(text)
         self.setVisible(True)

@@ -76,16 +76,16 @@ SEGMENT_STYLES = MappingProxyType(
             description="Safety margin kept free for spikes and driver growth.",
         ),
         "host_other": SegmentStyle(
-            "other programs", "#8c8c8c", description="RAM in use by everything else now."
+            "other programs", "#bab0ac", description="RAM in use by everything else now."
         ),
         "host_weights": SegmentStyle(
             "weights in RAM",
-            "#4e79a7",
+            "#1f4e79",
             description="Weights read into (or locked in) RAM: must fit in available RAM.",
         ),
         "host_buffers": SegmentStyle(
             "CPU buffers",
-            "#f28e2b",
+            "#ff9da7",
             description="KV cache, state, compute and output buffers kept in RAM.",
         ),
         "host_mapped": SegmentStyle(
@@ -312,6 +312,19 @@ class VramBar(QWidget):
                 present.add("free")
         return [k for k in LEGEND_ORDER if k in present]
 
+    def legend_text(self, key: str) -> str:
+        """A legend entry: the segment's name and its size, so segments too small to carry a
+        label on the bar are still named with their value (free/over: see each bar's title)."""
+        label = SEGMENT_STYLES[key].label
+        if key in {"free", "overflow"}:
+            return label
+        total = sum(s.n_bytes for row in self._rows for s in row.segments if s.key == key)
+        return f"{label} {_mib(total)}"
+
+    def legend_entries(self) -> list[str]:
+        """The legend's texts in order (what a reader sees under the bars)."""
+        return [self.legend_text(k) for k in self._legend_keys()]
+
     def _legend_items(self, width: int) -> list[tuple[str, QRectF]]:
         """Each legend entry's key and rectangle (swatch + label), wrapped to ``width``."""
         fm = QFontMetrics(self.font())
@@ -319,7 +332,7 @@ class VramBar(QWidget):
         x, y = float(self.PADDING), self._legend_top()
         items: list[tuple[str, QRectF]] = []
         for key in self._legend_keys():
-            w = self.SWATCH + 6 + fm.horizontalAdvance(SEGMENT_STYLES[key].label) + 16
+            w = self.SWATCH + 6 + fm.horizontalAdvance(self.legend_text(key)) + 16
             if x + w > width - self.PADDING and x > self.PADDING:
                 x, y = float(self.PADDING), y + line_h
             items.append((key, QRectF(x, y, w, line_h)))
@@ -512,5 +525,7 @@ class VramBar(QWidget):
                 swatch.right() + 6, rect.top(), rect.width() - self.SWATCH - 6, rect.height()
             )
             painter.drawText(
-                text_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, style.label
+                text_rect,
+                Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                self.legend_text(key),
             )

@@ -7,7 +7,8 @@
 #   -m: The model file (GGUF) to load.
 #   --host: Listen on 0.0.0.0: reachable from other machines, so clients need the API key.
 #   --port: TCP port of the HTTP API.
-#   --api-key-file: Clients must send the key stored in this file (Authorization: Bearer …).
+#   --api-key-file: Clients must send the key stored in this file (Authorization: Bearer …); the
+#       key itself stays out of the command line.
 #   -c: Context window of 32768 tokens; the KV cache is sized for it.
 #   -ctk: Store the attention K cache as q8_0.
 #   -ctv: Store the attention V cache as q8_0.

@@ -52,17 +52,25 @@ def for_benchmark(plan: Plan, port: int) -> Plan:
     return plan_with(plan, {"server.host": LOOPBACK, "server.port": port})
 
 
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One server this launcher started: the plan as launched (its port) and its argv."""
+
+    plan: Plan
+    argv: tuple[str, ...]
+
+
 @dataclass
 class PlanServerLauncher:
     """``launcher(plan, label=..., env=...)`` -> context of a BenchTarget (a ServerLauncher).
 
     Attributes:
         timeout_s: how long a server may take to become healthy.
-        launched: every plan actually started (after the port change), in order.
+        launched: every server started (the plan as launched and its argv), in order.
     """
 
     timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
-    launched: list[Plan] = field(default_factory=list)
+    launched: list[LaunchRecord] = field(default_factory=list)
     _builds: dict[str, EngineBuild] = field(default_factory=dict)
 
     def _build(self, plan: Plan) -> EngineBuild:
@@ -78,7 +86,7 @@ class PlanServerLauncher:
         prepared = prepare_launch(
             run_plan, build, environ=None if not env else _with_env(env), die_with_parent=True
         )
-        self.launched.append(run_plan)
+        self.launched.append(LaunchRecord(run_plan, tuple(prepared.spec.argv)))
         result, proc = run_launch(prepared, timeout=self.timeout_s, predict=False, record=False)
         if proc is None:
             diagnosis = result.diagnosis

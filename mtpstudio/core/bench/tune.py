@@ -501,33 +501,41 @@ def _planned_runs(n: int, finalists: int, short_n: int, total: int) -> int:
 
 
 def _choose_best(res: TuneResult) -> None:
-    """The fastest plan measured on every category; without one, the fastest on a subset."""
-    full = [r for r in res.all_rows if r.full is not None]
+    """The fastest plan measured on every category; when no candidate got that far (cancel,
+    time budget), the fastest candidate on its subset against the baseline on the same one."""
     base_full = res.baseline.full
-    if full:
+    if any(r.full is not None for r in res.rows) or not any(r.tok_s for r in res.rows):
+        full = [r for r in res.all_rows if r.full is not None]
+        if not full:
+            return
         best = max(full, key=lambda r: r.full.tok_s or 0.0 if r.full else 0.0)
-        res.best = best
-        if best is not res.baseline and best.status is RowStatus.FINALIST:
-            best.status, best.reason = RowStatus.BEST, "fastest on every category"
-        elif best is res.baseline:
-            best.status, best.reason = RowStatus.BEST, "no candidate beat the starting plan"
-            res.note = "no candidate beat the starting plan"
+        _set_best(res, best, "fastest on every category")
         if base_full is not None and best.full is not None and base_full.tok_s:
             res.gain = (best.full.tok_s or 0.0) / base_full.tok_s - 1.0
             res.gain_basis = f"tok/s on all {len(res.categories)} categories"
         return
     partial = [r for r in res.rows if r.tok_s is not None and r.last is not None]
-    if not partial:
-        return
     best = max(partial, key=lambda r: r.tok_s or 0.0)
-    res.best = best
-    res.note = "no plan finished every category: the best is chosen on a subset"
     last = best.last
-    if base_full is not None and last is not None:
-        ref = subset_tok_s(base_full.report, last.categories)
-        if ref:
-            res.gain = (best.tok_s or 0.0) / ref - 1.0
-            res.gain_basis = f"tok/s on {len(last.categories)} categories"
+    assert last is not None
+    ref = None if base_full is None else subset_tok_s(base_full.report, last.categories)
+    if ref is not None and ref >= (best.tok_s or 0.0):
+        _set_best(res, res.baseline, "no candidate beat the starting plan")
+        res.note = "the search stopped early; no candidate beat the starting plan on its subset"
+        return
+    _set_best(res, best, f"fastest, on {len(last.categories)} categories only")
+    res.note = "no candidate finished every category: the best is chosen on a subset"
+    if ref:
+        res.gain = (best.tok_s or 0.0) / ref - 1.0
+        res.gain_basis = f"tok/s on {len(last.categories)} categories"
+
+
+def _set_best(res: TuneResult, best: TuneRow, why: str) -> None:
+    res.best = best
+    if best is res.baseline:
+        why = "no candidate beat the starting plan"
+        res.note = res.note or why
+    best.status, best.reason = RowStatus.BEST, why
 
 
 def run_tune(

@@ -4,6 +4,9 @@ filter on a small (fake) GPU budget, a crashing candidate, cancel, and the saved
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -250,3 +253,34 @@ def test_the_saved_best_plan_relaunches_with_the_same_command(
     rerun = run_tune(loaded, context(loaded), TuneSpace(), PROMPTS[:1], launcher, settings=QUICK)
     assert rerun.rows == [] and rerun.baseline.full is not None
     assert rerun.baseline.full.report.total_draft > 0  # MTP drafts, as in the tuning
+
+
+def test_ctrl_c_in_the_cli_cancels_and_prints_what_was_measured(
+    tiny_model: Callable[..., Path], engine: Callable[[str], Path], tmp_path: Path
+) -> None:
+    plan = start_plan(engine("upstream"), tiny_model("dense"))
+    save_plan(plan, tmp_path / "start.json")
+    argv = [sys.executable, "-m", "mtpstudio.cli.main", "tune", "--plan",
+            str(tmp_path / "start.json"), "--n-predict", str(N), "--categories", ",".join(CATS),
+            "--kv-types", "f16,q8_0,q4_0", "--threads", "1,2",
+            "--json", str(tmp_path / "t.json")]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # progress lines: "[N done, M left, ...] stage: label"
+            if line.startswith("[2 done"):
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "cancelling" in err
+    assert "(cancelled)" in out and "baseline (starting plan)" in out
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["cancelled"] is True
+    assert doc["baseline"]["runs"] and doc["baseline"]["tok_s"] > 0
+    assert 1 <= sum(1 for r in doc["rows"] if r["runs"]) < len(doc["rows"])
+    assert any("cancelled" in r["reason"] for r in doc["rows"] if not r["runs"])

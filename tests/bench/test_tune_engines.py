@@ -284,3 +284,19 @@ def test_ctrl_c_in_the_cli_cancels_and_prints_what_was_measured(
     assert doc["baseline"]["runs"] and doc["baseline"]["tok_s"] > 0
     assert 1 <= sum(1 for r in doc["rows"] if r["runs"]) < len(doc["rows"])
     assert any("cancelled" in r["reason"] for r in doc["rows"] if not r["runs"])
+
+
+def test_the_time_budget_stops_launching_and_keeps_the_baseline(
+    tiny_model: Callable[..., Path], engine: Callable[[str], Path]
+) -> None:
+    plan = start_plan(engine("upstream"), tiny_model("dense"))
+    space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0))
+    launcher = PlanServerLauncher(timeout_s=60)
+    result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK,
+                      constraints=TuneConstraints(time_budget_s=0.001))  # fmt: skip
+    assert result.budget_reached and not result.cancelled
+    assert len(launcher.launched) == 1 and result.baseline.full is not None
+    (only,) = result.rows
+    assert only.status is RowStatus.NOT_RUN and "time budget" in only.reason
+    assert result.best is result.baseline and result.gain == 0.0
+    assert result.note == "no candidate was measured"

@@ -520,7 +520,7 @@ def _choose_best(res: TuneResult) -> None:
     assert last is not None
     ref = None if base_full is None else subset_tok_s(base_full.report, last.categories)
     if ref is not None and ref >= (best.tok_s or 0.0):
-        _set_best(res, res.baseline, "no candidate beat the starting plan")
+        _set_best(res, res.baseline, "")
         res.note = "the search stopped early; no candidate beat the starting plan on its subset"
         return
     _set_best(res, best, f"fastest, on {len(last.categories)} categories only")
@@ -533,7 +533,8 @@ def _choose_best(res: TuneResult) -> None:
 def _set_best(res: TuneResult, best: TuneRow, why: str) -> None:
     res.best = best
     if best is res.baseline:
-        why = "no candidate beat the starting plan"
+        tried = any(r.tok_s is not None for r in res.rows)
+        why = "no candidate beat the starting plan" if tried else "no candidate was measured"
         res.note = res.note or why
     best.status, best.reason = RowStatus.BEST, why
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import BenchError
-from mtpstudio.core.plan import CacheType, save_plan
+from mtpstudio.core.plan import MIN_CTX, CacheType, save_plan
 
 
 def register(sub: Any) -> None:
@@ -127,18 +127,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.n_predict < 1 or args.finalists < 1 or args.short < 1:
         raise BenchError("--n-predict, --finalists and --short must be at least 1")
+    if args.ctx_floor is not None and args.ctx_floor < MIN_CTX:
+        raise BenchError(f"--ctx-floor must be at least {MIN_CTX} tokens")
+    if args.max_candidates is not None and args.max_candidates < 0:
+        raise BenchError("--max-candidates must not be negative")
     if args.minutes is not None and args.minutes <= 0:
         raise BenchError("--minutes must be more than 0")
-    start = load_plan(args.plan)
-    prompts = select(load_prompts(), _split(args.categories) or None)
-    build = find_build(start)
-    machine = replace(machine_for(detect_all(include_engines=False)), builds=(build,))
-    info = load_model_info(start.model)
-    draft = read_model_info(start.draft.path) if start.draft.path is not None else None
-    pctx = PlanningContext(machine, info, draft)
-    gpu = resolve_for(start, machine).device.is_gpu
-    space = default_space(start, info, gpu=gpu, cpu_count=os.cpu_count(),
-                          kv_types=_cache_types(args.kv_types, "--kv-types"))  # fmt: skip
+    kv_types = _cache_types(args.kv_types, "--kv-types")
     overrides: dict[str, Any] = {}
     if args.draft_max:
         overrides["draft_max"] = _numbers(args.draft_max, int, "--draft-max")
@@ -148,6 +143,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         overrides["draft_cache"] = _cache_types(args.draft_cache, "--draft-cache")
     if args.threads:
         overrides["threads"] = _numbers(args.threads, int, "--threads")
+    start = load_plan(args.plan)
+    prompts = select(load_prompts(), _split(args.categories) or None)
+    build = find_build(start)
+    machine = replace(machine_for(detect_all(include_engines=False)), builds=(build,))
+    info = load_model_info(start.model)
+    draft = read_model_info(start.draft.path) if start.draft.path is not None else None
+    pctx = PlanningContext(machine, info, draft)
+    gpu = resolve_for(start, machine).device.is_gpu
+    space = default_space(start, info, gpu=gpu, cpu_count=os.cpu_count(), kv_types=kv_types)
     if space.draft_max or not any(k in overrides for k in ("draft_max", "p_min", "draft_cache")):
         space = replace(space, **overrides)
     else:

@@ -45,6 +45,8 @@ def register(sub: Any) -> None:
     p.add_argument("--short", type=int, default=2, metavar="N",
                    help="categories in the first round (2)")  # fmt: skip
     p.add_argument("--n-predict", type=int, default=192, metavar="N", help="tokens per request")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="requests per category per run (steadier when busy)")  # fmt: skip
     p.add_argument("--categories", metavar="A,B", help="only these categories")
     p.add_argument("--timeout", type=float, metavar="S", help="seconds a server may take to load")
     p.add_argument("--all", action="store_true", help="also list candidates that never ran")
@@ -125,8 +127,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from mtpstudio.core.planning import PlanningContext, machine_for, resolve_for
     from mtpstudio.core.server.launch import find_build
 
-    if args.n_predict < 1 or args.finalists < 1 or args.short < 1:
-        raise BenchError("--n-predict, --finalists and --short must be at least 1")
+    if min(args.n_predict, args.finalists, args.short, args.repeat) < 1:
+        raise BenchError("--n-predict, --repeat, --finalists and --short must be at least 1")
     if args.ctx_floor is not None and args.ctx_floor < MIN_CTX:
         raise BenchError(f"--ctx-floor must be at least {MIN_CTX} tokens")
     if args.max_candidates is not None and args.max_candidates < 0:
@@ -172,9 +174,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     cancel = CancelToken()
     with _ctrl_c_cancels(cancel):
+        settings = BenchSettings(n_predict=args.n_predict, repeats=args.repeat)
         result = run_tune(start, pctx, space, prompts, launcher, constraints=constraints,
-                          settings=BenchSettings(n_predict=args.n_predict), cancel=cancel,
-                          progress=_progress, vram=VramSampler)  # fmt: skip
+                          settings=settings, cancel=cancel, progress=_progress,
+                          vram=VramSampler)  # fmt: skip
     if sys.stderr.isatty():
         print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
     if not args.no_history:

@@ -85,7 +85,7 @@ def test_cli_prints_the_full_table_saves_the_best_and_the_history(
     code = main(["tune", "--plan", str(tmp_path / "start.json"), "--n-predict", str(N),
                  "--categories", ",".join(CATS), "--draft-max", "1,2,3", "--p-min", "0,0.75",
                  "--draft-cache", "f16", "--threads", "2", "--max-candidates", "4",
-                 "--json", str(out), "--save-best", str(best)])  # fmt: skip
+                 "--repeat", "2", "--json", str(out), "--save-best", str(best)])  # fmt: skip
     printed = capsys.readouterr()
     assert code == 0, printed.err
     text = printed.out
@@ -115,6 +115,7 @@ def test_cli_prints_the_full_table_saves_the_best_and_the_history(
         assert r["tok_s"] > 0
         assert min(d["tok_s"] for d in dropped) <= r["runs"][0]["tok_s"]
     assert doc["baseline"]["runs"][0]["categories"] == CATS
+    assert all(c["n_requests"] == 2 for c in doc["baseline"]["runs"][0]["report"]["categories"])
     base_tok_s = doc["baseline"]["tok_s"]
     assert base_tok_s > 0 and doc["baseline"]["acceptance"] is not None  # p-min 0: drafts
     # the best is the fastest full run; the gain is against the baseline's full run

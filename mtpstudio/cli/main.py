@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from mtpstudio import __version__
-from mtpstudio.cli import apply, bench, detect, gui, launch, plan, render, server
+from mtpstudio.cli import apply, bench, detect, gui, launch, plan, render, server, tune
 from mtpstudio.core.errors import MtpStudioError
 
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.register(sub)
     launch.register(sub)
     server.register(sub)
+    tune.register(sub)
     return parser
 
 

@@ -66,3 +66,24 @@ def test_empty_history(capsys, tmp_path: Path, monkeypatch) -> None:
     assert "no benchmark runs yet" in capsys.readouterr().out
     assert main(["bench", "show", "3"]) == 2
     assert "no benchmark run 3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--ctx-floor", "10"], "--ctx-floor must be at least 256"),
+        (["--minutes", "0"], "--minutes must be more than 0"),
+        (["--kv-types", "q9_9"], "'q9_9' is not a cache type"),
+        (["--n-predict", "0"], "--n-predict"),
+    ],
+)
+def test_tune_bad_options_are_one_line(
+    extra: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mtpstudio.core.plan import Plan, plan_with, save_plan
+
+    save_plan(plan_with(Plan(), {"model.path": str(tmp_path / "m.gguf"), "model.card": None}),
+              tmp_path / "p.json")  # fmt: skip
+    assert main(["tune", "--plan", str(tmp_path / "p.json"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mtpstudio: ") and said in err and "\n" not in err

@@ -23,33 +23,18 @@ def register(sub: Any) -> None:
 
 
 def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[str]]:
-    """Render the plan's files the way the GUI's Export does (same core calls)."""
-    import getpass
-
+    """Render the plan's files the way the GUI's Export does (core.service_files.export_files)."""
     from mtpstudio.core.detect.report import detect_all
-    from mtpstudio.core.engines.apikey import ensure_api_key
-    from mtpstudio.core.export import render_all
     from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import PlanningContext, launch_spec_for, machine_for
-    from mtpstudio.core.render import SessionSettings, UnitScope
+    from mtpstudio.core.planning import PlanningContext, machine_for
+    from mtpstudio.core.render import UnitScope
+    from mtpstudio.core.service_files import export_files
 
     plan = load_plan(args.plan)
     machine = machine_for(detect_all())
     pctx = PlanningContext(machine, load_model_info(plan.model))
-    messages: list[str] = []
-    key_file = None
-    if not plan.server.is_loopback:
-        key = ensure_api_key()
-        key_file = key.path
-        if key.created:
-            messages.append(f"New API key (shown once): {key.key} — stored in {key.path}")
-    spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
-    scope = UnitScope(args.scope)
-    user = args.user or (getpass.getuser() if scope is UnitScope.SYSTEM else None)
-    files = render_all(
-        plan, spec, scope=scope, user=user, session=SessionSettings(igpu_card=machine.igpu_card)
-    )
-    return plan, dict(files), messages + [f"warning: {n}" for n in notes]
+    out = export_files(plan, pctx, UnitScope(args.scope), args.user)
+    return plan, out.files, list(out.messages)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.plan import Plan, load_plan
+from mtpstudio.core.plan import load_plan
 
 
 def register(sub: Any) -> None:
@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     p_unit.set_defaults(func=cmd_export_unit)
 
 
-def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[str]]:
+def _export_files(args: argparse.Namespace) -> Any:
     """Render the plan's files the way the GUI's Export does (core.service_files.export_files)."""
     from mtpstudio.core.detect.report import detect_all
     from mtpstudio.core.model.source import load_model_info
@@ -33,16 +33,16 @@ def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[
     plan = load_plan(args.plan)
     machine = machine_for(detect_all())
     pctx = PlanningContext(machine, load_model_info(plan.model))
-    out = export_files(plan, pctx, UnitScope(args.scope), args.user)
-    return plan, out.files, list(out.messages)
+    return export_files(plan, pctx, UnitScope(args.scope), args.user)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from mtpstudio.core.export import write_files
 
-    _plan, files, messages = _export_files(args)
+    out = _export_files(args)
+    files = out.files
     result = write_files(files, args.out)
-    for line in messages:
+    for line in out.messages:
         print(line)
     for f in files.values():
         print(f"{args.out / f.name}  — {f.explanation}")
@@ -53,12 +53,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_export_unit(args: argparse.Namespace) -> int:
-    from mtpstudio.core.atomic import write_text_atomic
+    from mtpstudio.core.service_files import write_unit_file
 
-    _plan, files, messages = _export_files(args)
-    unit = files["unit"]
-    write_text_atomic(args.output, unit.text, unit.mode)
-    for line in messages:
+    out = _export_files(args)
+    unit = write_unit_file(out, args.output)
+    for line in out.messages:
         print(line)
     print(f"Wrote {args.output} — install it as {unit.install_path}")
     return 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpstudio.core import paths
+from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
 from mtpstudio.core.export import render_all
 from mtpstudio.core.plan import Plan
@@ -89,3 +90,10 @@ def export_files(
         session=SessionSettings(igpu_card=pctx.machine.igpu_card),
     )
     return ServiceFiles(dict(files), spec, tuple(messages + [f"warning: {n}" for n in notes]))
+
+
+def write_unit_file(out: ServiceFiles, path: Path) -> RenderedFile:
+    """Write just the unit (``mtpstudio export-unit -o PATH``), atomically; returns it."""
+    unit = out.files["unit"]
+    write_text_atomic(path, unit.text, unit.mode)
+    return unit

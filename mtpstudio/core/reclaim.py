@@ -67,7 +67,7 @@ def desktop_usage(report: DetectionReport | None, card: GpuCard | None = None) -
             total,
             tuple(sorted(totals.items(), key=lambda kv: -kv[1])),
             True,
-            "measured now (detection)",
+            "measured now",
             min(residual, total),
         )
     if card is not None:

@@ -197,6 +197,7 @@ class DesktopPage(PlanPage):
         self.preview_box.dismissed.connect(self._on_preview_dismissed)
         self.revert_button.clicked.connect(self.revert)
         self.check_button.clicked.connect(self.check_session)
+        self.action.idle.connect(self._after_action)
         state.report_changed.connect(lambda _: self._on_report_changed())
         state.activity_changed.connect(self._on_activity_changed)
 
@@ -452,8 +453,7 @@ class DesktopPage(PlanPage):
             self._after_action()
 
         self.preview_box.hide_preview()
-        self.action.run("Installing through the helper…", work, done, key=ACTION_KEY,
-                        on_error=lambda _: self._after_action())  # fmt: skip
+        self.action.run("Installing through the helper…", work, done, key=ACTION_KEY)
         self._fill_options(self.state.report)
 
     def revert(self) -> None:
@@ -485,8 +485,7 @@ class DesktopPage(PlanPage):
             self._after_action()
 
         self.revert_button.setEnabled(False)
-        self.action.run("Reverting through the helper…", work, done, key=ACTION_KEY,
-                        on_error=lambda _: self._after_action())  # fmt: skip
+        self.action.run("Reverting through the helper…", work, done, key=ACTION_KEY)
 
     def _after_action(self) -> None:
         self._fill_options(self.state.report)

@@ -158,6 +158,7 @@ class ServicePage(PlanPage):
         self.stop_button.clicked.connect(lambda: self.control("stop"))
         self.status_button.clicked.connect(lambda: self.control("status"))
         self.journal_button.clicked.connect(lambda: self.control("journal"))
+        self.action.idle.connect(lambda: self._enable(True))
         state.model_changed.connect(lambda _: self._on_inputs_changed())
         state.report_changed.connect(lambda _: self._on_inputs_changed())
 
@@ -400,12 +401,10 @@ class ServicePage(PlanPage):
                 Tone.GOOD,
                 "\n".join(lines),
             )
-            self._enable(True)
 
         self.preview_box.hide_preview()
         self._enable(False)
-        self.action.run(f"Installing the {scope.value} unit…", work, done, key=ACTION_KEY,
-                        on_error=lambda _: self._enable(True))  # fmt: skip
+        self.action.run(f"Installing the {scope.value} unit…", work, done, key=ACTION_KEY)
 
     # -- the installed unit --------------------------------------------------------------------
 
@@ -445,13 +444,11 @@ class ServicePage(PlanPage):
                 self.action.outcome.show_outcome(
                     f"The last {JOURNAL_LINES} journal lines of {unit.name}.", Tone.INFO
                 )
-            self._enable(True)
 
         labels = {"start": "Starting", "stop": "Stopping", "status": "Reading the status of",
                   "journal": "Reading the journal of"}  # fmt: skip
         self._enable(False)
-        self.action.run(f"{labels[verb]} {unit.name}…", work, done, key=ACTION_KEY,
-                        on_error=lambda _: self._enable(True))  # fmt: skip
+        self.action.run(f"{labels[verb]} {unit.name}…", work, done, key=ACTION_KEY)
 
     def _enable(self, enabled: bool) -> None:
         ready = enabled and self.rendered is not None

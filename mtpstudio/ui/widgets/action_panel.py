@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -102,7 +102,13 @@ class OutcomeView(QWidget):
 
 
 class ActionPanel(QWidget):
-    """Progress + Cancel while one action runs, then its outcome."""
+    """Progress + Cancel while one action runs, then its outcome.
+
+    ``idle`` is emitted when the action ends (done, failed or cancelled), before the page's
+    callback runs, so pages re-enable their buttons in one place.
+    """
+
+    idle = Signal()
 
     def __init__(self, tasks: TaskManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -180,3 +186,4 @@ class ActionPanel(QWidget):
     def _finish(self) -> None:
         self.progress.setVisible(False)
         self.handle = None
+        self.idle.emit()

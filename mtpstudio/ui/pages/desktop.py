@@ -142,6 +142,8 @@ class DesktopPage(PlanPage):
         self.holders = QTreeWidget(self)
         self.holders.setHeaderLabels(["Who", "PID", "GPU", "VRAM"])
         self.holders.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.holders.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.holders.header().setStretchLastSection(False)
 
         self.choice_group = QButtonGroup(self)
         self.keep_radio = QRadioButton("Keep the desktop as it is", self)

@@ -144,6 +144,7 @@ class DesktopPage(PlanPage):
         self.holders.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.holders.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.holders.header().setStretchLastSection(False)
+        self.holders.setIndentation(12)
 
         self.choice_group = QButtonGroup(self)
         self.keep_radio = QRadioButton("Keep the desktop as it is", self)
@@ -237,8 +238,8 @@ class DesktopPage(PlanPage):
         right.addStretch()
 
         columns = QHBoxLayout()
-        columns.addLayout(left, 4)
-        columns.addLayout(right, 5)
+        columns.addLayout(left, 1)
+        columns.addLayout(right, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addLayout(columns, 1)
@@ -415,8 +416,15 @@ class DesktopPage(PlanPage):
                         key=ACTION_KEY)  # fmt: skip
         self._fill_options(report)
 
+    def _show_details(self, shown: bool) -> None:
+        """Fold the options' explanations away while a preview needs the room."""
+        for row in self.rows.values():
+            row.detail.setVisible(shown)
+        self.plan_note.setVisible(shown)
+
     def _on_prepared(self, prepared: PreparedInstall) -> None:
         self.prepared = prepared
+        self._show_details(False)
         option = self.rows[prepared.kind].option
         self.preview_box.show_preview(
             f"Files to install: {option.title}",
@@ -429,6 +437,7 @@ class DesktopPage(PlanPage):
     def _on_preview_dismissed(self) -> None:
         self.prepared = None
         self.preview_box.hide_preview()
+        self._show_details(True)
         self.action.outcome.show_outcome("Nothing was installed.", Tone.INFO)
 
     def install_prepared(self) -> None:
@@ -455,6 +464,7 @@ class DesktopPage(PlanPage):
             self._after_action()
 
         self.preview_box.hide_preview()
+        self._show_details(True)
         self.action.run("Installing through the helper…", work, done, key=ACTION_KEY)
         self._fill_options(self.state.report)
 

@@ -9,7 +9,9 @@ import getpass
 import shlex
 from pathlib import Path
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -20,9 +22,9 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
     QTabWidget,
-    QTreeWidget,
-    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -119,13 +121,19 @@ class ServicePage(PlanPage):
             view = CodeView(syntax, self)
             self.views[key] = view
             self.tabs.addTab(view, title)
-        self.flags = QTreeWidget(self)
-        self.flags.setHeaderLabels(["Flag", "Plan setting", "What it does"])
-        self.flags.setRootIsDecorated(False)
+        self.flags = QTableWidget(0, 3, self)
+        self.flags.setHorizontalHeaderLabels(["Flag", "Plan setting", "What it does"])
+        self.flags.verticalHeader().setVisible(False)
         self.flags.setWordWrap(True)
-        self.flags.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        self.flags.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.flags.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.flags.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        header = self.flags.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        header.sectionResized.connect(lambda *_: self._fit_flag_rows())
         self.tabs.addTab(self.flags, "What each flag does")
+        self.tabs.currentChanged.connect(lambda _: self._fit_flag_rows())
         self.where_label = QLabel(self)
         self.where_label.setWordWrap(True)
         self.where_label.setStyleSheet("color: #4b5563;")
@@ -247,7 +255,7 @@ class ServicePage(PlanPage):
     def _show_files(self, rendered: ServiceFiles | None, problem: str | None) -> None:
         for key, view in self.views.items():
             view.set_text(rendered.files[key].text if rendered is not None else "")
-        self.flags.clear()
+        self.flags.setRowCount(0)
         ready = rendered is not None
         for button in (self.export_button, self.install_button):
             button.setEnabled(ready and not self.action.running)
@@ -255,10 +263,13 @@ class ServicePage(PlanPage):
             self.notice.show_text(problem, Tone.BAD if problem else Tone.INFO)
             self.where_label.clear()
             return
-        for note in rendered.spec.flags:
-            item = QTreeWidgetItem([shlex.join(note.words), note.setting, note.explanation])
-            item.setToolTip(2, note.explanation)
-            self.flags.addTopLevelItem(item)
+        self.flags.setRowCount(len(rendered.spec.flags))
+        for row, note in enumerate(rendered.spec.flags):
+            for column, text in enumerate((shlex.join(note.words), note.setting, note.explanation)):
+                item = QTableWidgetItem(text)
+                item.setToolTip(note.explanation)
+                self.flags.setItem(row, column, item)
+        self._fit_flag_rows()
         warnings = [m.removeprefix("warning: ") for m in rendered.messages]
         self.notice.show_text(
             ("Note: " + " ".join(w[:1].upper() + w[1:] + "." for w in warnings))
@@ -271,6 +282,10 @@ class ServicePage(PlanPage):
         unit = self.unit_ref()
         where_unit = "user" if unit.user else "system"
         self.unit_label.setText(f"{unit.name} ({where_unit} unit)")
+
+    def _fit_flag_rows(self) -> None:
+        """Row heights follow the wrapped explanations (after the layout settles)."""
+        QTimer.singleShot(0, self.flags.resizeRowsToContents)
 
     @staticmethod
     def _shown_files(rendered: ServiceFiles) -> list[RenderedFile]:

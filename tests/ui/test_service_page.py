@@ -86,13 +86,13 @@ def test_files_are_highlighted_and_flags_explained(
     assert env == page.rendered.files["env"].text  # type: ignore[union-attr]
 
     spec = page.rendered.spec  # type: ignore[union-attr]
-    assert page.flags.topLevelItemCount() == len(spec.flags)
+    assert page.flags.rowCount() == len(spec.flags)
     rows = {
-        page.flags.topLevelItem(i).text(0): page.flags.topLevelItem(i)
-        for i in range(len(spec.flags))
+        page.flags.item(i, 0).text(): (page.flags.item(i, 1).text(), page.flags.item(i, 2).text())
+        for i in range(page.flags.rowCount())
     }
-    assert rows["-c 32768"].text(1) == "runtime.ctx"
-    assert "Context window" in rows["-c 32768"].text(2)
+    assert rows["-c 32768"][0] == "runtime.ctx"
+    assert "Context window" in rows["-c 32768"][1]
 
 
 def test_service_name_drives_the_plan(make_wizard: WizardFactory, model_plan: Plan) -> None:

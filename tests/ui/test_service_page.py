@@ -212,6 +212,7 @@ def test_system_unit_through_the_helper_and_its_control(
     page.status_button.click()  # nothing installed yet: said plainly, systemctl not asked
     assert wizard.tasks.wait_idle(30)
     assert "There is no system unit mtpstudio-llama.service" in page.action.outcome.sentence
+    assert "choose 'User unit' under Install as" in page.action.outcome.sentence
     assert systemctl.calls == []
 
     page.install_button.click()

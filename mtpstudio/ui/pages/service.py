@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.install import (
     HelperAnswer,
     InstallPlan,
@@ -434,7 +434,15 @@ class ServicePage(PlanPage):
         unit_dir = None if unit.user else self.system.system_unit_dir()
 
         def work(token: CancelToken) -> tuple[str, UnitStatus | None]:
-            require_installed(unit, unit_dir)
+            try:
+                require_installed(unit, unit_dir)
+            except ServerError as exc:
+                other = "System unit" if unit.user else "User unit"
+                raise ServerError(
+                    exc.args[0] if exc.args else str(exc),
+                    hint=f"Install it with Install unit…, or choose '{other}' under Install as "
+                    "if it was installed that way.",
+                ) from None
             token.raise_if_cancelled()
             if verb == "journal":
                 return journal_tail(unit, runner, JOURNAL_LINES), None

@@ -29,6 +29,15 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.detect.models",
         "mtpstudio.core.detect.report",
         "mtpstudio.core.detect.processes",
+        # the Desktop VRAM and Service pages: the same core calls as `mtpstudio apply/render`
+        "mtpstudio.core.install",
+        "mtpstudio.core.reclaim",
+        "mtpstudio.core.render",
+        "mtpstudio.core.runner",
+        "mtpstudio.core.server.systemd",
+        "mtpstudio.core.service_files",
+        "mtpstudio.core.session_apply",
+        "mtpstudio.core.session_check",
     }
 )
 UI_MAY_IMPORT_PREFIXES = ("mtpstudio.core.model.",)  # gguf facts, model source, catalogue

@@ -4,7 +4,6 @@ NVIDIA profile through the helper, undo them, list them, and check a session fro
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import sys
@@ -13,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.errors import MtpStudioError
-
-SWITCH_BACK = {"wayland-sessions": "Plasma (Wayland)", "xsessions": "Plasma (X11)"}
 
 
 def register(sub: Any) -> None:
@@ -94,37 +91,11 @@ def _detect(include_engines: bool = False) -> Any:
     return detect_all(DetectionSources.system(), include_engines=include_engines)
 
 
-def default_variant(report: Any) -> tuple[Any, str]:
-    """The session detection calls for, and why (iGPU first, software rendering otherwise)."""
-    from mtpstudio.core.render import SessionVariant
-
-    igpus = [g for g in report.gpus if g.integrated]
-    if any(g.drives_display for g in igpus):
-        return SessionVariant.WAYLAND_IGPU, "the display is on the iGPU: Plasma can stay there"
-    if igpus:
-        return SessionVariant.WAYLAND_LLVMPIPE, (
-            "an iGPU is present but no monitor is lit on it: with the monitor on the "
-            "motherboard's output, `--variant igpu` keeps hardware rendering; until then, "
-            "software rendering"
-        )
-    if report.display.display_gpu_ids:
-        shown = ", ".join(report.display.display_gpu_ids)
-        return SessionVariant.WAYLAND_LLVMPIPE, f"the display is on {shown}: software rendering"
-    return SessionVariant.WAYLAND_LLVMPIPE, (
-        "no GPU drives a display here (none detected): software rendering, the safe choice"
-    )
-
-
 def _sddm(root: Path | None) -> Any:
     from mtpstudio.core.runner import SubprocessRunner
-    from mtpstudio.helper.sddm import session_dirs, version_tuple
+    from mtpstudio.core.session_apply import sddm_dirs
 
-    dirs = session_dirs(str(root or "/"))
-    if root is None and dirs.installed and dirs.version is None:
-        result = SubprocessRunner()(["sddm", "--version"], 10.0)
-        if result.ok and version_tuple(result.output):
-            dirs = session_dirs("/", result.output.strip().split()[-1])
-    return dirs
+    return sddm_dirs(root, SubprocessRunner())
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,10 +127,10 @@ def _print_changes(changes: Sequence[tuple[str, str]]) -> None:
 
 
 def cmd_apply_session(args: argparse.Namespace) -> int:
-    from mtpstudio.core.install import apply_plan, helper_for, session_kind, session_plan
-    from mtpstudio.core.memory.machine import igpu_card_path
-    from mtpstudio.core.render import SessionSettings, SessionVariant
-    from mtpstudio.core.session_check import desktop_vram
+    from mtpstudio.core.install import apply_plan, helper_for, session_kind
+    from mtpstudio.core.reclaim import SWITCH_BACK, default_variant
+    from mtpstudio.core.render import SessionVariant
+    from mtpstudio.core.session_apply import prepare_session, session_name
     from mtpstudio.core.units import MIB
 
     root = _root(args)
@@ -173,11 +144,7 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
             "x11": SessionVariant.X11_LLVMPIPE,
         }[args.variant]
         why = "chosen with --variant"
-    settings = SessionSettings(igpu_card=igpu_card_path(report))
-    sddm = _sddm(root)
-    stem = session_plan(variant, settings, sddm).name.removesuffix(".desktop")
-    vram = desktop_vram(report, session=stem)
-    plan = session_plan(variant, settings, sddm, vram)
+    plan, vram = prepare_session(report, variant, _sddm(root))
     print(f"Session: {variant.value} - {why}")
     _print_preview(plan, root, args.dry_run)
     print(
@@ -186,7 +153,7 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
         + ("" if report.gpus else " (no GPU detected)")
         + ("; kept as the 'before' figure" if not args.dry_run else "")
     )
-    name = plan.files[1].text.split("\nName=", 1)[1].split("\n", 1)[0]
+    name = session_name(plan)
     back = SWITCH_BACK[session_kind(variant)]
     if args.dry_run:
         print("Dry run: nothing was written. Run without --dry-run to install (asks for an "
@@ -211,23 +178,18 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
 
 
 def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list[str]]:
-    from mtpstudio.core import paths
     from mtpstudio.core.memory.machine import machine_facts
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.plan import load_plan
-    from mtpstudio.core.planning import PlanningContext, launch_spec_for
-    from mtpstudio.core.render import ServiceLayout, UnitScope, render_service_files
+    from mtpstudio.core.planning import PlanningContext
+    from mtpstudio.core.render import UnitScope
+    from mtpstudio.core.service_files import install_files
 
     plan = load_plan(args.plan)
     machine = machine_facts(_detect(include_engines=plan.engine.binary is None))
-    spec, notes = launch_spec_for(plan, PlanningContext(machine, load_model_info(plan.model)))
-    scope = UnitScope(scope_name)
-    user = args.account or getpass.getuser() if scope is UnitScope.SYSTEM else None
-    layout = ServiceLayout.for_plan(
-        plan, scope, config_dir=paths.config_home(), data_dir=paths.data_home()
-    )
-    files = render_service_files(plan, spec, scope=scope, user=user, layout=layout)
-    return files, notes
+    pctx = PlanningContext(machine, load_model_info(plan.model))
+    out = install_files(plan, pctx, UnitScope(scope_name), args.account)
+    return out.files, list(out.messages)
 
 
 def cmd_apply_unit(args: argparse.Namespace) -> int:
@@ -358,23 +320,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_session(args: argparse.Namespace) -> int:
-    from mtpstudio.core.install import read_measurement, system_status
     from mtpstudio.core.runner import SubprocessRunner
-    from mtpstudio.core.session_check import check_session, measurement_candidates
+    from mtpstudio.core.session_apply import stored_measurement
+    from mtpstudio.core.session_check import check_session
 
     root = _root(args)
-    names = [
-        Path(f["path"]).name
-        for info in system_status(root)["groups"].values()
-        for f in info["files"]
-        if Path(f["path"]).name.startswith("desktop-vram-")
-    ]
     session = os.environ.get("DESKTOP_SESSION") or None
-    before = None
-    for name in measurement_candidates(session, names):
-        before = read_measurement(name, root)
-        if before is not None:
-            break
+    before = stored_measurement(session, root)
     report = check_session(_detect(), SubprocessRunner(), os.environ, before)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.plan import Plan, load_plan
+from mtpstudio.core.plan import load_plan
 
 
 def register(sub: Any) -> None:
@@ -22,51 +22,27 @@ def register(sub: Any) -> None:
     p_unit.set_defaults(func=cmd_export_unit)
 
 
-def _export_files(args: argparse.Namespace) -> tuple[Plan, dict[str, Any], list[str]]:
-    """Render the plan's files the way the GUI's Export does (same core calls)."""
-    import getpass
-
+def _export_files(args: argparse.Namespace) -> Any:
+    """Render the plan's files the way the GUI's Export does (core.service_files.export_files)."""
     from mtpstudio.cli.plan import detect_for
-    from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
-    from mtpstudio.core.export import render_all
     from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import (
-        PlanningContext,
-        launch_spec_for,
-        machine_for,
-        resolve_mtp,
-    )
-    from mtpstudio.core.render import SessionSettings, UnitScope
+    from mtpstudio.core.planning import PlanningContext, machine_for
+    from mtpstudio.core.render import UnitScope
+    from mtpstudio.core.service_files import export_files
 
     plan = load_plan(args.plan)
     machine = machine_for(detect_for(plan))
     pctx = PlanningContext(machine, load_model_info(plan.model))
-    messages: list[str] = []
-    # The key file the plan names (the default one when it names none but needs a key): the
-    # unit reads the key from there, so clients and server always share one key.
-    key_file = plan.server.api_key_file
-    if key_file is None and not plan.server.is_loopback:
-        key_file = default_key_path()
-    if key_file is not None:
-        key = ensure_api_key(key_file)
-        if key.created:
-            messages.append(f"New API key (shown once): {key.key} — stored in {key.path}")
-    plan = resolve_mtp(plan, pctx)  # the files say what the engine runs: MTP auto decided
-    spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
-    scope = UnitScope(args.scope)
-    user = args.user or (getpass.getuser() if scope is UnitScope.SYSTEM else None)
-    files = render_all(
-        plan, spec, scope=scope, user=user, session=SessionSettings(igpu_card=machine.igpu_card)
-    )
-    return plan, dict(files), messages + [f"warning: {n}" for n in notes]
+    return export_files(plan, pctx, UnitScope(args.scope), args.user)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from mtpstudio.core.export import write_files
 
-    _plan, files, messages = _export_files(args)
+    out = _export_files(args)
+    files = out.files
     result = write_files(files, args.out)
-    for line in messages:
+    for line in out.messages:
         print(line)
     for f in files.values():
         print(f"{args.out / f.name}  — {f.explanation}")
@@ -77,12 +53,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_export_unit(args: argparse.Namespace) -> int:
-    from mtpstudio.core.atomic import write_text_atomic
+    from mtpstudio.core.service_files import write_unit_file
 
-    _plan, files, messages = _export_files(args)
-    unit = files["unit"]
-    write_text_atomic(args.output, unit.text, unit.mode)
-    for line in messages:
+    out = _export_files(args)
+    unit = write_unit_file(out, args.output)
+    for line in out.messages:
         print(line)
     print(f"Wrote {args.output} — install it as {unit.install_path}")
     return 0

@@ -126,6 +126,11 @@ class WizardState(QObject):
     # -- the Plan -----------------------------------------------------------------------------
 
     @property
+    def tasks(self) -> TaskManager:
+        """The wizard's task manager (pages run their long actions through it)."""
+        return self._tasks
+
+    @property
     def plan(self) -> Plan:
         return self._plan
 

@@ -35,10 +35,12 @@ from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.icons import app_icon
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.pages.budget import BudgetPage
+from mtpstudio.ui.pages.desktop import DesktopPage
 from mtpstudio.ui.pages.engine import EnginePage
 from mtpstudio.ui.pages.hardware import HardwarePage
-from mtpstudio.ui.pages.later import DesktopPage, LaunchPage, ServicePage
+from mtpstudio.ui.pages.later import LaunchPage
 from mtpstudio.ui.pages.model import ModelPage
+from mtpstudio.ui.pages.service import ServicePage
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.state import Detector, ModelLoader, WizardState
 from mtpstudio.ui.tasks import TaskManager

@@ -13,7 +13,6 @@ import pytest
 from fixtures.detect.fake_nvml import FakeNvml
 from fixtures.detect.machines import MIB, PCI_IDS, build_machine
 
-from mtpstudio.cli.apply import default_variant
 from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
 from mtpstudio.core.install import (
     InProcessHelper,
@@ -23,6 +22,7 @@ from mtpstudio.core.install import (
     daemon_reload_user,
     user_manager_running,
 )
+from mtpstudio.core.reclaim import default_variant
 from mtpstudio.core.render import SessionVariant
 from mtpstudio.core.runner import RunResult
 from mtpstudio.core.session_check import check_session, desktop_vram, measurement_candidates

@@ -1,0 +1,482 @@
+"""Service page: the unit, environment file and launch script (highlighted) with what each flag
+does; Export service file… (the bytes of ``mtpstudio export-unit``); install as a user or system
+unit (``mtpstudio apply unit``'s core calls); start / stop / status / journal of the installed unit.
+"""
+
+from __future__ import annotations
+
+import getpass
+import shlex
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from mtpstudio.core.errors import MtpStudioError, ServerError
+from mtpstudio.core.install import (
+    HelperAnswer,
+    InstallPlan,
+    UserInstallResult,
+    apply_plan,
+    install_user_unit,
+    preview,
+    system_unit_plan,
+)
+from mtpstudio.core.render import RenderedFile, UnitScope
+from mtpstudio.core.server.systemd import (
+    UnitRef,
+    UnitStatus,
+    journal_tail,
+    require_installed,
+    start_unit,
+    stop_unit,
+    unit_status,
+)
+from mtpstudio.core.service_files import (
+    ServiceFiles,
+    export_files,
+    install_files,
+    write_unit_file,
+)
+from mtpstudio.ui.formatting import error_sentence
+from mtpstudio.ui.pages.base import PlanPage
+from mtpstudio.ui.state import WizardState
+from mtpstudio.ui.system_access import SystemAccess
+from mtpstudio.ui.tasks import CancelToken
+from mtpstudio.ui.widgets.action_panel import ActionPanel
+from mtpstudio.ui.widgets.code_view import CodeView
+from mtpstudio.ui.widgets.common import Notice, Tone
+from mtpstudio.ui.widgets.install_preview import InstallPreview
+
+ACTION_KEY = "service-action"
+UNIT_FILTER = "systemd units (*.service);;All files (*)"
+JOURNAL_LINES = 80
+SCOPES = (
+    (UnitScope.SYSTEM, "System unit — starts at boot, runs as an account"),
+    (UnitScope.USER, "User unit — runs in your session, no root needed"),
+)
+FILE_TABS = (
+    ("unit", "Unit", "ini"),
+    ("env", "Environment file", "ini"),
+    ("script", "Script", "shell"),
+)
+
+
+class ServicePage(PlanPage):
+    """The rendered service files, export, install, and control of the installed unit.
+
+    ``system`` says how the system is reached (tests pass a temporary root and a runner).
+    """
+
+    slug = "service"
+
+    def __init__(
+        self, state: WizardState, parent: QWidget | None = None, system: SystemAccess | None = None
+    ) -> None:
+        super().__init__(state, parent)
+        self.system = system or SystemAccess()
+        self.setTitle("Service")
+        self.setSubTitle(
+            "Run the server as a systemd service with the planned command line: read the "
+            "files, export them, or install and start the unit."
+        )
+        self.rendered: ServiceFiles | None = None
+        self.pending: tuple[UnitScope, ServiceFiles, InstallPlan | None] | None = None
+        self.last_export: Path | None = None
+        self.last_status: UnitStatus | None = None
+
+        self.notice = Notice(self)
+        self.scope_combo = QComboBox(self)
+        for scope, label in SCOPES:
+            self.scope_combo.addItem(label, scope.value)
+        self.account_edit = QLineEdit(self)
+        self.account_edit.setPlaceholderText(getpass.getuser())
+        self.account_edit.setToolTip("The account a system unit runs as (User=); default: you.")
+        self.name_edit = QLineEdit(self)
+        self.name_edit.setToolTip(
+            "The unit's name without .service (plan: outputs.service_name). Letters, digits "
+            "and : - _ . \\ @."
+        )
+
+        self.tabs = QTabWidget(self)
+        self.views: dict[str, CodeView] = {}
+        for key, title, syntax in FILE_TABS:
+            view = CodeView(syntax, self)
+            self.views[key] = view
+            self.tabs.addTab(view, title)
+        self.flags = QTableWidget(0, 3, self)
+        self.flags.setHorizontalHeaderLabels(["Flag", "Plan setting", "What it does"])
+        self.flags.verticalHeader().setVisible(False)
+        self.flags.setWordWrap(True)
+        self.flags.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.flags.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        header = self.flags.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        header.sectionResized.connect(lambda *_: self._fit_flag_rows())
+        self.tabs.addTab(self.flags, "What each flag does")
+        self.tabs.currentChanged.connect(lambda _: self._fit_flag_rows())
+        self.where_label = QLabel(self)
+        self.where_label.setWordWrap(True)
+        self.where_label.setStyleSheet("color: #4b5563;")
+
+        self.export_button = QPushButton("Export service file…", self)
+        self.export_button.setToolTip(
+            "Save the unit file (the same bytes as `mtpstudio export-unit`)."
+        )
+        self.install_button = QPushButton("Install unit…", self)
+        self.preview_box = InstallPreview(self)
+        self.start_button = QPushButton("Start", self)
+        self.stop_button = QPushButton("Stop", self)
+        self.status_button = QPushButton("Status", self)
+        self.journal_button = QPushButton("Journal", self)
+        self.unit_label = QLabel(self)
+        self.unit_label.setWordWrap(True)
+        self.output = CodeView(None, self)
+        self.output.setPlaceholderText("Status and journal of the installed unit show here.")
+        self.action = ActionPanel(state.tasks, self)
+        self._build_layout()
+
+        self.scope_combo.currentIndexChanged.connect(self._on_scope_changed)
+        self.account_edit.editingFinished.connect(self._on_account_changed)
+        self.name_edit.editingFinished.connect(self._on_name_edited)
+        self.export_button.clicked.connect(self._on_export_clicked)
+        self.install_button.clicked.connect(self.prepare_install)
+        self.preview_box.confirmed.connect(self.install_pending)
+        self.preview_box.dismissed.connect(self._on_preview_dismissed)
+        self.start_button.clicked.connect(lambda: self.control("start"))
+        self.stop_button.clicked.connect(lambda: self.control("stop"))
+        self.status_button.clicked.connect(lambda: self.control("status"))
+        self.journal_button.clicked.connect(lambda: self.control("journal"))
+        self.action.idle.connect(lambda: self._enable(True))
+        state.model_changed.connect(lambda _: self._on_inputs_changed())
+        state.report_changed.connect(lambda _: self._on_inputs_changed())
+
+    def _build_layout(self) -> None:
+        form = QFormLayout()
+        form.addRow("Install as", self.scope_combo)
+        form.addRow("Runs as", self.account_edit)
+        form.addRow("Service name", self.name_edit)
+
+        files = QVBoxLayout()
+        files.addLayout(form)
+        files.addWidget(self.tabs, 1)
+        files.addWidget(self.where_label)
+
+        out_box = QGroupBox("Export and install", self)
+        o = QVBoxLayout(out_box)
+        row = QHBoxLayout()
+        row.addWidget(self.export_button)
+        row.addWidget(self.install_button)
+        o.addLayout(row)
+
+        unit_box = QGroupBox("The installed unit", self)
+        u = QVBoxLayout(unit_box)
+        u.addWidget(self.unit_label)
+        grid = QGridLayout()
+        grid.addWidget(self.start_button, 0, 0)
+        grid.addWidget(self.stop_button, 0, 1)
+        grid.addWidget(self.status_button, 1, 0)
+        grid.addWidget(self.journal_button, 1, 1)
+        u.addLayout(grid)
+        u.addWidget(self.output, 1)
+
+        side = QVBoxLayout()
+        side.addWidget(out_box)
+        side.addWidget(self.preview_box, 2)
+        side.addWidget(unit_box, 1)
+        side.addWidget(self.action)
+
+        columns = QHBoxLayout()
+        columns.addLayout(files, 3)
+        columns.addLayout(side, 2)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.notice)
+        layout.addLayout(columns, 1)
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    @property
+    def scope(self) -> UnitScope:
+        return UnitScope(self.scope_combo.currentData())
+
+    def set_scope(self, scope: UnitScope) -> None:
+        self.scope_combo.setCurrentIndex(self.scope_combo.findData(scope.value))
+
+    @property
+    def account(self) -> str | None:
+        return self.account_edit.text().strip() or None
+
+    def unit_ref(self) -> UnitRef:
+        return UnitRef.of(self.state.plan.outputs.service_name, self.scope is UnitScope.USER)
+
+    def render_files(self, *, create_key: bool = False) -> ServiceFiles | None:
+        """The files of the current Plan (export's rendering; None until the model is read)."""
+        pctx = self.state.context()
+        if pctx is None:
+            return None
+        return export_files(self.state.plan, pctx, self.scope, self.account, create_key=create_key)
+
+    # -- filling ------------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        self.name_edit.setText(self.state.plan.outputs.service_name)
+        self.account_edit.setEnabled(self.scope is UnitScope.SYSTEM)
+        try:
+            self.rendered = self.render_files()
+        except MtpStudioError as exc:
+            self.rendered = None
+            self._show_files(None, f"No service files: {error_sentence(exc)}")
+            return
+        if self.rendered is None:
+            reason = self.state.model_error or "the model header has not been read yet"
+            self._show_files(None, f"No service files yet: {reason}")
+            return
+        self._show_files(self.rendered, None)
+
+    def _show_files(self, rendered: ServiceFiles | None, problem: str | None) -> None:
+        for key, view in self.views.items():
+            view.set_text(rendered.files[key].text if rendered is not None else "")
+        self.flags.setRowCount(0)
+        ready = rendered is not None
+        for button in (self.export_button, self.install_button):
+            button.setEnabled(ready and not self.action.running)
+        if rendered is None:
+            self.notice.show_text(problem, Tone.BAD if problem else Tone.INFO)
+            self.where_label.clear()
+            return
+        self.flags.setRowCount(len(rendered.spec.flags))
+        for row, note in enumerate(rendered.spec.flags):
+            for column, text in enumerate((shlex.join(note.words), note.setting, note.explanation)):
+                item = QTableWidgetItem(text)
+                item.setToolTip(note.explanation)
+                self.flags.setItem(row, column, item)
+        self._fit_flag_rows()
+        warnings = [m.removeprefix("warning: ") for m in rendered.messages]
+        self.notice.show_text(
+            ("Note: " + " ".join(w[:1].upper() + w[1:] + "." for w in warnings))
+            if warnings
+            else None,
+            Tone.WARN,
+        )
+        where = [f"{f.name} → {f.install_path}" for f in self._shown_files(rendered)]
+        self.where_label.setText("Installs as: " + " · ".join(where))
+        unit = self.unit_ref()
+        where_unit = "user" if unit.user else "system"
+        self.unit_label.setText(f"{unit.name} ({where_unit} unit)")
+
+    def _fit_flag_rows(self) -> None:
+        """Row heights follow the wrapped explanations (after the layout settles)."""
+        QTimer.singleShot(0, self.flags.resizeRowsToContents)
+
+    @staticmethod
+    def _shown_files(rendered: ServiceFiles) -> list[RenderedFile]:
+        return [rendered.files[key] for key, _, _ in FILE_TABS]
+
+    # -- plan and inputs ------------------------------------------------------------------------
+
+    def _on_name_edited(self) -> None:
+        name = self.name_edit.text().strip()
+        changed = name != self.state.plan.outputs.service_name
+        if changed and self.apply({"outputs.service_name": name}) is not None:
+            self.refresh()
+
+    def plan_refused(self, sentence: str | None) -> None:
+        if sentence:
+            self.action.outcome.show_outcome(sentence, Tone.BAD)
+
+    def _on_scope_changed(self) -> None:
+        self.preview_box.hide_preview()
+        self.pending = None
+        self.refresh()
+
+    def _on_account_changed(self) -> None:
+        self.refresh()
+
+    def _on_inputs_changed(self) -> None:
+        if self.is_current():
+            self.refresh()
+
+    # -- export -------------------------------------------------------------------------------
+
+    def ask_export_path(self) -> Path | None:
+        """The save dialog (tests replace this method)."""
+        start = str(Path.home() / f"{self.state.plan.outputs.service_name}.service")
+        name, _ = QFileDialog.getSaveFileName(self, "Export the service file", start, UNIT_FILTER)
+        return Path(name) if name else None
+
+    def _on_export_clicked(self) -> None:
+        path = self.ask_export_path()
+        if path is not None:
+            self.export_unit(path)
+
+    def export_unit(self, path: Path) -> bool:
+        """Write the unit to ``path`` exactly as ``mtpstudio export-unit -o PATH`` does."""
+        try:
+            out = self.render_files(create_key=True)
+            if out is None:
+                return False
+            unit = write_unit_file(out, path)
+        except MtpStudioError as exc:
+            self.action.outcome.show_error(exc, "Not exported: ")
+            return False
+        except OSError as exc:
+            self.action.outcome.show_outcome(
+                f"Not exported: cannot write {path}: {exc.strerror or exc}.", Tone.BAD, repr(exc)
+            )
+            return False
+        self.last_export = path
+        self.action.outcome.show_outcome(
+            f"Wrote {path} — install it as {unit.install_path}.",
+            Tone.GOOD,
+            "\n".join(out.messages),
+        )
+        return True
+
+    # -- install --------------------------------------------------------------------------------
+
+    def prepare_install(self) -> None:
+        """Render what ``apply unit`` installs and show the files against what is there."""
+        pctx = self.state.context()
+        if pctx is None:
+            return
+        scope = self.scope
+        try:
+            out = install_files(self.state.plan, pctx, scope, self.account)
+        except MtpStudioError as exc:
+            self.action.outcome.show_error(exc, "Cannot install: ")
+            return
+        if scope is UnitScope.USER:
+            plan = None
+            shown = [out.files["env"], out.files["unit"]]
+            root = None
+            title = "Files to install: user unit"
+            action = "Install"
+            notes = ["Written to your own folders; then `systemctl --user daemon-reload`."]
+        else:
+            plan = system_unit_plan(out.files)
+            shown = list(plan.files)
+            root = self.system.root
+            title = "Files to install: system unit"
+            action = "Install (asks for a password)" if root is None else "Install"
+            notes = [f"Written {self.system.via}."]
+        notes += [m[:1].upper() + m[1:] + "." for m in out.messages]
+        self.pending = (scope, out, plan)
+        self.preview_box.show_preview(title, preview(shown, root), notes, action)
+
+    def _on_preview_dismissed(self) -> None:
+        self.pending = None
+        self.preview_box.hide_preview()
+        self.action.outcome.show_outcome("Nothing was installed.", Tone.INFO)
+
+    def install_pending(self) -> None:
+        """Install the previewed files: a user unit directly, a system unit via the helper."""
+        if self.pending is None:
+            return
+        scope, out, plan = self.pending
+        self.pending = None
+        runner, transport = self.system.runner, self.system.transport()
+        unit_name = out.files["unit"].name
+
+        def work(token: CancelToken) -> UserInstallResult | HelperAnswer:
+            if plan is None:
+                return install_user_unit(out.files, runner)
+            return apply_plan(plan, transport)
+
+        def done(result: UserInstallResult | HelperAnswer) -> None:
+            lines = [f"{action}: {path}" for path, action in result.changes]
+            if isinstance(result, UserInstallResult):
+                lines.append(result.reload)
+                start = f"systemctl --user enable --now {unit_name}"
+            else:
+                if "daemon_reload" in result.extra:
+                    lines.append(f"systemctl daemon-reload: {result.extra['daemon_reload']}")
+                start = f"sudo systemctl enable --now {unit_name}"
+            self.action.outcome.show_outcome(
+                f"Installed the {scope.value} unit {unit_name}; Start runs it now "
+                f"(at boot: `{start}`).",
+                Tone.GOOD,
+                "\n".join(lines),
+            )
+
+        self.preview_box.hide_preview()
+        self._enable(False)
+        self.action.run(f"Installing the {scope.value} unit…", work, done, key=ACTION_KEY)
+
+    # -- the installed unit --------------------------------------------------------------------
+
+    def control(self, verb: str) -> None:
+        """start / stop / status / journal of the installed unit (through systemctl)."""
+        try:
+            unit = self.unit_ref()
+        except MtpStudioError as exc:
+            self.action.outcome.show_error(exc)
+            return
+        runner = self.system.runner
+        unit_dir = None if unit.user else self.system.system_unit_dir()
+
+        def work(token: CancelToken) -> tuple[str, UnitStatus | None]:
+            try:
+                require_installed(unit, unit_dir)
+            except ServerError as exc:
+                other = "System unit" if unit.user else "User unit"
+                raise ServerError(
+                    exc.args[0] if exc.args else str(exc),
+                    hint=f"Install it with Install unit…, or choose '{other}' under Install as "
+                    "if it was installed that way.",
+                ) from None
+            token.raise_if_cancelled()
+            if verb == "journal":
+                return journal_tail(unit, runner, JOURNAL_LINES), None
+            if verb == "start":
+                start_unit(unit, runner)
+            elif verb == "stop":
+                stop_unit(unit, runner)
+            status = unit_status(unit, runner)
+            return status.describe(), status
+
+        def done(result: tuple[str, UnitStatus | None]) -> None:
+            text, status = result
+            if status is not None:
+                self.last_status = status
+                props = "\n".join(f"{k}={v}" for k, v in status.properties.items())
+                self.output.set_text(f"{text}\n\n{props}\n")
+                self.action.outcome.show_outcome(
+                    f"{verb.capitalize()}: {text}.", Tone.GOOD if status.active else Tone.INFO
+                )
+            else:
+                self.output.set_text(text or "(the journal has no lines for this unit)\n")
+                self.action.outcome.show_outcome(
+                    f"The last {JOURNAL_LINES} journal lines of {unit.name}.", Tone.INFO
+                )
+
+        labels = {"start": "Starting", "stop": "Stopping", "status": "Reading the status of",
+                  "journal": "Reading the journal of"}  # fmt: skip
+        self._enable(False)
+        self.action.run(f"{labels[verb]} {unit.name}…", work, done, key=ACTION_KEY)
+
+    def _enable(self, enabled: bool) -> None:
+        ready = enabled and self.rendered is not None
+        for button in (self.export_button, self.install_button):
+            button.setEnabled(ready)
+        for button in (self.start_button, self.stop_button, self.status_button,
+                       self.journal_button):  # fmt: skip
+            button.setEnabled(enabled)

@@ -1,0 +1,74 @@
+"""The files an install would write, each against what is there now, before anything happens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from mtpstudio.core.install import FilePreview
+from mtpstudio.ui.widgets.code_view import CodeView
+
+
+class InstallPreview(QGroupBox):
+    """Notes, the file list (new / changed / unchanged) and the diff; Install or Cancel."""
+
+    confirmed = Signal()
+    dismissed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Files to install", parent)
+        self.notes = QLabel(self)
+        self.notes.setWordWrap(True)
+        self.notes.setStyleSheet("color: #4b5563;")
+        self.files = QTreeWidget(self)
+        self.files.setHeaderLabels(["File", "Now", "What it is"])
+        self.files.setRootIsDecorated(False)
+        self.files.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.files.setMaximumHeight(90)
+        self.diff = CodeView("diff", self)
+        self.install_button = QPushButton("Install", self)
+        self.install_button.setDefault(False)
+        self.cancel_button = QPushButton("Cancel", self)
+        buttons = QHBoxLayout()
+        buttons.addStretch()
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.install_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.notes)
+        layout.addWidget(self.files)
+        layout.addWidget(self.diff, 1)
+        layout.addLayout(buttons)
+        self.install_button.clicked.connect(self.confirmed)
+        self.cancel_button.clicked.connect(self.dismissed)
+        self.setVisible(False)
+
+    def show_preview(
+        self, title: str, previews: Sequence[FilePreview], notes: Sequence[str], action: str
+    ) -> None:
+        self.setTitle(title)
+        self.notes.setText(" ".join(notes))
+        self.notes.setVisible(bool(notes))
+        self.files.clear()
+        for item in previews:
+            self.files.addTopLevelItem(
+                QTreeWidgetItem([str(item.path), item.state, item.explanation])
+            )
+        diffs = [p.diff if p.diff else f"{p.path}: unchanged\n" for p in previews]
+        self.diff.set_text("\n".join(d.rstrip("\n") for d in diffs) + "\n")
+        self.install_button.setText(action)
+        self.setVisible(True)
+
+    def hide_preview(self) -> None:
+        self.setVisible(False)

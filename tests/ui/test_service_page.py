@@ -1,0 +1,271 @@
+"""Service page: the highlighted files and flag notes, the Plan it writes, Export (byte for byte
+the CLI's `export-unit`), install as a user unit or through the helper, and unit control."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+from support.helper_bench import make_root, snapshot
+from test_cli_export import write_header_only_model
+
+from mtpstudio.core import paths
+from mtpstudio.core.install import revert_user_group, user_status
+from mtpstudio.core.plan import ModelChoice, Plan, save_plan
+from mtpstudio.core.render import UnitScope
+from mtpstudio.core.runner import RunResult, SubprocessRunner
+from mtpstudio.ui.system_access import SystemAccess
+from mtpstudio.ui.widgets.common import Tone
+from mtpstudio.ui.wizard import MtpWizard, PageId, default_detector
+
+from .conftest import WizardFactory, go_to
+
+SHOW = (
+    "LoadState=loaded\nActiveState=active\nSubState=running\nMainPID=4242\n"
+    "ExecMainStatus=0\nResult=success\n"
+)
+JOURNAL = "main: server is listening on http://127.0.0.1:8080\nsrv  update_slots: all slots idle\n"
+
+
+class RecordedSystemctl:
+    """systemctl/journalctl as a system manager answers them (none runs in this container);
+    records the argv it was asked, optionally holds each answer until released."""
+
+    def __init__(self, hold: threading.Event | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.hold = hold
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> RunResult:
+        self.calls.append(list(argv))
+        if self.hold is not None:
+            self.hold.wait(10)
+        out = JOURNAL if argv[0] == "journalctl" else SHOW if "show" in argv else ""
+        return RunResult(tuple(argv), 0, out, "")
+
+
+@pytest.fixture
+def model_plan(tmp_path: Path) -> Plan:
+    model = tmp_path / "models" / "Qwen 3.6 35B.gguf"
+    write_header_only_model(model)
+    return Plan(model=ModelChoice(path=model))
+
+
+def service_wizard(
+    make_wizard: WizardFactory, plan: Plan, system: SystemAccess | None = None, **kw: object
+) -> MtpWizard:
+    wizard = make_wizard(plan, **kw)
+    if system is not None:
+        wizard.service_page.system = system
+    go_to(wizard, PageId.SERVICE)
+    return wizard
+
+
+def test_files_are_highlighted_and_flags_explained(
+    make_wizard: WizardFactory, model_plan: Plan
+) -> None:
+    page = service_wizard(make_wizard, model_plan).service_page
+    unit = page.views["unit"]
+    text = unit.toPlainText()
+    assert "[Service]" in text and "ExecStart=" in text and "-c 32768" in text
+    assert unit.highlighter is not None
+    assert unit.highlighter.names_at("[Service]", 1) == ["section"]
+    assert unit.highlighter.names_at("ExecStart=/usr/bin/llama-server", 3) == ["key"]
+    assert "comment" in unit.highlighter.names_at("# Written by mtpstudio", 4)
+    script = page.views["script"]
+    assert script.highlighter is not None and "exec" in script.toPlainText()
+    assert script.highlighter.names_at("  --port 8080 \\", 4) == ["flag"]
+    assert "variable" in script.highlighter.names_at('exec "$@"', 7)
+    env = page.views["env"].toPlainText()
+    assert env == page.rendered.files["env"].text  # type: ignore[union-attr]
+
+    spec = page.rendered.spec  # type: ignore[union-attr]
+    assert page.flags.rowCount() == len(spec.flags)
+    rows = {
+        page.flags.item(i, 0).text(): (page.flags.item(i, 1).text(), page.flags.item(i, 2).text())
+        for i in range(page.flags.rowCount())
+    }
+    assert rows["-c 32768"][0] == "runtime.ctx"
+    assert "Context window" in rows["-c 32768"][1]
+
+
+def test_service_name_drives_the_plan(make_wizard: WizardFactory, model_plan: Plan) -> None:
+    wizard = service_wizard(make_wizard, model_plan)
+    page = wizard.service_page
+    page.name_edit.setText("qwen-mtp")
+    page.name_edit.editingFinished.emit()
+    assert wizard.plan.outputs.service_name == "qwen-mtp"
+    assert "qwen-mtp.service" in page.views["unit"].toPlainText()
+    assert page.unit_label.text().startswith("qwen-mtp.service")
+
+    page.name_edit.setText("bad name")
+    page.name_edit.editingFinished.emit()
+    assert wizard.plan.outputs.service_name == "qwen-mtp"  # refused, said, shown back
+    assert page.action.outcome.tone is Tone.BAD
+    assert "service name" in page.action.outcome.sentence
+    assert page.name_edit.text() == "qwen-mtp"
+
+    page.set_scope(UnitScope.USER)
+    assert not page.account_edit.isEnabled()
+    assert "[Install]\nWantedBy=default.target" in page.views["unit"].toPlainText()
+
+
+@pytest.mark.parametrize("scope", ["system", "user"])
+def test_export_writes_the_bytes_of_the_cli(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path, scope: str
+) -> None:
+    plan_file = tmp_path / "plan.json"
+    save_plan(model_plan, plan_file)
+    cli_unit = tmp_path / "cli.service"
+    result = subprocess.run(
+        [sys.executable, "-m", "mtpstudio", "export-unit", "--plan", str(plan_file),
+         "-o", str(cli_unit), "--scope", scope, "--user", "bob"],
+        capture_output=True, text=True, env=dict(os.environ), timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+    wizard = service_wizard(make_wizard, model_plan, detector=default_detector())
+    page = wizard.service_page
+    page.set_scope(UnitScope(scope))
+    page.account_edit.setText("bob")
+    page.account_edit.editingFinished.emit()
+    gui_unit = tmp_path / "gui dir" / "my unit.service"
+    gui_unit.parent.mkdir()
+    page.ask_export_path = lambda: gui_unit  # type: ignore[method-assign]
+    page.export_button.click()
+    assert page.action.outcome.tone is Tone.GOOD, page.action.outcome.sentence
+    assert gui_unit.read_bytes() == cli_unit.read_bytes()
+    assert gui_unit.stat().st_mode & 0o777 == cli_unit.stat().st_mode & 0o777
+    assert page.views["unit"].toPlainText().encode() == cli_unit.read_bytes()
+
+
+def test_export_to_an_unwritable_place_says_so(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    page = service_wizard(make_wizard, model_plan).service_page
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a folder")
+    target = blocker / "x.service"
+    assert not page.export_unit(target)
+    assert page.action.outcome.tone is Tone.BAD
+    assert str(target) in page.action.outcome.sentence
+    assert blocker.read_text() == "not a folder"
+
+
+def test_install_user_unit_then_status_from_a_real_systemctl(
+    make_wizard: WizardFactory, model_plan: Plan, qtbot: QtBot
+) -> None:
+    system = SystemAccess(runner=SubprocessRunner())
+    wizard = service_wizard(make_wizard, model_plan, system)
+    page = wizard.service_page
+    page.set_scope(UnitScope.USER)
+    qtbot.mouseClick(page.install_button, Qt.MouseButton.LeftButton)
+    assert page.preview_box.isVisibleTo(page)
+    unit_path = paths.user_unit_dir() / "mtpstudio-llama.service"
+    rows = {
+        page.preview_box.files.topLevelItem(i).text(0): page.preview_box.files.topLevelItem(i).text(
+            1
+        )
+        for i in range(page.preview_box.files.topLevelItemCount())
+    }
+    assert rows[str(unit_path)] == "new"
+    try:
+        page.preview_box.install_button.click()
+        assert wizard.tasks.wait_idle(30)
+        assert page.action.outcome.tone is Tone.GOOD, page.action.outcome.sentence
+        assert unit_path.read_text() == page.views["unit"].toPlainText()
+        assert "systemctl --user enable --now mtpstudio-llama.service" in (
+            page.action.outcome.sentence
+        )
+
+        # no user manager runs in this container: the real systemctl says so, in one sentence
+        page.status_button.click()
+        assert wizard.tasks.wait_idle(30)
+        outcome = page.action.outcome
+        assert outcome.tone is Tone.BAD
+        assert outcome.sentence.startswith("Systemctl could not read the status of")
+        assert "systemd is not running" in outcome.sentence  # the hint
+        assert "ServerError" in outcome.details.toPlainText()
+        assert page.status_button.isEnabled()
+    finally:
+        for group in user_status()["groups"]:
+            revert_user_group(group, SubprocessRunner())
+
+
+def test_system_unit_through_the_helper_and_its_control(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    root = make_root(tmp_path / "root")
+    before = snapshot(root)
+    systemctl = RecordedSystemctl()
+    wizard = service_wizard(make_wizard, model_plan, SystemAccess(root=root, runner=systemctl))
+    page = wizard.service_page
+    page.account_edit.setText("bob")
+    page.account_edit.editingFinished.emit()
+
+    page.status_button.click()  # nothing installed yet: said plainly, systemctl not asked
+    assert wizard.tasks.wait_idle(30)
+    assert "There is no system unit mtpstudio-llama.service" in page.action.outcome.sentence
+    assert "choose 'User unit' under Install as" in page.action.outcome.sentence
+    assert systemctl.calls == []
+
+    page.install_button.click()
+    assert "/etc/systemd/system/mtpstudio-llama.service" in page.preview_box.diff.toPlainText()
+    page.preview_box.install_button.click()
+    assert wizard.tasks.wait_idle(30)
+    assert page.action.outcome.tone is Tone.GOOD, page.action.outcome.sentence
+    installed = root / "etc/systemd/system/mtpstudio-llama.service"
+    assert "User=bob" in installed.read_text()
+    assert (root / "etc/mtpstudio/mtpstudio-llama.env").is_file()
+
+    page.start_button.click()
+    assert wizard.tasks.wait_idle(30)
+    assert systemctl.calls[0] == ["systemctl", "start", "mtpstudio-llama.service"]
+    assert systemctl.calls[1][:3] == ["systemctl", "show", "mtpstudio-llama.service"]
+    assert page.last_status is not None and page.last_status.active
+    assert "active (running), pid 4242" in page.output.toPlainText()
+    assert page.action.outcome.tone is Tone.GOOD
+
+    page.journal_button.click()
+    assert wizard.tasks.wait_idle(30)
+    assert systemctl.calls[-1][:4] == ["journalctl", "-u", "mtpstudio-llama.service", "-n"]
+    assert "server is listening" in page.output.toPlainText()
+
+    page.stop_button.click()
+    assert wizard.tasks.wait_idle(30)
+    assert ["systemctl", "stop", "mtpstudio-llama.service"] in systemctl.calls
+
+    from mtpstudio.core.install import helper_for, revert_group
+
+    revert_group("unit:mtpstudio-llama.service", helper_for(root))
+    assert snapshot(root) == before
+
+
+def test_a_slow_action_shows_progress_and_can_be_cancelled(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    root = make_root(tmp_path / "root")
+    unit_dir = root / "etc/systemd/system"
+    unit_dir.mkdir(parents=True)
+    (unit_dir / "mtpstudio-llama.service").write_text("# Written by mtpstudio\n[Service]\n")
+    hold = threading.Event()
+    systemctl = RecordedSystemctl(hold)
+    wizard = service_wizard(make_wizard, model_plan, SystemAccess(root=root, runner=systemctl))
+    page = wizard.service_page
+    page.status_button.click()
+    assert page.action.progress.isVisibleTo(page)
+    assert "Reading the status of mtpstudio-llama.service" in page.action.label.text()
+    assert not page.start_button.isEnabled()
+    page.action.cancel_button.click()
+    hold.set()
+    assert wizard.tasks.wait_idle(30)
+    assert page.action.outcome.tone is Tone.WARN
+    assert page.action.outcome.sentence.startswith("Cancelled")
+    assert page.last_status is None  # the late answer was dropped
+    assert page.output.toPlainText() == ""

@@ -1,4 +1,4 @@
-"""The last three pages (Desktop VRAM, Service, Launch & benchmark) until their issues land.
+"""The Desktop VRAM and Service pages until their issues land.
 
 Each says plainly what it will offer and shows only real, read-only information; no control
 here pretends to change anything.
@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.planning import DESKTOP_CATEGORIES
-from mtpstudio.core.reports import plan_option_lines
 from mtpstudio.ui.formatting import mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
@@ -138,32 +137,3 @@ class ServicePage(_LaterPage):
             self.command.setPlainText(f"No command line: {evaluation.error}")
         else:
             self.command.setPlainText(shlex.join(evaluation.argv))
-
-
-class LaunchPage(_LaterPage):
-    """Launch & benchmark: the plan's options as a recap, and what will come."""
-
-    slug = "launch"
-    offers = (
-        "launch the server with a live log and health check",
-        "predicted versus actual memory, and a diagnosis when it runs out",
-        "the nine-category MTP benchmark: tokens/s and draft acceptance, in a table and charts",
-        "A/B comparison across engines and settings, and tuning for the most tokens/s",
-    )
-
-    def __init__(self, state: WizardState, parent: QWidget | None = None) -> None:
-        super().__init__(state, parent)
-        self.setTitle("Launch & benchmark")
-        self.setSubTitle("Start the server, check the real allocation, and measure tokens/s.")
-        self.body.addWidget(QLabel("<b>The plan</b> (Finish saves it for next time)", self))
-        self.recap = QPlainTextEdit(self)
-        self.recap.setReadOnly(True)
-        mono = QFont("monospace")
-        mono.setStyleHint(QFont.StyleHint.Monospace)
-        self.recap.setFont(mono)
-        self.body.addWidget(self.recap, 1)
-
-    def _refresh(self) -> None:
-        plan = self.state.plan
-        lines = [f"Model: {plan.model.label}", "", "Options:", *plan_option_lines(plan)]
-        self.recap.setPlainText("\n".join(lines))

@@ -98,7 +98,8 @@ def test_launch_benchmark_export_and_stop_on_close(
     assert [r[0] for r in rows] == list(CATEGORIES)
     assert all(int(r[1]) == 8 and float(r[2]) > 0 for r in rows)
     assert page.progress.value() == page.progress.maximum() == len(CATEGORIES)
-    assert page.tok_chart.series[0].values == tuple(c.decode_tps for c in report.categories)
+    speeds = tuple(c.decode_tps for c in report.categories)
+    assert page.tok_chart.series[0].values == pytest.approx(speeds, abs=0.01)
     # stored in the history; the export writes what `mtpstudio bench show` prints
     run_id = page.bench.run_id
     assert run_id is not None and run_id in [e.id for e in page.history_runs]

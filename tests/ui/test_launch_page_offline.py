@@ -115,3 +115,15 @@ def test_charts_paint_their_data(qtbot: QtBot) -> None:
     )
     assert blue > 0  # the first series' bar is drawn
     assert [nice_max(v) for v in (0.3, 1, 3.2, 47, 120)] == [0.5, 1.0, 5.0, 50.0, 200.0]
+
+
+def test_the_page_opens_on_the_latest_stored_run(page: LaunchPage) -> None:
+    outcome_for(page, label="older", rows=[[(16, 12, 9, 100.0)]])
+    latest = outcome_for(page, label="latest", rows=[[(16, 0, 0, 70.0)], [(16, 0, 0, 60.0)]])
+    page.results.setRowCount(0)
+    page.load_history()
+    assert page.tasks.wait_idle(10)
+    assert page.bench is None and page.results.rowCount() == 2
+    assert f"Last stored run {latest.run_id} (latest" in page.summary.text()
+    assert page.tok_chart.series[0].values == (70.0, 60.0)
+    assert [n.tone for n in page.finding_notices] == [Tone.BAD]  # drafts asked, none came

@@ -592,31 +592,10 @@ class LaunchPage(PlanPage):
         """Fill the table, the summary, the findings and the charts from a run."""
         self.bench = outcome
         report = outcome.report
-        rows = report.categories
-        self.results.setRowCount(len(rows))
-        for i, c in enumerate(rows):
-            acceptance = None if c.acceptance is None else c.acceptance * 100
-            cells = [
-                c.category,
-                str(c.predicted),
-                _cell(c.decode_tps),
-                _cell(c.prefill_tps),
-                _cell(c.ttft_ms, "{:.0f}"),
-                str(c.draft),
-                str(c.accepted),
-                _cell(acceptance, "{:.0f} %"),
-            ]
-            for j, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if j:
-                    item.setTextAlignment(
-                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-                    )
-                self.results.setItem(i, j, item)
-        tok_s = report.tok_s
+        self._fill_rows([c.to_dict() for c in report.categories])
         accept = report.aggregate_accept_rate
         parts = [
-            f"<b>{_cell(tok_s)} tok/s</b> over {report.n_requests} requests "
+            f"<b>{_cell(report.tok_s)} tok/s</b> over {report.n_requests} requests "
             f"({report.total_predicted} tokens)",
             "acceptance " + ("–" if accept is None else f"{accept * 100:.0f} %"),
         ]
@@ -631,19 +610,48 @@ class LaunchPage(PlanPage):
         self.summary.setText(" · ".join(parts))
         self.progress_label.setText("done" if not report.error else "stopped")
         self._show_findings(outcome.findings)
-        labels = [c.category for c in rows]
-        self.tok_chart.set_data(labels, [Series("tok/s", tuple(c.decode_tps for c in rows))])
-        self.accept_chart.set_data(
-            labels,
-            [
-                Series(
-                    "acceptance",
-                    tuple(None if c.acceptance is None else c.acceptance * 100 for c in rows),
-                )
-            ],
-        )
         if outcome.history:
             self.show_history(outcome.history)
+
+    def show_stored(self, entry: HistoryEntry) -> None:
+        """Show a run from the history (the page opens on the latest one)."""
+        self._fill_rows(entry.rows)
+        agg = entry.aggregate
+        accept = _float(agg.get("aggregate_accept_rate"))
+        self.summary.setText(
+            f"Last stored run {entry.id} ({entry.label}, {entry.created_at[:16].replace('T', ' ')}"
+            f"): <b>{_cell(_float(agg.get('tok_s')))} tok/s</b> over {agg.get('n_requests', 0)} "
+            "requests · acceptance " + ("–" if accept is None else f"{accept * 100:.0f} %")
+        )
+        warning = entry.report.get("drafting_warning")
+        self._show_findings([Finding("drafting-off", str(warning))] if warning else [])
+
+    def _fill_rows(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Table and per-category charts from rows shaped like ``CategoryResult.to_dict``."""
+        self.results.setRowCount(len(rows))
+        acceptance = [None if (a := _float(r.get("acceptance"))) is None else a * 100 for r in rows]
+        for i, r in enumerate(rows):
+            cells = [
+                str(r["category"]),
+                str(r.get("predicted", "")),
+                _cell(_float(r.get("decode_tok_s"))),
+                _cell(_float(r.get("prefill_tok_s"))),
+                _cell(_float(r.get("ttft_ms")), "{:.0f}"),
+                str(r.get("draft", "")),
+                str(r.get("accepted", "")),
+                _cell(acceptance[i], "{:.0f} %"),
+            ]
+            for j, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if j:
+                    item.setTextAlignment(
+                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+                    )
+                self.results.setItem(i, j, item)
+        labels = [str(r["category"]) for r in rows]
+        speeds = tuple(_float(r.get("decode_tok_s")) for r in rows)
+        self.tok_chart.set_data(labels, [Series("tok/s", speeds)])
+        self.accept_chart.set_data(labels, [Series("acceptance", tuple(acceptance))])
 
     def _show_findings(self, findings: Sequence[Finding]) -> None:
         for widget in [*self.finding_notices, *self.remedy_buttons]:
@@ -690,6 +698,8 @@ class LaunchPage(PlanPage):
             self.compare_with.addItem(text, entry.id)
         self.compare_with.blockSignals(False)
         self._draw_ab()
+        if self.bench is None and self.history_runs and self.results.rowCount() == 0:
+            self.show_stored(self.history_runs[-1])
 
     def _latest_id(self) -> int | None:
         if self.bench is not None and self.bench.run_id is not None:

@@ -73,9 +73,9 @@ RESULT_COLUMNS = (
     "Decode tok/s",
     "Prefill tok/s",
     "TTFT ms",
-    "Drafted",
+    "Drafts",
     "Accepted",
-    "Acceptance",
+    "Accept",
 )
 EXPORT_FILTERS = {
     "md": "Markdown (*.md)",
@@ -235,22 +235,30 @@ class LaunchPage(PlanPage):
         self.summary = QLabel(tab)
         self.summary.setWordWrap(True)
         self.findings = QVBoxLayout()
+        self.finding_rows: list[QWidget] = []
         self.finding_notices: list[Notice] = []
         self.remedy_buttons: list[QPushButton] = []
         self.results = QTableWidget(0, len(RESULT_COLUMNS), tab)
         self.results.setHorizontalHeaderLabels(list(RESULT_COLUMNS))
         self.results.verticalHeader().setVisible(False)
-        self.results.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.results.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents
+        )
+        self.results.horizontalHeader().setStretchLastSection(True)
+        self.results.verticalHeader().setDefaultSectionSize(22)
         self.results.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.tok_chart = BarChart("Decode speed per category", "tok/s", tab)
         self.accept_chart = BarChart("Draft acceptance per category", "%", tab)
         self.accept_chart.fixed_max = 100.0
-        charts = QVBoxLayout()
-        charts.addWidget(self.tok_chart)
-        charts.addWidget(self.accept_chart)
+        charts = QWidget(tab)
+        charts.setMaximumWidth(300)
+        column = QVBoxLayout(charts)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.tok_chart)
+        column.addWidget(self.accept_chart)
         lower = QHBoxLayout()
-        lower.addWidget(self.results, 3)
-        lower.addLayout(charts, 2)
+        lower.addWidget(self.results, 1)
+        lower.addWidget(charts)
         layout = QVBoxLayout(tab)
         layout.addLayout(controls)
         layout.addLayout(progress_row)
@@ -310,6 +318,7 @@ class LaunchPage(PlanPage):
         tab = QWidget(self)
         self.compare_with = QComboBox(tab)
         self.compare_with.setToolTip("The stored run to put next to the latest one.")
+        self.compare_with.setPlaceholderText("no other stored run yet")
         self.ab_chart = BarChart("A/B: decode speed per category", "tok/s", tab)
         self.history_chart = LineChart("History: tokens per second per run", "tok/s", tab)
         grid = QGridLayout(tab)
@@ -416,7 +425,7 @@ class LaunchPage(PlanPage):
         health = result.health
         self.log_path_label.setText(f"Log file: {result.log_path}")
         self.health_label.setText(
-            f"healthy after {health.seconds:.1f} s on {self._base_url()} (pid {self.server.pid})"
+            f"up after {health.seconds:.1f} s · {self._base_url()} · pid {self.server.pid}"
         )
         self.memory_label.setText("Computing the prediction for this machine…")
         if result.diagnosis is not None:
@@ -424,7 +433,7 @@ class LaunchPage(PlanPage):
         self._show_phase()
 
     def _on_health_polled(self, answer: HealthAnswer) -> None:
-        state = "healthy" if answer.status == 200 else f"not answering ({answer.detail})"
+        state = "/health OK" if answer.status == 200 else f"/health: {answer.detail}"
         self.health_label.setText(f"{state} · {self._base_url()} · pid {self.server.pid}")
 
     def _on_measured(self, result: LaunchResult) -> None:
@@ -654,23 +663,33 @@ class LaunchPage(PlanPage):
         self.accept_chart.set_data(labels, [Series("acceptance", tuple(acceptance))])
 
     def _show_findings(self, findings: Sequence[Finding]) -> None:
-        for widget in [*self.finding_notices, *self.remedy_buttons]:
-            self.findings.removeWidget(widget)
-            widget.deleteLater()
-        self.finding_notices, self.remedy_buttons = [], []
+        """One row per finding: the sentence (red for 'drafting is off'), then its remedies."""
+        for row in self.finding_rows:
+            self.findings.removeWidget(row)
+            row.deleteLater()
+        self.finding_rows, self.finding_notices, self.remedy_buttons = [], [], []
         for finding in findings:
-            notice = Notice(self)
+            row = QWidget(self)
+            line = QHBoxLayout(row)
+            line.setContentsMargins(0, 0, 0, 0)
+            notice = Notice(row)
             tone = Tone.BAD if finding.code == "drafting-off" else Tone.WARN
             notice.show_text(finding.message, tone)
-            self.findings.addWidget(notice)
+            line.addWidget(notice, 1)
             self.finding_notices.append(notice)
             for remedy in finding.remedies:
-                button = QPushButton(remedy.label[:1].upper() + remedy.label[1:], self)
+                button = QPushButton(remedy.label[:1].upper() + remedy.label[1:], row)
+                button.setToolTip(
+                    "Changes the plan: "
+                    + ", ".join(f"{k} = {v}" for k, v in remedy.changes.items())
+                )
                 changes = dict(remedy.changes)
                 label = remedy.label
                 button.clicked.connect(lambda _=False, t=label, c=changes: self.apply_fix(t, c))
-                self.findings.addWidget(button)
+                line.addWidget(button)
                 self.remedy_buttons.append(button)
+            self.findings.addWidget(row)
+            self.finding_rows.append(row)
 
     # -- history, A/B, export ----------------------------------------------------------------------
 
@@ -696,6 +715,8 @@ class LaunchPage(PlanPage):
             tok = _float(entry.aggregate.get("tok_s"))
             text = f"run {entry.id} · {entry.label} · {entry.created_at[:16]} · {_cell(tok)} tok/s"
             self.compare_with.addItem(text, entry.id)
+        if self.compare_with.count():
+            self.compare_with.setCurrentIndex(0)  # the newest other run
         self.compare_with.blockSignals(False)
         self._draw_ab()
         if self.bench is None and self.history_runs and self.results.rowCount() == 0:

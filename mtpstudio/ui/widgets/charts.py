@@ -70,47 +70,30 @@ class _Chart(QWidget):
         found = self.values()
         return nice_max(max(found)) if found else 1.0
 
-    def _plot_rect(self, metrics: QFontMetrics) -> QRectF:
-        left = metrics.horizontalAdvance("0000") + 8
-        top = metrics.height() * 2 + 4
-        bottom = metrics.height() + 8
-        return QRectF(
-            left, top, max(10, self.width() - left - 8), max(10, self.height() - top - bottom)
-        )
+    def _header(self, metrics: QFontMetrics) -> float:
+        """Height of the title and legend lines."""
+        return metrics.height() * (2 if len(self.series) > 1 else 1) + 6
 
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         font = QFont(self.font())
-        painter.setFont(font)
         metrics = QFontMetrics(font)
         painter.fillRect(self.rect(), QColor("#ffffff"))
-        painter.setPen(QColor("#111827"))
         bold = QFont(font)
         bold.setBold(True)
         painter.setFont(bold)
+        painter.setPen(QColor("#111827"))
         painter.drawText(QPointF(4, metrics.ascent() + 2), f"{self.title} ({self.unit})")
         painter.setFont(font)
         self._draw_legend(painter, metrics)
-        plot = self._plot_rect(metrics)
-        top = self.y_max()
-        painter.setPen(QPen(QColor(GRID_COLOUR), 1))
-        for i in range(5):
-            y = plot.bottom() - plot.height() * i / 4
-            painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
-            painter.setPen(QColor(AXIS_COLOUR))
-            text = _fmt(top * i / 4)
-            painter.drawText(
-                QRectF(0, y - metrics.height() / 2, plot.left() - 4, metrics.height()),
-                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
-                text,
-            )
-            painter.setPen(QPen(QColor(GRID_COLOUR), 1))
+        area = QRectF(0, self._header(metrics), self.width(), self.height())
+        area.setBottom(self.height() - 2)
         if not self.values():
             painter.setPen(QColor(AXIS_COLOUR))
-            painter.drawText(plot, int(Qt.AlignmentFlag.AlignCenter), "no results yet")
+            painter.drawText(area, int(Qt.AlignmentFlag.AlignCenter), "no results yet")
         else:
-            self._draw(painter, plot, top, metrics)
+            self._draw(painter, area, self.y_max(), metrics)
         painter.end()
 
     def _draw_legend(self, painter: QPainter, metrics: QFontMetrics) -> None:
@@ -124,34 +107,71 @@ class _Chart(QWidget):
             painter.drawText(QPointF(x + 14, y + metrics.ascent()), s.name)
             x += 24 + metrics.horizontalAdvance(s.name)
 
-    def _draw(self, painter: QPainter, plot: QRectF, top: float, metrics: QFontMetrics) -> None:
+    def _draw(self, painter: QPainter, area: QRectF, top: float, metrics: QFontMetrics) -> None:
         raise NotImplementedError
 
 
-class BarChart(_Chart):
-    """Grouped bars: one group per label, one bar per series (A/B side by side)."""
+def _value_grid(
+    painter: QPainter, plot: QRectF, top: float, metrics: QFontMetrics, *, vertical: bool
+) -> None:
+    """Five grid lines with their values: along x (vertical lines) or along y."""
+    for i in range(5):
+        text = _fmt(top * i / 4)
+        painter.setPen(QPen(QColor(GRID_COLOUR), 1))
+        if vertical:
+            x = plot.left() + plot.width() * i / 4
+            painter.drawLine(QPointF(x, plot.top()), QPointF(x, plot.bottom()))
+            painter.setPen(QColor(AXIS_COLOUR))
+            painter.drawText(
+                QRectF(x - 40, plot.bottom() + 2, 80, metrics.height()),
+                int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
+                text,
+            )
+        else:
+            y = plot.bottom() - plot.height() * i / 4
+            painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
+            painter.setPen(QColor(AXIS_COLOUR))
+            painter.drawText(
+                QRectF(0, y - metrics.height() / 2, plot.left() - 4, metrics.height()),
+                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                text,
+            )
 
-    def _draw(self, painter: QPainter, plot: QRectF, top: float, metrics: QFontMetrics) -> None:
+
+class BarChart(_Chart):
+    """Horizontal grouped bars: one row per label (category names stay readable), one bar
+    per series in each row (A/B side by side)."""
+
+    def _draw(self, painter: QPainter, area: QRectF, top: float, metrics: QFontMetrics) -> None:
+        widest = max((metrics.horizontalAdvance(label) for label in self.labels), default=0)
+        left = min(widest + 8, area.width() * 0.4)
+        right_pad = metrics.horizontalAdvance(_fmt(top)) / 2 + 6
+        plot = QRectF(
+            area.left() + left,
+            area.top(),
+            max(10.0, area.width() - left - right_pad),
+            max(10.0, area.height() - metrics.height() - 4),
+        )
+        _value_grid(painter, plot, top, metrics, vertical=True)
         n = max(1, len(self.labels))
-        group = plot.width() / n
+        group = plot.height() / n
         k = max(1, len(self.series))
         bar = max(1.0, group * 0.8 / k)
         for g, label in enumerate(self.labels):
-            x0 = plot.left() + g * group + group * 0.1
+            y0 = plot.top() + g * group + group * 0.1
             for i, s in enumerate(self.series):
                 value = s.values[g] if g < len(s.values) else None
                 if value is None:
                     continue
-                h = plot.height() * min(value, top) / top
+                w = plot.width() * min(value, top) / top
                 painter.fillRect(
-                    QRectF(x0 + i * bar, plot.bottom() - h, bar - 1, h),
-                    QColor(SERIES_COLOURS[i % 4]),
+                    QRectF(plot.left(), y0 + i * bar, w, bar - 1), QColor(SERIES_COLOURS[i % 4])
                 )
-            painter.setPen(QColor(AXIS_COLOUR))
-            shown = metrics.elidedText(label, Qt.TextElideMode.ElideRight, int(group) - 2)
+            painter.setPen(QColor("#374151"))
+            shown = metrics.elidedText(label, Qt.TextElideMode.ElideRight, int(left) - 6)
             painter.drawText(
-                QRectF(plot.left() + g * group, plot.bottom() + 2, group, metrics.height()),
-                int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
+                QRectF(area.left(), plot.top() + g * group, left - 6, group),
+                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
                 shown,
             )
 
@@ -159,19 +179,30 @@ class BarChart(_Chart):
 class LineChart(_Chart):
     """One line per series over evenly spaced points (runs in the order they were made)."""
 
-    def _draw(self, painter: QPainter, plot: QRectF, top: float, metrics: QFontMetrics) -> None:
+    def _draw(self, painter: QPainter, area: QRectF, top: float, metrics: QFontMetrics) -> None:
+        left = metrics.horizontalAdvance(_fmt(top)) + 10
+        plot = QRectF(
+            area.left() + left,
+            area.top() + 4,
+            max(10.0, area.width() - left - 12),
+            max(10.0, area.height() - metrics.height() - 8),
+        )
+        _value_grid(painter, plot, top, metrics, vertical=False)
         n = max((len(s.values) for s in self.series), default=0)
         step = plot.width() / max(1, n - 1) if n > 1 else 0.0
+
+        def x_of(j: int) -> float:
+            return plot.left() + (j * step if n > 1 else plot.width() / 2)
+
         for i, s in enumerate(self.series):
             colour = QColor(SERIES_COLOURS[i % 4])
-            painter.setPen(QPen(colour, 2))
             previous: QPointF | None = None
             for j, value in enumerate(s.values):
                 if value is None:
                     previous = None
                     continue
-                x = plot.left() + (j * step if n > 1 else plot.width() / 2)
-                point = QPointF(x, plot.bottom() - plot.height() * min(value, top) / top)
+                point = QPointF(x_of(j), plot.bottom() - plot.height() * min(value, top) / top)
+                painter.setPen(QPen(colour, 2))
                 if previous is not None:
                     painter.drawLine(previous, point)
                 painter.setBrush(colour)
@@ -179,10 +210,10 @@ class LineChart(_Chart):
                 previous = point
         painter.setPen(QColor(AXIS_COLOUR))
         if self.labels:
-            for j in (0, len(self.labels) - 1):
-                x = plot.left() + (j * step if n > 1 else plot.width() / 2)
-                painter.drawText(
-                    QRectF(x - 60, plot.bottom() + 2, 120, metrics.height()),
-                    int(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop),
-                    self.labels[j],
+            ends = {0, len(self.labels) - 1}
+            for j in sorted(ends):
+                flag = Qt.AlignmentFlag.AlignLeft if j == 0 else Qt.AlignmentFlag.AlignRight
+                box = QRectF(
+                    x_of(j) - 120 if j else x_of(j), plot.bottom() + 2, 120, metrics.height()
                 )
+                painter.drawText(box, int(flag | Qt.AlignmentFlag.AlignTop), self.labels[j])

@@ -102,3 +102,19 @@ def test_missing_model_refused_before_start(
     sentence = refused.args[0]
     assert "no such model.gguf" in sentence and "\n" not in sentence
     assert gui_server.process is None and gui_server.phase is ServerPhase.FAILED
+
+
+def test_the_server_dies_with_the_gui_object(
+    qtbot: QtBot, gui_server: GuiServer, upstream_plan: Plan
+) -> None:
+    """Without "leave it running", destroying the GUI's process object ends the server."""
+    import shiboken6
+
+    with qtbot.waitSignal(gui_server.became_healthy, timeout=120_000):
+        gui_server.start(upstream_plan, timeout=100)
+    pid = gui_server.pid
+    assert gui_server.process is not None
+    gui_server.process.finished.disconnect()
+    shiboken6.delete(gui_server.process)  # what the window's teardown does
+    gui_server.process = None
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()

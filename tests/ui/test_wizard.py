@@ -54,6 +54,7 @@ def test_the_later_pages_say_what_they_will_offer_and_pretend_nothing(
     # The demo card has no file to run: the Launch page cannot start a server for it.
     assert not wizard.launch_page.start_button.isEnabled()
     assert "GGUF" in wizard.launch_page.start_button.toolTip()
+    assert "demo card" in wizard.launch_page.note.text()
 
 
 def test_walk_through_the_demo_default_then_restore_it(

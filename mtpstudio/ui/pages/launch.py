@@ -232,7 +232,12 @@ class LaunchPage(PlanPage):
         progress_row = QHBoxLayout()
         progress_row.addWidget(self.progress, 1)
         progress_row.addWidget(self.progress_label, 2)
-        self.summary = QLabel(tab)
+        self.progress.setVisible(False)
+        self.summary = QLabel(
+            "Start the server, then run the benchmark: nine prompt categories, tokens per "
+            "second and draft acceptance, one warm-up request left out.",
+            tab,
+        )
         self.summary.setWordWrap(True)
         self.findings = QVBoxLayout()
         self.finding_rows: list[QWidget] = []
@@ -353,6 +358,12 @@ class LaunchPage(PlanPage):
             )
         elif self.plan_note:
             self.note.show_text(self.plan_note, Tone.INFO)
+        elif self.state.plan.model.path is None:
+            self.note.show_text(
+                f"The plan uses the {self.state.plan.model.label}, which has no file "
+                "to run: open your GGUF file on the Model page to launch and benchmark it here.",
+                Tone.INFO,
+            )
         else:
             self.note.show_text(None)
 
@@ -568,6 +579,7 @@ class LaunchPage(PlanPage):
         total = len(wanted) if wanted is not None else 9
         self.progress.setRange(0, total * settings.repeats)
         self.progress.setValue(0)
+        self.progress.setVisible(True)
         self.progress_label.setText("warming up…")
         self.tasks.run(job, self._on_bench_finished, self._on_bench_failed, key=BENCH_KEY)
         self._show_phase()

@@ -26,12 +26,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.plan import Plan
+from mtpstudio.core.planning import EngineBuild
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.diagnosis import Diagnosis, diagnose
+from mtpstudio.core.server.follow_up import measure_launch
 from mtpstudio.core.server.health import (
     DEFAULT_STARTUP_TIMEOUT_S,
     HealthAnswer,
@@ -44,13 +44,12 @@ from mtpstudio.core.server.launch import (
     LaunchResult,
     PreparedLaunch,
     find_build,
-    predict_budget,
     prepare_launch,
     record_state,
 )
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.server.process import STOP_GRACE_S, LogFollower, ProcessOutcome
-from mtpstudio.core.server.reconcile import Reconciliation, build_key, reconcile, save_measurement
+from mtpstudio.core.server.reconcile import Reconciliation
 from mtpstudio.core.server.state import ServerState, remove_state
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
@@ -320,19 +319,7 @@ class GuiServer(QObject):
         report = result.report
 
         def job(token: CancelToken) -> tuple[Reconciliation | None, str | None]:
-            try:
-                budget, device = predict_budget(
-                    prepared.plan, prepared.model, prepared.build, prepared.draft_model
-                )
-            except MtpStudioError as exc:
-                return None, error_sentence(exc)
-            facts = memory_facts(prepared.plan.engine.flavour)
-            rec = reconcile(budget, report, facts, build_key(prepared.build), device)
-            try:
-                save_measurement(rec)
-            except MtpStudioError as exc:
-                return rec, f"measurement not saved: {exc}"
-            return rec, None
+            return measure_launch(prepared, report)
 
         def done(answer: tuple[Reconciliation | None, str | None]) -> None:
             rec, error = answer

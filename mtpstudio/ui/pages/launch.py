@@ -43,13 +43,13 @@ from mtpstudio.core.bench.history import BenchHistory, HistoryEntry, export_entr
 from mtpstudio.core.bench.prompts import load_prompts
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.runner import run_bench
-from mtpstudio.core.bench.target import BenchProgress, BenchTarget
+from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
 from mtpstudio.core.bench.vram import VramSampler
-from mtpstudio.core.engines.base import describe_build
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.server.diagnosis import Diagnosis
+from mtpstudio.core.server.follow_up import bench_target
 from mtpstudio.core.server.health import HealthAnswer
 from mtpstudio.core.server.launch import LaunchResult
 from mtpstudio.core.server.process import ProcessOutcome
@@ -545,16 +545,7 @@ class LaunchPage(PlanPage):
             self.problem.show_problem("Start the server first; the benchmark measures it.")
             return False
         plan = prepared.plan
-        target = BenchTarget(
-            base_url=base_url,
-            flavour=plan.engine.flavour,
-            label=plan.model.label,
-            drafting_requested=plan.mtp.enabled or plan.draft.path is not None,
-            api_key=plan.server.api_key,
-            plan=plan,
-            engine_build=describe_build(prepared.build),
-            device=plan.device,
-        )
+        target = bench_target(prepared, base_url)
         settings = BenchSettings(n_predict=self.n_predict.value(), repeats=self.repeats.value())
         cancel = self.bench_cancel = BenchCancelToken()
         relay = self._relay

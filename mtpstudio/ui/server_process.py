@@ -223,9 +223,17 @@ class GuiServer(QObject):
     def _on_prepared(self, prepared: PreparedLaunch) -> None:
         self.prepared = prepared
         spec = prepared.process
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        spec.cwd.mkdir(parents=True, exist_ok=True)
-        spec.log_path.write_bytes(b"")
+        try:
+            spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+            spec.cwd.mkdir(parents=True, exist_ok=True)
+            spec.log_path.write_bytes(b"")
+        except OSError as exc:
+            self._set_phase(ServerPhase.FAILED)
+            self.start_refused.emit(
+                f"Cannot write the server log {spec.log_path}: {exc.strerror or exc}. Check that "
+                "the state folder (XDG_STATE_HOME) is writable."
+            )
+            return
         proc = QProcess(self)
         proc.setProgram(spec.argv[0])
         proc.setArguments(list(spec.argv[1:]))

@@ -32,6 +32,12 @@ def main() -> int:
     parser.add_argument("--n-predict", type=int, default=192)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--idle-s", type=float, default=2.0)
+    parser.add_argument(
+        "--server-threads",
+        type=int,
+        default=1,
+        help="llama-server threads (1 leaves a core to the GUI on a 2-core machine)",
+    )
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="mtpstudio-frametime-"))
@@ -63,7 +69,7 @@ def main() -> int:
             "engine.flavour": "upstream",
             "engine.binary": str(engine_binary("upstream")),
             "runtime.ctx": 4096,
-            "runtime.threads": 2,
+            "runtime.threads": args.server_threads,
             "mtp.enabled": False,
             "server.port": free_port(),
         },
@@ -154,7 +160,11 @@ def main() -> int:
             f"over {TARGET_MS:.0f} ms: {over}"
         )
 
-    print("GUI event-loop lateness (QTimer heartbeat every 5 ms, offscreen), Launch page:")
+    print(
+        "GUI event-loop lateness (QTimer heartbeat every 5 ms, offscreen), Launch page; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+        f"llama-server threads {args.server_threads}:"
+    )
     print(line("idle window", idle))
     print(line("benchmark streaming", streaming))
     print(line("control: no page", control))

@@ -127,3 +127,4 @@ def test_the_page_opens_on_the_latest_stored_run(page: LaunchPage) -> None:
     assert f"Last stored run {latest.run_id} (latest" in page.summary.text()
     assert page.tok_chart.series[0].values == (70.0, 60.0)
     assert [n.tone for n in page.finding_notices] == [Tone.BAD]  # drafts asked, none came
+    assert page.shown_run_id == latest.run_id and page.export_button.isEnabled()

@@ -152,6 +152,7 @@ class LaunchPage(PlanPage):
         self.last_diagnosis: Diagnosis | None = None
         self.plan_note: str | None = None
         self._started_from: Plan | None = None
+        self.shown_run_id: int | None = None  # the stored run in the table (export writes it)
         self._relay = _ProgressRelay(self)
         self._relay.progressed.connect(self._on_bench_progressed)
 
@@ -391,7 +392,7 @@ class LaunchPage(PlanPage):
         benching = self.tasks.is_running(BENCH_KEY)
         self.bench_button.setEnabled(phase is ServerPhase.HEALTHY and not benching)
         self.cancel_button.setEnabled(benching)
-        self.export_button.setEnabled(self.bench is not None and self.bench.run_id is not None)
+        self.export_button.setEnabled(self.shown_run_id is not None)
         if phase is not ServerPhase.HEALTHY:
             self.health_label.setText("")
 
@@ -603,6 +604,7 @@ class LaunchPage(PlanPage):
     def show_bench(self, outcome: BenchOutcome) -> None:
         """Fill the table, the summary, the findings and the charts from a run."""
         self.bench = outcome
+        self.shown_run_id = outcome.run_id
         report = outcome.report
         self._fill_rows([c.to_dict() for c in report.categories])
         accept = report.aggregate_accept_rate
@@ -627,6 +629,8 @@ class LaunchPage(PlanPage):
 
     def show_stored(self, entry: HistoryEntry) -> None:
         """Show a run from the history (the page opens on the latest one)."""
+        self.shown_run_id = entry.id
+        self._show_phase()
         self._fill_rows(entry.rows)
         agg = entry.aggregate
         accept = _float(agg.get("aggregate_accept_rate"))
@@ -758,11 +762,11 @@ class LaunchPage(PlanPage):
         return Path(name) if name else None
 
     def export_results(self, fmt: str, path: Path) -> bool:
-        """Write the latest stored run as md/csv/json (``mtpstudio bench show --format``)."""
-        if self.bench is None or self.bench.run_id is None:
+        """Write the run shown as md/csv/json (what ``mtpstudio bench show --format`` prints)."""
+        if self.shown_run_id is None:
             return False
         try:
-            text = export_entry(self.history.get(self.bench.run_id), fmt)
+            text = export_entry(self.history.get(self.shown_run_id), fmt)
             write_text_atomic(path, text)
         except (MtpStudioError, OSError) as exc:
             self.problem.show_problem(f"Cannot export the results: {error_sentence(exc)}")

@@ -40,7 +40,11 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.session_check",
     }
 )
-UI_MAY_IMPORT_PREFIXES = ("mtpstudio.core.model.",)  # gguf facts, model source, catalogue
+UI_MAY_IMPORT_PREFIXES = (
+    "mtpstudio.core.model.",  # gguf facts, model source, catalogue
+    "mtpstudio.core.server.",  # the GUI wraps the same launch spec in a QProcess (design §3)
+    "mtpstudio.core.bench.",  # the Launch page runs the benchmark and reads its history
+)
 
 # The helper runs as root through pkexec: the standard library and these two modules only.
 HELPER_MAY_IMPORT = frozenset({"mtpstudio.core.atomic", "mtpstudio.core.quoting"})

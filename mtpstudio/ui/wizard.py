@@ -38,7 +38,7 @@ from mtpstudio.ui.pages.budget import BudgetPage
 from mtpstudio.ui.pages.desktop import DesktopPage
 from mtpstudio.ui.pages.engine import EnginePage
 from mtpstudio.ui.pages.hardware import HardwarePage
-from mtpstudio.ui.pages.later import LaunchPage
+from mtpstudio.ui.pages.launch import LaunchPage
 from mtpstudio.ui.pages.model import ModelPage
 from mtpstudio.ui.pages.service import ServicePage
 from mtpstudio.ui.settings import StateStore
@@ -130,7 +130,7 @@ class MtpWizard(QWizard):
         self.budget_page = BudgetPage(self.state)
         self.desktop_page = DesktopPage(self.state)
         self.service_page = ServicePage(self.state)
-        self.launch_page = LaunchPage(self.state)
+        self.launch_page = LaunchPage(self.state, self.tasks)
         for page_id, page in zip(PageId, self.pages(), strict=True):
             self.setPage(int(page_id), page)
 
@@ -296,6 +296,8 @@ class MtpWizard(QWizard):
             self.last_error = error_sentence(exc)
 
     def done(self, result: int) -> None:
+        if not self.launch_page.release_server():  # asks about a running server
+            return
         self.save_state()
         self.tasks.shutdown()
         super().done(result)

@@ -187,6 +187,7 @@ def test_user_unit_without_root(
     plan_file: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan, _binary = plan_file
+    state_before = sorted(paths.state_dir().rglob("*")) if paths.state_dir().exists() else []
     code, out, err = run(capsys, "apply", "unit", "--plan", str(plan), "--user", "--dry-run")
     assert code == 0 and "Dry run" in out
     unit = paths.user_unit_dir() / "mtpstudio-llama.service"
@@ -201,7 +202,9 @@ def test_user_unit_without_root(
     assert list(json.loads(out)["user"]["groups"]) == ["unit:mtpstudio-llama.service"]
     code, out, err = run(capsys, "revert", "unit")
     assert code == 0, err
-    assert not unit.exists() and not paths.state_dir().exists()
+    assert not unit.exists()
+    state_after = sorted(paths.state_dir().rglob("*")) if paths.state_dir().exists() else []
+    assert state_after == state_before  # the manifest and backups are gone again
     assert run(capsys, "apply", "unit", "--plan", str(plan), "--user", "--root", "/tmp")[0] == 2
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from support.servers import free_port
 
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.server.process import ServerProcess
-from mtpstudio.core.server.state import prune_stale, servers_dir
+from mtpstudio.core.server.state import load_states, prune_stale, servers_dir
 
 
 def make_plan(binary: Path, model: Path, flavour: str, **changes: Any) -> Plan:
@@ -32,6 +34,17 @@ def make_plan(binary: Path, model: Path, flavour: str, **changes: Any) -> Plan:
     }
     base.update(changes)
     return plan_with(Plan(), base)
+
+
+@pytest.fixture(autouse=True)
+def _no_server_outlives_its_test() -> Iterator[None]:
+    """A test that failed half-way must not leave its server to the next tests (they count
+    processes and state records): kill what is still recorded, after the test's own checks."""
+    yield
+    for state in load_states():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(state.pid, signal.SIGKILL)  # servers run in their own session
+    prune_stale()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 
 from mtpstudio.core.plan import Plan, save_plan
 from mtpstudio.core.server.state import load_states
+from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
 from .conftest import processes_with, state_files
 
@@ -141,7 +142,7 @@ def test_foreground_stays_attached_until_ctrl_c(
     plan = plan_for("upstream")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mtpstudio.cli.main", "launch", "--foreground",
-         "--plan", str(saved(plan, tmp_path))],
+         "--timeout", "120", "--plan", str(saved(plan, tmp_path))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -189,7 +190,10 @@ def test_fifty_launch_stop_cycles_leave_nothing_behind(
 def test_startup_timeout_is_diagnosed_and_reaped(
     plan_for: Callable[..., Plan], tmp_path: Path
 ) -> None:
-    plan = plan_for("ik")  # ik answers nothing until it has loaded
+    # A full-size (zero-weight) model takes seconds to load, far longer than a zero timeout:
+    # upstream answers 503 (or nothing) until then, whatever the machine's load.
+    big = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", tmp_path / "full size.gguf")
+    plan = plan_for("upstream", **{"model.path": str(big), "runtime.ctx": 4096})
     result = cli("launch", "--plan", str(saved(plan, tmp_path)), "--timeout", "0")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr

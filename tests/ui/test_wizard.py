@@ -38,18 +38,18 @@ def test_seven_pages_in_order_with_title_icon_and_minimum_size(
     assert "4. VRAM budget" in wizard.steps.text()
 
 
-def test_the_later_pages_say_what_they_will_offer_and_pretend_nothing(
+def test_pages_five_to_seven_show_the_demo_plan(
     make_wizard: WizardFactory,
 ) -> None:
     wizard = make_wizard()
     go_to(wizard, PageId.LAUNCH)
-    for page in (wizard.launch_page,):
-        assert page.notice.text().startswith("Not available yet")
-        assert "This page will offer" in page.offers_label.text()
     compositor = wizard.desktop_page.holders.topLevelItem(0)
     assert (compositor.text(0), compositor.child(0).text(0)) == ("compositor", "kwin_wayland")
     assert "ExecStart=/opt/llama.cpp/build/bin/" in wizard.service_page.views["unit"].toPlainText()
-    assert "context" in wizard.launch_page.recap.toPlainText()
+    # The demo card has no file to run: the Launch page cannot start a server for it.
+    assert not wizard.launch_page.start_button.isEnabled()
+    assert "GGUF" in wizard.launch_page.start_button.toolTip()
+    assert "demo card" in wizard.launch_page.note.text()
 
 
 def test_walk_through_the_demo_default_then_restore_it(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpstudio.core.bench.target import BenchTarget
-from mtpstudio.core.engines.apikey import read_api_key
+from mtpstudio.core.engines.apikey import plan_api_key
 from mtpstudio.core.engines.base import describe_build
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.errors import ServerError
@@ -105,7 +105,7 @@ class PlanServerLauncher:
                 label=label,
                 drafting_requested=bool(prepared.plan.mtp.enabled)
                 or run_plan.draft.path is not None,
-                api_key=_api_key(run_plan),
+                api_key=plan_api_key(run_plan.server.api_key_file),
                 plan=plan,
                 engine_build=describe_build(build),
                 device=plan.device,
@@ -119,9 +119,3 @@ def _with_env(env: Mapping[str, str]) -> dict[str, str]:
     import os
 
     return {**os.environ, **env}
-
-
-def _api_key(plan: Plan) -> str | None:
-    """The key the plan's server asks for (read from the plan's key file), if any."""
-    key_file = plan.server.api_key_file
-    return None if key_file is None else read_api_key(Path(key_file))

@@ -138,3 +138,8 @@ def store_api_key(path: Path, key: str) -> ApiKey:
         raise ApiKeyError("the API key must be non-empty and contain no spaces")
     _write_key(path, key)
     return ApiKey(key, path, created=True)
+
+
+def plan_api_key(key_file: Path | str | None) -> str | None:
+    """The key a server started from a plan asks for (read from the plan's key file), if any."""
+    return None if key_file is None else read_api_key(Path(key_file))

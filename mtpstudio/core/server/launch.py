@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from mtpstudio.core.engines.base import LaunchSpec, describe_build
 from mtpstudio.core.engines.caps import EngineBuild
@@ -315,9 +316,14 @@ def run_launch(
     return result, proc
 
 
-def record_state(
-    prepared: PreparedLaunch, proc: ServerProcess, healthy_after: float
-) -> ServerState:
+class HasPid(Protocol):
+    """A started server process as ``record_state`` needs it (core's or the GUI's)."""
+
+    @property
+    def pid(self) -> int: ...
+
+
+def record_state(prepared: PreparedLaunch, proc: HasPid, healthy_after: float) -> ServerState:
     """Save the plan copy and the server state in the XDG state dir."""
     plan = prepared.plan
     plan_path = servers_dir() / f"{plan.server.port}.plan.json"

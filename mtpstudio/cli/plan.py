@@ -175,13 +175,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
     from mtpstudio.core.reports import budget_report, plan_report
-    from mtpstudio.core.server.reconcile import last_measured_text
+    from mtpstudio.core.server.reconcile import last_measured_text, load_measurements
 
     plan = plan_from_args(args)
     info = load_model_info(plan.model)
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
     named = [plan.engine.binary] if plan.engine.binary is not None else []
-    pctx = PlanningContext(machine_for(detect_all(engine_paths=named)), info, draft)
+    machine = machine_for(detect_all(engine_paths=named))
+    pctx = PlanningContext(machine, info, draft, measurements=load_measurements())
     result = evaluate(plan, pctx)
     budget = replace(result.budget, warnings=result.warnings)
     if args.save:

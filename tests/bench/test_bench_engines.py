@@ -281,6 +281,14 @@ def test_cli_url_run_json_and_history(tiny_model, running_server, tmp_path: Path
     assert shown["report"] == doc["bench"]
 
 
+@pytest.fixture
+def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Launched servers keep their state and logs in this test's own XDG state dir."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
+
+
 def _tiny_mtp_plan(engine, tiny_model, tmp_path: Path) -> Path:
     plan = plan_from_dict({
         "device": "cpu",
@@ -294,7 +302,7 @@ def _tiny_mtp_plan(engine, tiny_model, tmp_path: Path) -> Path:
 
 
 def test_cli_plan_runs_the_plans_server_and_stores_the_run(
-    engine, tiny_model, tmp_path: Path, capsys
+    engine, tiny_model, tmp_path: Path, private_state: Path, capsys
 ) -> None:
     """The default launcher: the plan's server through core/server, with --metrics, reaped."""
     plan = _tiny_mtp_plan(engine, tiny_model, tmp_path)
@@ -319,7 +327,7 @@ def test_cli_plan_runs_the_plans_server_and_stores_the_run(
 
 
 def test_cli_plan_that_cannot_start_is_one_sentence(
-    engine, tiny_model, tmp_path: Path, capsys
+    engine, tiny_model, tmp_path: Path, private_state: Path, capsys
 ) -> None:
     """An enormous context: the KV cache cannot be allocated; the diagnosis and its first fix."""
     wide = {"n_embd": 256, "n_head": 8, "n_head_kv": 8, "head_dim": 256, "n_layer": 2,
@@ -344,7 +352,7 @@ def test_cli_plan_that_cannot_start_is_one_sentence(
 
 
 def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
-    engine, tiny_model, tmp_path: Path, monkeypatch, capsys
+    engine, tiny_model, tmp_path: Path, private_state: Path, monkeypatch, capsys
 ) -> None:
     launcher = PlanServerLauncher(log_dir=tmp_path / "logs")
     monkeypatch.setattr("mtpstudio.cli.bench.DEFAULT_LAUNCHER", launcher)
@@ -381,8 +389,9 @@ def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
     assert p_min["remedies"][0]["plan_changes"] == {"mtp.draft_p_min": 0.75}
 
 
-def test_cli_plan_together_interleaves(engine, tiny_model, tmp_path: Path, monkeypatch,
-                                       capsys) -> None:  # fmt: skip
+def test_cli_plan_together_interleaves(
+    engine, tiny_model, tmp_path: Path, private_state: Path, monkeypatch, capsys
+) -> None:
     launcher = PlanServerLauncher(log_dir=tmp_path / "logs")
     monkeypatch.setattr("mtpstudio.cli.bench.DEFAULT_LAUNCHER", launcher)
     plan = _tiny_mtp_plan(engine, tiny_model, tmp_path)

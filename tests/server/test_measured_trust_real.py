@@ -33,7 +33,10 @@ def test_plan_shows_measured_after_a_launch_of_the_same_build(
     launched: list[ServerProcess],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # A measurement store of its own: other tests launch the same tiny models on these builds.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     plan = plan_for(flavour)
     path = tmp_path / "plan.json"
     save_plan(plan, path)

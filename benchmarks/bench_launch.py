@@ -4,8 +4,9 @@ Both start the same command line on the same tiny model (generated with the test
 count until ``GET /health`` answers 200. "bare" spawns llama-server directly and polls /health
 every 5 ms; "mtpstudio launch" is the whole CLI as a user runs it (Python start-up, plan load,
 engine probe from cache, GGUF header check, port check, spawn, health wait) until it returns,
-plus the time it reports itself from spawn to healthy. Each round stops the server before the
-next. Target: the CLI within 0.3 s of the bare start.
+plus the time it reports itself from spawn to healthy, and the CPU time (user + sys) the CLI
+process used, which a busy machine inflates far less than the wall times. Each round stops the
+server before the next. Target: the CLI within 0.3 s of the bare start.
 
     MTPSTUDIO_ENGINES=<folder with llama-server> .venv/bin/python benchmarks/bench_launch.py \
         [--engine upstream|ik] [--rounds 10]
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -55,10 +57,17 @@ def bare_start(argv: list[str], port: int, log: Path) -> float:
         proc.wait(10)
 
 
-def cli_launch(plan_path: Path, port: int) -> tuple[float, float, float]:
-    """(CLI start -> /health 200 seen from outside, CLI start -> return, its own figure)."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cli_launch(plan_path: Path, port: int) -> tuple[float, float, float, float]:
+    """(CLI start -> /health 200 seen from outside, CLI start -> return, its own figure,
+    the CLI's CPU seconds)."""
     cmd = [sys.executable, "-m", "mtpstudio.cli.main", "launch", "--plan", str(plan_path),
            "--json"]  # fmt: skip
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     healthy = float("nan")
@@ -69,6 +78,7 @@ def cli_launch(plan_path: Path, port: int) -> tuple[float, float, float]:
         time.sleep(0.005)
     out, err = proc.communicate(timeout=180)
     wall = time.perf_counter() - t0
+    cpu = _children_cpu() - cpu0  # the CLI only: the server it started is not its child
     done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     if done.returncode != 0:
         raise SystemExit(f"mtpstudio launch failed: {done.stderr}")
@@ -77,7 +87,7 @@ def cli_launch(plan_path: Path, port: int) -> tuple[float, float, float]:
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     if stop.returncode != 0:
         raise SystemExit(f"mtpstudio server stop failed: {stop.stderr}")
-    return healthy, wall, own
+    return healthy, wall, own, cpu
 
 
 def main() -> int:
@@ -106,9 +116,11 @@ def main() -> int:
     healthy: list[float] = []
     wall: list[float] = []
     own: list[float] = []
+    cpu: list[float] = []
     for i in range(args.rounds):
         bare.append(bare_start(argv, plan.server.port, work / f"bare-{i}.log"))
-        h, w, o = cli_launch(plan_path, plan.server.port)
+        h, w, o, c = cli_launch(plan_path, plan.server.port)
+        cpu.append(c)
         healthy.append(h)
         wall.append(w)
         own.append(o)
@@ -123,6 +135,8 @@ def main() -> int:
     print(line("mtpstudio launch (CLI start -> /health 200)", healthy))
     print(line("mtpstudio launch (CLI start -> returns)", wall))
     print(line("  its own spawn -> /health 200", own))
+    print(line("  CPU time of the CLI (user + sys)", cpu))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     for label, xs in (("healthy", healthy), ("returns", wall)):
         gap = statistics.median(xs) - statistics.median(bare)
         verdict = "within" if gap <= TARGET_S else "OVER"

@@ -1,27 +1,34 @@
-"""Each budget segment says how far it can be trusted, in the text and the JSON of `plan`."""
+"""Each budget segment says how far it can be trusted, in the text and the JSON of `plan`;
+"measured" comes from a stored launch of the same build on the same device, passed explicitly."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 
-import pytest
-
-from mtpstudio.core.memory.trust import (
-    Trust,
-    clear_measurement_lookups,
-    register_measurement_lookup,
-    segment_trust,
+from mtpstudio.core.engines.registry import documented_build
+from mtpstudio.core.memory.devices import HostSpec
+from mtpstudio.core.memory.engine_facts import memory_facts
+from mtpstudio.core.memory.trust import Trust, segment_trust
+from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
+from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
+from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate
+from mtpstudio.core.reports import budget_report
+from mtpstudio.core.server.reconcile import (
+    ReconcileRow,
+    Reconciliation,
+    build_key,
+    load_measurements,
+    predicted_segments,
+    save_measurement,
 )
 
-
-@pytest.fixture(autouse=True)
-def _no_lookups() -> Iterator[None]:
-    clear_measurement_lookups()
-    yield
-    clear_measurement_lookups()
+PROBED = replace(
+    documented_build(EngineFlavour.UPSTREAM, Path("/opt/up/llama-server")), version="b9000"
+)
 
 
 def test_exact_measured_and_estimated_segments() -> None:
@@ -30,9 +37,60 @@ def test_exact_measured_and_estimated_segments() -> None:
     assert segment_trust("CUDA0", "weights") is Trust.ESTIMATE  # CUDA padding not yet checked
     assert segment_trust("CUDA0", "compute") is Trust.ESTIMATE
     assert segment_trust("CUDA0", "driver_overhead") is Trust.ESTIMATE
-    register_measurement_lookup(lambda dev, seg: (dev, seg) == ("CUDA0", "compute"))
-    assert segment_trust("CUDA0", "compute") is Trust.MEASURED
-    assert segment_trust("CUDA0", "desktop") is Trust.ESTIMATE
+    measured = frozenset({("CUDA0", "compute")})
+    assert segment_trust("CUDA0", "compute", measured) is Trust.MEASURED
+    assert segment_trust("CUDA1", "compute", measured) is Trust.ESTIMATE
+    assert segment_trust("CUDA0", "desktop", measured) is Trust.ESTIMATE
+
+
+def _demo(**changes: object) -> Plan:
+    base = plan_with(Plan(), {"model.card": DEFAULT_MODEL_CARD, "device": "rtx-4070-super",
+                              "engine.flavour": "upstream"})  # fmt: skip
+    return plan_with(base, dict(changes))
+
+
+def _stored_launch(plan: Plan, pctx: PlanningContext, tmp_path: Path) -> tuple[str, Path]:
+    """A launch record as run_launch stores it: every figure logged as predicted, except the
+    GPU compute buffer, which came out 10 % larger."""
+    target, budget = budget_for(plan, pctx)
+    rows = []
+    for (segment, device), mib in predicted_segments(budget, memory_facts(EngineFlavour.UPSTREAM)
+                                                     ).items():  # fmt: skip
+        off = 1.10 if (segment, device) == ("compute", target.device.id) else 1.0
+        rows.append(ReconcileRow(segment, device, mib, mib * off))
+    store = tmp_path / "measurements.json"
+    save_measurement(Reconciliation(build_key(PROBED), target.device.id, tuple(rows)), store)
+    return target.device.id, store
+
+
+def test_a_stored_launch_marks_the_figures_it_confirmed(tmp_path: Path) -> None:
+    machine = MachineFacts(HostSpec(), (), (PROBED,))
+    plain = PlanningContext(machine, model_card_info(DEFAULT_MODEL_CARD))
+    plan = _demo()
+    device, store = _stored_launch(plan, plain, tmp_path)
+    pctx = PlanningContext(plain.machine, plain.model, measurements=load_measurements(store))
+
+    budget = evaluate(plan, pctx).budget
+    assert budget_for(plan, plain)[1].measured == frozenset()  # nothing passed, nothing measured
+    assert {(device, "weights"), (device, "kv_cache")} <= budget.measured
+    assert (device, "compute") not in budget.measured  # logged 10 % off the prediction
+    assert (device, "desktop") not in budget.measured  # the engine never logs it
+    trust = budget.to_json()["devices"][0]["segment_trust"]
+    assert trust["kv_cache"] == "measured" and trust["compute"] == "estimate"
+    text = budget_report(budget)
+    kv_line = next(line for line in text.splitlines() if "KV cache" in line)
+    assert kv_line.rstrip().endswith("measured")
+
+    # Another context: the KV figure is no longer the one measured; the recurrent state (which
+    # does not depend on the context) still is.
+    other = evaluate(_demo(**{"runtime.ctx": 8192}), pctx).budget
+    assert (device, "recurrent_state") in other.measured
+    assert (device, "kv_cache") not in other.measured
+    # Another build: nothing of this record applies.
+    newer = replace(PROBED, version="b9001")
+    again = PlanningContext(MachineFacts(HostSpec(), (), (newer,)), plain.model,
+                            measurements=pctx.measurements)  # fmt: skip
+    assert evaluate(plan, again).budget.measured == frozenset()
 
 
 def _plan(*args: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,18 +39,18 @@ from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
 
-
-def _not_wired_launcher(
-    plan: Plan, *, label: str, env: Mapping[str, str]
-) -> AbstractContextManager[BenchTarget]:
-    raise BenchError(
-        "benchmarking from a plan needs the server launcher, which this build does not have yet",
-        hint="Start the server yourself and run `mtpstudio bench --url http://HOST:PORT`.",
-    )
+# The launcher `bench --plan` uses; None: core's PlanServerLauncher (made when needed).
+DEFAULT_LAUNCHER: ServerLauncher | None = None
 
 
-# The launcher `bench --plan` uses; the server-launch work plugs its own in here.
-DEFAULT_LAUNCHER: ServerLauncher = _not_wired_launcher
+def _launcher(args: argparse.Namespace) -> ServerLauncher:
+    if args.launcher is not None:
+        return args.launcher  # type: ignore[no-any-return]
+    if DEFAULT_LAUNCHER is not None:
+        return DEFAULT_LAUNCHER
+    from mtpstudio.core.bench.launcher import PlanServerLauncher
+
+    return PlanServerLauncher()
 
 
 def register(sub: Any) -> None:
@@ -195,7 +195,7 @@ def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
         raise BenchError(
             "say what to benchmark", hint="Give --url http://HOST:PORT or --plan PLAN.json."
         )
-    launcher: ServerLauncher = args.launcher or DEFAULT_LAUNCHER
+    launcher = _launcher(args)
     found = _variants(args)
     variants = (found[0], found[1]) if len(found) == 2 else None
     first = found[0]
@@ -319,7 +319,7 @@ def _run_plans_in_turn(
     out: _Output,
 ) -> BenchReport:
     """Plans one server at a time (two big models rarely fit one GPU together)."""
-    launcher: ServerLauncher = args.launcher or DEFAULT_LAUNCHER
+    launcher = _launcher(args)
     variants = _variants(args)
     first = variants[0]
 

@@ -3,30 +3,51 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
 from mtpstudio import __version__
-from mtpstudio.cli import apply, bench, detect, gui, launch, plan, render, server, tune
 from mtpstudio.core.errors import MtpStudioError
 
+# The module (mtpstudio/cli/<name>.py) that registers each subcommand, in help order, so a
+# command imports only its own module (launch stays quick); a test checks it is complete.
+COMMAND_MODULES = {
+    "plan": "plan",
+    "gui": "gui",
+    "render": "render",
+    "export-unit": "render",
+    "detect": "detect",
+    "apply": "apply",
+    "revert": "apply",
+    "status": "apply",
+    "verify-session": "apply",
+    "bench": "bench",
+    "launch": "launch",
+    "server": "server",
+    "tune": "tune",
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names, when it names one before any option (pure)."""
+    first = argv[0] if argv else None
+    return first if first in COMMAND_MODULES else None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or only ``command``'s module registered."""
     parser = argparse.ArgumentParser(
         prog="mtpstudio",
         description="Plan, launch and benchmark llama-server with multi-token prediction.",
     )
     parser.add_argument("--version", action="version", version=f"mtpstudio {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    plan.register(sub)
-    gui.register(sub)
-    render.register(sub)
-    detect.register(sub)
-    apply.register(sub)
-    bench.register(sub)
-    launch.register(sub)
-    server.register(sub)
-    tune.register(sub)
+    modules = dict.fromkeys(COMMAND_MODULES.values())
+    if command is not None:
+        modules = {COMMAND_MODULES[command]: None}
+    for name in modules:
+        importlib.import_module(f"mtpstudio.cli.{name}").register(sub)
     return parser
 
 
@@ -39,9 +60,14 @@ def one_line_error(exc: MtpStudioError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
-    func: Callable[[argparse.Namespace], int] = getattr(args, "func", gui.cmd_default)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        from mtpstudio.cli.gui import cmd_default
+
+        func = cmd_default
     try:
         return func(args)
     except MtpStudioError as exc:

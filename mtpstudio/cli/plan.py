@@ -301,14 +301,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         published_demo_plan,
     )
     from mtpstudio.core.reports import budget_report, plan_report
-    from mtpstudio.core.server.reconcile import last_measured_text
+    from mtpstudio.core.server.reconcile import last_measured_text, load_measurements
 
     if args.demo == "list":
         return _list_demo_cards()
     plan, changes = plan_and_changes(args)
     info = load_model_info(plan.model)
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
-    pctx = PlanningContext(machine_for(detect_for(plan)), info, draft)
+    pctx = PlanningContext(
+        machine_for(detect_for(plan)), info, draft, measurements=load_measurements()
+    )
     defaults_line = ""
     if plan.model.path is None and args.plan is None:
         plan, defaults_line = published_demo_plan(plan, pctx, frozenset(changes))

@@ -112,7 +112,7 @@ def _progress(step: Any) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from mtpstudio.core.bench.history import BenchHistory
-    from mtpstudio.core.bench.plan_launcher import PlanServerLauncher
+    from mtpstudio.core.bench.launcher import PlanServerLauncher
     from mtpstudio.core.bench.prompts import load_prompts, select
     from mtpstudio.core.bench.results import BenchSettings
     from mtpstudio.core.bench.target import CancelToken
@@ -170,7 +170,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     launcher = args.launcher
     if launcher is None:
         launcher = PlanServerLauncher(
-            **({} if args.timeout is None else {"timeout_s": args.timeout})
+            measure=False, **({} if args.timeout is None else {"timeout": args.timeout})
         )
     cancel = CancelToken()
     with _ctrl_c_cancels(cancel):

@@ -8,6 +8,7 @@ re-exported here so callers need not import the modules that compute them.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from mtpstudio.core.memory.targets import (
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
+from mtpstudio.core.server.reconcile import Reconciliation, build_key, measured_segments
 from mtpstudio.core.units import MIB
 
 __all__ = [
@@ -73,12 +75,15 @@ class PlanningContext:
     """What stays fixed while a user edits options: the machine and the model.
 
     Build it once (detection and header reading are the slow parts); ``evaluate`` is then
-    cheap enough to follow a slider. Not thread-safe: use one per thread.
+    cheap enough to follow a slider. Not thread-safe: use one per thread. ``measurements``
+    holds the stored launches by (build key, device) (``reconcile.load_measurements``); the
+    budget marks the figures they confirm as measured.
     """
 
     machine: MachineFacts
     model: ModelInfo
     draft_model: ModelInfo | None = None
+    measurements: Mapping[tuple[str, str], Reconciliation] = field(default_factory=dict)
     weights: ModelWeights = field(init=False)
 
     def __post_init__(self) -> None:
@@ -232,6 +237,11 @@ def budget_for(plan: Plan, pctx: PlanningContext) -> tuple[ResolvedTarget, Budge
     budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
     if pctx.draft_model is not None and plan.draft.path is not None:
         budget = with_draft(budget, plan, pctx.draft_model, facts)
+    build = pctx.machine.build_for(plan) if pctx.measurements else None
+    if build is not None:
+        stored = pctx.measurements.get((build_key(build), target.device.id))
+        if stored is not None:
+            budget = replace(budget, measured=measured_segments(stored, budget, facts))
     return target, budget
 
 

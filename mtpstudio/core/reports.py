@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mtpstudio.core.memory.budget import DEVICE_SEGMENTS, Budget, DeviceBudget
 from mtpstudio.core.memory.draft import DRAFT_SEGMENTS
-from mtpstudio.core.memory.trust import segment_trust
+from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, segment_trust
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan
 from mtpstudio.core.units import GIB, MIB
@@ -181,8 +181,8 @@ LABELS = {
 SHOWN_SEGMENTS = (*DEVICE_SEGMENTS, *DRAFT_SEGMENTS)
 
 TRUST_LEGEND = (
-    "exact: byte formula checked against the engine's log; measured: stored measurement of "
-    "this build; estimate: fitted or assumed"
+    "exact: byte formula checked against the engine's log; measured: this engine build logged "
+    "this figure on this device at a launch; estimate: fitted or assumed"
 )
 
 
@@ -206,12 +206,12 @@ def text_bar(device: DeviceBudget, width: int = BAR_WIDTH) -> str:
     return "[" + "".join(cells[: width + 1]) + "]"
 
 
-def device_table(device: DeviceBudget) -> list[str]:
+def device_table(device: DeviceBudget, measured: Measured = NOTHING_MEASURED) -> list[str]:
     lines = [f"{device.id}  {device.name}  total {mib(device.total_bytes)}"]
     for name in SHOWN_SEGMENTS:
         value = device.segments.get(name, 0)
         if value:
-            trust = segment_trust(device.id, name).value
+            trust = segment_trust(device.id, name, measured).value
             lines.append(f"  {BAR_GLYPHS[name]} {LABELS[name]:<20} {mib(value):>12}  {trust}")
     lines.append(f"    {'used':<20} {mib(device.used_bytes):>12}")
     free = device.free_bytes
@@ -231,7 +231,7 @@ def budget_report(
     """
     lines: list[str] = ["VRAM budget:"]
     for device in budget.devices:
-        lines += ["  " + line for line in device_table(device)]
+        lines += ["  " + line for line in device_table(device, budget.measured)]
     lines.append(f"  ({TRUST_LEGEND})")
     host = budget.host
     s = host.segments
@@ -243,7 +243,9 @@ def budget_report(
         ("weights_locked", "weights locked in RAM             "),
     ):
         if s[key]:
-            lines.append(f"  {label}{mib(s[key])}  {segment_trust('host', key).value}")
+            lines.append(
+                f"  {label}{mib(s[key])}  {segment_trust('host', key, budget.measured).value}"
+            )
     lines.append(
         "  buffers (KV, state, output, ...)  "
         + mib(host.needed_bytes - s["weights_resident"] - s["weights_locked"])

@@ -9,19 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.bench_launcher import PlanLauncher
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.bench.ab import run_ab
 from mtpstudio.core.bench.client import metric_counters, parse_metrics
 from mtpstudio.core.bench.concurrency import run_concurrent
 from mtpstudio.core.bench.gate import run_gate
+from mtpstudio.core.bench.history import BenchHistory
+from mtpstudio.core.bench.launcher import PlanServerLauncher
 from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, select
 from mtpstudio.core.bench.report import render_text
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.runner import run_bench
 from mtpstudio.core.bench.target import BenchProgress, BenchTarget, CancelToken
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict, save_plan
+from mtpstudio.core.server.state import servers_dir
 
 pytestmark = pytest.mark.engine
 
@@ -49,6 +51,15 @@ def assert_metrics_agree(before: dict[str, float], after: dict[str, float], r: B
             r.total_draft_accepted + r.warmup.accepted_n
         )
     assert r.metrics is not None and r.metrics.matches, r.metrics
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return bool(stat) and stat[0] not in ("Z", "X")
 
 
 def assert_full_run(r: BenchReport) -> None:
@@ -258,6 +269,7 @@ def test_cli_url_run_json_and_history(tiny_model, running_server, tmp_path: Path
     doc = json.loads(out.read_text())
     aggregate = doc["bench"]["aggregate"]
     assert aggregate["n_requests"] == 9 and aggregate["total_predicted"] == 9 * N
+    assert doc["bench"]["engine_build"] == server.get("/props").json()["build_info"]
     json_line = next(line for line in printed.splitlines() if line.startswith("{"))
     assert json.loads(json_line) == aggregate
     (run_id,) = doc["history_ids"]
@@ -267,6 +279,14 @@ def test_cli_url_run_json_and_history(tiny_model, running_server, tmp_path: Path
     assert main(["bench", "show", str(run_id), "--format", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["report"] == doc["bench"]
+
+
+@pytest.fixture
+def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Launched servers keep their state and logs in this test's own XDG state dir."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
 
 
 def _tiny_mtp_plan(engine, tiny_model, tmp_path: Path) -> Path:
@@ -281,10 +301,60 @@ def _tiny_mtp_plan(engine, tiny_model, tmp_path: Path) -> Path:
     return tmp_path / "plan.json"
 
 
-def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
-    engine, tiny_model, tmp_path: Path, monkeypatch, capsys
+def test_cli_plan_runs_the_plans_server_and_stores_the_run(
+    engine, tiny_model, tmp_path: Path, private_state: Path, capsys
 ) -> None:
-    launcher = PlanLauncher(tmp_path / "logs")
+    """The default launcher: the plan's server through core/server, with --metrics, reaped."""
+    plan = _tiny_mtp_plan(engine, tiny_model, tmp_path)
+    out = tmp_path / "run.json"
+    code = main(["bench", "--plan", str(plan), "--categories", "code_python,qa_factual",
+                 "--n-predict", "16", "--json", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    doc = json.loads(out.read_text())
+    bench = doc["bench"]
+    assert bench["aggregate"]["n_requests"] == 2 and bench["aggregate"]["total_predicted"] == 32
+    assert bench["aggregate"]["total_draft"] > 0
+    assert bench["metrics_check"]["matches"] is True  # --metrics was on
+    assert str(engine("upstream")) in bench["engine_build"]
+    assert bench["device"] == "CPU"
+    (run_id,) = doc["history_ids"]
+    entry = BenchHistory().get(run_id)
+    assert entry.label == "plan" and entry.engine_build == bench["engine_build"]
+    assert entry.report["drafting_requested"] is True
+    # The server is gone, and so is its state record.
+    assert not list(servers_dir().glob("*.json"))
+
+
+def test_cli_plan_that_cannot_start_is_one_sentence(
+    engine, tiny_model, tmp_path: Path, private_state: Path, capsys
+) -> None:
+    """An enormous context: the KV cache cannot be allocated; the diagnosis and its first fix."""
+    wide = {"n_embd": 256, "n_head": 8, "n_head_kv": 8, "head_dim": 256, "n_layer": 2,
+            "n_ctx_train": 4194304}  # fmt: skip
+    plan = plan_from_dict({
+        "device": "cpu",
+        "model": {"path": str(tiny_model("dense", **wide))},
+        "engine": {"flavour": "upstream", "binary": str(engine("upstream"))},
+        "runtime": {"ctx": 4194304, "cache_type_k": "f32", "cache_type_v": "f32", "threads": 2},
+        "mtp": {"enabled": False},
+    })  # fmt: skip
+    save_plan(plan, tmp_path / "huge.json")
+    code = main(["bench", "--plan", str(tmp_path / "huge.json"), "--n-predict", "4",
+                 "--categories", "qa_factual"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1, err
+    assert err[0].startswith("mtpstudio: the server for huge did not start: The server ran out "
+                             "of memory allocating the KV cache")  # fmt: skip
+    assert "Try: " in err[0] and "runtime.ctx=2097152" in err[0] and "Full log: " in err[0]
+    assert not list(servers_dir().glob("*.json"))
+
+
+def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
+    engine, tiny_model, tmp_path: Path, private_state: Path, monkeypatch, capsys
+) -> None:
+    launcher = PlanServerLauncher(log_dir=tmp_path / "logs")
     monkeypatch.setattr("mtpstudio.cli.bench.DEFAULT_LAUNCHER", launcher)
     plan = _tiny_mtp_plan(engine, tiny_model, tmp_path)
     out = tmp_path / "ab.json"
@@ -294,10 +364,14 @@ def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())
     # Rounds alternate A B, B A; then the gate's drafting-off server; never two at once.
-    assert launcher.labels == ["mtp-on", "mtp-off", "mtp-off", "mtp-on", "drafting-off"]
-    assert all(not s.alive() for s in launcher.servers)
-    starts = [s.started_at for s in launcher.servers]
-    assert starts == sorted(starts)
+    assert [label for label, _, _ in launcher.started] == [
+        "mtp-on", "mtp-off", "mtp-off", "mtp-on", "drafting-off"
+    ]  # fmt: skip
+    assert not any(alive(pid) for _, pid, _ in launcher.started)
+    events = launcher.events  # one at a time: each server stopped before the next started
+    assert events == [
+        e for label, _, _ in launcher.started for e in (f"start {label}", f"stop {label}")
+    ]
     assert "A/B  A = mtp-on  B = mtp-off" in printed
     rows = doc["ab"]["rows"]
     assert [r["category"] for r in rows] == ["code_python", "summarize", "qa_factual"]
@@ -315,15 +389,18 @@ def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
     assert p_min["remedies"][0]["plan_changes"] == {"mtp.draft_p_min": 0.75}
 
 
-def test_cli_plan_together_interleaves(engine, tiny_model, tmp_path: Path, monkeypatch,
-                                       capsys) -> None:  # fmt: skip
-    launcher = PlanLauncher(tmp_path / "logs")
+def test_cli_plan_together_interleaves(
+    engine, tiny_model, tmp_path: Path, private_state: Path, monkeypatch, capsys
+) -> None:
+    launcher = PlanServerLauncher(log_dir=tmp_path / "logs")
     monkeypatch.setattr("mtpstudio.cli.bench.DEFAULT_LAUNCHER", launcher)
     plan = _tiny_mtp_plan(engine, tiny_model, tmp_path)
     code = main(["bench", "--plan", str(plan), "--preset", "mtp", "--gate", "--together",
                  "--n-predict", str(N), "--categories", "code_python,qa_factual"])  # fmt: skip
     printed = capsys.readouterr().out
-    assert launcher.labels == ["mtp-on", "mtp-off"]  # the gate reuses B, which is MTP off
+    labels = [label for label, _, _ in launcher.started]
+    assert labels == ["mtp-on", "mtp-off"]  # the gate reuses B, which is MTP off
+    assert not any(alive(pid) for _, pid, _ in launcher.started)
     assert "A/B  A = mtp-on  B = mtp-off" in printed and "correctness gate" in printed
     assert code in (0, 1)
 

@@ -51,13 +51,16 @@ def test_bad_input_is_one_line(
     assert len(err) == 1 and message in err[0]
 
 
-def test_plan_without_launcher_says_so(tmp_path: Path, capsys) -> None:
-    from mtpstudio.core.plan import Plan, save_plan
+def test_a_plan_whose_engine_cannot_run_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    from mtpstudio.core.plan import Plan, plan_with, save_plan
 
-    save_plan(Plan(), tmp_path / "p.json")
+    binary = tmp_path / "llama-server"
+    binary.write_text("not a program")
+    save_plan(plan_with(Plan(), {"engine.binary": str(binary)}), tmp_path / "p.json")
     assert main(["bench", "--plan", str(tmp_path / "p.json")]) == 2
-    err = capsys.readouterr().err
-    assert "needs the server launcher" in err and "--url" in err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"the engine binary {binary} is not an executable file" in err[0]
 
 
 def test_empty_history(capsys, tmp_path: Path, monkeypatch) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.bench.plan_launcher import PlanServerLauncher, for_benchmark
+from mtpstudio.core.bench.launcher import PlanServerLauncher, bench_plan
 from mtpstudio.core.bench.prompts import load_prompts, select
 from mtpstudio.core.bench.results import BenchSettings
 from mtpstudio.core.bench.target import CancelToken
@@ -153,7 +153,7 @@ def test_memory_model_skips_what_a_small_gpu_cannot_hold_without_launching(
     assert need("f16") > need("q8_0") > need("q4_0")
     total = (need("f16") + need("q8_0")) // 2
     pctx = context(plan, (TargetDevice("CUDA0", "small fake GPU", total),))
-    launcher = PlanServerLauncher(timeout_s=60)
+    launcher = PlanServerLauncher(timeout=60, measure=False)
     space = TuneSpace(kv_cache=(CacheType.Q8_0, CacheType.F16, CacheType.Q4_0))
     result = run_tune(plan, pctx, space, PROMPTS[:2], launcher, settings=QUICK)
     f16 = row(result, "kv=f16")
@@ -173,7 +173,7 @@ def test_a_crashing_candidate_is_recorded_and_the_search_goes_on(
     """100000 threads makes llama-server crash at start-up (it segfaults creating them)."""
     plan = start_plan(engine("upstream"), tiny_model("dense"))
     space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0), threads=(2, 100000))
-    launcher = PlanServerLauncher(timeout_s=60)
+    launcher = PlanServerLauncher(timeout=60, measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS, launcher, settings=QUICK,
                       constraints=TuneConstraints(finalists=2))  # fmt: skip
     crashed = [r for r in result.rows if r.changes.get("runtime.threads") == 100000]
@@ -201,7 +201,8 @@ def test_cancel_keeps_what_was_measured(
         if step.done == 3:  # the baseline and two candidates of round 1
             cancel.cancel()
 
-    result = run_tune(plan, context(plan), space, PROMPTS, PlanServerLauncher(timeout_s=60),
+    launcher = PlanServerLauncher(timeout=60, measure=False)
+    result = run_tune(plan, context(plan), space, PROMPTS, launcher,
                       settings=QUICK, cancel=cancel, progress=progress)  # fmt: skip
     assert result.cancelled
     measured = [r for r in result.rows if r.runs]
@@ -234,7 +235,7 @@ def test_the_saved_best_plan_relaunches_with_the_same_command(
     model = tiny_model("hybrid-mtp", dtype="q8_0")
     plan = start_plan(engine("upstream"), model, **{"mtp.enabled": True, "mtp.draft_p_min": 0.0})
     space = TuneSpace(draft_max=(1, 3), draft_cache=(CacheType.F16, CacheType.Q8_0))
-    launcher = PlanServerLauncher(timeout_s=60)
+    launcher = PlanServerLauncher(timeout=60, measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK)
     assert result.best is not None and result.best_plan is not None
     save_plan(result.best_plan, tmp_path / "best.json")
@@ -242,8 +243,8 @@ def test_the_saved_best_plan_relaunches_with_the_same_command(
     assert loaded == result.best_plan
     # the best's last run: its recorded command, rebuilt from the saved file
     record = next(r for r in reversed(launcher.launched)
-                  if r.plan == for_benchmark(result.best_plan, r.plan.server.port))  # fmt: skip
-    again = prepare_launch(for_benchmark(loaded, record.plan.server.port), find_build(loaded))
+                  if r.plan == bench_plan(result.best_plan, r.plan.server.port))  # fmt: skip
+    again = prepare_launch(bench_plan(loaded, record.plan.server.port), find_build(loaded))
     assert tuple(again.spec.argv) == record.argv
     for dotted, value in result.best.changes.items():
         section, key = dotted.split(".")
@@ -292,7 +293,7 @@ def test_the_time_budget_stops_launching_and_keeps_the_baseline(
 ) -> None:
     plan = start_plan(engine("upstream"), tiny_model("dense"))
     space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0))
-    launcher = PlanServerLauncher(timeout_s=60)
+    launcher = PlanServerLauncher(timeout=60, measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK,
                       constraints=TuneConstraints(time_budget_s=0.001))  # fmt: skip
     assert result.budget_reached and not result.cancelled

@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import ctypes.util
 import importlib.util
 import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -38,6 +35,8 @@ from typing import Any
 
 import httpx
 import psutil
+
+from mtpstudio.core.server.process import ProcessSpec, ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build_engines.py"
@@ -47,7 +46,6 @@ LOOPBACK = "127.0.0.1"
 # Both engines print this when the port is taken (upstream SRV_ERR, ik fprintf to stderr).
 _BIND_FAILURE = re.compile(r"couldn't bind")
 _ENV_PREFIXES_DROPPED = ("LLAMA_", "GGML_")
-_PR_SET_PDEATHSIG = 1
 
 
 class EngineMissingError(RuntimeError):
@@ -123,20 +121,6 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent_preexec() -> Callable[[], None]:
-    """A preexec_fn: SIGKILL this child when the thread that forked it dies (Linux)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    prctl = libc.prctl
-    parent = os.getpid()
-
-    def preexec() -> None:  # runs in the child between fork and exec: keep it tiny
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
 def has_flag(args: Sequence[str], *names: str) -> bool:
     """Whether any of ``names`` occurs in ``args`` (as ``-x`` or ``--xx=value``)."""
     return any(a in names or a.split("=", 1)[0] in names for a in args)
@@ -175,7 +159,11 @@ LIVE_SERVERS = _LiveServers()
 
 @dataclass
 class LlamaServer:
-    """One llama-server process. Stop it with ``stop()`` (idempotent) or use it as a context."""
+    """One llama-server process. Stop it with ``stop()`` (idempotent) or use it as a context.
+
+    Spawning, dying with the starting thread, stopping and reaping are mtpstudio's own
+    ``ServerProcess`` (core/server/process.py), so the tests run that code too.
+    """
 
     engine: str
     binary: Path
@@ -183,7 +171,7 @@ class LlamaServer:
     host: str
     port: int
     log_path: Path
-    proc: subprocess.Popen[bytes]
+    process: ServerProcess
     started_at: float = field(default_factory=time.monotonic)
 
     @property
@@ -192,10 +180,15 @@ class LlamaServer:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (negative: the signal), None while it runs."""
+        return self.process.poll()
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.process.alive()
 
     def log_text(self) -> str:
         """Everything the process wrote to stdout and stderr so far."""
@@ -258,7 +251,7 @@ class LlamaServer:
         last = "no answer yet"
         with httpx.Client(timeout=2.0, trust_env=False) as client:
             while True:
-                code = self.proc.poll()
+                code = self.process.poll()
                 if code is not None:
                     raise self._start_error(
                         f"exited with {_describe_exit(code)} before becoming healthy"
@@ -277,7 +270,7 @@ class LlamaServer:
 
     def _owns_port(self) -> bool:
         try:
-            conns = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+            conns = psutil.Process(self.pid).net_connections(kind="tcp")
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return self.alive()
         return any(
@@ -291,43 +284,22 @@ class LlamaServer:
             f"{self.engine} llama-server {what}\nargv: {' '.join(self.argv)}\n"
             f"log: {self.log_path}\n--- log tail ---\n{tail}",
             log_text=log,
-            returncode=self.proc.returncode,
+            returncode=self.returncode,
         )
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM the process group, wait, SIGKILL if needed, reap. Returns the exit code."""
         try:
-            if self.proc.poll() is None:
-                self._signal_group(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self._signal_group(signal.SIGKILL)
-                    self.proc.wait(10.0)
+            return self.process.stop(grace=timeout).returncode
         finally:
             LIVE_SERVERS.discard(self)
-        return self.proc.returncode
 
     def kill(self) -> int | None:
-        """SIGKILL and reap, no grace period."""
+        """SIGKILL the process group and reap, no grace period."""
         try:
-            if self.proc.poll() is None:
-                self._signal_group(signal.SIGKILL)
-                self.proc.wait(10.0)
+            return self.process.kill().returncode
         finally:
             LIVE_SERVERS.discard(self)
-        return self.proc.returncode
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        # The server leads its own session/group (start_new_session); signal the group while
-        # the leader is unreaped, so the group id cannot have been recycled.
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(sig)
 
     def __enter__(self) -> LlamaServer:
         return self
@@ -336,7 +308,7 @@ class LlamaServer:
         self.stop()
 
     def __repr__(self) -> str:
-        state = "running" if self.alive() else f"exited {self.proc.returncode}"
+        state = "running" if self.alive() else f"exited {self.returncode}"
         return f"<LlamaServer {self.engine} pid={self.pid} {self.base_url} {state}>"
 
 
@@ -361,20 +333,10 @@ def _spawn(
     log_path: Path,
     env: Mapping[str, str],
 ) -> LlamaServer:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            start_new_session=True,
-            preexec_fn=_die_with_parent_preexec(),
-            close_fds=True,
-            cwd=log_path.parent,  # ik writes llama.log into its working directory
-        )
-    server = LlamaServer(engine, binary, argv, host, port, log_path, proc)
+    # Own session, log file, dies with the starting thread (PR_SET_PDEATHSIG); ik writes
+    # llama.log into its working folder, so that is the log's folder.
+    spec = ProcessSpec(tuple(argv), env, log_path.parent, log_path, die_with_parent=True)
+    server = LlamaServer(engine, binary, argv, host, port, log_path, ServerProcess.start(spec))
     LIVE_SERVERS.add(server)
     return server
 

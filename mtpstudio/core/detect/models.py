@@ -16,7 +16,8 @@ REPORT_SCHEMA_VERSION = 1
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Validators are built at a model's first use: a launch reads only the engine entries.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class GpuVendor(StrEnum):

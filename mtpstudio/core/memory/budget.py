@@ -26,7 +26,7 @@ from mtpstudio.core.memory.terms import (
     pad_to,
     recurrent_row_bytes,
 )
-from mtpstudio.core.memory.trust import device_trust
+from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
 from mtpstudio.core.units import MIB
@@ -89,13 +89,13 @@ class DeviceBudget:
         free = self.free_bytes
         return None if free is None else free >= 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, measured: Measured = NOTHING_MEASURED) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
             "total_bytes": self.total_bytes,
             "segments": dict(self.segments),
-            "segment_trust": device_trust(self.id, self.segments),
+            "segment_trust": device_trust(self.id, self.segments, measured),
             "free_bytes": self.free_bytes,
             "fits": self.fits,
         }
@@ -129,12 +129,12 @@ class HostBudget:
             return None
         return self.needed_bytes <= self.available_bytes
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, measured: Measured = NOTHING_MEASURED) -> dict[str, Any]:
         return {
             "total_bytes": self.total_bytes,
             "available_bytes": self.available_bytes,
             "segments": dict(self.segments),
-            "segment_trust": device_trust("host", self.segments),
+            "segment_trust": device_trust("host", self.segments, measured),
             "needed_bytes": self.needed_bytes,
             "fits": self.fits,
         }
@@ -160,7 +160,8 @@ class Budget:
     """The answer to 'will it fit': per-device segments, host RAM, warnings.
 
     ``parts`` holds the engine-side totals per buffer kind (all devices together), the figures
-    the engine's own load log reports.
+    the engine's own load log reports. ``measured`` names the (device, segment) figures a
+    stored measurement of the same build on the same device confirmed.
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -169,6 +170,7 @@ class Budget:
     placement: Placement
     warnings: tuple[str, ...] = field(default=())
     parts: dict[str, int] = field(default_factory=dict)
+    measured: Measured = NOTHING_MEASURED
 
     @property
     def fits(self) -> bool | None:
@@ -179,8 +181,8 @@ class Budget:
 
     def to_json(self, argv: list[str] | None = None) -> dict[str, Any]:
         return {
-            "devices": [d.to_json() for d in self.devices],
-            "host": self.host.to_json(),
+            "devices": [d.to_json(self.measured) for d in self.devices],
+            "host": self.host.to_json(self.measured),
             "argv": list(argv or []),
             "warnings": list(self.warnings),
         }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection, Mapping
 from enum import StrEnum
 
 
@@ -12,7 +12,7 @@ class Trust(StrEnum):
     EXACT = "exact"
     """A byte formula checked against the engine's own log to 0.01 MiB (CPU build, full size)."""
     MEASURED = "measured"
-    """A stored measurement of this engine build on this machine."""
+    """This engine build logged this very figure on this device (a stored reconciliation)."""
     ESTIMATE = "estimate"
     """A fitted or assumed figure (compute buffers, CUDA context, desktop, other processes)."""
 
@@ -26,25 +26,19 @@ _EXACT_ANYWHERE = frozenset(
 # from ggml-cuda's source, not yet compared with a CUDA log.
 _EXACT_ON_CPU = frozenset({"weights", "weights_mapped", "weights_resident", "weights_locked"})
 
-MeasurementLookup = Callable[[str, str], bool]
-"""``(device id, segment) -> True`` when a stored measurement of this build covers it."""
+Measured = frozenset[tuple[str, str]]
+"""``(device id, segment)`` pairs a stored measurement of this build confirms (see
+``core.server.reconcile.measured_segments``); the host's id is ``host``."""
 
-_lookups: list[MeasurementLookup] = []
-
-
-def register_measurement_lookup(lookup: MeasurementLookup) -> None:
-    """Let stored measurements (reconciliation storage) mark segments as measured."""
-    _lookups.append(lookup)
+NOTHING_MEASURED: Measured = frozenset()
 
 
-def clear_measurement_lookups() -> None:
-    """Forget every registered lookup (tests)."""
-    _lookups.clear()
-
-
-def segment_trust(device_id: str, segment: str) -> Trust:
-    """How far ``segment`` on ``device_id`` (``CPU``, ``CUDA0``, ``host``) can be trusted."""
-    if any(lookup(device_id, segment) for lookup in _lookups):
+def segment_trust(
+    device_id: str, segment: str, measured: Collection[tuple[str, str]] = NOTHING_MEASURED
+) -> Trust:
+    """How far ``segment`` on ``device_id`` (``CPU``, ``CUDA0``, ``host``) can be trusted;
+    ``measured`` lists the (device, segment) pairs a stored measurement confirms."""
+    if (device_id, segment) in measured:
         return Trust.MEASURED
     if segment in _EXACT_ANYWHERE:
         return Trust.EXACT
@@ -54,6 +48,10 @@ def segment_trust(device_id: str, segment: str) -> Trust:
     return Trust.ESTIMATE
 
 
-def device_trust(device_id: str, segments: dict[str, int]) -> dict[str, str]:
+def device_trust(
+    device_id: str,
+    segments: Mapping[str, int],
+    measured: Collection[tuple[str, str]] = NOTHING_MEASURED,
+) -> dict[str, str]:
     """``segment -> trust`` for every segment of one device (JSON-ready)."""
-    return {name: segment_trust(device_id, name).value for name in segments}
+    return {name: segment_trust(device_id, name, measured).value for name in segments}

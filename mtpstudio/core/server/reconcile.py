@@ -190,6 +190,51 @@ class Reconciliation:
         return "\n".join(lines)
 
 
+# A figure counts as measured when the engine logged it within this much of the prediction.
+MEASURED_WITHIN_MIB = 1.0
+MEASURED_WITHIN_FRACTION = 0.02
+
+
+def _agrees(predicted: float, actual: float) -> bool:
+    return abs(actual - predicted) <= max(MEASURED_WITHIN_MIB, MEASURED_WITHIN_FRACTION * predicted)
+
+
+def measured_segments(
+    rec: Reconciliation, budget: Budget, facts: EngineMemoryFacts
+) -> frozenset[tuple[str, str]]:
+    """The (device id, segment) figures of ``budget`` that ``rec`` confirms (pure).
+
+    A budget segment is measured when the stored launch predicted the same figure (to 0.01
+    MiB: the same settings, model and build) and the engine logged it within 1 MiB or 2 %.
+    The host's segments are named on the device ``host``, as in the budget's JSON.
+    """
+    now = predicted_segments(budget, facts)
+
+    def confirmed(key: tuple[str, str]) -> bool:
+        row = rec.row(*key)
+        if row is None or key not in now or abs(row.predicted_mib - now[key]) > 0.01:
+            return False
+        return row.actual_mib > 0 and _agrees(row.predicted_mib, row.actual_mib)
+
+    def fold(segment: str) -> str:
+        folded = facts.recurrent_in_kv_buffer and segment == "recurrent_state"
+        return "kv_cache" if folded else segment
+
+    out: set[tuple[str, str]] = set()
+    for dev in budget.devices:
+        device = HOST if not dev.id or dev.id == "CPU" else dev.id
+        for name in dev.segments:
+            seg = _DEVICE_SEGMENT.get(name)
+            if seg is not None and confirmed((fold(seg), device)):
+                out.add((dev.id, name))
+    if any(d.id != "CPU" for d in budget.devices):
+        for name in budget.host.segments:
+            seg = _HOST_SEGMENT.get(name)
+            if seg is not None and budget.host.segments[name] and confirmed((fold(seg), HOST)):
+                out.add(("host", name))
+    return frozenset(out)
+
+
 def build_key(build: EngineBuild) -> str:
     """Identifies an engine build across runs: flavour, version, build number, commit, size."""
     parts = [build.flavour.value, build.version, str(build.build_number or 0)]
@@ -251,6 +296,20 @@ def last_measured(key: str, device: str, path: Path | None = None) -> Reconcilia
         return Reconciliation.from_json(raw)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def load_measurements(path: Path | None = None) -> dict[tuple[str, str], Reconciliation]:
+    """Every stored measurement, keyed by (build key, device)."""
+    out: dict[tuple[str, str], Reconciliation] = {}
+    for key, devices in _load_store(path or store_path())["builds"].items():
+        if not isinstance(devices, dict):
+            continue
+        for device, raw in devices.items():
+            try:
+                out[(str(key), str(device))] = Reconciliation.from_json(raw)
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out
 
 
 def last_measured_text(build: EngineBuild | None, device: str) -> str | None:

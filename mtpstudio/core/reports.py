@@ -194,9 +194,11 @@ def text_bar(device: DeviceBudget, width: int = BAR_WIDTH) -> str:
     """``[WWWWKKRMCDD__....]`` scaled to the device size; ``!`` marks what does not fit."""
     scale_to = max(device.total_bytes or 0, device.used_bytes, 1)
     cells: list[str] = []
+    used = 0  # segment edges from the running total, so rounding never adds up past the card
     for name in SHOWN_SEGMENTS:
-        n = round(width * device.segments.get(name, 0) / scale_to)
-        cells += [BAR_GLYPHS[name]] * n
+        start = round(width * used / scale_to)
+        used += device.segments.get(name, 0)
+        cells += [BAR_GLYPHS[name]] * (round(width * used / scale_to) - start)
     if device.total_bytes is not None:
         total_cells = round(width * device.total_bytes / scale_to)
         if len(cells) > total_cells:

@@ -120,6 +120,7 @@ def _print_started(result: Any) -> None:
     elif result.prediction_error:
         print(f"No prediction to compare with: {result.prediction_error}")
     print(f"Stop it with: mtpstudio server stop --port {plan.server.port}")
+    sys.stdout.flush()  # --foreground stays attached: whoever reads a pipe sees this now
 
 
 def _stay_attached(proc: Any, result: Any, echo: bool) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -140,13 +141,17 @@ def test_foreground_stays_attached_until_ctrl_c(
     plan_for: Callable[..., Plan], tmp_path: Path
 ) -> None:
     plan = plan_for("upstream")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mtpstudio.cli.main", "launch", "--foreground",
          "--timeout", "120", "--plan", str(saved(plan, tmp_path))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
+        # the CLI must flush while it stays attached (no PYTHONUNBUFFERED in a user's shell)
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "nothing on stdout within 120 s: the healthy line was not flushed"
         first = proc.stdout.readline()
         assert "is healthy at" in first
         assert len(load_states()) == 1

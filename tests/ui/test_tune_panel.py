@@ -85,7 +85,7 @@ def test_a_tiny_tuning_run_fills_the_table_and_use_the_best_changes_the_plan(
     assert rows[0][5:7] == ["baseline", "measured"]
     measured = [r for r in rows[1:] if r[2] != "–"]
     assert [r[0] for r in measured] == ["dmax=1", "dmax=2"]
-    assert all(float(r[2]) > float(rows[0][2]) for r in measured)
+    assert max(float(r[2]) for r in measured) > float(rows[0][2])  # the best is a candidate
     assert all(r[5] == "final" and r[1] == "yes" for r in measured)
     assert sorted(r[6] for r in measured) == ["best", "finalist"]
     assert all("candidate limit" in r[7] for r in rows[1:] if r not in measured)

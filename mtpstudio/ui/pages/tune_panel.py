@@ -190,7 +190,7 @@ class TunePanel(QWidget):
         grid.addWidget(self.max_candidates, 1, 3)
         grid.addWidget(QLabel("Tokens per request", self), 2, 0)
         grid.addWidget(self.n_predict, 2, 1)
-        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(4, 1)
 
         # -- actions and progress
         self.start_button = QPushButton("Start tuning", self)
@@ -378,7 +378,10 @@ class TunePanel(QWidget):
     def use_best(self) -> bool:
         """Write the best candidate's changes into the Plan and say what changed."""
         best = self.outcome.result.best if self.outcome is not None else None
-        if best is None or not best.changes:
+        if best is None:
+            self.note.show_text("Nothing was measured, so there is no best plan to use.")
+            return False
+        if not best.changes:
             self.note.show_text("The starting plan is already the best: nothing to change.")
             return False
         try:

@@ -9,12 +9,14 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.bench.history import BenchHistory
+from mtpstudio.core.bench.target import BenchCancelled
 from mtpstudio.core.bench.tune import BASELINE_LABEL, RowStatus
 from mtpstudio.core.bench.tune_report import TUNE_KIND
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.server.process import stop_pid
 from mtpstudio.core.server.state import Liveness, load_states, prune_stale
-from mtpstudio.ui.pages.tune_panel import TABLE_COLUMNS, TunePanel
+from mtpstudio.ui.pages.tune_panel import TABLE_COLUMNS, LinkedCancel, TunePanel
+from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
 from .conftest import WizardFactory, go_to
@@ -158,3 +160,32 @@ def test_an_engine_that_cannot_start_is_one_sentence_and_changes_nothing(
     assert panel.outcome is None and wizard.state.plan == plan
     assert panel.start_button.isEnabled() and not panel.cancel_button.isEnabled()
     assert not panel.use_best_button.isEnabled()
+
+
+def test_the_tuner_stops_when_the_task_manager_cancels_its_task() -> None:
+    """Closing the window cancels every task: the tuner's own token follows (servers reaped)."""
+    tune_token, task_token = LinkedCancel(), CancelToken()
+    tune_token.task = task_token
+    assert not tune_token.cancelled
+    tune_token.raise_if_cancelled()
+    task_token.cancel()
+    assert tune_token.cancelled
+    with pytest.raises(BenchCancelled):
+        tune_token.raise_if_cancelled()
+
+
+@pytest.mark.engine
+def test_closing_the_window_mid_search_stops_the_tuner_and_its_servers(
+    qtbot: QtBot, make_wizard: WizardFactory, mtp_plan: Plan, tmp_path: Path
+) -> None:
+    wizard, panel = tune_tab(make_wizard, mtp_plan, tmp_path / "history.sqlite")
+    panel.max_candidates.setValue(4)
+    token = None
+    with qtbot.waitSignal(panel._relay.progressed, timeout=TUNE_WAIT_MS):
+        assert panel.start_tuning(CATEGORIES)
+        token = panel.cancel_token
+    assert token is not None and not token.cancelled
+    wizard.tasks.shutdown(timeout_ms=30_000)  # what closing the window does
+    assert token.cancelled
+    assert wizard.tasks.wait_idle(30)
+    assert [s for s in load_states() if s.liveness() is Liveness.RUNNING] == []

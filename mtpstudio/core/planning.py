@@ -204,6 +204,8 @@ def mtp_line(plan: Plan, pctx: PlanningContext) -> str:
     engine = engine_name(choice.flavour)
     if plan.mtp.enabled is False:
         return "MTP off (as asked)."
+    if plan.mtp.enabled is None and plan.draft.path is not None:
+        return f"MTP auto: off (the draft model {plan.draft.path.name} drafts instead)."
     reason = mtp_reason(choice.build, pctx.model)
     if plan.mtp.enabled is True:
         if reason is None:

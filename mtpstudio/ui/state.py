@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -19,6 +20,7 @@ from PySide6.QtCore import QObject, Signal
 from mtpstudio.core.detect.report import DetectionReport
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
+from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import ModelChoice, Plan, plan_with
@@ -42,6 +44,7 @@ ModelLoader = Callable[[ModelChoice], ModelInfo]
 
 DETECT_KEY = "detect"
 MODEL_KEY = "model"
+DRAFT_KEY = "draft-model"
 
 
 def catalogue_ids() -> frozenset[str]:
@@ -97,6 +100,8 @@ class WizardState(QObject):
     report_changed = Signal(object)  # DetectionReport | None
     model_changed = Signal(object)  # ModelInfo | None
     model_failed = Signal(str)  # one sentence: why the chosen file cannot be used
+    draft_changed = Signal(object)  # ModelInfo | None: the draft model's header (planning uses it)
+    draft_failed = Signal(str)  # one sentence: why the chosen draft file cannot be used
     activity_changed = Signal()  # detecting / loading_model flipped
 
     def __init__(
@@ -120,6 +125,10 @@ class WizardState(QObject):
         self.model_error: str | None = None
         self._loading_choice: ModelChoice | None = None
         self._failed_choice: ModelChoice | None = None
+        self.draft_info: ModelInfo | None = None
+        self.draft_path: Path | None = None  # the file draft_info was read from
+        self.draft_error: str | None = None
+        self._draft_tried: Path | None = None  # the plan's draft file being read or unreadable
         self._context: PlanningContext | None = None
         self._evaluation: Evaluation | None = None
 
@@ -142,6 +151,9 @@ class WizardState(QObject):
         self._evaluation = None
         if plan.model not in (self.model_choice, self._loading_choice, self._failed_choice):
             self._start_model_load(plan.model, commit=False)
+        draft = plan.draft.path
+        if draft is not None and draft not in (self.draft_path, self._draft_tried):
+            self._start_draft_load(draft, commit=False)
         self.plan_changed.emit(plan)
 
     def update(self, changes: dict[str, Any]) -> Plan:
@@ -257,6 +269,56 @@ class WizardState(QObject):
         self._tasks.run(job, done, failed, key=MODEL_KEY)
         self.activity_changed.emit()
 
+    # -- the draft model --------------------------------------------------------------------------
+
+    @property
+    def loading_draft(self) -> bool:
+        return self._tasks.is_running(DRAFT_KEY)
+
+    def load_draft(self, path: Path) -> None:
+        """Read a draft GGUF's header in the background; put it in the Plan only if it reads
+        and the Plan takes it (``draft_failed`` says why not; the Plan stays as it was)."""
+        self._start_draft_load(path, commit=True)
+
+    def clear_draft(self) -> Plan:
+        """No draft model in the Plan (MTP, when on or auto, drafts again)."""
+        return self.update({"draft.path": None, "draft.gpu_layers": None})
+
+    def _start_draft_load(self, path: Path, *, commit: bool) -> None:
+        self._draft_tried = path
+
+        def job(token: CancelToken) -> ModelInfo:
+            return read_model_info(path)
+
+        def done(info: ModelInfo) -> None:
+            self._draft_tried = None
+            self.draft_info, self.draft_path, self.draft_error = info, path, None
+            self._context = None
+            self._evaluation = None
+            if commit and self._plan.draft.path != path:
+                try:
+                    self.update({"draft.path": str(path)})
+                except MtpStudioError as exc:
+                    self.draft_error = (
+                        "MTP is set to on, and a plan drafts with MTP or with a draft model, "
+                        "not both: set MTP to auto or off, then choose the draft model again."
+                        if self._plan.mtp.enabled
+                        else f"The plan did not take the draft model: {error_sentence(exc)}"
+                    )
+                    self.draft_failed.emit(self.draft_error)
+            self.draft_changed.emit(info)
+            self.activity_changed.emit()
+
+        def failed(exc: BaseException) -> None:
+            if commit:
+                self._draft_tried = None
+            self.draft_error = f"The draft model cannot be used: {error_sentence(exc)}"
+            self.draft_failed.emit(self.draft_error)
+            self.activity_changed.emit()
+
+        self._tasks.run(job, done, failed, key=DRAFT_KEY)
+        self.activity_changed.emit()
+
     # -- planning ---------------------------------------------------------------------------------
 
     def machine(self) -> MachineFacts:
@@ -267,8 +329,10 @@ class WizardState(QObject):
         """Machine + model, built once per report/model; None until the model is read."""
         if self.model_info is None:
             return None
-        if self._context is None:
-            self._context = PlanningContext(self.machine(), self.model_info)
+        wanted = self._plan.draft.path
+        draft = self.draft_info if wanted is not None and wanted == self.draft_path else None
+        if self._context is None or self._context.draft_model is not draft:
+            self._context = PlanningContext(self.machine(), self.model_info, draft)
         return self._context
 
     def build(self) -> BuildChoice:

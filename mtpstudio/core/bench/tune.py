@@ -153,7 +153,8 @@ class TuneRow:
 
 @dataclass(frozen=True)
 class TuneProgress:
-    """After each step: runs done and left (estimated), elapsed and estimated remaining time."""
+    """After each step: runs done and left (estimated), elapsed and estimated remaining time,
+    and a snapshot of the row just measured (``TuneRow.to_dict``, safe to hand to any thread)."""
 
     stage: str
     label: str
@@ -161,6 +162,7 @@ class TuneProgress:
     left: int
     elapsed_s: float
     remaining_s: float | None
+    row: dict[str, Any] | None = None
 
 
 TuneProgressCallback = Callable[[TuneProgress], None]
@@ -376,7 +378,7 @@ class _Search:
             diagnosis = getattr(exc, "diagnosis", None)
             if diagnosis is not None:
                 row.diagnosis = diagnosis.to_json()
-            self._step(stage, row.label)
+            self._step(stage, row)
             return None
         seconds = self.clock() - started
         run = TuneRun(stage, cats, report, seconds)
@@ -394,13 +396,14 @@ class _Search:
             row.reason = f"{stage}: the benchmark failed: {report.error}"
         else:
             row.status = RowStatus.MEASURED
-        self._step(stage, row.label)
+        self._step(stage, row)
         return run
 
-    def _step(self, stage: str, label: str) -> None:
+    def _step(self, stage: str, row: TuneRow) -> None:
         self.done += 1
         left = max(0, self.planned - self.done)
-        self.progress(TuneProgress(stage, label, self.done, left, self.elapsed, self._remaining()))
+        self.progress(TuneProgress(stage, row.label, self.done, left, self.elapsed,
+                                   self._remaining(), row.to_dict()))  # fmt: skip
 
     def stopped(self, rows: Sequence[TuneRow], reason: str) -> None:
         """Mark what the stop left: untried candidates, and those measured on a subset only."""

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QGridLayout,
     QGroupBox,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -42,7 +44,7 @@ from mtpstudio.core.plan import (
     Plan,
 )
 from mtpstudio.core.planning import BuildChoice, EngineBuild, LaunchSpec, build_choices
-from mtpstudio.ui.help_text import setting_tooltip
+from mtpstudio.ui.help_text import field_description, setting_tooltip
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.widgets.common import Badge, Notice, Tone
@@ -63,6 +65,7 @@ SETTING_NAMES = MappingProxyType(
         "runtime.n_cpu_moe": "CPU expert layers",
         "runtime.n_gpu_layers": "GPU layers",
         "runtime.load_mode": "Weights",
+        "draft.gpu_layers": "Draft GPU layers",
     }
 )
 
@@ -124,6 +127,8 @@ class EnginePage(PlanPage):
             "(hover an option to see what it does and the flag it becomes)."
         )
         self.controls: dict[str, Control] = {}
+        self.draft_picked: Path | None = None  # the last draft file the user chose
+        self.draft_error: str | None = None
         self.choices: list[BuildChoice] = []
         self.reasons: dict[str, str] = {}
 
@@ -164,7 +169,7 @@ class EnginePage(PlanPage):
         sf.addRow("Port", self.port)
         sf.addRow("API key file", self.api_key_file)
 
-        mtp = QGroupBox("Multi-token prediction", self)
+        mtp = QGroupBox("Drafting: MTP or a draft model", self)
         mf = QFormLayout(mtp)
         self.mtp_enabled = self._tristate("mtp.enabled", MTP_CHOICES)
         mf.addRow("MTP", self.mtp_enabled)
@@ -181,6 +186,26 @@ class EnginePage(PlanPage):
         self.draft_cache_k = self._combo("mtp.cache_type_k", CACHE_CHOICES)
         self.draft_cache_v = self._combo("mtp.cache_type_v", CACHE_CHOICES)
         mf.addRow("Draft K / V cache", self._pair(self.draft_cache_k, self.draft_cache_v))
+        self.draft_file = QLineEdit(self)
+        self.draft_file.setReadOnly(True)
+        self.draft_file.setPlaceholderText("none")
+        self.draft_file.setToolTip(field_description("draft.path"))
+        self.draft_choose = QPushButton("Choose…", self)
+        self.draft_choose.setToolTip("Pick a small GGUF that shares the model's vocabulary.")
+        self.draft_clear = QPushButton("Clear", self)
+        self.draft_clear.setToolTip("No draft model: MTP (on or auto) drafts instead.")
+        draft_buttons = QHBoxLayout()
+        draft_buttons.setContentsMargins(0, 0, 0, 0)
+        draft_buttons.addWidget(self.draft_choose)
+        draft_buttons.addWidget(self.draft_clear)
+        draft_buttons.addStretch(1)
+        mf.addRow("Draft model", self.draft_file)
+        mf.addRow("", draft_buttons)
+        self.draft_gpu_layers = self._spin("draft.gpu_layers", -1, 1024, 1, special="all", none=-1)
+        mf.addRow("Draft GPU layers", self.draft_gpu_layers)
+        self.draft_note = QLabel(self)
+        self.draft_note.setWordWrap(True)
+        mf.addRow(self.draft_note)
 
         placement = QGroupBox("Placement && threads", self)
         pf = QFormLayout(placement)
@@ -221,6 +246,11 @@ class EnginePage(PlanPage):
         self.build_list.currentRowChanged.connect(self._on_build_chosen)
         state.report_changed.connect(self._on_inputs_changed)
         state.model_changed.connect(self._on_inputs_changed)
+        state.draft_changed.connect(self._on_inputs_changed)
+        state.draft_failed.connect(self._on_draft_failed)
+        state.activity_changed.connect(self._show_draft)
+        self.draft_choose.clicked.connect(self._on_draft_choose_clicked)
+        self.draft_clear.clicked.connect(self.clear_draft)
 
     # -- control factories ------------------------------------------------------------------------
 
@@ -419,6 +449,13 @@ class EnginePage(PlanPage):
         spec: LaunchSpec | None = (
             evaluation.result.spec if evaluation and evaluation.result else None
         )
+        if plan.draft.path is not None:  # the draft settings drive the draft model too
+            for key in ("mtp.draft_max", "mtp.draft_min", "mtp.draft_p_min",
+                        "mtp.cache_type_k", "mtp.cache_type_v"):  # fmt: skip
+                if self.reasons.get(key, "").startswith("MTP"):
+                    del self.reasons[key]
+        else:
+            self.reasons["draft.gpu_layers"] = "no draft model is chosen"
         for path, control in self.controls.items():
             reason = self.reasons.get(path)
             enabled = reason is None
@@ -438,13 +475,14 @@ class EnginePage(PlanPage):
         for key, reason in self.reasons.items():
             if reason == "MTP is off" or reason.startswith("MTP cannot be used"):
                 continue  # said once, for MTP itself
-            if key == "mtp.enabled=on":
+            if key == "mtp.enabled=on" or key == "draft.gpu_layers":
                 continue
             lines.append(f"{setting_name(key)}: {reason}")
         self.unavailable_label.setText(
             "Not available with this build and model — " + "; ".join(lines) if lines else ""
         )
         self.unavailable_label.setVisible(bool(lines))
+        self._show_draft()
         if self.last_refusal:  # the latest edit was refused: say that first
             self.notice.show_text(self.last_refusal, Tone.BAD)
         elif evaluation is not None and evaluation.error:
@@ -489,6 +527,63 @@ class EnginePage(PlanPage):
     def plan_refused(self, sentence: str | None) -> None:
         if sentence:
             self.notice.show_text(sentence, Tone.BAD)
+
+    # -- the draft model ---------------------------------------------------------------------------
+
+    def ask_draft_path(self) -> Path | None:
+        """The file dialog (tests replace this)."""
+        start = str(self.state.plan.draft.path or self.state.plan.model.path or Path.home())
+        name, _ = QFileDialog.getOpenFileName(
+            self, "Choose a draft model", start, "GGUF models (*.gguf);;All files (*)"
+        )
+        return Path(name) if name else None
+
+    def choose_draft(self, path: Path) -> None:
+        """Read the draft's header in the background; the Plan takes it once it reads."""
+        self.draft_error = None
+        self.draft_picked = path
+        self.state.load_draft(path)
+        self._show_draft()
+
+    def clear_draft(self) -> None:
+        self.draft_error = None
+        self.draft_picked = None
+        self.apply({"draft.path": None, "draft.gpu_layers": None})
+
+    def _on_draft_choose_clicked(self) -> None:
+        path = self.ask_draft_path()
+        if path is not None:
+            self.choose_draft(path)
+
+    def _on_draft_failed(self, sentence: str) -> None:
+        self.draft_error = sentence
+        self._show_draft()
+
+    def _show_draft(self) -> None:
+        """The draft file (the plan's, or the one picked and refused) and its state."""
+        plan_path = self.state.plan.draft.path
+        picked = self.draft_picked
+        shown = picked if picked is not None and (self.draft_error or plan_path is None) else None
+        if self.state.loading_draft and picked is not None:
+            shown = picked
+        text = str(shown if shown is not None else plan_path or "")
+        if self.draft_file.text() != text:
+            self.draft_file.setText(text)
+        self.draft_clear.setEnabled(plan_path is not None)
+        info = self.state.draft_info
+        if self.state.loading_draft:
+            self.draft_note.setText("Reading the draft model's header…")
+            self.draft_note.setStyleSheet("color: #374151;")
+        elif self.draft_error:
+            self.draft_note.setText(self.draft_error)
+            self.draft_note.setStyleSheet("color: #991b1b;")
+        elif plan_path is not None and info is not None and self.state.draft_path == plan_path:
+            self.draft_note.setText(
+                f"{info.name or plan_path.name}: {info.n_layer} layers, drafting instead of MTP."
+            )
+            self.draft_note.setStyleSheet("color: #374151;")
+        else:
+            self.draft_note.setText("")
 
     def _on_inputs_changed(self, _: object) -> None:
         if self.is_current():

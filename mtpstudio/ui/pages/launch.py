@@ -56,6 +56,7 @@ from mtpstudio.core.server.process import ProcessOutcome
 from mtpstudio.core.server.reconcile import Reconciliation
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
+from mtpstudio.ui.pages.tune_panel import TunePanel
 from mtpstudio.ui.server_process import GuiServer, ServerPhase
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskManager
@@ -178,6 +179,8 @@ class LaunchPage(PlanPage):
         self.tabs.addTab(self._build_log_tab(), "Server log")
         self.tabs.addTab(self._build_memory_tab(), "Memory")
         self.tabs.addTab(self._build_compare_tab(), "Compare && history")
+        self.tune = TunePanel(state, tasks, self, history=self.history)
+        self.add_tool_tab(self.tune, "Tune")
 
         body = QVBoxLayout(self)
         body.addLayout(server_row)
@@ -345,6 +348,7 @@ class LaunchPage(PlanPage):
 
     def _refresh(self) -> None:
         self._show_phase()
+        self.tune.show_state()
         self._note_plan_drift()
         if not self.history_runs and not self.tasks.is_running(HISTORY_KEY):
             self.load_history()

@@ -9,7 +9,7 @@ segment shows its exact size in MiB and bytes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -57,6 +57,17 @@ SEGMENT_STYLES = MappingProxyType(
             "#b07aa1",
             description="The MTP draft context: its own KV cache and compute buffer.",
         ),
+        "draft_weights": SegmentStyle(
+            "draft model", "#6a3d9a", description="The draft model's weights (-ngld layers)."
+        ),
+        "draft_kv_cache": SegmentStyle(
+            "draft KV cache",
+            "#cab2d6",
+            description="The draft model's own K/V cache (draft cache types, main context).",
+        ),
+        "draft_compute": SegmentStyle(
+            "draft compute", "#17becf", description="The draft model's compute buffer."
+        ),
         "compute": SegmentStyle(
             "compute", "#76b7b2", description="Compute and output buffers of the main context."
         ),
@@ -102,6 +113,7 @@ SEGMENT_STYLES = MappingProxyType(
 )
 
 LEGEND_ORDER = tuple(SEGMENT_STYLES)
+DRAFT_SEGMENT_KEYS = ("draft_weights", "draft_kv_cache", "draft_compute")  # the budget's keys
 
 
 @dataclass(frozen=True)
@@ -180,6 +192,11 @@ def _mib(n_bytes: int) -> str:
     return f"{n_bytes / MIB:,.0f} MiB"
 
 
+def draft_segments(s: Mapping[str, int]) -> tuple[BarSegment, ...]:
+    """A separate draft model's weights, KV cache and compute (none without a draft model)."""
+    return tuple(BarSegment(key, s[key]) for key in DRAFT_SEGMENT_KEYS if key in s)
+
+
 def device_row(device: DeviceBudget) -> BarRow:
     """A device budget as a bar: the budget's segments, MTP draft and compute merged."""
     s = device.segments
@@ -194,6 +211,7 @@ def device_row(device: DeviceBudget) -> BarRow:
             mtp_kv + mtp_compute,
             f"draft KV cache {_mib(mtp_kv)} + draft compute {_mib(mtp_compute)}",
         ),
+        *draft_segments(s),
         BarSegment(
             "compute",
             compute + output,
@@ -226,6 +244,7 @@ def host_row(host: HostBudget) -> BarRow:
             f"{_mib(s['prompt_cache_max'])}",
         ),
         BarSegment("host_mapped", s["weights_mapped"]),
+        *draft_segments(s),
     )
     return BarRow("System RAM", host.total_bytes, segments)
 

@@ -48,8 +48,12 @@ class LoadConfig:
     extra: tuple[str, ...] = field(default=())
 
     def server_args(self) -> list[str]:
-        args = ["-c", str(self.ctx), "-np", str(self.parallel)]
-        args += ["-ctk", self.ctk, "-ctv", self.ctv, "-fa", self.fa, "-ub", str(self.ubatch)]
+        """Every option of the load, the context size and slots included."""
+        return ["-c", str(self.ctx), "-np", str(self.parallel), *self.engine_args()]
+
+    def engine_args(self) -> list[str]:
+        """The options besides the context size and slots (which a test bench may set)."""
+        args = ["-ctk", self.ctk, "-ctv", self.ctv, "-fa", self.fa, "-ub", str(self.ubatch)]
         if self.engine == "upstream":
             args += ["-lv", "4"]
         if self.mtp:

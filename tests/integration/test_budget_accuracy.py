@@ -10,17 +10,17 @@ import pytest
 from support.servers import LlamaServer
 from support.tiny_models import TinyModelCache
 
-from mtpstudio.core.memory.budget import compute_budget
-from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.plan import EngineFlavour, plan_from_dict
-from mtpstudio.core.server.load_log import parse_load_log
-from mtpstudio.core.units import MIB
+from mtpstudio.testing.budget_check import (
+    EXACT_MIB,
+    SEGMENTS,
+    LoadConfig,
+    measured,
+    predicted,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-EXACT_MIB = 0.01  # the log prints two decimals
 COMPUTE_TOLERANCE = 0.10
 BIG = dict(n_ctx_train=65536)
 HYBRID = dict(
@@ -57,72 +57,15 @@ MOE = dict(
 
 
 @dataclass(frozen=True)
-class Config:
-    """One measured configuration: a model, the server options and the plan that says the same."""
+class Config(LoadConfig):
+    """One measured configuration: a tiny model besides the load options and their plan."""
 
-    name: str
-    engine: str
-    kind: str
-    model: dict[str, Any]
-    ctx: int
-    ctk: str = "f16"
-    ctv: str = "f16"
-    parallel: int = 1
-    fa: str = "on"
-    ubatch: int = 512
-    mtp: int = 0  # draft max; 0 = MTP off
-    draft_ctk: str = "f16"
-    draft_ctv: str = "f16"
-    moe: str = "gpu"
-    n_cpu_moe: int = 0
-    extra: tuple[str, ...] = field(default=())
-
-    def server_args(self) -> list[str]:
-        args = ["-ctk", self.ctk, "-ctv", self.ctv, "-fa", self.fa, "-ub", str(self.ubatch)]
-        if self.engine == "upstream":
-            args += ["-lv", "4"]
-        if self.mtp:
-            args += [
-                "--spec-type",
-                "draft-mtp",
-                "--spec-draft-n-max",
-                str(self.mtp),
-                "--spec-draft-type-k",
-                self.draft_ctk,
-                "--spec-draft-type-v",
-                self.draft_ctv,
-            ]
-        if self.moe == "all_cpu":
-            args += ["--cpu-moe"]
-        elif self.moe == "n_cpu_moe":
-            args += ["--n-cpu-moe", str(self.n_cpu_moe)]
-        return args + list(self.extra)
-
-    def plan_data(self) -> dict[str, Any]:
-        return {
-            "device": "cpu",
-            "engine": {"flavour": self.engine},
-            "runtime": {
-                "ctx": self.ctx,
-                "cache_type_k": self.ctk,
-                "cache_type_v": self.ctv,
-                "parallel": self.parallel,
-                "flash_attn": self.fa,
-                "ubatch": self.ubatch,
-                "moe": self.moe,
-                "n_cpu_moe": self.n_cpu_moe,
-            },
-            "mtp": {
-                "enabled": bool(self.mtp),
-                "draft_max": max(self.mtp, 1),
-                "cache_type_k": self.draft_ctk,
-                "cache_type_v": self.draft_ctv,
-            },
-        }
+    kind: str = "dense"
+    model: dict[str, Any] = field(default_factory=dict)
 
 
 def C(name: str, engine: str, kind: str, model: dict[str, Any], ctx: int, **kw: Any) -> Config:
-    return Config(name, engine, kind, model, ctx, **kw)
+    return Config(name=name, engine=engine, kind=kind, model=model, ctx=ctx, **kw)
 
 
 UPSTREAM = [
@@ -224,54 +167,7 @@ IK = [
     C("ik hybrid q4_0 32k", "ik", "hybrid", HYBRID, 32768, ctk="q4_0", ctv="q4_0"),
 ]
 
-SEGMENTS = (
-    "weights",
-    "kv_cache",
-    "recurrent_state",
-    "mtp_kv_cache",
-    "output",
-    "compute",
-    "mtp_compute",
-)
 ROWS: list[tuple[str, str, str, float, float]] = []
-
-
-def measured(config: Config, log: str) -> dict[str, float]:
-    report = parse_load_log(log)
-    main = report.context("main")
-    assert main is not None, "no context lines in the log"
-    out = {
-        "weights": sum(report.model.values()),
-        "kv_cache": sum(main.kv.values()),
-        "recurrent_state": sum(main.recurrent.values()),
-        "output": sum(main.output.values()),
-        "compute": sum(main.compute.values()),
-    }
-    mtp = report.context("mtp")
-    if config.mtp:
-        assert mtp is not None, "MTP was asked for but no MTP context was logged"
-        out["mtp_kv_cache"] = sum(mtp.kv.values())
-        out["mtp_compute"] = sum(mtp.compute.values())
-    return out
-
-
-def predicted(config: Config, model_path: Any) -> dict[str, float]:
-    plan = plan_from_dict(config.plan_data())
-    info = read_model_info(model_path)
-    facts = memory_facts(EngineFlavour(config.engine))
-    budget = compute_budget(plan, info, TargetDevice("CPU", "CPU", None), facts)
-    p = {k: v / MIB for k, v in budget.parts.items()}
-    out = {
-        "weights": p["weights_total"],
-        "kv_cache": p["kv_cache"] + (p["recurrent_state"] if facts.recurrent_in_kv_buffer else 0),
-        "recurrent_state": 0.0 if facts.recurrent_in_kv_buffer else p["recurrent_state"],
-        "output": p["output"],
-        "compute": p["compute"],
-    }
-    if config.mtp:
-        out["mtp_kv_cache"] = p["mtp_kv_cache"]
-        out["mtp_compute"] = p["mtp_compute"]
-    return out
 
 
 @pytest.mark.parametrize("config", UPSTREAM + IK, ids=lambda c: c.name)
@@ -284,12 +180,12 @@ def test_prediction_matches_the_engine_log(
     server = running_server(
         config.engine,
         model_path,
-        config.server_args(),
+        config.engine_args(),
         ctx_size=config.ctx,
         parallel=config.parallel,
     )
     got = measured(config, server.log_text())
-    want = predicted(config, model_path)
+    want = predicted(config, read_model_info(model_path))
     problems = []
     for segment in SEGMENTS:
         if segment not in got:

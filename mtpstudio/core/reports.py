@@ -181,7 +181,8 @@ LABELS = {
 SHOWN_SEGMENTS = (*DEVICE_SEGMENTS, *DRAFT_SEGMENTS)
 
 TRUST_LEGEND = (
-    "exact: byte formula checked against the engine's log; measured: this engine build logged "
+    "exact: byte formula checked against the engine's log, or the engine's graph allocator "
+    "replayed; measured: this engine build logged "
     "this figure on this device at a launch; estimate: fitted or assumed"
 )
 
@@ -208,12 +209,16 @@ def text_bar(device: DeviceBudget, width: int = BAR_WIDTH) -> str:
     return "[" + "".join(cells[: width + 1]) + "]"
 
 
-def device_table(device: DeviceBudget, measured: Measured = NOTHING_MEASURED) -> list[str]:
+def device_table(
+    device: DeviceBudget,
+    measured: Measured = NOTHING_MEASURED,
+    replayed: Measured = NOTHING_MEASURED,
+) -> list[str]:
     lines = [f"{device.id}  {device.name}  total {mib(device.total_bytes)}"]
     for name in SHOWN_SEGMENTS:
         value = device.segments.get(name, 0)
         if value:
-            trust = segment_trust(device.id, name, measured).value
+            trust = segment_trust(device.id, name, measured, replayed).value
             lines.append(f"  {BAR_GLYPHS[name]} {LABELS[name]:<20} {mib(value):>12}  {trust}")
     lines.append(f"    {'used':<20} {mib(device.used_bytes):>12}")
     free = device.free_bytes
@@ -233,7 +238,7 @@ def budget_report(
     """
     lines: list[str] = ["VRAM budget:"]
     for device in budget.devices:
-        lines += ["  " + line for line in device_table(device, budget.measured)]
+        lines += ["  " + line for line in device_table(device, budget.measured, budget.replayed)]
     lines.append(f"  ({TRUST_LEGEND})")
     host = budget.host
     s = host.segments

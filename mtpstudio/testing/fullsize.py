@@ -70,12 +70,22 @@ FULLSIZE: dict[str, tuple[LoadConfig, ...]] = {
     ),
 }
 
-# CI: 4k and 32k, MTP on and off, on the 35B card. The MTP context's compute buffer at 32k
-# with MTP on misses by 5.3 % (see the full table); that pair is left to the full run.
+# CI: MTP on and off on the 35B card; the draft buffer where it steps up (12k) and with a
+# quantized draft cache (its Hadamard rotations), the trunk with a quantized cache at 32k.
 CI_SUBSET: dict[str, tuple[LoadConfig, ...]] = {
     CARD_35B: (
         _c("on dmax3 4k f16", 4096, mtp=3),
         _c("off 32k q8_0", 32768, ctk="q8_0", ctv="q8_0"),
+        _c("on dmax1 12k f16", 12288, mtp=1),
+        _c(
+            "on dmax2 16k q8_0/q8_0",
+            16384,
+            ctk="q8_0",
+            ctv="q8_0",
+            mtp=2,
+            draft_ctk="q8_0",
+            draft_ctv="q8_0",
+        ),
     ),
 }
 

@@ -25,6 +25,7 @@ from mtpstudio.core.memory.terms import (
     output_buffer_bytes,
     pad_to,
     recurrent_row_bytes,
+    replays_nextn_graph,
 )
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
 from mtpstudio.core.model.info import ModelInfo
@@ -89,13 +90,15 @@ class DeviceBudget:
         free = self.free_bytes
         return None if free is None else free >= 0
 
-    def to_json(self, measured: Measured = NOTHING_MEASURED) -> dict[str, Any]:
+    def to_json(
+        self, measured: Measured = NOTHING_MEASURED, replayed: Measured = NOTHING_MEASURED
+    ) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
             "total_bytes": self.total_bytes,
             "segments": dict(self.segments),
-            "segment_trust": device_trust(self.id, self.segments, measured),
+            "segment_trust": device_trust(self.id, self.segments, measured, replayed),
             "free_bytes": self.free_bytes,
             "fits": self.fits,
         }
@@ -161,7 +164,8 @@ class Budget:
 
     ``parts`` holds the engine-side totals per buffer kind (all devices together), the figures
     the engine's own load log reports. ``measured`` names the (device, segment) figures a
-    stored measurement of the same build on the same device confirmed.
+    stored measurement of the same build on the same device confirmed; ``replayed`` those that
+    replay the engine's graph allocator on a backend where the replay matched its trace.
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -171,6 +175,7 @@ class Budget:
     warnings: tuple[str, ...] = field(default=())
     parts: dict[str, int] = field(default_factory=dict)
     measured: Measured = NOTHING_MEASURED
+    replayed: Measured = NOTHING_MEASURED
 
     @property
     def fits(self) -> bool | None:
@@ -181,7 +186,7 @@ class Budget:
 
     def to_json(self, argv: list[str] | None = None) -> dict[str, Any]:
         return {
-            "devices": [d.to_json(self.measured) for d in self.devices],
+            "devices": [d.to_json(self.measured, self.replayed) for d in self.devices],
             "host": self.host.to_json(self.measured),
             "argv": list(argv or []),
             "warnings": list(self.warnings),
@@ -335,25 +340,24 @@ def compute_budget(
     rs_cpu = rs_row * rows * sum(1 for i in rec if i not in placement.gpu_layers)
 
     mtp_kv = mtp_compute = mtp_output = 0
-    mtp_on_gpu = False
+    mtp_on_gpu = mtp_replayed = False
     if eff.mtp_active:
         if facts.mtp_uses_draft_cache_types:
             dk, dv = plan.mtp.cache_type_k.value, plan.mtp.cache_type_v.value
         else:
             dk, dv = tk, tv
         mtp_kv = kv_bytes_per_cell(model, model.n_nextn_layer, dk, dv) * cells
-        mtp_compute = compute_bytes(
-            model,
-            ComputeShape(
-                n_tokens=min(eff.n_ctx, rt.ubatch),
-                n_kv=eff.n_ctx_seq,
-                n_stream=eff.n_stream,
-                n_outputs=max(1, eff.n_seq),
-                flash_attn=eff.flash_attn,
-                quantized_kv=quantized(dk) or quantized(dv),
-            ),
-            recurrent=False,
+        mtp_shape = ComputeShape(
+            n_tokens=min(eff.n_ctx, rt.ubatch),
+            n_kv=eff.n_ctx_seq,
+            n_stream=eff.n_stream,
+            n_outputs=max(1, eff.n_seq),
+            flash_attn=eff.flash_attn,
+            quantized_k=quantized(dk),
+            quantized_v=quantized(dv),
         )
+        mtp_compute = compute_bytes(model, mtp_shape, recurrent=False)
+        mtp_replayed = replays_nextn_graph(model, mtp_shape)
         mtp_output = output_buffer_bytes(model, eff.n_seq)
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
 
@@ -364,7 +368,8 @@ def compute_budget(
         n_stream=eff.n_stream,
         n_outputs=min(min(eff.n_ctx, rt.ubatch), n_outputs_max),
         flash_attn=eff.flash_attn,
-        quantized_kv=quantized(tk) or quantized(tv),
+        quantized_k=quantized(tk),
+        quantized_v=quantized(tv),
     )
     if facts.reserves_all_logits:
         main_compute = compute_bytes_ik(model, main_shape)
@@ -457,7 +462,11 @@ def compute_budget(
         "mtp_compute": mtp_compute,
         "op_offload_compute": op_offload,
     }
-    return Budget(devices, host_budget, eff, placement, tuple(warnings), parts)
+    replayed: Measured = NOTHING_MEASURED
+    if mtp_replayed and devices[0].id == "CPU":
+        # the draft graph's replay matched the engine's allocator trace on the CPU backend only
+        replayed = frozenset({("CPU", "mtp_compute")})
+    return Budget(devices, host_budget, eff, placement, tuple(warnings), parts, replayed=replayed)
 
 
 _PARTIAL_WORDS = {

@@ -59,7 +59,8 @@ def draft_memory(
         n_stream=1,
         n_outputs=max(1, plan.runtime.parallel),
         flash_attn=plan.runtime.flash_attn.value != "off",
-        quantized_kv=quantized(dk) or quantized(dv),
+        quantized_k=quantized(dk),
+        quantized_v=quantized(dv),
     )
     if facts.reserves_all_logits:
         compute = compute_bytes_ik(draft, shape)

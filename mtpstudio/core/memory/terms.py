@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes
 from mtpstudio.core.model.info import ModelInfo
 
 # (block size, bytes per block) of the K/V cache types (ggml-common.h).
@@ -60,7 +61,12 @@ class ComputeShape:
     n_stream: int
     n_outputs: int
     flash_attn: bool
-    quantized_kv: bool = False
+    quantized_k: bool = False
+    quantized_v: bool = False
+
+    @property
+    def quantized_kv(self) -> bool:
+        return self.quantized_k or self.quantized_v
 
 
 # Peak live floats per token, as (embedding, q, kv) for the attention block and (embedding,
@@ -100,6 +106,28 @@ _MTP_ATTN = {
 _QUANT_KV_EXTRA = {"dense": 8, "hybrid": 8, "moe": 0}
 
 
+def hadamard_size(head_dim: int, *, largest: bool) -> int:
+    """Side of upstream's Hadamard rotation for a quantized K or V cache (0: none).
+
+    Upstream rotates Q/K (and V, and the attention output back) before a quantized cache when
+    the head size is a multiple of 64: K uses the largest power-of-two multiple of 64 that
+    divides the head size, V always 64 (llama-kv-cache.cpp). The matrix is an F32 graph input.
+    """
+    if head_dim <= 0 or head_dim % 64:
+        return 0
+    n = 64
+    while largest and head_dim % (2 * n) == 0:
+        n *= 2
+    return n
+
+
+def rotation_bytes(model: ModelInfo, shape: ComputeShape) -> int:
+    """The Hadamard matrices a quantized cache adds to the graph inputs (upstream only)."""
+    k = hadamard_size(model.key_length, largest=True) if shape.quantized_k else 0
+    v = hadamard_size(model.value_length, largest=False) if shape.quantized_v else 0
+    return F32 * (k * k + v * v)
+
+
 def model_family(model: ModelInfo) -> str:
     """``hybrid`` (recurrent + attention), ``moe`` or ``dense``."""
     if model.recurrent_layers:
@@ -136,13 +164,38 @@ def moe_peak_floats(model: ModelInfo, *, mtp: bool = False) -> int:
     return experts + (model.expert_ffn_length if mtp else 3 * model.n_embd)
 
 
+NEXTN_GRAPH_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})
+"""Architectures whose MTP draft graph ``nextn_graph`` builds tensor by tensor."""
+
+
+def replays_nextn_graph(model: ModelInfo, shape: ComputeShape) -> bool:
+    """True when the draft context's buffer is the replayed graph, not the fitted estimate.
+
+    The replay covers upstream's Qwen3.5/3.6 nextn block with flash attention on one stream
+    (the mask and cache views of several streams are not modelled).
+    """
+    return (
+        model.has_mtp
+        and model.architecture in NEXTN_GRAPH_ARCHITECTURES
+        and shape.flash_attn
+        and shape.n_stream == 1
+    )
+
+
 def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = True) -> int:
     """Estimate one context's compute buffer: the mask plus the largest activation peak.
 
     ``recurrent=False`` is the MTP draft context: it only runs the nextn layer (full attention
-    + FFN, no delta-net), and its mask is live only during attention. The logits are computed
+    + FFN, no delta-net), and its mask is live only during attention. For the Qwen3.5/3.6 nextn
+    block the draft buffer is not estimated but replayed (``nextn_graph``). The logits are computed
     after the last FFN has been freed, so they are a peak of their own, not an addition.
     """
+    if not recurrent and replays_nextn_graph(model, shape):
+        k_rot = hadamard_size(model.key_length, largest=True) if shape.quantized_k else 0
+        v_rot = hadamard_size(model.value_length, largest=False) if shape.quantized_v else 0
+        return nextn_compute_bytes(
+            model, shape.n_tokens, shape.n_kv, shape.n_outputs, k_rot=k_rot, v_rot=v_rot
+        )
     family = model_family(model)
     fa = shape.flash_attn
     t = shape.n_tokens
@@ -166,9 +219,11 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
         # a quantized K/V cache adds about 8 bytes per query element to the attention peak
         attn += _QUANT_KV_EXTRA[family] * t * q_dim
     logits = F32 * shape.n_outputs * model.vocab_size
+    # the rotation matrices are inputs, read by every attention layer: live all along
+    rotation = rotation_bytes(model, shape)
     if mtp:
-        return int(max(mask + attn, ffn, logits))
-    return int(mask + max(attn, ffn, logits))
+        return int(rotation + max(mask + attn, ffn, logits))
+    return int(rotation + mask + max(attn, ffn, logits))
 
 
 # ik_llama.cpp reserves its worst-case graph differently: logits for every token of the ubatch,

@@ -10,7 +10,8 @@ class Trust(StrEnum):
     """Where a segment's figure comes from."""
 
     EXACT = "exact"
-    """A byte formula checked against the engine's own log to 0.01 MiB (CPU build, full size)."""
+    """A byte formula checked against the engine's own log to 0.01 MiB (CPU build, full size),
+    or a compute buffer from a replay of the engine's graph allocator (``graph_alloc``)."""
     MEASURED = "measured"
     """This engine build logged this very figure on this device (a stored reconciliation)."""
     ESTIMATE = "estimate"
@@ -34,13 +35,18 @@ NOTHING_MEASURED: Measured = frozenset()
 
 
 def segment_trust(
-    device_id: str, segment: str, measured: Collection[tuple[str, str]] = NOTHING_MEASURED
+    device_id: str,
+    segment: str,
+    measured: Collection[tuple[str, str]] = NOTHING_MEASURED,
+    replayed: Collection[tuple[str, str]] = NOTHING_MEASURED,
 ) -> Trust:
     """How far ``segment`` on ``device_id`` (``CPU``, ``CUDA0``, ``host``) can be trusted;
-    ``measured`` lists the (device, segment) pairs a stored measurement confirms."""
+    ``measured`` lists the (device, segment) pairs a stored measurement confirms, ``replayed``
+    the pairs whose figure replays the engine's own allocator on a backend where that replay
+    was checked against the engine's trace."""
     if (device_id, segment) in measured:
         return Trust.MEASURED
-    if segment in _EXACT_ANYWHERE:
+    if (device_id, segment) in replayed or segment in _EXACT_ANYWHERE:
         return Trust.EXACT
     on_cpu = device_id in {"CPU", "host"}
     if on_cpu and segment in _EXACT_ON_CPU:
@@ -52,6 +58,7 @@ def device_trust(
     device_id: str,
     segments: Mapping[str, int],
     measured: Collection[tuple[str, str]] = NOTHING_MEASURED,
+    replayed: Collection[tuple[str, str]] = NOTHING_MEASURED,
 ) -> dict[str, str]:
     """``segment -> trust`` for every segment of one device (JSON-ready)."""
-    return {name: segment_trust(device_id, name, measured).value for name in segments}
+    return {name: segment_trust(device_id, name, measured, replayed).value for name in segments}

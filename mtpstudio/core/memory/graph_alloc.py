@@ -1,0 +1,193 @@
+"""The engine's graph allocator, replayed: how large a compute buffer a graph reserves.
+
+llama.cpp sizes each compute buffer by walking the worst-case graph once with ggml's graph
+allocator (``ggml-alloc.c``): every tensor gets an offset in one buffer, a tensor is freed when
+its last consumer has run, an element-wise op may overwrite its only input, and a new tensor
+takes the smallest free block that holds it (else the end of the buffer). The buffer is the
+highest offset reached. Freed blocks are reused only where a later tensor fits, so the size is
+not a smooth function of the shapes: a hole left by the attention mask may or may not take the
+next large activation. Replaying the same walk over the same tensor sizes gives the same size.
+
+This module is that walk over an abstract graph; the graphs themselves are built elsewhere
+(``nextn_graph``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+# Ops the allocator lets overwrite their input (ggml_op_can_inplace; unary ops such as
+# sigmoid count as GGML_OP_UNARY).
+INPLACE_OPS = frozenset(
+    {
+        "ADD",
+        "SUB",
+        "MUL",
+        "DIV",
+        "SCALE",
+        "SQR",
+        "SQRT",
+        "LOG",
+        "UNARY",
+        "ROPE",
+        "RMS_NORM",
+        "CLAMP",
+        "SOFT_MAX",
+    }
+)
+CPU_ALIGNMENT = 32
+"""TENSOR_ALIGNMENT of the CPU buffer type (ggml-impl.h)."""
+
+
+@dataclass(eq=False)
+class Tensor:
+    """One tensor of a graph, as the allocator sees it.
+
+    ``layout`` stands for ggml's (type, ne, nb): an in-place op reuses its input only when the
+    two layouts are equal. ``external`` tensors (weights, the K/V cache) live in other buffers.
+    A view (``view_of``) takes no memory of its own and keeps its source alive.
+    """
+
+    name: str
+    op: str
+    nbytes: int
+    srcs: tuple[Tensor, ...] = ()
+    layout: tuple[object, ...] = ()
+    view_of: Tensor | None = None
+    is_input: bool = False
+    is_output: bool = False
+    external: bool = False
+
+
+AllocEvent = tuple[str, int, int]
+"""(``"alloc"`` or ``"free"``, bytes, offset): what ggml-alloc's debug trace prints."""
+
+
+@dataclass
+class _Blocks:
+    """ggml_dyn_tallocr with one chunk: sorted free blocks, the last one endless."""
+
+    alignment: int
+    free: list[list[int]] = field(default_factory=lambda: [[0, 1 << 62]])
+    peak: int = 0
+    events: list[AllocEvent] | None = None
+
+    def _aligned(self, size: int) -> int:
+        return -(-size // self.alignment) * self.alignment
+
+    def alloc(self, size: int) -> int:
+        size = self._aligned(size)
+        best = -1
+        best_size = 0
+        for i, (_, block_size) in enumerate(self.free[:-1]):
+            if block_size >= size and (best == -1 or block_size <= best_size):
+                best, best_size = i, block_size
+        if best == -1:
+            best = len(self.free) - 1
+        offset, block_size = self.free[best]
+        if block_size == size:
+            del self.free[best]
+        else:
+            self.free[best] = [offset + size, block_size - size]
+        self.peak = max(self.peak, offset + size)
+        if self.events is not None:
+            self.events.append(("alloc", size, offset))
+        return offset
+
+    def release(self, offset: int, size: int) -> None:
+        size = self._aligned(size)
+        blocks = self.free
+        for i, (start, length) in enumerate(blocks):
+            if start + length == offset:  # the freed bytes follow this block
+                blocks[i][1] += size
+                if i + 1 < len(blocks) and blocks[i][0] + blocks[i][1] == blocks[i + 1][0]:
+                    blocks[i][1] += blocks[i + 1][1]
+                    del blocks[i + 1]
+                return
+            if offset + size == start:  # the freed bytes precede this block
+                blocks[i] = [offset, length + size]
+                if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == offset:
+                    blocks[i - 1][1] += blocks[i][1]
+                    del blocks[i]
+                return
+        pos = 0
+        while pos < len(blocks) and blocks[pos][0] < offset:
+            pos += 1
+        blocks.insert(pos, [offset, size])
+
+
+def reserved_bytes(
+    leafs: Sequence[Tensor],
+    nodes: Sequence[Tensor],
+    *,
+    alignment: int = CPU_ALIGNMENT,
+    events: list[AllocEvent] | None = None,
+) -> int:
+    """The compute buffer one graph reserves: ggml_gallocr_alloc_graph_impl, replayed.
+
+    ``leafs`` in the graph's leaf order (its inputs are placed first, in that order), ``nodes``
+    in execution order, views included. ``events``, when given, receives every allocation and
+    every freed tensor in order, as the engine's allocator trace lists them.
+    """
+    blocks = _Blocks(alignment, events=events)
+    owned: dict[int, bool] = {}
+    offset: dict[int, int] = {}
+    children: dict[int, int] = {}
+    views: dict[int, int] = {}
+
+    def own(t: Tensor) -> bool:
+        return owned.get(id(t), False)
+
+    def allocate(t: Tensor) -> None:
+        if t.external or t.view_of is not None or id(t) in offset:
+            return
+        owned[id(t)] = True
+        if t.op in INPLACE_OPS:
+            for parent in t.srcs:
+                if not own(parent) or parent.is_output or parent.layout != t.layout:
+                    continue
+                if children.get(id(parent), 0) == 1 and views.get(id(parent), 0) == 0:
+                    offset[id(t)] = offset[id(parent)]
+                    owned[id(parent)] = False
+                    extra = blocks._aligned(parent.nbytes) - blocks._aligned(t.nbytes)
+                    if extra > 0:
+                        blocks.release(offset[id(t)] + blocks._aligned(t.nbytes), extra)
+                    return
+        offset[id(t)] = blocks.alloc(t.nbytes)
+
+    def release(t: Tensor) -> None:
+        if t.is_output:
+            return
+        if events is not None:
+            events.append(("free", t.nbytes, offset[id(t)]))
+        blocks.release(offset[id(t)], t.nbytes)
+        owned[id(t)] = False
+
+    for leaf in leafs:
+        allocate(leaf)
+    for node in nodes:
+        if node.view_of is not None:
+            views[id(node.view_of)] = views.get(id(node.view_of), 0) + 1
+        if node.is_input:
+            allocate(node)
+        for src in node.srcs:
+            children[id(src)] = children.get(id(src), 0) + 1
+            if src.is_input:
+                allocate(src)
+    for node in nodes:
+        for src in node.srcs:
+            allocate(src)
+        allocate(node)
+        for parent in node.srcs:
+            children[id(parent)] -= 1
+            if children[id(parent)] or views.get(id(parent), 0):
+                continue
+            source = parent.view_of
+            if source is not None:
+                views[id(source)] -= 1
+                if not views[id(source)] and not children.get(id(source), 0) and own(source):
+                    release(source)
+            elif own(parent):
+                release(parent)
+    return blocks.peak

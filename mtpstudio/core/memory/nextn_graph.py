@@ -1,0 +1,188 @@
+"""The MTP draft context's worst-case graph (Qwen3.5/3.6 nextn block), tensor by tensor.
+
+The draft context runs one decoder block on the target's hidden state: norms of the token
+embedding and the hidden state, their projection, gated full attention with flash attention,
+an MoE FFN with a gated shared expert (35B-A3B) or a dense SwiGLU FFN (27B), the head norm and
+the LM head for the outputs. The tensors below follow upstream's ``graph_mtp`` for ``qwen35moe``
+and ``qwen35`` in the order the engine builds them (the attention inputs are expanded first:
+Q, V, K, then the K and V cache writes), with the sizes of a ``n_tokens`` ubatch against
+``n_kv`` cache cells. ``graph_alloc.reserved_bytes`` turns it into the buffer the engine
+reserves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mtpstudio.core.memory.graph_alloc import Tensor, reserved_bytes
+from mtpstudio.core.model.info import ModelInfo
+
+F32 = 4
+F16 = 2
+I32 = 4
+I64 = 8
+
+
+@dataclass
+class _Graph:
+    leafs: list[Tensor] = field(default_factory=list)
+    nodes: list[Tensor] = field(default_factory=list)
+    weight: Tensor = field(default_factory=lambda: Tensor("weight", "NONE", 0, external=True))
+
+    def input(self, name: str, nbytes: int) -> Tensor:
+        t = Tensor(name, "NONE", nbytes, layout=("contiguous", nbytes), is_input=True)
+        self.leafs.append(t)
+        return t
+
+    def op(self, name: str, op: str, nbytes: int, *srcs: Tensor, out: bool = False) -> Tensor:
+        t = Tensor(name, op, nbytes, srcs, layout=("contiguous", nbytes), is_output=out)
+        self.nodes.append(t)
+        return t
+
+    def view(self, name: str, src: Tensor, nbytes: int, *, contiguous: bool = False) -> Tensor:
+        layout: tuple[object, ...] = ("contiguous", nbytes) if contiguous else ("view", name)
+        base = src.view_of or src  # ggml points every view at the tensor that owns the memory
+        t = Tensor(name, "VIEW", nbytes, (src,), layout=layout, view_of=base)
+        self.nodes.append(t)
+        return t
+
+
+def nextn_graph(
+    model: ModelInfo, n_tokens: int, n_kv: int, n_outputs: int, *, k_rot: int = 0, v_rot: int = 0
+) -> tuple[list[Tensor], list[Tensor]]:
+    """(leafs, nodes) of the draft context's graph for one ``n_tokens`` ubatch.
+
+    ``k_rot``/``v_rot``: the side of the Hadamard rotation a quantized K/V cache adds (0: none).
+    """
+    g = _Graph()
+    w = g.weight
+    t = n_tokens
+    d = model.key_length
+    embd = F32 * model.n_embd * t
+    q = F32 * d * model.n_head * t
+    kv = F32 * d * model.n_head_kv * t
+    cache_k = Tensor("cache_k", "NONE", 0, external=True)
+    cache_v = Tensor("cache_v", "NONE", 0, external=True)
+
+    # inputs, in the order the graph first reaches them (Q's rotation comes before Q)
+    k_rot_in = g.input("attn_inp_k_rot", F32 * k_rot * k_rot) if k_rot else None
+    tokens = g.input("tokens", I32 * t)
+    hidden = g.input("mtp_h_input", embd)
+    pos = g.input("inp_pos", I32 * 4 * t)
+    v_rot_in = g.input("attn_inp_v_rot", F32 * v_rot * v_rot) if v_rot else None
+    k_idxs = g.input("attn_inp_k_idxs", I64 * t)
+    v_idxs = g.input("attn_inp_v_idxs", I64 * t)
+    mask = g.input("attn_inp_kq_mask", F16 * n_kv * t)
+    out_ids = g.input("out_ids", I32 * n_outputs)
+
+    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, w, tokens)
+    e_norm = g.op("mtp_enorm", "MUL", embd, g.op("norm", "RMS_NORM", embd, tok), w)
+    h_norm = g.op("mtp_hnorm", "MUL", embd, g.op("norm", "RMS_NORM", embd, hidden), w)
+    concat = g.op("mtp_concat", "CONCAT", 2 * embd, e_norm, h_norm)
+    eh_proj = g.op("mtp_eh_proj", "MUL_MAT", embd, w, concat)
+    attn_norm = g.op("mtp_attn_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, eh_proj), w)
+
+    q_full = g.op("mtp_Qcur_full", "MUL_MAT", 2 * q, w, attn_norm)
+    q_view = g.view("Qcur", q_full, q)
+    q_cur = g.op("mtp_Qcur_normed", "MUL", q, g.op("norm", "RMS_NORM", q, q_view), w)
+    q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, pos), k_rot_in)
+    v_cur = g.view("mtp_Vcur", g.op("Vcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
+    v_cur = _rotated(g, v_cur, v_rot_in)
+    k_raw = g.view("Kcur", g.op("Kcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
+    k_cur = g.op("mtp_Kcur_normed", "MUL", kv, g.op("norm", "RMS_NORM", kv, k_raw), w)
+    k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, pos), k_rot_in)
+    k_set = Tensor("cache_k_set", "SET_ROWS", 0, (g.view("k_rows", k_rope, kv), k_idxs, cache_k))
+    k_set.view_of = cache_k
+    g.nodes.append(k_set)
+    v_set = Tensor("cache_v_set", "SET_ROWS", 0, (g.view("v_rows", v_cur, kv), v_idxs, cache_v))
+    v_set.view_of = cache_v
+    g.nodes.append(v_set)
+    k_view = g.view("k_view", cache_k, 0)
+    v_view = g.view("v_view", cache_v, 0)
+    q_perm = g.view("q_perm", q_rope, q)
+    attn = g.op("attn", "FLASH_ATTN_EXT", q, q_perm, k_view, v_view, mask)
+    attn_2d = g.view("kqv_out", attn, q, contiguous=True)
+    pregate = g.view("mtp_attn_pregate", _rotated(g, attn_2d, v_rot_in), q, contiguous=True)
+    gate = g.op("mtp_gate", "CONT", q, g.view("gate", q_full, q))
+    gated = g.op("gated", "MUL", q, pregate, g.op("gate_sigmoid", "UNARY", q, gate))
+    attn_out = g.op("mtp_attn_out", "MUL_MAT", embd, w, gated)
+    residual = g.op("mtp_attn_residual", "ADD", embd, attn_out, eh_proj)
+    post = g.op("mtp_attn_post_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, residual), w)
+
+    ffn = _moe_ffn(g, model, post, t) if model.is_moe else _dense_ffn(g, model, post, t)
+    post_ffn = g.op("mtp_post_ffn", "ADD", embd, ffn, residual)
+    # the hidden state is read back for the next draft step: an output, never freed
+    h_nextn = g.op("h_nextn", "MUL", embd, g.op("norm", "RMS_NORM", embd, post_ffn), w, out=True)
+    rows = F32 * model.n_embd * n_outputs
+    head = g.op("mtp_shared_head_norm", "GET_ROWS", rows, h_nextn, out_ids)
+    g.op("result_output", "MUL_MAT", F32 * model.vocab_size * n_outputs, w, head, out=True)
+    return g.leafs, g.nodes
+
+
+def _rotated(g: _Graph, x: Tensor, rotation: Tensor | None) -> Tensor:
+    """llama_mul_mat_hadamard on a contiguous ``x``: reshape, multiply, reshape back."""
+    if rotation is None:
+        return x
+    rows = g.view(f"{x.name}_rows", x, x.nbytes, contiguous=True)
+    turned = g.op(f"{x.name}_rotated", "MUL_MAT", x.nbytes, rotation, rows)
+    return g.view(f"{x.name}_rotated_4d", turned, x.nbytes, contiguous=True)
+
+
+def _swiglu_ffn(g: _Graph, x: Tensor, width: int, t: int, embd: int) -> Tensor:
+    """gate and up projections, SwiGLU, down projection (build_ffn, SILU, parallel)."""
+    w = g.weight
+    act = F32 * width * t
+    gate = g.op("ffn_gate", "MUL_MAT", act, w, x)
+    up = g.op("ffn_up", "MUL_MAT", act, w, x)
+    return g.op("ffn_down", "MUL_MAT", embd, w, g.op("ffn_swiglu", "GLU", act, gate, up))
+
+
+def _dense_ffn(g: _Graph, model: ModelInfo, x: Tensor, t: int) -> Tensor:
+    return _swiglu_ffn(g, x, model.ffn_length, t, F32 * model.n_embd * t)
+
+
+def _moe_ffn(g: _Graph, model: ModelInfo, x: Tensor, t: int) -> Tensor:
+    """Routed experts (softmax gating, normalised top-k weights) plus the gated shared expert."""
+    w = g.weight
+    n_used = model.n_expert_used
+    embd = F32 * model.n_embd * t
+    router = F32 * model.n_expert * t
+    logits = g.op("ffn_moe_logits", "MUL_MAT", router, w, x)
+    probs = g.op("ffn_moe_probs", "SOFT_MAX", router, logits)
+    probs_rows = g.view("ffn_moe_probs_rows", probs, router)
+    argsort = g.op("ffn_moe_argsort", "ARGSORT", I32 * model.n_expert * t, probs)
+    topk = g.view("ffn_moe_topk", argsort, I32 * n_used * t)
+    weights = g.op("ffn_moe_weights", "GET_ROWS", F32 * n_used * t, probs_rows, topk)
+    weights_2d = g.view("ffn_moe_weights_2d", weights, F32 * n_used * t)
+    weights_sum = g.op("ffn_moe_weights_sum", "SUM_ROWS", F32 * t, weights_2d)
+    clamped = g.op("ffn_moe_weights_sum_clamped", "CLAMP", F32 * t, weights_sum)
+    norm = g.op("ffn_moe_weights_norm", "DIV", F32 * n_used * t, weights_2d, clamped)
+    norm_3d = g.view("ffn_moe_weights_norm_3d", norm, F32 * n_used * t)
+    x_3d = g.view("ffn_moe_input", x, embd)
+    act = F32 * model.expert_ffn_length * n_used * t
+    gate = g.op("ffn_moe_gate", "MUL_MAT_ID", act, w, x_3d, topk)
+    up = g.op("ffn_moe_up", "MUL_MAT_ID", act, w, x_3d, topk)
+    swiglu = g.op("ffn_moe_swiglu", "GLU", act, gate, up)
+    down = g.op("ffn_moe_down", "MUL_MAT_ID", F32 * model.n_embd * n_used * t, w, swiglu, topk)
+    weighted = g.op("ffn_moe_weighted", "MUL", down.nbytes, down, norm_3d)
+    slices = [g.view(f"ffn_moe_expert_{i}", weighted, embd) for i in range(n_used)]
+    moe_out = g.op("ffn_moe_sum", "ADD", embd, slices[0], slices[1]) if n_used > 1 else slices[0]
+    for s in slices[2:]:
+        moe_out = g.op("ffn_moe_sum", "ADD", embd, moe_out, s)
+    if not model.shared_expert_ffn_length:
+        return moe_out
+    shared = _swiglu_ffn(g, x, model.shared_expert_ffn_length, t, embd)
+    gate_logit = g.op("shexp_gate_inp", "MUL_MAT", F32 * t, w, x)
+    shared_gate = g.op("shexp_gate", "UNARY", F32 * t, gate_logit)
+    gated = g.op("mtp_ffn_shexp_gated", "MUL", embd, shared, shared_gate)
+    return g.op("mtp_ffn_out", "ADD", embd, moe_out, gated)
+
+
+def nextn_compute_bytes(
+    model: ModelInfo, n_tokens: int, n_kv: int, n_outputs: int, *, k_rot: int = 0, v_rot: int = 0
+) -> int:
+    """The draft context's compute buffer: the largest of its ubatch and one-token graphs."""
+    return max(
+        reserved_bytes(*nextn_graph(model, n, n_kv, min(n_outputs, n), k_rot=k_rot, v_rot=v_rot))
+        for n in {n_tokens, 1}
+    )

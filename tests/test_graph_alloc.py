@@ -1,0 +1,138 @@
+"""The replayed graph allocator: ggml-alloc's rules on small graphs, and the engine's own trace."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mtpstudio.core.memory.graph_alloc import AllocEvent, Tensor, reserved_bytes
+from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes, nextn_graph
+from mtpstudio.core.model.catalog.models import model_card_info
+
+FIXTURES = Path(__file__).parent / "fixtures" / "engine_logs"
+
+
+def _node(name: str, op: str, nbytes: int, *srcs: Tensor, **kw: object) -> Tensor:
+    return Tensor(name, op, nbytes, srcs, layout=("c", nbytes), **kw)  # type: ignore[arg-type]
+
+
+def _input(name: str, nbytes: int) -> Tensor:
+    return Tensor(name, "NONE", nbytes, layout=("c", nbytes), is_input=True)
+
+
+def test_an_inplace_chain_reuses_its_input() -> None:
+    x = _input("x", 100)
+    a = _node("a", "RMS_NORM", 100, x)
+    b = _node("b", "MUL", 100, a)
+    c = _node("c", "ROPE", 100, b)
+    assert reserved_bytes([x], [a, b, c]) == 128  # one aligned block
+    # a matmul may not overwrite its input: a second block
+    d = _node("d", "MUL_MAT", 100, x)
+    assert reserved_bytes([x], [d]) == 256
+
+
+def test_a_hole_too_small_is_skipped_and_the_smallest_fitting_one_taken() -> None:
+    a, s1, b, s2 = _input("a", 64), _input("s1", 32), _input("b", 128), _input("s2", 32)
+    n1 = _node("n1", "MUL_MAT", 32, a, b)  # frees a and b: holes of 64 and 128 bytes
+    n2 = _node("n2", "MUL_MAT", 48, n1)  # best fit: the 64-byte hole, not the 128-byte one
+    n3 = _node("n3", "MUL_MAT", 256, n2, s1, s2)  # no hole holds it: the end of the buffer
+    events: list[AllocEvent] = []
+    peak = reserved_bytes([a, s1, b, s2], [n1, n2, n3], events=events)
+    allocs = [(size, offset) for kind, size, offset in events if kind == "alloc"]
+    assert allocs == [(64, 0), (32, 64), (128, 96), (32, 224), (32, 256), (64, 0), (256, 256)]
+    assert peak == 512
+
+
+def test_a_view_keeps_its_source_alive_until_the_view_is_used() -> None:
+    x = _input("x", 64)
+    big = _node("big", "MUL_MAT", 256, x)
+    view = Tensor("v", "VIEW", 128, (big,), layout=("v",), view_of=big)
+    other = _node("other", "MUL_MAT", 256, x)  # big is still alive: no reuse
+    use = _node("use", "CONT", 128, view, other)
+    assert reserved_bytes([x], [big, view, other, use]) == 64 + 256 + 256 + 128
+    # without the view, big dies after `other`'s allocation would start: its block is reused
+    big2 = _node("big", "MUL_MAT", 256, x)
+    done = _node("done", "CONT", 256, big2)
+    after = _node("after", "MUL_MAT", 256, x)
+    assert reserved_bytes([x], [big2, done, after]) == 64 + 256 + 256
+
+
+def test_outputs_are_never_freed() -> None:
+    x = _input("x", 64)
+    out = _node("out", "MUL_MAT", 256, x, is_output=True)
+    tail = _node("tail", "MUL_MAT", 256, out)
+    again = _node("again", "MUL_MAT", 256, tail)
+    assert reserved_bytes([x], [out, tail, again]) == 64 + 3 * 256
+
+
+_TRACE_LINE = re.compile(
+    r"ggml_dyn_tallocr_alloc: allocating .* \((\d+) bytes\) - block \d+, offset (\d+)"
+    r"|ggml_gallocr_free_node: freeing .* at \{chunk=0, offset=(\d+)\} \((\d+) bytes\)"
+)
+
+
+def _engine_trace(path: Path) -> list[AllocEvent]:
+    events: list[AllocEvent] = []
+    for line in path.read_text().splitlines():
+        m = _TRACE_LINE.match(line)
+        if m and m.group(1):
+            events.append(("alloc", int(m.group(1)), int(m.group(2))))
+        elif m:
+            events.append(("free", int(m.group(4)), int(m.group(3))))
+    return events
+
+
+@pytest.mark.parametrize(
+    ("trace", "rotations", "logged_mib"),
+    [
+        ("upstream-11434-mtp-alloc-35b-a3b-16k-ub512.txt", (0, 0), 68.02),
+        # a q8_0 draft cache: Q/K, V and the attention output pass Hadamard rotations
+        ("upstream-11434-mtp-alloc-35b-a3b-16k-ub512-q8_0.txt", (256, 64), 68.28),
+    ],
+)
+def test_the_nextn_graph_replays_the_engines_allocator_trace(
+    trace: str, rotations: tuple[int, int], logged_mib: float
+) -> None:
+    """Every allocation and free of the 35B-A3B draft graph, at the engine's offsets.
+
+    Recorded with upstream 11434 built with ggml-alloc.c's AT_PRINTF on, loading the zero-weight
+    35B-A3B card: ``llama-server -c 16384 -np 1 -fa on -ub 512 --spec-type draft-mtp`` (plus
+    ``-ctk q8_0 -ctv q8_0 --spec-draft-type-k q8_0 --spec-draft-type-v q8_0`` for the second);
+    the draft context's 512-token reservation, whose log line gives ``logged_mib``.
+    """
+    want = _engine_trace(FIXTURES / trace)
+    assert len(want) > 60
+    model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
+    k_rot, v_rot = rotations
+    got: list[AllocEvent] = []
+    graph = nextn_graph(model, 512, 16384, 1, k_rot=k_rot, v_rot=v_rot)
+    peak = reserved_bytes(*graph, events=got)
+    assert got == want
+    assert round(peak / 2**20, 2) == logged_mib
+
+
+@pytest.mark.parametrize(
+    ("card", "ctx", "rotations", "logged_mib"),
+    # the draft context's "CPU compute buffer size" lines, upstream 11434, -ub 512, one slot
+    [
+        ("qwen3.6-35b-a3b-iq4_xs", 4096, (0, 0), 65.02),
+        ("qwen3.6-35b-a3b-iq4_xs", 8192, (0, 0), 68.02),
+        ("qwen3.6-35b-a3b-iq4_xs", 12288, (0, 0), 72.02),
+        ("qwen3.6-35b-a3b-iq4_xs", 16384, (0, 0), 68.02),
+        ("qwen3.6-35b-a3b-iq4_xs", 24576, (0, 0), 68.02),
+        ("qwen3.6-35b-a3b-iq4_xs", 32768, (0, 0), 76.02),
+        ("qwen3.6-35b-a3b-iq4_xs", 131072, (256, 64), 168.28),
+        ("qwen3.6-27b-iq4_xs", 8192, (0, 0), 130.02),
+        ("qwen3.6-27b-iq4_xs", 32768, (0, 0), 130.02),
+        ("qwen3.6-27b-iq4_xs", 131072, (256, 64), 196.28),
+    ],
+)
+def test_the_draft_buffer_follows_the_engine_up_and_down(
+    card: str, ctx: int, rotations: tuple[int, int], logged_mib: float
+) -> None:
+    model = model_card_info(card)
+    k_rot, v_rot = rotations
+    got = nextn_compute_bytes(model, 512, ctx, 1, k_rot=k_rot, v_rot=v_rot)
+    assert round(got / 2**20, 2) == logged_mib

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from mtpstudio.core.memory.delta_net_graph import delta_net_prefix
 from mtpstudio.core.memory.graph_alloc import AllocEvent, Tensor, reserved_bytes
 from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes, nextn_graph
 from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.testing.budget_check import LoadConfig, predicted
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engine_logs"
 
@@ -136,3 +138,51 @@ def test_the_draft_buffer_follows_the_engine_up_and_down(
     k_rot, v_rot = rotations
     got = nextn_compute_bytes(model, 512, ctx, 1, k_rot=k_rot, v_rot=v_rot)
     assert round(got / 2**20, 2) == logged_mib
+
+
+def test_the_first_delta_net_block_replays_the_engines_allocator_trace() -> None:
+    """The trunk's allocations from its inputs to layer 0's delta-net output, at the engine's
+    offsets: with MTP (three rollback states) at ubatch 128 this is where the buffer peaks.
+
+    Recorded like the draft traces: ``llama-server -c 4096 -np 1 -fa on -ub 128 --spec-type
+    draft-mtp --spec-draft-n-max 3`` on the zero-weight 35B-A3B card (the trunk's 128-token
+    reservation; its log line: ``CPU compute buffer size = 28.10 MiB``).
+    """
+    want = _engine_trace(
+        FIXTURES / "upstream-11434-trunk-alloc-35b-a3b-4k-ub128-mtp3-to-delta-net.txt"
+    )
+    model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
+    got: list[AllocEvent] = []
+    peak = reserved_bytes(*delta_net_prefix(model, 128, 4096, 4, n_rs_seq=3), events=got)
+    assert got[: len(want)] == want
+    assert round(peak / 2**20, 2) == 28.10
+
+
+@pytest.mark.parametrize(
+    ("card", "ubatch", "draft_max", "logged_mib"),
+    # the trunk's "CPU compute buffer size" lines, upstream 11434, 4096 ctx, f16 cache
+    [
+        ("qwen3.6-35b-a3b-iq4_xs", 64, 1, 14.10),
+        ("qwen3.6-35b-a3b-iq4_xs", 64, 3, 18.10),
+        ("qwen3.6-35b-a3b-iq4_xs", 128, 1, 24.10),
+        ("qwen3.6-35b-a3b-iq4_xs", 128, 3, 28.10),
+        ("qwen3.6-35b-a3b-iq4_xs", 192, 1, 30.01),
+        ("qwen3.6-35b-a3b-iq4_xs", 192, 3, 38.10),
+        ("qwen3.6-35b-a3b-iq4_xs", 256, 3, 40.01),
+        ("qwen3.6-35b-a3b-iq4_xs", 512, 3, 80.02),
+        ("qwen3.6-35b-a3b-iq4_xs", 128, 0, 20.01),
+        ("qwen3.6-27b-iq4_xs", 64, 1, 22.37),
+        ("qwen3.6-27b-iq4_xs", 64, 3, 28.37),
+        ("qwen3.6-27b-iq4_xs", 128, 1, 39.01),
+        ("qwen3.6-27b-iq4_xs", 128, 3, 43.62),
+        ("qwen3.6-27b-iq4_xs", 256, 3, 78.01),
+    ],
+)
+def test_the_trunk_buffer_at_small_ubatches(
+    card: str, ubatch: int, draft_max: int, logged_mib: float
+) -> None:
+    """Below ~256 tokens the delta-net block's kept states decide; above, the fitted FFN peak."""
+    info = model_card_info(card)
+    config = LoadConfig("sweep", 4096, mtp=draft_max, ubatch=ubatch)
+    got = predicted(config, info)["compute"]
+    assert got == pytest.approx(logged_mib, abs=0.05)

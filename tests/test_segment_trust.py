@@ -115,3 +115,29 @@ def test_plan_text_and_json_carry_the_trust_of_each_segment() -> None:
     kv_line = next(line for line in text.splitlines() if "KV cache" in line)
     assert kv_line.rstrip().endswith("exact")
     assert "estimate: fitted or assumed" in text
+
+
+def test_the_replayed_draft_buffer_is_exact_on_the_cpu_only() -> None:
+    """The MTP draft buffer replays the engine's allocator: exact where that replay was checked
+    against the engine's trace (CPU buffers), an estimate on a GPU (other alignment, fused ops)."""
+    machine = MachineFacts(HostSpec(), (), (PROBED,))
+    pctx = PlanningContext(machine, model_card_info(DEFAULT_MODEL_CARD))
+    on_cpu = evaluate(_demo(device="cpu", **{"mtp.enabled": "on"}), pctx).budget
+    assert on_cpu.replayed == frozenset({("CPU", "mtp_compute")})
+    trust = on_cpu.to_json()["devices"][0]["segment_trust"]
+    assert trust["mtp_compute"] == "exact" and trust["compute"] == "estimate"
+    draft_line = next(
+        line for line in budget_report(on_cpu).splitlines() if "MTP draft compute" in line
+    )
+    assert draft_line.rstrip().endswith("exact")
+
+    on_gpu = evaluate(_demo(**{"mtp.enabled": "on"}), pctx).budget
+    assert on_gpu.replayed == frozenset()
+    gpu_trust = on_gpu.to_json()["devices"][0]["segment_trust"]
+    assert gpu_trust["mtp_compute"] == "estimate"
+
+    # flash attention off: the draft graph is not replayed, the figure is the fitted estimate
+    plain = {"mtp.enabled": "on", "runtime.flash_attn": "off"}
+    plain |= {"runtime.cache_type_k": "f16", "runtime.cache_type_v": "f16"}
+    plain |= {"mtp.cache_type_k": "f16", "mtp.cache_type_v": "f16"}
+    assert evaluate(_demo(device="cpu", **plain), pctx).budget.replayed == frozenset()

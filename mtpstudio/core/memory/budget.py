@@ -370,6 +370,8 @@ def compute_budget(
         flash_attn=eff.flash_attn,
         quantized_k=quantized(tk),
         quantized_v=quantized(tv),
+        n_seq=max(1, eff.n_seq),
+        n_rs_seq=eff.n_rs_seq if eff.mtp_active else 0,
     )
     if facts.reserves_all_logits:
         main_compute = compute_bytes_ik(model, main_shape)

@@ -36,6 +36,10 @@ INPLACE_OPS = frozenset(
         "SOFT_MAX",
     }
 )
+F32 = 4
+F16 = 2
+I32 = 4
+I64 = 8
 CPU_ALIGNMENT = 32
 """TENSOR_ALIGNMENT of the CPU buffer type (ggml-impl.h)."""
 
@@ -191,3 +195,29 @@ def reserved_bytes(
             elif own(parent):
                 release(parent)
     return blocks.peak
+
+
+@dataclass
+class GraphBuilder:
+    """Collects a graph's leafs and nodes in the order the engine builds them."""
+
+    leafs: list[Tensor] = field(default_factory=list)
+    nodes: list[Tensor] = field(default_factory=list)
+    weight: Tensor = field(default_factory=lambda: Tensor("weight", "NONE", 0, external=True))
+
+    def input(self, name: str, nbytes: int) -> Tensor:
+        t = Tensor(name, "NONE", nbytes, layout=("contiguous", nbytes), is_input=True)
+        self.leafs.append(t)
+        return t
+
+    def op(self, name: str, op: str, nbytes: int, *srcs: Tensor, out: bool = False) -> Tensor:
+        t = Tensor(name, op, nbytes, srcs, layout=("contiguous", nbytes), is_output=out)
+        self.nodes.append(t)
+        return t
+
+    def view(self, name: str, src: Tensor, nbytes: int, *, contiguous: bool = False) -> Tensor:
+        layout: tuple[object, ...] = ("contiguous", nbytes) if contiguous else ("view", name)
+        base = src.view_of or src  # ggml points every view at the tensor that owns the memory
+        t = Tensor(name, "VIEW", nbytes, (src,), layout=layout, view_of=base)
+        self.nodes.append(t)
+        return t

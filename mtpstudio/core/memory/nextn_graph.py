@@ -12,39 +12,16 @@ reserves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from mtpstudio.core.memory.graph_alloc import Tensor, reserved_bytes
+from mtpstudio.core.memory.graph_alloc import (
+    F16,
+    F32,
+    I32,
+    I64,
+    GraphBuilder,
+    Tensor,
+    reserved_bytes,
+)
 from mtpstudio.core.model.info import ModelInfo
-
-F32 = 4
-F16 = 2
-I32 = 4
-I64 = 8
-
-
-@dataclass
-class _Graph:
-    leafs: list[Tensor] = field(default_factory=list)
-    nodes: list[Tensor] = field(default_factory=list)
-    weight: Tensor = field(default_factory=lambda: Tensor("weight", "NONE", 0, external=True))
-
-    def input(self, name: str, nbytes: int) -> Tensor:
-        t = Tensor(name, "NONE", nbytes, layout=("contiguous", nbytes), is_input=True)
-        self.leafs.append(t)
-        return t
-
-    def op(self, name: str, op: str, nbytes: int, *srcs: Tensor, out: bool = False) -> Tensor:
-        t = Tensor(name, op, nbytes, srcs, layout=("contiguous", nbytes), is_output=out)
-        self.nodes.append(t)
-        return t
-
-    def view(self, name: str, src: Tensor, nbytes: int, *, contiguous: bool = False) -> Tensor:
-        layout: tuple[object, ...] = ("contiguous", nbytes) if contiguous else ("view", name)
-        base = src.view_of or src  # ggml points every view at the tensor that owns the memory
-        t = Tensor(name, "VIEW", nbytes, (src,), layout=layout, view_of=base)
-        self.nodes.append(t)
-        return t
 
 
 def nextn_graph(
@@ -54,7 +31,7 @@ def nextn_graph(
 
     ``k_rot``/``v_rot``: the side of the Hadamard rotation a quantized K/V cache adds (0: none).
     """
-    g = _Graph()
+    g = GraphBuilder()
     w = g.weight
     t = n_tokens
     d = model.key_length
@@ -119,7 +96,7 @@ def nextn_graph(
     return g.leafs, g.nodes
 
 
-def _rotated(g: _Graph, x: Tensor, rotation: Tensor | None) -> Tensor:
+def _rotated(g: GraphBuilder, x: Tensor, rotation: Tensor | None) -> Tensor:
     """llama_mul_mat_hadamard on a contiguous ``x``: reshape, multiply, reshape back."""
     if rotation is None:
         return x
@@ -128,7 +105,7 @@ def _rotated(g: _Graph, x: Tensor, rotation: Tensor | None) -> Tensor:
     return g.view(f"{x.name}_rotated_4d", turned, x.nbytes, contiguous=True)
 
 
-def _swiglu_ffn(g: _Graph, x: Tensor, width: int, t: int, embd: int) -> Tensor:
+def _swiglu_ffn(g: GraphBuilder, x: Tensor, width: int, t: int, embd: int) -> Tensor:
     """gate and up projections, SwiGLU, down projection (build_ffn, SILU, parallel)."""
     w = g.weight
     act = F32 * width * t
@@ -137,11 +114,11 @@ def _swiglu_ffn(g: _Graph, x: Tensor, width: int, t: int, embd: int) -> Tensor:
     return g.op("ffn_down", "MUL_MAT", embd, w, g.op("ffn_swiglu", "GLU", act, gate, up))
 
 
-def _dense_ffn(g: _Graph, model: ModelInfo, x: Tensor, t: int) -> Tensor:
+def _dense_ffn(g: GraphBuilder, model: ModelInfo, x: Tensor, t: int) -> Tensor:
     return _swiglu_ffn(g, x, model.ffn_length, t, F32 * model.n_embd * t)
 
 
-def _moe_ffn(g: _Graph, model: ModelInfo, x: Tensor, t: int) -> Tensor:
+def _moe_ffn(g: GraphBuilder, model: ModelInfo, x: Tensor, t: int) -> Tensor:
     """Routed experts (softmax gating, normalised top-k weights) plus the gated shared expert."""
     w = g.weight
     n_used = model.n_expert_used

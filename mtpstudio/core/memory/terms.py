@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mtpstudio.core.memory.delta_net_graph import delta_net_peak_bytes
 from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes
 from mtpstudio.core.model.info import ModelInfo
 
@@ -63,6 +64,8 @@ class ComputeShape:
     flash_attn: bool
     quantized_k: bool = False
     quantized_v: bool = False
+    n_seq: int = 1
+    n_rs_seq: int = 0  # recurrent-state copies per sequence MTP keeps (its draft depth)
 
     @property
     def quantized_kv(self) -> bool:
@@ -165,7 +168,8 @@ def moe_peak_floats(model: ModelInfo, *, mtp: bool = False) -> int:
 
 
 NEXTN_GRAPH_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})
-"""Architectures whose MTP draft graph ``nextn_graph`` builds tensor by tensor."""
+"""Architectures whose MTP draft graph (``nextn_graph``) and first delta-net block
+(``delta_net_graph``) are built tensor by tensor."""
 
 
 def replays_nextn_graph(model: ModelInfo, shape: ComputeShape) -> bool:
@@ -190,12 +194,32 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
     block the draft buffer is not estimated but replayed (``nextn_graph``). The logits are computed
     after the last FFN has been freed, so they are a peak of their own, not an addition.
     """
+    k_rot = hadamard_size(model.key_length, largest=True) if shape.quantized_k else 0
+    v_rot = hadamard_size(model.value_length, largest=False) if shape.quantized_v else 0
     if not recurrent and replays_nextn_graph(model, shape):
-        k_rot = hadamard_size(model.key_length, largest=True) if shape.quantized_k else 0
-        v_rot = hadamard_size(model.value_length, largest=False) if shape.quantized_v else 0
         return nextn_compute_bytes(
             model, shape.n_tokens, shape.n_kv, shape.n_outputs, k_rot=k_rot, v_rot=v_rot
         )
+    fitted = _fitted_compute_bytes(model, shape, recurrent=recurrent)
+    if recurrent and model.recurrent_layers and model.architecture in NEXTN_GRAPH_ARCHITECTURES:
+        # at a small ubatch the first delta-net block, replayed, is the larger peak
+        prefix = delta_net_peak_bytes(
+            model,
+            shape.n_tokens,
+            shape.n_kv,
+            shape.n_outputs,
+            n_seq=shape.n_seq,
+            n_rs_seq=shape.n_rs_seq,
+            k_rot=k_rot,
+            v_rot=v_rot,
+            flash_attn=shape.flash_attn,
+        )
+        return max(fitted, prefix)
+    return fitted
+
+
+def _fitted_compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool) -> int:
+    """The fitted estimate: the mask plus the largest activation peak (see ``compute_bytes``)."""
     family = model_family(model)
     fa = shape.flash_attn
     t = shape.n_tokens

@@ -186,3 +186,27 @@ def test_the_trunk_buffer_at_small_ubatches(
     config = LoadConfig("sweep", 4096, mtp=draft_max, ubatch=ubatch)
     got = predicted(config, info)["compute"]
     assert got == pytest.approx(logged_mib, abs=0.05)
+
+
+def test_the_delta_net_block_of_a_model_without_mtp_has_the_mixed_inputs_too(
+    tmp_path: Path,
+) -> None:
+    """The mixed-batch inputs belong to every default-context graph of these architectures:
+    the tiny hybrid test model (no nextn layer) shows them in its trace as well.
+
+    Recorded on the tiny ``hybrid`` model of ``tests/integration/test_budget_accuracy.py``
+    (f32 weights): ``llama-server -c 4096 -np 1 -fa on -ub 512``, MTP off (8.53 MiB logged).
+    """
+    from integration.test_budget_accuracy import HYBRID  # the accuracy suite's shapes
+    from support.tiny_models import TinyModelCache
+
+    from mtpstudio.core.model.gguf import read_model_info
+
+    model = read_model_info(TinyModelCache(tmp_path)("hybrid", **HYBRID))
+    assert not model.has_mtp
+    trace = "upstream-11434-trunk-alloc-tiny-hybrid-4k-ub512-to-delta-net.txt"
+    want = _engine_trace(FIXTURES / trace)
+    got: list[AllocEvent] = []
+    peak = reserved_bytes(*delta_net_prefix(model, 512, 4096, 1), events=got)
+    assert got[: len(want)] == want
+    assert round(peak / 2**20, 2) == 8.53

@@ -51,6 +51,10 @@ FULLSIZE: dict[str, tuple[LoadConfig, ...]] = {
             draft_ctk="q8_0",
             draft_ctv="q8_0",
         ),
+        # small ubatches: the first delta-net block's kept states decide the trunk buffer
+        _c("on dmax1 4k ub64", 4096, mtp=1, ubatch=64),
+        _c("on dmax3 8k ub128", 8192, mtp=3, ubatch=128),
+        _c("on dmax3 16k ub256 q8_0", 16384, ctk="q8_0", ctv="q8_0", mtp=3, ubatch=256),
     ),
     CARD_27B: (
         _c("off 4k f16", 4096),
@@ -67,6 +71,7 @@ FULLSIZE: dict[str, tuple[LoadConfig, ...]] = {
             draft_ctk="q8_0",
             draft_ctv="q8_0",
         ),
+        _c("on dmax3 4k ub128", 4096, mtp=3, ubatch=128),
     ),
 }
 

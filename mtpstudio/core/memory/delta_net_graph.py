@@ -1,9 +1,9 @@
 """The trunk's first gated delta-net block (Qwen3.5/3.6), tensor by tensor, as far as its output.
 
 At a small ubatch the trunk's compute buffer peaks here, not in the FFN: the graph inputs, the
-token embeddings (with MTP also the mixed-in draft embeddings), the QKV projection, the conv
-window and its output are all placed before the delta-net op, whose output holds the attention
-rows and one recurrent state per kept copy (with MTP, one per draft position to roll back to).
+token embeddings (and the mixed-batch embeddings the input select keeps), the QKV projection,
+the conv window and its output are all placed before the delta-net op, whose output holds the
+attention rows and one recurrent state per kept copy (with MTP, one per draft position).
 The state part does not shrink with the ubatch, so below about 256 tokens it decides the size.
 
 The tensors follow upstream's ``qwen35``/``qwen35moe`` graph for layer 0 in the engine's order
@@ -31,16 +31,17 @@ def delta_net_prefix(
     n_kv: int,
     n_outputs: int,
     *,
-    n_seq: int = 1,
     n_rs_seq: int = 0,
     k_rot: int = 0,
     v_rot: int = 0,
     flash_attn: bool = True,
 ) -> tuple[list[Tensor], list[Tensor]]:
-    """(leafs, nodes) from the graph inputs to layer 0's delta-net output.
+    """(leafs, nodes) from the graph inputs to layer 0's delta-net output, for one sequence
+    (one slot; several slots split the ubatch over their streams, which is not modelled).
 
-    ``n_rs_seq``: the extra recurrent-state copies per sequence MTP keeps (its draft depth);
-    their presence also adds the mixed-embedding inputs of the draft hook.
+    ``n_rs_seq``: the extra recurrent-state copies per sequence MTP keeps (its draft depth).
+    The mixed-batch inputs (token rows written into embedding rows, for the draft hook) are
+    part of every default-context graph of these architectures, MTP or not.
     """
     g = GraphBuilder()
     w = g.weight
@@ -49,7 +50,6 @@ def delta_net_prefix(
     conv_width = 2 * model.ssm_state_size * model.ssm_group_count + model.ssm_inner_size
     heads = model.ssm_inner_size // model.ssm_state_size
     state = F32 * model.ssm_state_size * model.ssm_inner_size
-    mtp = n_rs_seq > 0
     cache_r = Tensor("cache_r", "NONE", 0, external=True)
     cache_s = Tensor("cache_s", "NONE", 0, external=True)
 
@@ -59,11 +59,10 @@ def delta_net_prefix(
         g.input("attn_inp_k_rot", F32 * k_rot * k_rot)
     tokens = g.input("inp_tokens", I32 * t)
     g.input("inp_embd", embd)
-    if mtp:
-        mixed_tokens = g.input("inp_mixed_tokens", I32 * t)
-        mixed_slots = g.input("inp_mixed_slots", I64 * t)
-        mixed_embd = g.input("inp_mixed_embd", embd)
-    rs_copy = g.input("rs_s_copy", I32 * n_seq)
+    mixed_tokens = g.input("inp_mixed_tokens", I32 * t)
+    mixed_slots = g.input("inp_mixed_slots", I64 * t)
+    mixed_embd = g.input("inp_mixed_embd", embd)
+    rs_copy = g.input("rs_s_copy", I32)
     rs_copy.is_output = True  # every recurrent layer reads it: alive past this block
     g.input("inp_pos", I32 * 4 * t)
     if v_rot:
@@ -75,27 +74,26 @@ def delta_net_prefix(
 
     # the residual stream and the normed input stay alive through the whole block
     x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens, out=True)
-    if mtp:
-        rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
-        mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
-        written = Tensor("mixed_set", "SET_ROWS", 0, (rows, mixed_slots, mixed), view_of=mixed)
-        g.nodes.append(written)  # read at the end of the graph: keeps `mixed` alive
+    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
+    mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
+    written = Tensor("mixed_set", "SET_ROWS", 0, (rows, mixed_slots, mixed), view_of=mixed)
+    g.nodes.append(written)  # one branch of the input select: keeps `mixed` alive
     normed = g.op("norm", "RMS_NORM", embd, x)
     attn_norm = g.op("attn_norm", "MUL", embd, normed, w, out=True)
 
     # conv window: the stored conv states of the sequence, then this ubatch's QKV
-    kept = F32 * (model.ssm_conv_kernel - 1) * conv_width * n_seq
+    kept = F32 * (model.ssm_conv_kernel - 1) * conv_width
     conv_states = g.op("conv_states", "GET_ROWS", kept, cache_r, rs_copy)
     states_view = g.view("conv_states_view", conv_states, kept)
     _copy_to_cache(g, g.view("conv_states_saved", conv_states, kept), cache_r)
     qkv = g.op("qkv_mixed", "MUL_MAT", F32 * conv_width * t, w, attn_norm)
     qkv_t = g.view("qkv_mixed_transposed", g.view("qkv_mixed_3d", qkv, qkv.nbytes), qkv.nbytes)
-    window = F32 * conv_width * (t + model.ssm_conv_kernel - 1) * n_seq
+    window = F32 * conv_width * (t + model.ssm_conv_kernel - 1)
     states_3d = g.view("conv_states_3d", states_view, kept)
     conv_input = g.op("conv_input", "CONCAT", window, states_3d, qkv_t)
-    for i in range(n_seq * (1 + n_rs_seq)):  # the conv state each kept copy starts from
+    for i in range(1 + n_rs_seq):  # the conv state each kept copy starts from
         _copy_to_cache(g, g.view(f"conv_input_tail_{i}", conv_input, 0), cache_r)
-    ssm_states = g.op("ssm_states", "GET_ROWS", state * n_seq, cache_s, rs_copy)
+    ssm_states = g.op("ssm_states", "GET_ROWS", state, cache_s, rs_copy)
     state_in = g.view("ssm_states_view", ssm_states, ssm_states.nbytes)
     _copy_to_cache(g, g.view("ssm_states_saved", ssm_states, ssm_states.nbytes), cache_s)
 
@@ -116,7 +114,7 @@ def delta_net_prefix(
     beta = g.op("beta_sigmoid", "UNARY", per_head, beta_raw)
     state_view = g.view("state_predelta", state_in, 0)
     # the output: the attention rows, then the final state and one per draft position
-    out = F32 * model.ssm_inner_size * t + state * n_seq * (1 + n_rs_seq)
+    out = F32 * model.ssm_inner_size * t + state * (1 + n_rs_seq)
     g.op("delta_net_out", "GATED_DELTA_NET", out, q, k, v, gate, beta, state_view)
     return g.leafs, g.nodes
 
@@ -134,7 +132,6 @@ def delta_net_peak_bytes(
     n_kv: int,
     n_outputs: int,
     *,
-    n_seq: int = 1,
     n_rs_seq: int = 0,
     k_rot: int = 0,
     v_rot: int = 0,
@@ -148,7 +145,6 @@ def delta_net_peak_bytes(
         n_tokens,
         n_kv,
         n_outputs,
-        n_seq=n_seq,
         n_rs_seq=n_rs_seq,
         k_rot=k_rot,
         v_rot=v_rot,

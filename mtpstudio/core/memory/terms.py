@@ -201,14 +201,18 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
             model, shape.n_tokens, shape.n_kv, shape.n_outputs, k_rot=k_rot, v_rot=v_rot
         )
     fitted = _fitted_compute_bytes(model, shape, recurrent=recurrent)
-    if recurrent and model.recurrent_layers and model.architecture in NEXTN_GRAPH_ARCHITECTURES:
+    if (
+        recurrent
+        and model.recurrent_layers
+        and model.architecture in NEXTN_GRAPH_ARCHITECTURES
+        and shape.n_seq == 1
+    ):
         # at a small ubatch the first delta-net block, replayed, is the larger peak
         prefix = delta_net_peak_bytes(
             model,
             shape.n_tokens,
             shape.n_kv,
             shape.n_outputs,
-            n_seq=shape.n_seq,
             n_rs_seq=shape.n_rs_seq,
             k_rot=k_rot,
             v_rot=v_rot,

@@ -13,20 +13,23 @@ the allocation. Larger ubatches peak later (MoE/FFN), which the fitted terms in 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from mtpstudio.core.memory.graph_alloc import (
     F16,
     F32,
     I32,
     I64,
     GraphBuilder,
+    GraphSizes,
+    ModelDims,
     Tensor,
     reserved_bytes,
 )
-from mtpstudio.core.model.info import ModelInfo
 
 
 def delta_net_prefix(
-    model: ModelInfo,
+    model: GraphSizes,
     n_tokens: int,
     n_kv: int,
     n_outputs: int,
@@ -76,8 +79,8 @@ def delta_net_prefix(
     x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens, out=True)
     rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
     mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
-    written = Tensor("mixed_set", "SET_ROWS", 0, (rows, mixed_slots, mixed), view_of=mixed)
-    g.nodes.append(written)  # one branch of the input select: keeps `mixed` alive
+    # one branch of the input select: the written rows keep `mixed` alive
+    g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
     normed = g.op("norm", "RMS_NORM", embd, x)
     attn_norm = g.op("attn_norm", "MUL", embd, normed, w, out=True)
 
@@ -120,14 +123,12 @@ def delta_net_prefix(
 
 
 def _copy_to_cache(g: GraphBuilder, src: Tensor, cache: Tensor) -> None:
-    """A CPY into the recurrent cache: the result is a view of the cache (no memory here)."""
-    dst = Tensor("cache_view", "VIEW", 0, (cache,), view_of=cache)
-    g.nodes.append(dst)
-    g.nodes.append(Tensor("cache_copy", "CPY", 0, (src, dst), view_of=cache))
+    """A CPY of ``src`` into a view of the recurrent cache (no memory here)."""
+    g.write("cache_copy", "CPY", cache, src, g.view("cache_view", cache, 0))
 
 
 def delta_net_peak_bytes(
-    model: ModelInfo,
+    model: GraphSizes,
     n_tokens: int,
     n_kv: int,
     n_outputs: int,
@@ -140,8 +141,23 @@ def delta_net_peak_bytes(
     """The buffer the trunk needs up to layer 0's delta-net output (0 without recurrent layers)."""
     if not model.ssm_inner_size or not model.ssm_state_size:
         return 0
+    dims = ModelDims.of(model)
+    return _prefix_bytes(dims, n_tokens, n_kv, n_outputs, n_rs_seq, k_rot, v_rot, flash_attn)
+
+
+@lru_cache(maxsize=256)
+def _prefix_bytes(
+    dims: ModelDims,
+    n_tokens: int,
+    n_kv: int,
+    n_outputs: int,
+    n_rs_seq: int,
+    k_rot: int,
+    v_rot: int,
+    flash_attn: bool,
+) -> int:
     graph = delta_net_prefix(
-        model,
+        dims,
         n_tokens,
         n_kv,
         n_outputs,

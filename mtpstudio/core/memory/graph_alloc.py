@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 # Ops the allocator lets overwrite their input (ggml_op_can_inplace; unary ops such as
 # sigmoid count as GGML_OP_UNARY).
@@ -221,3 +222,91 @@ class GraphBuilder:
         t = Tensor(name, "VIEW", nbytes, (src,), layout=layout, view_of=base)
         self.nodes.append(t)
         return t
+
+    def write(self, name: str, op: str, target: Tensor, *srcs: Tensor) -> Tensor:
+        """An op writing into ``target`` (SET_ROWS, CPY): its result is a view of the target,
+        no memory of its own, and it keeps the target alive."""
+        t = Tensor(name, op, 0, srcs, view_of=target)
+        self.nodes.append(t)
+        return t
+
+
+class GraphSizes(Protocol):
+    """What the graph builders read of a model (``ModelInfo`` has all of it)."""
+
+    @property
+    def n_embd(self) -> int: ...
+    @property
+    def n_head(self) -> int: ...
+    @property
+    def n_head_kv(self) -> int: ...
+    @property
+    def key_length(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def n_expert(self) -> int: ...
+    @property
+    def n_expert_used(self) -> int: ...
+    @property
+    def ffn_length(self) -> int: ...
+    @property
+    def expert_ffn_length(self) -> int: ...
+    @property
+    def shared_expert_ffn_length(self) -> int: ...
+    @property
+    def ssm_state_size(self) -> int: ...
+    @property
+    def ssm_group_count(self) -> int: ...
+    @property
+    def ssm_inner_size(self) -> int: ...
+    @property
+    def ssm_conv_kernel(self) -> int: ...
+    @property
+    def is_moe(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """A model's sizes as the graph builders read them: hashable, so a replay can be cached
+    (the budget asks for the same buffer many times while it searches a placement)."""
+
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    key_length: int
+    vocab_size: int
+    n_expert: int
+    n_expert_used: int
+    ffn_length: int
+    expert_ffn_length: int
+    shared_expert_ffn_length: int
+    ssm_state_size: int
+    ssm_group_count: int
+    ssm_inner_size: int
+    ssm_conv_kernel: int
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_expert > 0
+
+    @classmethod
+    def of(cls, model: GraphSizes) -> ModelDims:
+        if isinstance(model, ModelDims):
+            return model
+        return cls(
+            model.n_embd,
+            model.n_head,
+            model.n_head_kv,
+            model.key_length,
+            model.vocab_size,
+            model.n_expert,
+            model.n_expert_used,
+            model.ffn_length,
+            model.expert_ffn_length,
+            model.shared_expert_ffn_length,
+            model.ssm_state_size,
+            model.ssm_group_count,
+            model.ssm_inner_size,
+            model.ssm_conv_kernel,
+        )

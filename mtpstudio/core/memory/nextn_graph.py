@@ -12,20 +12,23 @@ reserves.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from mtpstudio.core.memory.graph_alloc import (
     F16,
     F32,
     I32,
     I64,
     GraphBuilder,
+    GraphSizes,
+    ModelDims,
     Tensor,
     reserved_bytes,
 )
-from mtpstudio.core.model.info import ModelInfo
 
 
 def nextn_graph(
-    model: ModelInfo, n_tokens: int, n_kv: int, n_outputs: int, *, k_rot: int = 0, v_rot: int = 0
+    model: GraphSizes, n_tokens: int, n_kv: int, n_outputs: int, *, k_rot: int = 0, v_rot: int = 0
 ) -> tuple[list[Tensor], list[Tensor]]:
     """(leafs, nodes) of the draft context's graph for one ``n_tokens`` ubatch.
 
@@ -68,12 +71,8 @@ def nextn_graph(
     k_raw = g.view("Kcur", g.op("Kcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
     k_cur = g.op("mtp_Kcur_normed", "MUL", kv, g.op("norm", "RMS_NORM", kv, k_raw), w)
     k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, pos), k_rot_in)
-    k_set = Tensor("cache_k_set", "SET_ROWS", 0, (g.view("k_rows", k_rope, kv), k_idxs, cache_k))
-    k_set.view_of = cache_k
-    g.nodes.append(k_set)
-    v_set = Tensor("cache_v_set", "SET_ROWS", 0, (g.view("v_rows", v_cur, kv), v_idxs, cache_v))
-    v_set.view_of = cache_v
-    g.nodes.append(v_set)
+    g.write("cache_k_set", "SET_ROWS", cache_k, g.view("k_rows", k_rope, kv), k_idxs, cache_k)
+    g.write("cache_v_set", "SET_ROWS", cache_v, g.view("v_rows", v_cur, kv), v_idxs, cache_v)
     k_view = g.view("k_view", cache_k, 0)
     v_view = g.view("v_view", cache_v, 0)
     q_perm = g.view("q_perm", q_rope, q)
@@ -114,11 +113,11 @@ def _swiglu_ffn(g: GraphBuilder, x: Tensor, width: int, t: int, embd: int) -> Te
     return g.op("ffn_down", "MUL_MAT", embd, w, g.op("ffn_swiglu", "GLU", act, gate, up))
 
 
-def _dense_ffn(g: GraphBuilder, model: ModelInfo, x: Tensor, t: int) -> Tensor:
+def _dense_ffn(g: GraphBuilder, model: GraphSizes, x: Tensor, t: int) -> Tensor:
     return _swiglu_ffn(g, x, model.ffn_length, t, F32 * model.n_embd * t)
 
 
-def _moe_ffn(g: GraphBuilder, model: ModelInfo, x: Tensor, t: int) -> Tensor:
+def _moe_ffn(g: GraphBuilder, model: GraphSizes, x: Tensor, t: int) -> Tensor:
     """Routed experts (softmax gating, normalised top-k weights) plus the gated shared expert."""
     w = g.weight
     n_used = model.n_expert_used
@@ -156,10 +155,17 @@ def _moe_ffn(g: GraphBuilder, model: ModelInfo, x: Tensor, t: int) -> Tensor:
 
 
 def nextn_compute_bytes(
-    model: ModelInfo, n_tokens: int, n_kv: int, n_outputs: int, *, k_rot: int = 0, v_rot: int = 0
+    model: GraphSizes, n_tokens: int, n_kv: int, n_outputs: int, *, k_rot: int = 0, v_rot: int = 0
 ) -> int:
     """The draft context's compute buffer: the largest of its ubatch and one-token graphs."""
+    return _nextn_bytes(ModelDims.of(model), n_tokens, n_kv, n_outputs, k_rot, v_rot)
+
+
+@lru_cache(maxsize=256)
+def _nextn_bytes(
+    dims: ModelDims, n_tokens: int, n_kv: int, n_outputs: int, k_rot: int, v_rot: int
+) -> int:
     return max(
-        reserved_bytes(*nextn_graph(model, n, n_kv, min(n_outputs, n), k_rot=k_rot, v_rot=v_rot))
+        reserved_bytes(*nextn_graph(dims, n, n_kv, min(n_outputs, n), k_rot=k_rot, v_rot=v_rot))
         for n in {n_tokens, 1}
     )

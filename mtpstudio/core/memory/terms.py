@@ -124,11 +124,11 @@ def hadamard_size(head_dim: int, *, largest: bool) -> int:
     return n
 
 
-def rotation_bytes(model: ModelInfo, shape: ComputeShape) -> int:
-    """The Hadamard matrices a quantized cache adds to the graph inputs (upstream only)."""
+def rotation_sides(model: ModelInfo, shape: ComputeShape) -> tuple[int, int]:
+    """The sides of the K and V Hadamard rotations a quantized cache adds (0: none)."""
     k = hadamard_size(model.key_length, largest=True) if shape.quantized_k else 0
     v = hadamard_size(model.value_length, largest=False) if shape.quantized_v else 0
-    return F32 * (k * k + v * v)
+    return k, v
 
 
 def model_family(model: ModelInfo) -> str:
@@ -194,13 +194,14 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
     block the draft buffer is not estimated but replayed (``nextn_graph``). The logits are computed
     after the last FFN has been freed, so they are a peak of their own, not an addition.
     """
-    k_rot = hadamard_size(model.key_length, largest=True) if shape.quantized_k else 0
-    v_rot = hadamard_size(model.value_length, largest=False) if shape.quantized_v else 0
+    k_rot, v_rot = rotation_sides(model, shape)
     if not recurrent and replays_nextn_graph(model, shape):
         return nextn_compute_bytes(
             model, shape.n_tokens, shape.n_kv, shape.n_outputs, k_rot=k_rot, v_rot=v_rot
         )
-    fitted = _fitted_compute_bytes(model, shape, recurrent=recurrent)
+    # the rotation matrices are inputs, read by every attention layer: live all along
+    rotation = F32 * (k_rot * k_rot + v_rot * v_rot)
+    fitted = rotation + _fitted_compute_bytes(model, shape, recurrent=recurrent)
     if (
         recurrent
         and model.recurrent_layers
@@ -247,11 +248,9 @@ def _fitted_compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: b
         # a quantized K/V cache adds about 8 bytes per query element to the attention peak
         attn += _QUANT_KV_EXTRA[family] * t * q_dim
     logits = F32 * shape.n_outputs * model.vocab_size
-    # the rotation matrices are inputs, read by every attention layer: live all along
-    rotation = rotation_bytes(model, shape)
     if mtp:
-        return int(rotation + max(mask + attn, ffn, logits))
-    return int(rotation + mask + max(attn, ffn, logits))
+        return int(max(mask + attn, ffn, logits))
+    return int(mask + max(attn, ffn, logits))
 
 
 # ik_llama.cpp reserves its worst-case graph differently: logits for every token of the ubatch,

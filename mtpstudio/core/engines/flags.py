@@ -177,25 +177,30 @@ class FlagSpelling:
     probe_value: str | None
 
 
+_SHARED_SPELLINGS: dict[Option, FlagSpelling] = {
+    Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
+    Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
+    Option.PORT: FlagSpelling(("--port",), "8080"),
+    Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
+    Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
+    Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
+    Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
+    Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
+    Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
+    Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
+    Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
+    Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
+    Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
+    Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
+    Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
+    Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
+    Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+}
+"""The flags both engines spell alike (server, context, cache, batching, offload)."""
+
 UPSTREAM_SPELLINGS = MappingProxyType(
     {
-        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
-        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
-        Option.PORT: FlagSpelling(("--port",), "8080"),
-        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
-        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
-        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
-        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
-        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
-        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
-        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
-        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
-        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
-        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
-        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
-        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
-        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
-        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+        **_SHARED_SPELLINGS,
         Option.FIT: FlagSpelling(("--fit", "-fit"), "on"),
         Option.FIT_TARGET: FlagSpelling(("--fit-target", "-fitt"), "1024"),
         Option.LOAD_MODE: FlagSpelling(("-lm", "--load-mode"), "auto"),
@@ -234,23 +239,7 @@ UPSTREAM_DOCUMENTED_SPEC_TYPES = SPEC_TYPES
 
 IK_SPELLINGS = MappingProxyType(
     {
-        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
-        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
-        Option.PORT: FlagSpelling(("--port",), "8080"),
-        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
-        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
-        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
-        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
-        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
-        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
-        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
-        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
-        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
-        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
-        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
-        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
-        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
-        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+        **_SHARED_SPELLINGS,
         Option.FIT: FlagSpelling(("--fit",), None),
         Option.FIT_MARGIN: FlagSpelling(("--fit-margin",), "1024"),
         Option.MLOCK: FlagSpelling(("--mlock",), None),

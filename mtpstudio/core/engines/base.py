@@ -618,3 +618,50 @@ class AdapterBase:
             for spelling in entry.spellings:
                 seen.setdefault(spelling, entry.probe_value)
         return tuple(seen.items())
+
+
+def emit_draft_limits(
+    b: SpecBuilder, plan: Plan, *, depth_purpose: str, depth_note: str = ""
+) -> None:
+    """The draft depth, minimum depth and p-min flags, for MTP and a draft model alike."""
+    mtp = plan.mtp
+    b.emit(
+        Option.DRAFT_MAX,
+        [str(mtp.draft_max)],
+        "mtp.draft_max",
+        f"Draft at most {mtp.draft_max} tokens per step{depth_note}.",
+        purpose=depth_purpose,
+    )
+    if mtp.draft_min > 0:
+        b.emit(
+            Option.DRAFT_MIN,
+            [str(mtp.draft_min)],
+            "mtp.draft_min",
+            f"Draft at least {mtp.draft_min} tokens per step.",
+            purpose="the minimum draft depth",
+        )
+    b.emit(
+        Option.DRAFT_P_MIN,
+        [format_float(mtp.draft_p_min)],
+        "mtp.draft_p_min",
+        f"Stop drafting when the draft's probability falls below {format_float(mtp.draft_p_min)}.",
+        purpose="the draft p-min",
+    )
+
+
+def emit_draft_cache_types(
+    b: SpecBuilder, plan: Plan, *, whose: str, drafter: str, note: str = ""
+) -> None:
+    """The draft context's K and V cache types: "Store {whose} K cache as q8_0{note}."."""
+    mtp = plan.mtp
+    for option, value, setting, which in (
+        (Option.DRAFT_CACHE_K, mtp.cache_type_k, "mtp.cache_type_k", "K"),
+        (Option.DRAFT_CACHE_V, mtp.cache_type_v, "mtp.cache_type_v", "V"),
+    ):
+        b.emit(
+            option,
+            [value.value],
+            setting,
+            f"Store {whose} {which} cache as {value.value}{note}.",
+            purpose=f"the {drafter} {which} cache type",
+        )

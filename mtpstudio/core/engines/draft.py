@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from mtpstudio.core.engines.base import SpecBuilder, format_float
+from mtpstudio.core.engines.base import SpecBuilder, emit_draft_cache_types, emit_draft_limits
 from mtpstudio.core.engines.flags import FlagSpelling, Option
 from mtpstudio.core.plan import EngineFlavour, Plan
 
@@ -70,7 +70,6 @@ def emit_draft_model(plan: Plan, main: SpecBuilder) -> None:
         documented = frozenset(e.spellings[0] for e in spellings.values())
         build = dataclasses.replace(build, accepted_flags=build.accepted_flags | documented)
     b = SpecBuilder(spellings, build)
-    mtp = plan.mtp
     b.emit(
         Option.DRAFT_MODEL,
         [str(path)],
@@ -94,39 +93,8 @@ def emit_draft_model(plan: Plan, main: SpecBuilder) -> None:
         "Keep the draft model on the CPU." if ngld == 0 else f"Offload {ngld} draft layers.",
         purpose="the draft model's GPU layers",
     )
-    b.emit(
-        Option.DRAFT_MAX,
-        [str(mtp.draft_max)],
-        "mtp.draft_max",
-        f"Draft at most {mtp.draft_max} tokens per step.",
-        purpose="the draft depth",
-    )
-    if mtp.draft_min > 0:
-        b.emit(
-            Option.DRAFT_MIN,
-            [str(mtp.draft_min)],
-            "mtp.draft_min",
-            f"Draft at least {mtp.draft_min} tokens per step.",
-            purpose="the minimum draft depth",
-        )
-    b.emit(
-        Option.DRAFT_P_MIN,
-        [format_float(mtp.draft_p_min)],
-        "mtp.draft_p_min",
-        f"Stop drafting when the draft's probability falls below {format_float(mtp.draft_p_min)}.",
-        purpose="the draft p-min",
-    )
-    for option, value, setting, which in (
-        (Option.DRAFT_CACHE_K, mtp.cache_type_k, "mtp.cache_type_k", "K"),
-        (Option.DRAFT_CACHE_V, mtp.cache_type_v, "mtp.cache_type_v", "V"),
-    ):
-        b.emit(
-            option,
-            [value.value],
-            setting,
-            f"Store the draft model's {which} cache as {value.value}.",
-            purpose=f"the draft {which} cache type",
-        )
+    emit_draft_limits(b, plan, depth_purpose="the draft depth")
+    emit_draft_cache_types(b, plan, whose="the draft model's", drafter="draft")
     main.notes.extend(b.notes)
     for warning in b.warnings:
         main.warn(warning)

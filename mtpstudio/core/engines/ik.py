@@ -6,7 +6,7 @@ from mtpstudio.core.engines.base import (
     AdapterBase,
     Option,
     SpecBuilder,
-    format_float,
+    emit_draft_limits,
 )
 from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
 from mtpstudio.core.engines.draft import emit_draft_model
@@ -164,29 +164,7 @@ class IkAdapter(AdapterBase):
             "Draft tokens with the model's own MTP (nextn) layer, where ik_llama.cpp supports it.",
             purpose="MTP drafting",
         )
-        b.emit(
-            Option.DRAFT_MAX,
-            [str(mtp.draft_max)],
-            "mtp.draft_max",
-            f"Draft at most {mtp.draft_max} tokens per step.",
-            purpose="the MTP draft depth",
-        )
-        if mtp.draft_min > 0:
-            b.emit(
-                Option.DRAFT_MIN,
-                [str(mtp.draft_min)],
-                "mtp.draft_min",
-                f"Draft at least {mtp.draft_min} tokens per step.",
-                purpose="the minimum draft depth",
-            )
-        b.emit(
-            Option.DRAFT_P_MIN,
-            [format_float(mtp.draft_p_min)],
-            "mtp.draft_p_min",
-            f"Stop drafting when the draft's probability falls below "
-            f"{format_float(mtp.draft_p_min)}.",
-            purpose="the draft p-min",
-        )
+        emit_draft_limits(b, plan, depth_purpose="the MTP draft depth")
 
     def _emit_logging(self, plan: Plan, b: SpecBuilder, for_mtpstudio_launch: bool) -> None:
         """ik prints the buffer sizes at its default verbosity; nothing to add."""

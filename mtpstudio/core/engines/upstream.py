@@ -7,7 +7,8 @@ from mtpstudio.core.engines.base import (
     Option,
     SpecBuilder,
     describe_build,
-    format_float,
+    emit_draft_cache_types,
+    emit_draft_limits,
 )
 from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
 from mtpstudio.core.engines.draft import emit_draft_model
@@ -179,42 +180,19 @@ class UpstreamAdapter(AdapterBase):
             "Draft tokens with the model's own MTP (nextn) layer.",
             purpose="MTP drafting",
         )
-        b.emit(
-            Option.DRAFT_MAX,
-            [str(mtp.draft_max)],
-            "mtp.draft_max",
-            f"Draft at most {mtp.draft_max} tokens per step; each one adds a copy of the "
-            "recurrent state.",
-            purpose="the MTP draft depth",
+        emit_draft_limits(
+            b,
+            plan,
+            depth_purpose="the MTP draft depth",
+            depth_note="; each one adds a copy of the recurrent state",
         )
-        if mtp.draft_min > 0:
-            b.emit(
-                Option.DRAFT_MIN,
-                [str(mtp.draft_min)],
-                "mtp.draft_min",
-                f"Draft at least {mtp.draft_min} tokens per step.",
-                purpose="the minimum draft depth",
-            )
-        b.emit(
-            Option.DRAFT_P_MIN,
-            [format_float(mtp.draft_p_min)],
-            "mtp.draft_p_min",
-            f"Stop drafting when the draft's probability falls below "
-            f"{format_float(mtp.draft_p_min)}.",
-            purpose="the draft p-min",
+        emit_draft_cache_types(
+            b,
+            plan,
+            whose="the MTP draft context's",
+            drafter="MTP draft",
+            note=" (independent of the main cache)",
         )
-        for option, value, setting, which in (
-            (Option.DRAFT_CACHE_K, mtp.cache_type_k, "mtp.cache_type_k", "K"),
-            (Option.DRAFT_CACHE_V, mtp.cache_type_v, "mtp.cache_type_v", "V"),
-        ):
-            b.emit(
-                option,
-                [value.value],
-                setting,
-                f"Store the MTP draft context's {which} cache as {value.value} (independent "
-                "of the main cache).",
-                purpose=f"the MTP draft {which} cache type",
-            )
 
     def _emit_logging(self, plan: Plan, b: SpecBuilder, for_mtpstudio_launch: bool) -> None:
         if not for_mtpstudio_launch:

@@ -23,6 +23,7 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.atomic",
         "mtpstudio.core.paths",
         "mtpstudio.core.units",
+        "mtpstudio.core.cancel",  # the task manager's cancel flag
         "mtpstudio.core.planning",
         "mtpstudio.core.reports",
         "mtpstudio.core.engines.capabilities",  # badges and reasons, phrased for people

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
+
+from mtpstudio.core.cancel import CancelToken as BaseCancelToken
 
 log = logging.getLogger(__name__)
 
@@ -38,23 +39,13 @@ class TaskCancelled(Exception):
     """Raised inside a task (by ``CancelToken.raise_if_cancelled``) to stop early."""
 
 
-class CancelToken:
-    """A flag a task polls to learn it is no longer wanted; safe to use from any thread."""
+class CancelToken(BaseCancelToken):
+    """A flag a task polls to learn it is no longer wanted; safe to use from any thread.
 
-    def __init__(self) -> None:
-        self._event = threading.Event()
+    ``raise_if_cancelled`` stops the task with TaskCancelled."""
 
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-    def raise_if_cancelled(self) -> None:
-        """Stop the task (raises TaskCancelled) when it has been cancelled."""
-        if self._event.is_set():
-            raise TaskCancelled
+    def cancelled_error(self) -> Exception:
+        return TaskCancelled()
 
 
 @dataclass

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mtpstudio.core.cancel import CancelToken as BaseCancelToken
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.plan import EngineFlavour, Plan
 
@@ -56,22 +56,11 @@ class ServerLauncher(Protocol):
     ) -> AbstractContextManager[BenchTarget]: ...
 
 
-class CancelToken:
+class CancelToken(BaseCancelToken):
     """Set from any thread; the benchmark stops before its next request and drops a stream."""
 
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-    def raise_if_cancelled(self) -> None:
-        if self._event.is_set():
-            raise BenchCancelled("the benchmark was cancelled")
+    def cancelled_error(self) -> Exception:
+        return BenchCancelled("the benchmark was cancelled")
 
 
 class BenchCancelled(BenchError):

@@ -31,14 +31,14 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.detect.report",
         "mtpstudio.core.detect.processes",
         # the Desktop VRAM and Service pages: the same core calls as `mtpstudio apply/render`
-        "mtpstudio.core.install",
-        "mtpstudio.core.reclaim",
-        "mtpstudio.core.render",
+        "mtpstudio.core.desktop.install",
+        "mtpstudio.core.desktop.reclaim",
+        "mtpstudio.core.service.render",
         "mtpstudio.core.runner",
         "mtpstudio.core.server.systemd",
-        "mtpstudio.core.service_files",
-        "mtpstudio.core.session_apply",
-        "mtpstudio.core.session_check",
+        "mtpstudio.core.service.service_files",
+        "mtpstudio.core.desktop.session_apply",
+        "mtpstudio.core.desktop.session_check",
     }
 )
 UI_MAY_IMPORT_PREFIXES = (

@@ -92,8 +92,8 @@ def _detect(include_engines: bool = False) -> Any:
 
 
 def _sddm(root: Path | None) -> Any:
+    from mtpstudio.core.desktop.session_apply import sddm_dirs
     from mtpstudio.core.runner import SubprocessRunner
-    from mtpstudio.core.session_apply import sddm_dirs
 
     return sddm_dirs(root, SubprocessRunner())
 
@@ -103,7 +103,7 @@ def _sddm(root: Path | None) -> Any:
 
 
 def _print_preview(plan: Any, root: Path | None, dry_run: bool) -> None:
-    from mtpstudio.core.install import preview
+    from mtpstudio.core.desktop.install import preview
 
     for note in plan.notes:
         print(note)
@@ -127,10 +127,10 @@ def _print_changes(changes: Sequence[tuple[str, str]]) -> None:
 
 
 def cmd_apply_session(args: argparse.Namespace) -> int:
-    from mtpstudio.core.install import apply_plan, helper_for, session_kind
-    from mtpstudio.core.reclaim import SWITCH_BACK, default_variant
-    from mtpstudio.core.render import SessionVariant
-    from mtpstudio.core.session_apply import prepare_session, session_name
+    from mtpstudio.core.desktop.install import apply_plan, helper_for, session_kind
+    from mtpstudio.core.desktop.reclaim import SWITCH_BACK, default_variant
+    from mtpstudio.core.desktop.session_apply import prepare_session, session_name
+    from mtpstudio.core.service.render import SessionVariant
     from mtpstudio.core.units import MIB
 
     root = _root(args)
@@ -182,8 +182,8 @@ def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.plan import load_plan
     from mtpstudio.core.planning import PlanningContext
-    from mtpstudio.core.render import UnitScope
-    from mtpstudio.core.service_files import install_files
+    from mtpstudio.core.service.render import UnitScope
+    from mtpstudio.core.service.service_files import install_files
 
     plan = load_plan(args.plan)
     machine = machine_facts(_detect(include_engines=plan.engine.binary is None))
@@ -193,7 +193,7 @@ def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list
 
 
 def cmd_apply_unit(args: argparse.Namespace) -> int:
-    from mtpstudio.core.install import (
+    from mtpstudio.core.desktop.install import (
         apply_plan,
         helper_for,
         install_user_unit,
@@ -241,8 +241,8 @@ def cmd_apply_unit(args: argparse.Namespace) -> int:
 
 
 def cmd_apply_nvidia(args: argparse.Namespace) -> int:
-    from mtpstudio.core.install import apply_plan, helper_for, nvidia_profile_plan
-    from mtpstudio.core.render import render_nvidia_profile
+    from mtpstudio.core.desktop.install import apply_plan, helper_for, nvidia_profile_plan
+    from mtpstudio.core.service.render import render_nvidia_profile
 
     root = _root(args)
     plan = nvidia_profile_plan(render_nvidia_profile())
@@ -262,7 +262,7 @@ def cmd_apply_nvidia(args: argparse.Namespace) -> int:
 
 
 def cmd_revert(args: argparse.Namespace) -> int:
-    from mtpstudio.core.install import (
+    from mtpstudio.core.desktop.install import (
         helper_for,
         revert_group,
         revert_user_group,
@@ -297,7 +297,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mtpstudio.core.install import system_status, user_status
+    from mtpstudio.core.desktop.install import system_status, user_status
 
     root = _root(args)
     data: dict[str, Any] = {"system": system_status(root)}
@@ -320,9 +320,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_session(args: argparse.Namespace) -> int:
+    from mtpstudio.core.desktop.session_apply import stored_measurement
+    from mtpstudio.core.desktop.session_check import check_session
     from mtpstudio.core.runner import SubprocessRunner
-    from mtpstudio.core.session_apply import stored_measurement
-    from mtpstudio.core.session_check import check_session
 
     root = _root(args)
     session = os.environ.get("DESKTOP_SESSION") or None

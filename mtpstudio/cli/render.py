@@ -23,12 +23,12 @@ def register(sub: Any) -> None:
 
 
 def _export_files(args: argparse.Namespace) -> Any:
-    """Render the plan's files the way the GUI's Export does (core.service_files.export_files)."""
+    """Render the plan's files the way the GUI's Export does (service_files.export_files)."""
     from mtpstudio.cli.plan import detect_for
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, machine_for
-    from mtpstudio.core.render import UnitScope
-    from mtpstudio.core.service_files import export_files
+    from mtpstudio.core.service.render import UnitScope
+    from mtpstudio.core.service.service_files import export_files
 
     plan = load_plan(args.plan)
     machine = machine_for(detect_for(plan))
@@ -37,7 +37,7 @@ def _export_files(args: argparse.Namespace) -> Any:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from mtpstudio.core.export import write_files
+    from mtpstudio.core.service.export import write_files
 
     out = _export_files(args)
     files = out.files
@@ -53,7 +53,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_export_unit(args: argparse.Namespace) -> int:
-    from mtpstudio.core.service_files import write_unit_file
+    from mtpstudio.core.service.service_files import write_unit_file
 
     out = _export_files(args)
     unit = write_unit_file(out, args.output)

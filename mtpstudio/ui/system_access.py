@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpstudio.core.install import HelperTransport, helper_for
+from mtpstudio.core.desktop.install import HelperTransport, helper_for
 from mtpstudio.core.runner import Runner, SubprocessRunner
 from mtpstudio.core.server.systemd import SYSTEM_UNIT_DIR
 

@@ -29,7 +29,7 @@ from support.helper_bench import (
     trace_points,
 )
 
-from mtpstudio.core.render import SessionVariant
+from mtpstudio.core.service.render import SessionVariant
 from mtpstudio.helper.constants import WRAPPER_DIR
 
 OLD_DESKTOP = b"[Desktop Entry]\nType=Application\nName=Someone else's session\nExec=/bin/true\n"

@@ -22,7 +22,7 @@ from support.helper_bench import (
     unit_payload,
 )
 
-from mtpstudio.core.render import SessionVariant
+from mtpstudio.core.service.render import SessionVariant
 from mtpstudio.helper.constants import (
     HELPER_INSTALL_PATH,
     POLICY_ACTION_ID,
@@ -146,7 +146,7 @@ def test_installed_session_files_pass_desktop_file_validate(
 ) -> None:
     files = session_files(variant) if variant is not SessionVariant.WAYLAND_IGPU else None
     if files is None:
-        from mtpstudio.core.render import SessionSettings, render_session_files
+        from mtpstudio.core.service.render import SessionSettings, render_session_files
 
         files = render_session_files(
             variant, SessionSettings(igpu_card="/dev/dri/by-path/pci-0000:00:02.0-card")

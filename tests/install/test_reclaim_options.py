@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from mtpstudio.core.desktop.reclaim import (
+    category_lines,
+    default_variant,
+    desktop_usage,
+    llvmpipe_variant,
+    reclaim_options,
+    session_display_name,
+)
 from mtpstudio.core.detect.models import (
     Connector,
     DetectionReport,
@@ -15,15 +23,7 @@ from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.memory.targets import NVIDIA_PROFILE_DESKTOP_BYTES
 from mtpstudio.core.model.catalog.gpus import gpu_card
 from mtpstudio.core.plan import DesktopReclaim
-from mtpstudio.core.reclaim import (
-    category_lines,
-    default_variant,
-    desktop_usage,
-    llvmpipe_variant,
-    reclaim_options,
-    session_display_name,
-)
-from mtpstudio.core.render import SessionVariant, render_session_files
+from mtpstudio.core.service.render import SessionVariant, render_session_files
 from mtpstudio.core.units import MIB
 
 

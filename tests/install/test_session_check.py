@@ -13,8 +13,7 @@ import pytest
 from fixtures.detect.fake_nvml import FakeNvml
 from fixtures.detect.machines import MIB, PCI_IDS, build_machine
 
-from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
-from mtpstudio.core.install import (
+from mtpstudio.core.desktop.install import (
     InProcessHelper,
     InstallError,
     PkexecHelper,
@@ -22,10 +21,11 @@ from mtpstudio.core.install import (
     daemon_reload_user,
     user_manager_running,
 )
-from mtpstudio.core.reclaim import default_variant
-from mtpstudio.core.render import SessionVariant
+from mtpstudio.core.desktop.reclaim import default_variant
+from mtpstudio.core.desktop.session_check import check_session, desktop_vram, measurement_candidates
+from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
 from mtpstudio.core.runner import RunResult
-from mtpstudio.core.session_check import check_session, desktop_vram, measurement_candidates
+from mtpstudio.core.service.render import SessionVariant
 
 KWIN_QPAINTER = """KWin Support Information:
 Compositing

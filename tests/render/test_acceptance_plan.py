@@ -16,10 +16,10 @@ from test_render_files import check_golden, layout
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.export import render_all
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
-from mtpstudio.core.render import SessionSettings, UnitScope, render_reclaim_files
 from mtpstudio.core.runner import SubprocessRunner
+from mtpstudio.core.service.export import render_all
+from mtpstudio.core.service.render import SessionSettings, UnitScope, render_reclaim_files
 
 MODEL = "/home/alice/models/Qwen3.6-35B-A3B-IQ4_XS.gguf"
 BINARY = {"upstream": "/opt/llama.cpp/bin/llama-server", "ik": "/opt/ik_llama.cpp/bin/llama-server"}
@@ -72,7 +72,7 @@ def test_exact_argv(flavour: str) -> None:
 def test_every_template_matches_its_golden_copy(flavour: str, scope: UnitScope) -> None:
     plan = users_plan(flavour)
     spec = build_launch_spec(plan, documented_build(EngineFlavour(flavour), Path(BINARY[flavour])))
-    from mtpstudio.core.render import render_service_files
+    from mtpstudio.core.service.render import render_service_files
 
     files = render_service_files(
         plan,
@@ -127,7 +127,7 @@ def test_users_plan_units_pass_systemd_analyze_verify(
 ) -> None:
     from test_render_files import clean, verify_unit
 
-    from mtpstudio.core.render import render_service_files
+    from mtpstudio.core.service.render import render_service_files
 
     binary = tmp_path / "engine dir" / "llama-server"
     binary.parent.mkdir()

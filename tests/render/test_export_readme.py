@@ -11,9 +11,9 @@ import pytest
 from test_acceptance_plan import BINARY, users_plan
 
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.export import README_NAME, render_all, write_files
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, plan_with
-from mtpstudio.core.render import RenderedFile, SessionSettings, UnitScope
+from mtpstudio.core.service.export import README_NAME, render_all, write_files
+from mtpstudio.core.service.render import RenderedFile, SessionSettings, UnitScope
 
 
 def _files(desktop: DesktopReclaim, scope: UnitScope) -> dict[str, RenderedFile]:

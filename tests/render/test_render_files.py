@@ -24,7 +24,7 @@ from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, Plan, plan_from_dict
 from mtpstudio.core.quoting import parse_env_file, parse_unit_file, split_systemd_command_line
-from mtpstudio.core.render import (
+from mtpstudio.core.service.render import (
     RenderedFile,
     ServiceLayout,
     SessionSettings,

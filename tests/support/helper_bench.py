@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.plan import plan_from_dict
-from mtpstudio.core.render import (
+from mtpstudio.core.service.render import (
     RenderedFile,
     SessionVariant,
     UnitScope,

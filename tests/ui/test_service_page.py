@@ -17,10 +17,10 @@ from support.helper_bench import make_root, snapshot
 from test_cli_export import write_header_only_model
 
 from mtpstudio.core import paths
-from mtpstudio.core.install import revert_user_group, user_status
+from mtpstudio.core.desktop.install import revert_user_group, user_status
 from mtpstudio.core.plan import ModelChoice, Plan, save_plan
-from mtpstudio.core.render import UnitScope
 from mtpstudio.core.runner import RunResult, SubprocessRunner
+from mtpstudio.core.service.render import UnitScope
 from mtpstudio.ui.system_access import SystemAccess
 from mtpstudio.ui.widgets.common import Tone
 from mtpstudio.ui.wizard import MtpWizard, PageId, default_detector
@@ -241,7 +241,7 @@ def test_system_unit_through_the_helper_and_its_control(
     assert wizard.tasks.wait_idle(30)
     assert ["systemctl", "stop", "mtpstudio-llama.service"] in systemctl.calls
 
-    from mtpstudio.core.install import helper_for, revert_group
+    from mtpstudio.core.desktop.install import helper_for, revert_group
 
     revert_group("unit:mtpstudio-llama.service", helper_for(root))
     assert snapshot(root) == before

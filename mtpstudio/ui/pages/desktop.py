@@ -1,8 +1,8 @@
 """Desktop VRAM page: who holds VRAM for the desktop, the ways to take it back (cheapest first),
 installing one through the helper (preview first), reverting, and the check after the login.
 
-Every system change goes through ``core.install`` exactly as ``mtpstudio apply`` does: the
-session's files come from ``core.session_apply.prepare_session``, the profile from
+Every system change goes through ``core.desktop.install`` exactly as ``mtpstudio apply`` does: the
+session's files come from ``core.desktop.session_apply.prepare_session``, the profile from
 ``render_nvidia_profile``; the helper is ``self.system.transport()`` (pkexec, or the helper's
 code in-process against a test root).
 """
@@ -29,8 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.install import (
+from mtpstudio.core.desktop.install import (
     HelperAnswer,
     InstallPlan,
     apply_plan,
@@ -39,24 +38,25 @@ from mtpstudio.core.install import (
     revert_group,
     session_kind,
 )
-from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
-from mtpstudio.core.plan import DesktopReclaim
-from mtpstudio.core.reclaim import (
+from mtpstudio.core.desktop.reclaim import (
     SWITCH_BACK,
     DesktopUsage,
     ReclaimOption,
     desktop_usage,
     reclaim_options,
 )
-from mtpstudio.core.render import SessionVariant, render_nvidia_profile
-from mtpstudio.core.session_apply import (
+from mtpstudio.core.desktop.session_apply import (
     installed_groups,
     prepare_session,
     sddm_dirs,
     session_name,
     stored_measurement,
 )
-from mtpstudio.core.session_check import SessionCheckReport, check_session
+from mtpstudio.core.desktop.session_check import SessionCheckReport, check_session
+from mtpstudio.core.detect.models import DetectionReport
+from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
+from mtpstudio.core.plan import DesktopReclaim
+from mtpstudio.core.service.render import SessionVariant, render_nvidia_profile
 from mtpstudio.core.units import MIB
 from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.pages.base import PlanPage

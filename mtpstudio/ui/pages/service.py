@@ -29,8 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.errors import MtpStudioError, ServerError
-from mtpstudio.core.install import (
+from mtpstudio.core.desktop.install import (
     HelperAnswer,
     InstallPlan,
     UserInstallResult,
@@ -39,7 +38,7 @@ from mtpstudio.core.install import (
     preview,
     system_unit_plan,
 )
-from mtpstudio.core.render import RenderedFile, UnitScope
+from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.server.systemd import (
     UnitRef,
     UnitStatus,
@@ -49,7 +48,8 @@ from mtpstudio.core.server.systemd import (
     stop_unit,
     unit_status,
 )
-from mtpstudio.core.service_files import (
+from mtpstudio.core.service.render import RenderedFile, UnitScope
+from mtpstudio.core.service.service_files import (
     ServiceFiles,
     export_files,
     install_files,

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.install import FilePreview
+from mtpstudio.core.desktop.install import FilePreview
 from mtpstudio.ui.widgets.code_view import CodeView
 
 

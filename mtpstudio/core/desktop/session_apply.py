@@ -9,19 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.install import (
+from mtpstudio.core.desktop.install import (
     InstallPlan,
     read_measurement,
     session_kind,
     session_plan,
     system_status,
 )
+from mtpstudio.core.desktop.reclaim import SWITCH_BACK, session_display_name
+from mtpstudio.core.desktop.session_check import desktop_vram, measurement_candidates
+from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.memory.machine import igpu_card_path
-from mtpstudio.core.reclaim import SWITCH_BACK, session_display_name
-from mtpstudio.core.render import SessionSettings, SessionVariant
 from mtpstudio.core.runner import Runner
-from mtpstudio.core.session_check import desktop_vram, measurement_candidates
+from mtpstudio.core.service.render import SessionSettings, SessionVariant
 from mtpstudio.helper.sddm import SessionDirs, session_dirs, version_tuple
 
 SDDM_VERSION_TIMEOUT_S = 10.0

@@ -9,7 +9,7 @@ from pathlib import Path
 from mtpstudio.core.atomic import write_bytes_atomic, write_text_atomic
 from mtpstudio.core.engines.base import LaunchSpec
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.render import (
+from mtpstudio.core.service.render import (
     RenderedFile,
     SessionSettings,
     UnitScope,

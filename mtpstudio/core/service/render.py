@@ -1,6 +1,6 @@
 """Plan + LaunchSpec -> the text of the unit, environment file, launch script and session files.
 
-Pure: nothing here writes files or runs commands (``core.export.write_files`` does that).
+Pure: nothing here writes files or runs commands (``core.service.export.write_files`` does that).
 Templates are Jinja2 files shipped as package data (``mtpstudio.templates``), rendered with
 ``StrictUndefined``, autoescape off and quoting filters from ``core.quoting``; every rendered
 ``ExecStart=`` is split back with systemd's rules and compared with the LaunchSpec's argv

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 from mtpstudio.core import paths
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.render import (
+from mtpstudio.core.runner import Runner
+from mtpstudio.core.service.render import (
     RenderedFile,
     SessionSettings,
     SessionVariant,
     render_session_files,
 )
-from mtpstudio.core.runner import Runner
 from mtpstudio.helper import main as helper_main
 from mtpstudio.helper.constants import HELPER_INSTALL_PATH, WAYLAND_SESSIONS, X11_SESSIONS
 from mtpstudio.helper.faults import Faults

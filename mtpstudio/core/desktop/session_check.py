@@ -18,8 +18,8 @@ from typing import Any
 from mtpstudio.core.detect.host import kwin_compositing
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
-from mtpstudio.core.render import SESSION_VARIABLES
 from mtpstudio.core.runner import Runner
+from mtpstudio.core.service.render import SESSION_VARIABLES
 from mtpstudio.core.units import MIB
 
 TOOL_TIMEOUT_S = 10.0

@@ -13,10 +13,10 @@ from pathlib import Path
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
-from mtpstudio.core.export import render_all
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.planning import LaunchSpec, PlanningContext, launch_spec_for, resolve_mtp
-from mtpstudio.core.render import (
+from mtpstudio.core.service.export import render_all
+from mtpstudio.core.service.render import (
     RenderedFile,
     ServiceLayout,
     SessionSettings,

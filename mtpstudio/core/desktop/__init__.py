@@ -1,0 +1,1 @@
+"""Desktop VRAM reclaim: options, session files, installs through the helper, the check."""

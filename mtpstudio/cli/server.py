@@ -89,7 +89,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "port": s.port,
                 "engine": s.flavour,
                 "binary": s.binary,
-                "state": "running",
+                "state": "running" if s.healthy_after_s is not None else "loading",
                 "health": health,
                 "http_status": answer.status,
                 "uptime_s": round(time.time() - s.started_at, 1),

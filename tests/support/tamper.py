@@ -134,6 +134,8 @@ class Sandbox:
             "LANG": "C.UTF-8",
             MARKER_ENV: self.case,
         }
+        if "PYTHONPATH" in os.environ:  # the code under test, when it is not the installed one
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         env.update(extra or {})
         return env
 

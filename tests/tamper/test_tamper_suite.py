@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,7 @@ def _passwd(box: Sandbox, fx: Any) -> Outcome:
 @case("manifest backup ../../outside, mode 4777", "refused, nothing copied")
 def _backup_traversal(box: Sandbox, fx: Any) -> Outcome:
     target = "/etc/systemd/system/evil.service"
+    installed_unit(box, over=b"[Service]\nExecStart=/bin/old\n")  # backups/ exists
     write_manifest(box, forged("unit:evil.service", entry(
         target, b"x", backup="../../../../../outside/secret", backup_mode=0o4777,
         backup_owner=[0, 0])))  # fmt: skip
@@ -120,6 +122,7 @@ def _backup_traversal(box: Sandbox, fx: Any) -> Outcome:
 
 @case("manifest backup outside, path /etc/victim2", "refused, nothing copied")
 def _backup_outside_path(box: Sandbox, fx: Any) -> Outcome:
+    installed_unit(box, over=b"[Service]\nExecStart=/bin/old\n")  # backups/ exists
     write_manifest(box, forged("unit:evil.service", entry(
         "/etc/victim2", b"x", backup="../../../../../outside/secret", backup_mode=2559,
         backup_owner=[0, 0])))  # fmt: skip
@@ -182,7 +185,7 @@ def _wrong_shape(box: Sandbox, fx: Any) -> Outcome:
             box.cli("status", "--root", str(box.root)),
             box.cli("revert", "all", "--root", str(box.root))]  # fmt: skip
     ok = all(r.refused("manifest") for r in runs)
-    return ok, " | ".join(r.line()[:60] for r in runs[::3])
+    return ok, " | ".join(r.line().replace(str(box.base), "…")[:70] for r in runs[::3])
 
 
 @case("manifest file entry without 'backup'", "refused, no KeyError")
@@ -316,7 +319,8 @@ def _dry_run_fifo(box: Sandbox, fx: Any) -> Outcome:
     target.parent.mkdir(parents=True)
     os.mkfifo(target)
     ran = dry_run_unit(box)
-    return ran.returncode == 0 and "not a regular file" in ran.stdout, ran.line()
+    said = [line.strip() for line in ran.stdout.splitlines() if UNIT in line][:1]
+    return ran.returncode == 0 and "not a regular file" in ran.stdout, ran.line() + f"; {said}"
 
 
 @case("apply unit --dry-run, target links to a secret", "finishes, secret unread")
@@ -326,7 +330,9 @@ def _dry_run_link(box: Sandbox, fx: Any) -> Outcome:
     target.symlink_to(box.secret)
     ran = dry_run_unit(box)
     leaked = SECRET.decode().strip() in ran.stdout
-    return ran.returncode == 0 and "symbolic link" in ran.stdout and not leaked, ran.line()
+    said = [line.strip() for line in ran.stdout.splitlines() if UNIT in line][:1]
+    ok = ran.returncode == 0 and "symbolic link" in ran.stdout and not leaked
+    return ok, ran.line() + f"; {said}"
 
 
 @case("disk full (64 KiB tmpfs, 11 KB unit)", "failed, nothing recorded", needs_root=True)
@@ -347,6 +353,350 @@ def _disk_full(box: Sandbox, fx: Any) -> Outcome:
 
 
 # ---------------------------------------------------------------------------------------------
+# servers: killing launch before it is healthy (item 3), state records (item 4)
+
+
+def engine_plan(box: Sandbox, fx: Any, *, binary: Path | None = None, **changes: Any) -> Path:
+    """A CPU plan for the tiny dense model on a free port, saved in the case's work folder."""
+    from support.servers import free_port
+
+    from mtpstudio.core.plan import Plan, plan_with
+
+    base: dict[str, Any] = {
+        "device": "cpu", "model.path": str(fx.tiny_model("dense")), "model.card": None,
+        "engine.flavour": "upstream", "engine.binary": str(binary or fx.engine("upstream")),
+        "runtime.ctx": 512, "runtime.cache_type_k": "f16", "runtime.cache_type_v": "f16",
+        "runtime.threads": 2, "mtp.enabled": False, "server.port": free_port(),
+    }  # fmt: skip
+    base.update(changes)
+    path = box.work / "plan.json"
+    save_plan(plan_with(Plan(), base), path)
+    return path
+
+
+def slow_engine(box: Sandbox, fx: Any, delay: float = 60) -> Path:
+    """The real llama-server behind a start that takes ``delay`` s (a large model's load):
+    probes (--version, --help …) answer at once, a launch sleeps first, then execs it."""
+    real = fx.engine("upstream")
+    wrapper = box.work / "llama-server"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" --version "*|*" --help "*) ;; *" -m "*) sleep '
+        + f"{delay:g}"
+        + " ;; esac\n"
+        f'exec "{real}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def killed_launch(box: Sandbox, fx: Any, sig: int) -> Outcome:
+    import signal
+
+    from support.tamper import wait_for
+
+    plan = engine_plan(box, fx, binary=slow_engine(box, fx))
+    port = json.loads(plan.read_text())["server"]["port"]
+    record = box.state / "servers" / f"{port}.json"
+    launch = box.spawn([*CLI_ARGV, "launch", "--plan", str(plan), "--timeout", "120"])
+    try:
+        wait_for(record.exists, 60, "the loading server's record")
+        status = box.cli("server", "status", "--json")
+        rows = json.loads(status.stdout)["servers"] if status.stdout.strip() else []
+        seen = [(r["port"], r["state"]) for r in rows] == [(port, "loading")]
+        pid = json.loads(record.read_text())["pid"]
+        launch.send_signal(sig)
+        launch.wait(30)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+        launch.communicate()
+    from mtpstudio.core.server import procfs
+
+    wait_for(lambda: not procfs.is_running(pid), 15, "the server to die with launch")
+    wait_for(lambda: not record.exists(), 15, "the record to go")
+    after = box.cli("server", "status")
+    ok = seen and after.returncode == 3 and "No server" in after.stdout
+    return ok, f"status while loading: {'listed as loading' if seen else 'NOT listed'}; " + (
+        f"after {signal.Signals(sig).name} of launch: server gone, record gone"
+    )
+
+
+CLI_ARGV = [sys.executable, "-m", "mtpstudio"]
+
+
+@case("SIGKILL of launch before healthy", "server dies, record gone")
+def _launch_sigkill(box: Sandbox, fx: Any) -> Outcome:
+    import signal
+
+    return killed_launch(box, fx, signal.SIGKILL)
+
+
+@case("SIGTERM of launch before healthy", "server dies, record gone")
+def _launch_sigterm(box: Sandbox, fx: Any) -> Outcome:
+    import signal
+
+    return killed_launch(box, fx, signal.SIGTERM)
+
+
+@case("Ctrl-C of launch before healthy (held)", "server dies, record gone")
+def _launch_sigint(box: Sandbox, fx: Any) -> Outcome:
+    import signal
+
+    return killed_launch(box, fx, signal.SIGINT)
+
+
+@case("launch, stop (a healthy server outlives launch)", "running, then stopped")
+def _launch_ok(box: Sandbox, fx: Any) -> Outcome:
+    plan = engine_plan(box, fx)
+    started = box.cli("launch", "--plan", str(plan))
+    status = box.cli("server", "status", "--json")
+    rows = json.loads(status.stdout)["servers"] if status.stdout.strip() else []
+    stopped = box.cli("server", "stop")
+    ok = (started.returncode == 0 and [r["state"] for r in rows] == ["running"]
+          and "stopped" in stopped.stdout)  # fmt: skip
+    return ok, f"{started.line()[:60]} | {stopped.line()}"
+
+
+def record_for(box: Sandbox, pid: object, start: object, port: int = 18999) -> Path:
+    record = box.state / "servers" / f"{port}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({
+        "pid": pid, "start_ticks": start, "host": "127.0.0.1", "port": port,
+        "log_path": "/x.log", "plan_path": "/x.json", "flavour": "upstream", "binary": "/b",
+        "argv": ["/b"], "started_at": 0, "healthy_after_s": 1.0, "schema": 1,
+    }))  # fmt: skip
+    return record
+
+
+def victim(box: Sandbox) -> subprocess.Popen[bytes]:
+    """An unrelated program in its own session: ``setsid sleep 300``."""
+    from support.tamper import wait_for
+
+    from mtpstudio.core.server import procfs
+
+    proc = box.spawn(["setsid", "sleep", "300"])
+    wait_for(lambda: procfs.process_name(proc.pid) == "sleep", 10, "sleep to start")
+    return proc
+
+
+@case("record start_ticks null -> setsid sleep", "not acted on, sleep lives")
+def _null_ticks(box: Sandbox, fx: Any) -> Outcome:
+    sleep = victim(box)
+    try:
+        record_for(box, sleep.pid, None)
+        box.settle()
+        stop = box.cli("server", "stop")
+        alive = sleep.poll() is None
+    finally:
+        sleep.kill()
+        sleep.wait()
+    ok = alive and stop.returncode == 0 and "no start time" in stop.stderr
+    return ok, f"sleep {'alive' if alive else 'KILLED'}; {stop.line()}"
+
+
+@case('record "pid": "1"', "named in one line")
+def _string_pid(box: Sandbox, fx: Any) -> Outcome:
+    record_for(box, "1", 5)
+    box.settle()
+    ran = box.cli("server", "status")
+    return ran.returncode == 3 and "no valid pid" in ran.stderr, ran.line()
+
+
+@case("record of 100000 nested [", "named in one line")
+def _deep_record(box: Sandbox, fx: Any) -> Outcome:
+    record = record_for(box, 2, 5)
+    record.write_text("[" * 100_000)
+    box.settle()
+    ran = box.cli("server", "stop")
+    return ran.returncode == 0 and "nested too deeply" in ran.stderr, ran.line()
+
+
+@case("record with a reused pid (held)", "pruned, not signalled")
+def _reused_pid(box: Sandbox, fx: Any) -> Outcome:
+    from mtpstudio.core.server import procfs
+
+    sleep = victim(box)
+    try:
+        start = procfs.start_ticks(sleep.pid)
+        assert start is not None
+        record_for(box, sleep.pid, start + 1)
+        stop = box.cli("server", "stop")
+        alive = sleep.poll() is None
+    finally:
+        sleep.kill()
+        sleep.wait()
+    return alive and stop.returncode == 0, f"sleep {'alive' if alive else 'KILLED'}; {stop.line()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# state files: history (item 7), nesting and size (item 9)
+
+
+def history_with_a_bad_row(box: Sandbox) -> None:
+    import sqlite3
+
+    from mtpstudio.core.bench.history import BenchHistory
+
+    history = BenchHistory(box.data / "bench-history.sqlite3")
+    for label in ("good", "bad"):
+        history.add_document("gate", label, {"ok": True}, "2026-11-24T00:00:00Z")
+    with sqlite3.connect(history.path) as con:
+        con.execute("UPDATE runs SET report_json = '{not json' WHERE label = 'bad'")
+    box.settle()
+
+
+@case("history row with bad JSON: bench history", "lists the rest, names it")
+def _history_list(box: Sandbox, fx: Any) -> Outcome:
+    history_with_a_bad_row(box)
+    ran = box.cli("bench", "history")
+    ok = ran.returncode == 0 and "good" in ran.stdout and "run 2" in ran.stderr
+    return ok and not ran.traceback, ran.line()
+
+
+@case("history row with bad JSON: bench show", "refused in one line")
+def _history_show(box: Sandbox, fx: Any) -> Outcome:
+    history_with_a_bad_row(box)
+    bad, good = box.cli("bench", "show", "2"), box.cli("bench", "show", "1", "--format", "json")
+    return bad.refused("run 2", "damaged") and good.returncode == 0, bad.line()
+
+
+DEEP = "[" * 100_000
+
+
+@case("plan of 100000 nested [", "refused in one line")
+def _deep_plan(box: Sandbox, fx: Any) -> Outcome:
+    plan = box.work / "deep.json"
+    plan.write_text(DEEP)
+    ran = box.cli("plan", "--plan", str(plan))
+    return ran.refused("nested too deeply"), ran.line()
+
+
+@case("plan that is a FIFO", "refused in one line")
+def _fifo_plan(box: Sandbox, fx: Any) -> Outcome:
+    plan = box.work / "fifo.json"
+    os.mkfifo(plan)
+    ran = box.cli("plan", "--plan", str(plan), timeout=60)
+    return ran.refused("not a regular file"), ran.line()
+
+
+def cache_case(box: Sandbox, fx: Any, name: Path) -> Outcome:
+    plan = engine_plan(box, fx)
+    name.parent.mkdir(parents=True, exist_ok=True)
+    name.write_text(DEEP)
+    box.settle()
+    ran = box.cli("plan", "--plan", str(plan))
+    aside = list(name.parent.glob(name.name + ".bad-*"))
+    ok = ran.returncode == 0 and len(aside) == 1 and "nested too deeply" in ran.stderr
+    return ok and not ran.traceback, ran.line() + f"; set aside: {len(aside)}"
+
+
+@case("engine-probes.json of 100000 nested [", "set aside, rebuilt")
+def _deep_probes(box: Sandbox, fx: Any) -> Outcome:
+    return cache_case(box, fx, box.cache / "engine-probes.json")
+
+
+@case("measurements.json of 100000 nested [", "set aside, rebuilt")
+def _deep_measurements(box: Sandbox, fx: Any) -> Outcome:
+    return cache_case(box, fx, box.data / "measurements.json")
+
+
+@case("last-plan.json and window.json nested 100000 deep", "GUI starts, both set aside")
+def _deep_gui_state(box: Sandbox, fx: Any) -> Outcome:
+    for name in ("last-plan.json", "window.json"):
+        (box.config / name).parent.mkdir(parents=True, exist_ok=True)
+        (box.config / name).write_text(DEEP)
+    box.settle()
+    shot = box.work / "shot.png"
+    ran = box.run([*CLI_ARGV, "gui"], env={"MTPSTUDIO_SMOKE_SCREENSHOT": str(shot)},
+                  timeout=120)  # fmt: skip
+    aside = sorted(p.name.split(".bad-")[0] for p in box.config.glob("*.bad-*"))
+    ok = ran.returncode == 0 and aside == ["last-plan.json", "window.json"]
+    return ok and not ran.traceback, f"exit {ran.returncode}; set aside: {aside}"
+
+
+# ---------------------------------------------------------------------------------------------
+# loose plan values (item 10) and the benchmark's API key (item 11)
+
+
+def plan_value(box: Sandbox, section: str, key: str, value: object) -> Any:
+    data = json.loads(plan_from_dict({}).to_json())
+    data[section][key] = value
+    path = box.work / "loose.json"
+    path.write_text(json.dumps(data))
+    return box.cli("plan", "--plan", str(path))
+
+
+for _key, _value, _why in (
+    ("server.host", "--api-key-file=/etc/shadow", "host must be"),
+    ("server.port", True, "server.port"),
+    ("runtime.threads", 2**63, "threads must be"),
+    ("runtime.fit_margin_mib", 1e15, "runtime.fit_margin_mib"),
+    ("runtime.ctx", "4096", "runtime.ctx"),
+):
+
+    @case(f"plan {_key}: {json.dumps(_value)[:30]}", "refused in one line")
+    def _loose(box: Sandbox, fx: Any, k: str = _key, v: object = _value, w: str = _why) -> Outcome:
+        section, key = k.split(".")
+        ran = plan_value(box, section, key, v)
+        return ran.refused(w), ran.line()
+
+
+@case('plan host "127.attacker.example"', "not loopback: a key is required")
+def _fake_loopback(box: Sandbox, fx: Any) -> Outcome:
+    plan = box.work / "p.json"
+    save_plan(plan_from_dict({}), plan)
+    out = box.work / "out.json"
+    ran = box.cli("plan", "--plan", str(plan), "--host", "127.attacker.example", "--save", str(out))
+    key = json.loads(out.read_text())["server"]["api_key_file"] if out.exists() else None
+    return ran.returncode == 0 and key is not None, f"api_key_file: {key}"
+
+
+@case("plan api_key_file: a shadow-like file", "no chmod / remove advice")
+def _shadow_key(box: Sandbox, fx: Any) -> Outcome:
+    shadow = box.work / "shadow"
+    shadow.write_text("root:$y$j9T$abc:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n")
+    shadow.chmod(0o640)
+    plan = box.work / "p.json"
+    save_plan(plan_from_dict({"server": {"api_key_file": str(shadow)}}), plan)
+    box.settle()
+    ran = box.cli("render", "--plan", str(plan), "--out", str(box.work / "out"))
+    line = ran.line()
+    ok = ran.returncode == 2 and "chmod" not in line and "Remove it" not in line
+    return ok and shadow.read_text().startswith("root:"), line
+
+
+@case("bench --api-key KEY (in ps and history)", "refused in one line")
+def _bench_argv_key(box: Sandbox, fx: Any) -> Outcome:
+    ran = box.cli("bench", "--url", "http://127.0.0.1:9", "--api-key", "mtps-secret")
+    return ran.refused("ps", "--api-key-file"), ran.line()
+
+
+@case("bench --api-key-file / --api-key - against a keyed server", "both accepted")
+def _bench_key_file(box: Sandbox, fx: Any) -> Outcome:
+    from support.servers import start_server
+
+    key = box.work / "key"
+    key.write_text("mtps-tamper-key\n")
+    key.chmod(0o600)
+    server = start_server(fx.engine("upstream"), fx.tiny_model("dense"),
+                          ["--api-key-file", str(key)], log_dir=box.work)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        common = ("bench", "--url", url, "--categories", "code_python", "--n-predict", "4",
+                  "--no-history")  # fmt: skip
+        by_file = box.cli(*common, "--api-key-file", str(key))
+        by_stdin = box.cli(*common, "--api-key", "-", input=b"mtps-tamper-key\n")
+        without = box.cli(*common)
+    finally:
+        server.stop()
+    ok = by_file.returncode == 0 and by_stdin.returncode == 0 and without.returncode != 0
+    return ok, f"file: exit {by_file.returncode}, stdin: exit {by_stdin.returncode}, " + (
+        f"no key: exit {without.returncode}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # the runner and the table
 
 
@@ -354,13 +704,10 @@ def _disk_full(box: Sandbox, fx: Any) -> Outcome:
 def table(request: pytest.FixtureRequest) -> Iterator[list[Row]]:
     rows: list[Row] = []
     yield rows
-    if rows:
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        text = "\ntamper-and-fault suite\n" + render_table(rows)
-        if reporter is not None:
-            reporter.write_line(text)
-        else:
-            print(text)
+    if rows:  # printed past pytest's capture, like capsys.disabled()
+        capture = request.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled():
+            print("\n\ntamper-and-fault suite\n" + render_table(rows), flush=True)
 
 
 class Fixtures:

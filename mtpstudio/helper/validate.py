@@ -30,11 +30,16 @@ _UNIT_KEYS = {
                 "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
                 "RestrictNamespaces", "RestrictRealtime", "RestrictSUIDSGID", "LockPersonality",
                 "SystemCallArchitectures", "RestrictAddressFamilies", "UMask", "DeviceAllow",
-                "DevicePolicy", "Nice"},
+                "DevicePolicy", "Nice", "CapabilityBoundingSet", "AmbientCapabilities",
+                "PrivateMounts", "ProtectClock", "ProtectHostname", "ProtectProc",
+                "SystemCallFilter", "SystemCallErrorNumber", "IPAddressDeny", "IPAddressAllow"},
     "Install": {"WantedBy"},
 }  # fmt: skip
 _REPEATABLE = {"After", "Wants", "Requires", "Environment", "UnsetEnvironment", "DeviceAllow",
-               "SupplementaryGroups", "WantedBy", "Documentation"}  # fmt: skip
+               "SupplementaryGroups", "WantedBy", "Documentation", "SystemCallFilter",
+               "IPAddressAllow", "IPAddressDeny"}  # fmt: skip
+# Keys that could hand the engine privileges: only the value mtpstudio writes is accepted.
+_ONLY_VALUE = {"AmbientCapabilities": "", "CapabilityBoundingSet": ""}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # anything but \t and \n
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ROOT_USERS = {"root", "0"}
@@ -145,6 +150,8 @@ def check_unit(text: str, *, system: bool, env_name: str | None) -> None:
             raise Refused(f"the unit sets {key}= in [{section}], which mtpstudio does not write")
         if (section, key) in seen and key not in _REPEATABLE:
             raise Refused(f"the unit sets {key}= twice")
+        if key in _ONLY_VALUE and value != _ONLY_VALUE[key]:
+            raise Refused(f"the unit sets {key}={value[:40]}, which could grant privileges")
         seen[(section, key)] = value
     exec_start = seen.get(("Service", "ExecStart"))
     if exec_start is None:

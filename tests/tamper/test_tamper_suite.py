@@ -266,6 +266,13 @@ def _unit_disk_group(box: Sandbox, fx: Any) -> Outcome:
     return ran.refused("refused", "SupplementaryGroups"), ran.line()
 
 
+@case("unit AmbientCapabilities=CAP_SYS_ADMIN", "refused")
+def _ambient_caps(box: Sandbox, fx: Any) -> Outcome:
+    payload = unit_with("AmbientCapabilities=\n", "AmbientCapabilities=CAP_SYS_ADMIN\n")
+    ran = box.helper("install-unit", UNIT, payload=payload)
+    return ran.refused("refused", "AmbientCapabilities"), ran.line()
+
+
 @case("env file LD_PRELOAD (held)", "refused")
 def _env_ld(box: Sandbox, fx: Any) -> Outcome:
     env = unit_files()["env"].text + 'LD_PRELOAD="/tmp/evil.so"\n'

@@ -152,13 +152,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def stage_file(
-    dir_fd: int,
-    name: str,
-    data: bytes,
-    mode: int,
-    shown: str,
-    faults: Faults,
-    owner: tuple[int, int] | None = None,
+    dir_fd: int, name: str, data: bytes, mode: int, faults: Faults, owner: tuple[int, int] | None
 ) -> str:
     """Write ``data`` into a new temp file next to ``name`` (fsynced); returns the temp's name.
 
@@ -218,7 +212,7 @@ def write_atomic(
     owner: tuple[int, int] | None = None,
 ) -> None:
     """Replace ``name`` with ``data``: temp file, fsync, rename, fsync the directory."""
-    tmp = stage_file(dir_fd, name, data, mode, shown, faults, owner)
+    tmp = stage_file(dir_fd, name, data, mode, faults, owner)
     commit_staged(dir_fd, tmp, name, shown, faults)
 
 

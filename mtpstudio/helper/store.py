@@ -425,9 +425,7 @@ class Store:
                 fd = walk(self.root_fd, rel_dir, create=True)
                 assert fd is not None
                 fds.append(fd)
-                staged.append(
-                    stage_file(fd, name, spec.data, spec.mode, spec.path, self.faults, owner)
-                )
+                staged.append(stage_file(fd, name, spec.data, spec.mode, self.faults, owner))
             for fd, spec in zip(fds, files, strict=True):
                 check_regular_or_absent(fd, _split(spec.path)[1], spec.path)
             for fd, tmp, spec in zip(fds, staged, files, strict=True):
@@ -455,7 +453,7 @@ class Store:
         raw = read_regular(self.state_fd, MANIFEST, "the manifest", MAX_MANIFEST_BYTES)
         if raw is None:
             return None
-        return stage_file(self.state_fd, MANIFEST, raw, 0o644, "the manifest", self.faults)
+        return stage_file(self.state_fd, MANIFEST, raw, 0o644, self.faults, None)
 
     def _plan_revert(self, group: dict[str, Any]) -> list[_Step]:
         """Check every file of the group first: refused here, nothing has been touched."""

@@ -354,7 +354,11 @@ def _disk_full(box: Sandbox, fx: Any) -> Outcome:
         status = box.helper("status")
         groups = json.loads(status.stdout)["groups"] if status.returncode == 0 else None
         ok = ran.refused("failed", "No space left", "nothing was changed") and groups == {}
-        return ok, f"{ran.line()}; status groups {groups}"
+        (small / "filler").write_bytes(b"0" * (62 * 1024))
+        cli = box.cli("apply", "unit", "--plan", str(plan_file(box)), "--system", "--account",
+                      "alice", "--root", str(small))  # fmt: skip
+        ok &= cli.refused("nothing was changed", "Fix the cause") and "half" not in cli.stderr
+        return ok, f"{ran.line()}; status groups {groups}; CLI: {cli.line()[-60:]}"
     finally:
         subprocess.run(["umount", str(small)], check=True)
 

@@ -62,8 +62,9 @@ def _states(port: int | None) -> tuple[list[Any], list[Any]]:
     """(live states, stale states removed), optionally only ``port``."""
     from mtpstudio.core.server.state import load_states, prune_stale
 
-    stale = prune_stale()
-    live = [s for s in load_states() if port is None or s.port == port]
+    states = load_states()  # read once: a damaged record is named once
+    stale = prune_stale(states)
+    live = [s for s in states if s not in stale and (port is None or s.port == port)]
     return live, [s for s in stale if port is None or s.port == port]
 
 

@@ -164,9 +164,11 @@ def remove_state(state: ServerState) -> None:
         plan.unlink(missing_ok=True)
 
 
-def prune_stale() -> list[ServerState]:
-    """Remove records whose process is gone or whose pid now belongs to another program."""
-    stale = [s for s in load_states() if s.liveness() is not Liveness.RUNNING]
+def prune_stale(states: list[ServerState] | None = None) -> list[ServerState]:
+    """Remove records whose process is gone or whose pid now belongs to another program
+    (of ``states``, else of every record)."""
+    stale = [s for s in (load_states() if states is None else states)
+             if s.liveness() is not Liveness.RUNNING]  # fmt: skip
     for s in stale:
         remove_state(s)
     return stale

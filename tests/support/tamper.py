@@ -257,8 +257,11 @@ def render_table(rows: Sequence[Row]) -> str:
     for r in rows:
         mark = "" if r.passed else "   <-- FAILED"
         lines.append(f"{r.case:<{width}}  {r.expected:<{exp_w}}  {r.got}{mark}")
+    refusals = [r for r in rows if "refused" in r.expected]
+    others = [r for r in rows if r not in refusals]
     lines.append(
-        f"cases tried {len(rows)}, handled cleanly {sum(r.clean for r in rows)}, "
+        f"cases tried {len(rows)}: refused cleanly {sum(r.clean for r in refusals)} of "
+        f"{len(refusals)}, the others as expected {sum(r.clean for r in others)} of {len(others)}; "
         f"files changed outside the allowed folders {sum(r.outside for r in rows)}, "
         f"processes left behind {sum(r.leftover for r in rows)}, "
         f"tracebacks {sum(r.tracebacks for r in rows)}"

@@ -177,7 +177,7 @@ def _foreign_unit(box: Sandbox, fx: Any) -> Outcome:
     return ran.refused("refused", "not a file mtpstudio installs") and sshd.exists(), ran.line()
 
 
-@case("manifest groups: [] (helper, status, revert all)", "one line each, no KeyError")
+@case("manifest groups: [] (helper, status, revert all)", "refused in one line each")
 def _wrong_shape(box: Sandbox, fx: Any) -> Outcome:
     installed_unit(box)
     write_manifest(box, {"schema": 1, "groups": [], "created_dirs": []})
@@ -342,7 +342,9 @@ def _dry_run_link(box: Sandbox, fx: Any) -> Outcome:
     return ok, ran.line() + f"; {said}"
 
 
-@case("disk full (64 KiB tmpfs, 11 KB unit)", "failed, nothing recorded", needs_root=True)
+@case(
+    "disk full (64 KiB tmpfs, 11 KB unit)", "refused by the disk: nothing recorded", needs_root=True
+)
 def _disk_full(box: Sandbox, fx: Any) -> Outcome:
     small = box.root
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
@@ -491,7 +493,7 @@ def victim(box: Sandbox) -> subprocess.Popen[bytes]:
     return proc
 
 
-@case("record start_ticks null -> setsid sleep", "not acted on, sleep lives")
+@case("record start_ticks null -> setsid sleep", "refused to act, sleep lives")
 def _null_ticks(box: Sandbox, fx: Any) -> Outcome:
     sleep = victim(box)
     try:
@@ -506,7 +508,7 @@ def _null_ticks(box: Sandbox, fx: Any) -> Outcome:
     return ok, f"sleep {'alive' if alive else 'KILLED'}; {stop.line()}"
 
 
-@case('record "pid": "1"', "named in one line")
+@case('record "pid": "1"', "refused to act, named once")
 def _string_pid(box: Sandbox, fx: Any) -> Outcome:
     record_for(box, "1", 5)
     box.settle()
@@ -514,7 +516,7 @@ def _string_pid(box: Sandbox, fx: Any) -> Outcome:
     return ran.returncode == 3 and "no valid pid" in ran.stderr, ran.line()
 
 
-@case("record of 100000 nested [", "named in one line")
+@case("record of 100000 nested [", "refused to act, named once")
 def _deep_record(box: Sandbox, fx: Any) -> Outcome:
     record = record_for(box, 2, 5)
     record.write_text("[" * 100_000)
@@ -663,7 +665,7 @@ def _fake_loopback(box: Sandbox, fx: Any) -> Outcome:
     return ran.returncode == 0 and key is not None, f"api_key_file: {key}"
 
 
-@case("plan api_key_file: a shadow-like file", "no chmod / remove advice")
+@case("plan api_key_file: a shadow-like file", "refused, no chmod/remove advice")
 def _shadow_key(box: Sandbox, fx: Any) -> Outcome:
     shadow = box.work / "shadow"
     shadow.write_text("root:$y$j9T$abc:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n")

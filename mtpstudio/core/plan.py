@@ -377,7 +377,8 @@ class ServerOptions(_Section):
     def _host_plain(cls, value: str) -> str:
         if not is_host(value):
             raise ValueError(
-                "host must be an IP address or a host name (letters, digits, '-' and '.')"
+                "host must be a plain address: an IP address or a host name (letters, digits, "
+                "'-' and '.')"
             )
         return value
 

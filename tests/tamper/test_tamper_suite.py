@@ -41,14 +41,17 @@ class Case:
     expected: str
     run: Callable[[Sandbox, Any], Outcome]
     needs_root: bool = False
+    engine: bool = False  # runs the real llama-server builds
 
 
 CASES: dict[str, Case] = {}
 
 
-def case(name: str, expected: str, *, needs_root: bool = False) -> Callable[..., Any]:
+def case(
+    name: str, expected: str, *, needs_root: bool = False, engine: bool = False
+) -> Callable[..., Any]:
     def register(fn: Callable[[Sandbox, Any], Outcome]) -> Callable[[Sandbox, Any], Outcome]:
-        CASES[name] = Case(name, expected, fn, needs_root)
+        CASES[name] = Case(name, expected, fn, needs_root, engine)
         return fn
 
     return register
@@ -438,28 +441,28 @@ def killed_launch(box: Sandbox, fx: Any, sig: int) -> Outcome:
 CLI_ARGV = [sys.executable, "-m", "mtpstudio"]
 
 
-@case("SIGKILL of launch before healthy", "server dies, record gone")
+@case("SIGKILL of launch before healthy", "server dies, record gone", engine=True)
 def _launch_sigkill(box: Sandbox, fx: Any) -> Outcome:
     import signal
 
     return killed_launch(box, fx, signal.SIGKILL)
 
 
-@case("SIGTERM of launch before healthy", "server dies, record gone")
+@case("SIGTERM of launch before healthy", "server dies, record gone", engine=True)
 def _launch_sigterm(box: Sandbox, fx: Any) -> Outcome:
     import signal
 
     return killed_launch(box, fx, signal.SIGTERM)
 
 
-@case("Ctrl-C of launch before healthy (held)", "server dies, record gone")
+@case("Ctrl-C of launch before healthy (held)", "server dies, record gone", engine=True)
 def _launch_sigint(box: Sandbox, fx: Any) -> Outcome:
     import signal
 
     return killed_launch(box, fx, signal.SIGINT)
 
 
-@case("launch, stop (a healthy server outlives launch)", "running, then stopped")
+@case("launch, stop (a healthy server outlives launch)", "running, then stopped", engine=True)
 def _launch_ok(box: Sandbox, fx: Any) -> Outcome:
     plan = engine_plan(box, fx)
     started = box.cli("launch", "--plan", str(plan))
@@ -604,12 +607,12 @@ def cache_case(box: Sandbox, fx: Any, name: Path) -> Outcome:
     return ok and not ran.traceback, ran.line() + f"; set aside: {len(aside)}"
 
 
-@case("engine-probes.json of 100000 nested [", "set aside, rebuilt")
+@case("engine-probes.json of 100000 nested [", "set aside, rebuilt", engine=True)
 def _deep_probes(box: Sandbox, fx: Any) -> Outcome:
     return cache_case(box, fx, box.cache / "engine-probes.json")
 
 
-@case("measurements.json of 100000 nested [", "set aside, rebuilt")
+@case("measurements.json of 100000 nested [", "set aside, rebuilt", engine=True)
 def _deep_measurements(box: Sandbox, fx: Any) -> Outcome:
     return cache_case(box, fx, box.data / "measurements.json")
 
@@ -685,7 +688,7 @@ def _bench_argv_key(box: Sandbox, fx: Any) -> Outcome:
     return ran.refused("ps", "--api-key-file"), ran.line()
 
 
-@case("bench --api-key-file / --api-key - against a keyed server", "both accepted")
+@case("bench --api-key-file / --api-key - against a keyed server", "both accepted", engine=True)
 def _bench_key_file(box: Sandbox, fx: Any) -> Outcome:
     from support.servers import start_server
 
@@ -733,7 +736,10 @@ class Fixtures:
         return self._request.getfixturevalue(name)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.engine] if c.engine else []) for n, c in CASES.items()],
+)
 def test_case(name: str, tmp_path: Path, table: list[Row], request: pytest.FixtureRequest) -> None:
     c = CASES[name]
     if c.needs_root and os.geteuid() != 0:

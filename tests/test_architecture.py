@@ -21,6 +21,7 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.plan",
         "mtpstudio.core.errors",
         "mtpstudio.core.atomic",
+        "mtpstudio.core.state_files",  # settings read back with limits, damaged ones set aside
         "mtpstudio.core.paths",
         "mtpstudio.core.units",
         "mtpstudio.core.cancel",  # the task manager's cancel flag

@@ -122,7 +122,7 @@ def test_the_replayed_draft_buffer_is_exact_on_the_cpu_only() -> None:
     against the engine's trace (CPU buffers), an estimate on a GPU (other alignment, fused ops)."""
     machine = MachineFacts(HostSpec(), (), (PROBED,))
     pctx = PlanningContext(machine, model_card_info(DEFAULT_MODEL_CARD))
-    on_cpu = evaluate(_demo(device="cpu", **{"mtp.enabled": "on"}), pctx).budget
+    on_cpu = evaluate(_demo(device="cpu", **{"mtp.enabled": True}), pctx).budget
     assert on_cpu.replayed == frozenset({("CPU", "mtp_compute")})
     trust = on_cpu.to_json()["devices"][0]["segment_trust"]
     assert trust["mtp_compute"] == "exact" and trust["compute"] == "estimate"
@@ -131,13 +131,13 @@ def test_the_replayed_draft_buffer_is_exact_on_the_cpu_only() -> None:
     )
     assert draft_line.rstrip().endswith("exact")
 
-    on_gpu = evaluate(_demo(**{"mtp.enabled": "on"}), pctx).budget
+    on_gpu = evaluate(_demo(**{"mtp.enabled": True}), pctx).budget
     assert on_gpu.replayed == frozenset()
     gpu_trust = on_gpu.to_json()["devices"][0]["segment_trust"]
     assert gpu_trust["mtp_compute"] == "estimate"
 
     # flash attention off: the draft graph is not replayed, the figure is the fitted estimate
-    plain = {"mtp.enabled": "on", "runtime.flash_attn": "off"}
+    plain = {"mtp.enabled": True, "runtime.flash_attn": "off"}
     plain |= {"runtime.cache_type_k": "f16", "runtime.cache_type_v": "f16"}
     plain |= {"mtp.cache_type_k": "f16", "mtp.cache_type_v": "f16"}
     assert evaluate(_demo(device="cpu", **plain), pctx).budget.replayed == frozenset()

@@ -31,6 +31,7 @@ from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.paths import cache_dir
 from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.runner import Runner, RunResult
+from mtpstudio.core.state_files import SchemaError, load_cache
 
 ENGINE_NAMES = ("llama-server", "ik_llama-server", "ik-llama-server")
 COMPANION_TOOLS = ("llama-fit-params", "llama-bench")
@@ -296,6 +297,15 @@ def find_engines(
 # cache
 
 
+CACHE_MAX_BYTES = 4 * 1024 * 1024
+
+
+def _probe_cache_shape(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict) or not isinstance(data.get("engines"), dict):
+        raise SchemaError("is not an engine probe cache")
+    return data
+
+
 def default_cache_path() -> Path:
     """engine-probes.json in mtpstudio's cache dir (``$XDG_CACHE_HOME/mtpstudio``)."""
     return cache_dir() / CACHE_FILE_NAME
@@ -314,15 +324,13 @@ class EngineCache:
 
     @classmethod
     def load(cls, path: Path) -> EngineCache:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return cls(path)
-        if (
-            not isinstance(data, dict)
-            or data.get("schema") != CACHE_SCHEMA
-            or data.get("table") != table_fingerprint()
-            or not isinstance(data.get("engines"), dict)
+        """The cache at ``path``; a damaged one is set aside (and rebuilt), an older one
+        ignored."""
+        data = load_cache(path, "the engine probe cache", _probe_cache_shape,
+                          max_bytes=CACHE_MAX_BYTES)  # fmt: skip
+        if data is None or (data.get("schema"), data.get("table")) != (
+            CACHE_SCHEMA,
+            table_fingerprint(),
         ):
             return cls(path)
         return cls(path, dict(data["engines"]))

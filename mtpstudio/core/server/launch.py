@@ -46,10 +46,13 @@ from mtpstudio.core.server.reconcile import (
 from mtpstudio.core.server.state import (
     ServerState,
     logs_dir,
+    remove_state,
     run_dir,
     save_state,
     servers_dir,
+    state_path,
 )
+from mtpstudio.core.server.watchdog import Watchdog
 
 PREDICT_AFTER_S = 0.25
 
@@ -242,7 +245,16 @@ def run_launch(
     # The prediction (detection + budget) runs while the engine loads, once the load takes
     # longer than PREDICT_AFTER_S, so it does not compete with a quick start for the CPU.
     prediction = _Prediction(prepared) if predict else None
-    proc = ServerProcess.start(prepared.process)
+    # A server meant to outlive this process dies with it until it is healthy (watchdog.py);
+    # one that never outlives it has the kernel's parent-death signal instead.
+    record_file = state_path(plan.server.port)
+    guard = None if prepared.process.die_with_parent else Watchdog.start(record_file)
+    try:
+        proc = ServerProcess.start(prepared.process)
+    except BaseException:
+        if guard is not None:
+            guard.release()
+        raise
     spawned = time.monotonic()
     predicting = False
 
@@ -257,7 +269,12 @@ def run_launch(
             for line in lines:
                 on_line(line)
 
+    loading_state: ServerState | None = None
     try:
+        if guard is not None:
+            guard.watch(proc.pid, procfs.start_ticks(proc.pid))
+        if record:  # before the wait: `server status/stop` see a loading server too
+            loading_state = record_state(prepared, proc, None)
         health = wait_healthy(
             proc,
             plan.server.host,
@@ -268,10 +285,12 @@ def run_launch(
         )
     except BaseException:  # Ctrl-C or a bug while waiting: never leave the server behind
         proc.kill()
+        _forget(loading_state, guard)
         raise
     seconds = time.monotonic() - started
     if health.state is not HealthState.HEALTHY:
         outcome = proc.stop(grace=2.0)
+        _forget(loading_state, guard)
         tick(health.last)
         report = parse_load_log(_read_log(prepared.process.log_path))
         diagnosis = diagnose(report, plan, outcome, health, model=prepared.model)
@@ -280,8 +299,15 @@ def run_launch(
     tick(health.last)
     report = parse_load_log(_read_log(prepared.process.log_path))
     state: ServerState | None = None
-    if record:
-        state = record_state(prepared, proc, health.seconds)
+    try:
+        if record:
+            state = record_state(prepared, proc, health.seconds)
+    except BaseException:
+        proc.kill()
+        _forget(loading_state, guard)
+        raise
+    if guard is not None:
+        guard.release()  # healthy and recorded: from here on it outlives this process
     rec: Reconciliation | None = None
     error: str | None = None
     if prediction is not None:
@@ -316,6 +342,14 @@ def run_launch(
     return result, proc
 
 
+def _forget(state: ServerState | None, guard: Watchdog | None) -> None:
+    """The server was stopped here: drop its record, and the watchdog with nothing to do."""
+    if state is not None:
+        remove_state(state)
+    if guard is not None:
+        guard.release()
+
+
 class HasPid(Protocol):
     """A started server process as ``record_state`` needs it (core's or the GUI's)."""
 
@@ -323,15 +357,21 @@ class HasPid(Protocol):
     def pid(self) -> int: ...
 
 
-def record_state(prepared: PreparedLaunch, proc: HasPid, healthy_after: float) -> ServerState:
-    """Save the plan copy and the server state in the XDG state dir."""
+def record_state(
+    prepared: PreparedLaunch, proc: HasPid, healthy_after: float | None
+) -> ServerState | None:
+    """Save the plan copy and the server state in the XDG state dir (``healthy_after`` None
+    while it loads). None when the process is already gone: without its start time a record
+    could not be told from a later program with the same pid, so none is written."""
+    start = procfs.start_ticks(proc.pid)
+    if start is None:
+        return None
     plan = prepared.plan
     plan_path = servers_dir() / f"{plan.server.port}.plan.json"
     save_plan(plan, plan_path)
-    start = procfs.start_ticks(proc.pid)
     state = ServerState(
         pid=proc.pid,
-        start_ticks=start if start is not None else -1,
+        start_ticks=start,
         host=plan.server.host,
         port=plan.server.port,
         log_path=str(prepared.process.log_path),
@@ -339,7 +379,7 @@ def record_state(prepared: PreparedLaunch, proc: HasPid, healthy_after: float) -
         flavour=plan.engine.flavour.value,
         binary=str(prepared.build.binary),
         argv=list(prepared.spec.argv),
-        healthy_after_s=round(healthy_after, 3),
+        healthy_after_s=None if healthy_after is None else round(healthy_after, 3),
     )
     save_state(state)
     return state

@@ -311,6 +311,7 @@ def render_service_files(
         "notes": _notes_context(spec),
         "warnings": [*spec.warnings, *unit_warnings],
         "mlock": mlock,
+        "loopback": plan.server.is_loopback,
         "unset_variables": SESSION_VARIABLES,
         "env": sorted(spec.env.items()),
         "model_file": model_file,

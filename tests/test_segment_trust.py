@@ -9,9 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mtpstudio.core.engines.registry import documented_build
+from mtpstudio.core.engines.registry import documented_build, memory_facts
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.trust import Trust, segment_trust
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_with

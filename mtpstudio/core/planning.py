@@ -13,15 +13,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.engines.base import LaunchSpec
-from mtpstudio.core.engines.capabilities import engine_name, mtp_reason
+from mtpstudio.core.engines.argv import build_launch_spec
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.registry import adapter_for, build_launch_spec, documented_build
+from mtpstudio.core.engines.mtp import decide_mtp
+from mtpstudio.core.engines.registry import documented_build, memory_facts
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget, compute_budget
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.draft import with_draft
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.placement import ModelWeights
@@ -195,25 +195,13 @@ def build_choices(machine: MachineFacts) -> list[BuildChoice]:
 def resolve_mtp(plan: Plan, pctx: PlanningContext) -> Plan:
     """``plan`` with MTP auto decided for its build and model (unchanged when on or off)."""
     choice = effective_build(plan, pctx.machine)
-    return adapter_for(choice.flavour).resolve_mtp(plan, choice.build, pctx.model)
+    return decide_mtp(plan, choice.build, pctx.model).resolved(plan)
 
 
 def mtp_line(plan: Plan, pctx: PlanningContext) -> str:
     """One sentence: is MTP on, and why (auto says what decided it)."""
     choice = effective_build(plan, pctx.machine)
-    engine = engine_name(choice.flavour)
-    if plan.mtp.enabled is False:
-        return "MTP off (as asked)."
-    if plan.mtp.enabled is None and plan.draft.path is not None:
-        return f"MTP auto: off (the draft model {plan.draft.path.name} drafts instead)."
-    reason = mtp_reason(choice.build, pctx.model)
-    if plan.mtp.enabled is True:
-        if reason is None:
-            return "MTP on (as asked)."
-        return f"MTP on as asked, but it cannot run: {reason}."
-    if reason is None:
-        return f"MTP auto: on (the model has an MTP layer and {engine} can run it)."
-    return f"MTP auto: off ({reason})."
+    return decide_mtp(plan, choice.build, pctx.model).line
 
 
 def resolve_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:

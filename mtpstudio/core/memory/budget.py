@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
+from mtpstudio.core.engines.mtp import model_mtp_blocker
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
     ModelWeights,
@@ -29,7 +30,7 @@ from mtpstudio.core.memory.terms import (
 )
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
+from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
 from mtpstudio.core.units import MIB
 
 UNQUANTIZED_CACHE = frozenset({"f32", "f16", "bf16"})
@@ -210,20 +211,17 @@ def _effective(
         n_ctx_seq, n_stream = n_ctx, 1
     mtp_active = False
     explicit = plan.mtp.enabled is True  # None is auto: on only where MTP can run, silently
-    if plan.mtp.enabled is not False:
-        if not model.has_mtp:
-            if explicit:
-                warnings.append(
-                    "MTP is on but the model has no MTP (nextn) layer: the engine will not draft."
-                )
-        elif model.architecture not in facts.mtp_architectures:
-            if explicit:
-                warnings.append(
-                    f"{facts.flavour.value} cannot run MTP for {model.architecture}: it loads "
-                    "the model without drafting (switch engine or turn MTP off)."
-                )
-        else:
-            mtp_active = True
+    if plan.mtp.enabled is not False:  # the planner passes MTP decided (planning.resolve)
+        mtp_active = model_mtp_blocker(model, facts) is None
+        if not mtp_active and explicit and not model.has_mtp:
+            warnings.append(
+                "MTP is on but the model has no MTP (nextn) layer: the engine will not draft."
+            )
+        elif not mtp_active and explicit:
+            warnings.append(
+                f"{facts.flavour.value} cannot run MTP for {model.architecture}: it loads "
+                "the model without drafting (switch engine or turn MTP off)."
+            )
     n_rs_seq = 0
     if (
         mtp_active
@@ -531,10 +529,9 @@ def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts
     """How many blocks the fit counts: upstream adds the MTP block when it is loaded
     (``hp_ngl += n_layer_nextn`` in common/fit.cpp), so its experts are the first to move."""
     mtp_loaded = (
-        facts.flavour is EngineFlavour.UPSTREAM
+        facts.fit_counts_mtp_block
         and plan.mtp.enabled is not False  # on, or auto (on where it can run)
-        and model.has_mtp
-        and model.architecture in facts.mtp_architectures
+        and model_mtp_blocker(model, facts) is None
     )
     return model.block_count if mtp_loaded else model.n_layer
 
@@ -568,7 +565,7 @@ def engine_fit_placement(
         layers = frozenset(range(n - k, n))
         if not fits(layers):
             continue
-        if k == 0 or facts.flavour is not EngineFlavour.UPSTREAM:
+        if k == 0 or not facts.fit_splits_layers:
             return layers, None
         first = n - k
         up = PartialLayer(first, PartialKind.UP)

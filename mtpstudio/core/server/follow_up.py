@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from mtpstudio.core.bench.target import BenchTarget
 from mtpstudio.core.engines.apikey import plan_api_key
-from mtpstudio.core.engines.base import describe_build
+from mtpstudio.core.engines.registry import describe_build, memory_facts
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.server.launch import PreparedLaunch, predict_budget
 from mtpstudio.core.server.load_log import LoadReport
 from mtpstudio.core.server.reconcile import (
@@ -32,7 +31,7 @@ def measure_launch(
         )
     except MtpStudioError as exc:
         return None, str(exc)
-    facts = memory_facts(prepared.plan.engine.flavour)
+    facts = memory_facts(prepared.build)
     rec = reconcile(budget, report, facts, build_key(prepared.build), device)
     if record:
         try:

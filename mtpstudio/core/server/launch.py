@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from mtpstudio.core.engines.base import LaunchSpec, describe_build
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.registry import adapter_for, build_launch_spec
+from mtpstudio.core.engines.mtp import decide_mtp
+from mtpstudio.core.engines.registry import build_launch_spec, describe_build, memory_facts
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, save_plan
 from mtpstudio.core.runner import Runner, SubprocessRunner
@@ -143,7 +143,7 @@ def prepare_launch(
         )
     check_binary(build.binary)
     info = check_model(Path(path))
-    plan = adapter_for(build.flavour).resolve_mtp(plan, build, info)  # MTP auto decided
+    plan = decide_mtp(plan, build, info).resolved(plan)  # MTP auto decided
     draft_info = _check_draft(plan)
     check_port(plan.server.host, plan.server.port)
     spec = build_launch_spec(plan, build, info, for_mtpstudio_launch=True, model_path=Path(path))
@@ -292,7 +292,7 @@ def run_launch(
         error = prediction.error
         if prediction.result is not None:
             budget, device = prediction.result
-            facts = memory_facts(plan.engine.flavour)
+            facts = memory_facts(prepared.build)
             rec = reconcile(budget, report, facts, build_key(prepared.build), device)
             if record:
                 try:

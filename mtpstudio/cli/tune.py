@@ -124,7 +124,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.plan import load_plan
-    from mtpstudio.core.planning import PlanningContext, machine_for, resolve_for
+    from mtpstudio.core.planning import PlanningContext, machine_for, resolve
     from mtpstudio.core.server.launch import find_build
 
     if min(args.n_predict, args.finalists, args.short, args.repeat) < 1:
@@ -152,7 +152,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     info = load_model_info(start.model)
     draft = read_model_info(start.draft.path) if start.draft.path is not None else None
     pctx = PlanningContext(machine, info, draft)
-    gpu = resolve_for(start, machine).device.is_gpu
+    gpu = not resolve(start, pctx).cpu_only
     space = default_space(start, info, gpu=gpu, cpu_count=os.cpu_count(), kv_types=kv_types)
     if space.draft_max or not any(k in overrides for k in ("draft_max", "p_min", "draft_cache")):
         space = replace(space, **overrides)

@@ -194,6 +194,28 @@ class Budget:
         }
 
 
+@dataclass(frozen=True)
+class SlotContext:
+    """The context cells the engine allocates: padded in total, per slot, and KV streams."""
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_stream: int
+
+
+def slot_context(plan: Plan, facts: EngineMemoryFacts) -> SlotContext:
+    """The plan's context as the engine pads it and splits it over the slots."""
+    rt = plan.runtime
+    n_seq = rt.parallel
+    fa = rt.flash_attn is not FlashAttention.OFF
+    pad = facts.kv_pad_flash if fa else facts.kv_pad_plain
+    n_ctx = pad_to(rt.ctx, pad)
+    if facts.per_slot_streams and n_seq > 1:
+        n_ctx_seq = pad_to(n_ctx // n_seq, 256)
+        return SlotContext(n_ctx_seq * n_seq, n_ctx_seq, n_seq)
+    return SlotContext(n_ctx, n_ctx, 1)
+
+
 def _effective(
     plan: Plan, model: ModelInfo, facts: EngineMemoryFacts, cpu_expert_layers: frozenset[int]
 ) -> tuple[EffectiveSettings, list[str]]:
@@ -201,14 +223,8 @@ def _effective(
     warnings: list[str] = []
     n_seq = rt.parallel
     fa = rt.flash_attn is not FlashAttention.OFF
-    pad = facts.kv_pad_flash if fa else facts.kv_pad_plain
-    n_ctx = pad_to(rt.ctx, pad)
-    if facts.per_slot_streams and n_seq > 1:
-        n_ctx_seq = pad_to(n_ctx // n_seq, 256)
-        n_ctx = n_ctx_seq * n_seq
-        n_stream = n_seq
-    else:
-        n_ctx_seq, n_stream = n_ctx, 1
+    cells = slot_context(plan, facts)
+    n_ctx, n_ctx_seq, n_stream = cells.n_ctx, cells.n_ctx_seq, cells.n_stream
     mtp_active = False
     explicit = plan.mtp.enabled is True  # None is auto: on only where MTP can run, silently
     if plan.mtp.enabled is not False:  # the planner passes MTP decided (planning.resolve)

@@ -44,7 +44,7 @@ from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan import MIN_CTX, CacheType, Plan, plan_with
-from mtpstudio.core.planning import MachineFacts, PlanningContext, resolve_for
+from mtpstudio.core.planning import MachineFacts, PlanningContext, resolve
 from mtpstudio.core.server.launch import find_build
 from mtpstudio.core.units import MIB
 from mtpstudio.ui.formatting import error_sentence
@@ -440,7 +440,7 @@ def _tune_job(
         facts = replace(machine, builds=(build,))
         draft = read_model_info(Path(plan.draft.path)) if plan.draft.path is not None else None
         pctx = PlanningContext(facts, info, draft)
-        gpu = resolve_for(plan, facts).device.is_gpu
+        gpu = not resolve(plan, pctx).cpu_only
         space = default_space(plan, info, gpu=gpu, cpu_count=os.cpu_count(), kv_types=kv_types)
         prompts = [p for p in load_prompts() if categories is None or p.category in categories]
         result = run_tune(plan, pctx, space, prompts, PlanServerLauncher(measure=False),

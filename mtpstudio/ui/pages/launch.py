@@ -38,22 +38,24 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.bench.doctor import Finding, diagnose
 from mtpstudio.core.bench.history import BenchHistory, HistoryEntry, export_entry
-from mtpstudio.core.bench.prompts import load_prompts
-from mtpstudio.core.bench.results import BenchReport, BenchSettings
-from mtpstudio.core.bench.runner import run_bench
 from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
-from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.server.diagnosis import Diagnosis
-from mtpstudio.core.server.follow_up import bench_target
 from mtpstudio.core.server.health import HealthAnswer
-from mtpstudio.core.server.launch import LaunchResult
 from mtpstudio.core.server.process import ProcessOutcome
 from mtpstudio.core.server.reconcile import Reconciliation
+from mtpstudio.core.usecases.bench import (
+    BenchReport,
+    BenchSettings,
+    Finding,
+    prompts_for,
+    run_benchmark,
+    vram_sampler,
+)
+from mtpstudio.core.usecases.launch import LaunchResult, bench_target
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.pages.tune_panel import TunePanel
@@ -549,28 +551,28 @@ class LaunchPage(PlanPage):
         if self.server.phase is not ServerPhase.HEALTHY or prepared is None or base_url is None:
             self.problem.show_problem("Start the server first; the benchmark measures it.")
             return False
-        plan = prepared.plan
         target = bench_target(prepared, base_url)
         settings = BenchSettings(n_predict=self.n_predict.value(), repeats=self.repeats.value())
         cancel = self.bench_cancel = BenchCancelToken()
         relay = self._relay
         history = self.history
         wanted = set(categories) if categories is not None else None
-        sampler_on = plan.device != "cpu"
+        sampler_on = prepared.plan.device != "cpu"
 
         def job(token: CancelToken) -> BenchOutcome:
-            prompts = [p for p in load_prompts() if wanted is None or p.category in wanted]
-            vram = VramSampler() if sampler_on else VramSampler.disabled()
-            report = run_bench(
-                target, prompts, settings, cancel=cancel, progress=relay.progressed.emit, vram=vram
-            )
-            findings = tuple(diagnose(report, plan))
-            try:
-                run_id = history.add_report(report, "bench")
-                runs = _history_runs(history)
-            except MtpStudioError as exc:
-                return BenchOutcome(report, findings, None, (), error_sentence(exc))
-            return BenchOutcome(report, findings, run_id, runs)
+            run = run_benchmark(target, prompts_for(wanted), settings, history=history,
+                                cancel=cancel, progress=relay.progressed.emit,
+                                vram=vram_sampler(sampler_on))  # fmt: skip
+            error = run.history_error
+            runs: tuple[HistoryEntry, ...] = ()
+            if error is None:
+                try:
+                    runs = _history_runs(history)
+                except MtpStudioError as exc:
+                    error = exc
+            if error is not None:
+                return BenchOutcome(run.report, run.findings, None, (), error_sentence(error))
+            return BenchOutcome(run.report, run.findings, run.run_id, runs)
 
         total = len(wanted) if wanted is not None else 9
         self.progress.setRange(0, total * settings.repeats)

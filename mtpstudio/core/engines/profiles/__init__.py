@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.profile import EngineProfile
-from mtpstudio.core.engines.profiles import ik, upstream
+from mtpstudio.core.engines.profiles import ik, ik_stages, upstream
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.plan import EngineFlavour
 
 __all__ = ["PROFILES", "profile_for", "profiles_of", "spec_type_candidates"]
 
-PROFILES: tuple[EngineProfile, ...] = (upstream.PROFILE, ik.PROFILE)
+PROFILES: tuple[EngineProfile, ...] = (upstream.PROFILE, ik_stages.PROFILE, ik.PROFILE)
 """Every profile; within a flavour, newer eras first and the base era (no marker) last."""
 
 
@@ -42,9 +42,8 @@ def profile_for(build: EngineBuild | EngineFlavour) -> EngineProfile:
 
 
 def spec_type_candidates(base: tuple[str, ...]) -> tuple[str, ...]:
-    """``base`` plus every ``--spec-type`` value syntax a profile asks builds about."""
-    extra = [
-        rule.params.probe for p in PROFILES for rule in (p.mtp, p.draft) if rule.params is not None
-    ]
+    """``base`` plus every ``--spec-type`` value syntax a profile asks builds about (its MTP
+    stage, and the marker of its era)."""
+    extra = [p.mtp.params.probe for p in PROFILES if p.mtp.params is not None]
     markers = [p.era_marker for p in PROFILES if p.era_marker is not None]
     return tuple(dict.fromkeys([*base, *extra, *markers]))

@@ -26,6 +26,7 @@ from mtpstudio.core.memory.terms import (
     output_buffer_bytes,
     pad_to,
     recurrent_row_bytes,
+    recurrent_step_bytes,
     replays_nextn_graph,
 )
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
@@ -374,6 +375,16 @@ def compute_budget(
         mtp_replayed = replays_nextn_graph(model, mtp_shape)
         mtp_output = output_buffer_bytes(model, eff.n_seq)
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
+        if facts.mtp_layers_in_main_kv:  # the main context keeps the nextn layers' KV as well
+            nextn_kv = kv_bytes_per_cell(model, model.n_nextn_layer, tk, tv) * cells
+            if mtp_on_gpu:
+                kv_gpu += nextn_kv
+            else:
+                kv_cpu += nextn_kv
+        if facts.recurrent_step_checkpoints:  # per-step rollback copies for the draft's steps
+            step = recurrent_step_bytes(model, plan.mtp.draft_max + 1)
+            rs_gpu += step * sum(1 for i in rec if i in placement.gpu_layers)
+            rs_cpu += step * sum(1 for i in rec if i not in placement.gpu_layers)
 
     n_outputs_max = min(rt.batch, eff.n_seq * (1 + (plan.mtp.draft_max if eff.mtp_active else 0)))
     main_shape = ComputeShape(

@@ -53,6 +53,19 @@ def recurrent_row_bytes(model: ModelInfo) -> int:
     return F32 * (conv + state)
 
 
+def recurrent_step_bytes(model: ModelInfo, steps: int) -> int:
+    """ik_llama.cpp's per-step checkpoint of one recurrent layer for ``steps`` tokens (draft
+    depth + 1): ``steps - 1`` delta-net states and ``steps`` conv windows, F32
+    (``llama_kv_cache::per_step_alloc``, src/llama.cpp at 8337e4c)."""
+    if not model.ssm_inner_size or steps < 1:
+        return 0
+    conv = (model.ssm_conv_kernel - 1) * (
+        model.ssm_inner_size + 2 * model.ssm_group_count * model.ssm_state_size
+    )
+    state = model.ssm_state_size * model.ssm_inner_size
+    return F32 * ((steps - 1) * state + steps * conv)
+
+
 @dataclass(frozen=True)
 class ComputeShape:
     """What a worst-case graph reservation depends on."""

@@ -56,7 +56,12 @@ PROFILE = dataclasses.replace(
     documented_flags=frozenset(s for e in SPELLINGS.values() for s in e.spellings)
     | {"-ctkd", "-ctvd", "--verbosity"},
     documented_spec_types=(*ik.DOCUMENTED_SPEC_TYPES, MTP_STAGE.probe, DRAFT_STAGE.probe),
-    memory=dataclasses.replace(ik.MEMORY, mtp_architectures=MTP_ARCHITECTURES),
+    memory=dataclasses.replace(
+        ik.MEMORY,
+        mtp_architectures=MTP_ARCHITECTURES,
+        mtp_layers_in_main_kv=True,  # KV self 0.25 MiB with MTP vs 0.12 without (tiny model)
+        recurrent_step_checkpoints=True,  # "per_step_alloc: CPU per-step buffer = 0.11 MiB"
+    ),
     mtp=MtpRule(
         request=MtpRequest.SPEC_TYPE_PARAMS,
         params=MTP_STAGE,

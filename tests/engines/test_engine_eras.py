@@ -127,3 +127,15 @@ def test_every_era_profile_is_probed_and_spells_only_what_it_accepts() -> None:
             assert spelled <= probed, (profile.era, sorted(spelled - probed))
     legacy = {"-mtp", "--draft-max", "--draft-p-min", "--draft-min", "--draft", "--draft-n"}
     assert not legacy & set(ik_stages.PROFILE.documented_flags)
+
+
+def test_todays_ik_drafts_with_one_slot_only() -> None:
+    two = build_launch_spec(plan(runtime={"parallel": 2}), ik_build("stages"), qwen())
+    assert any("--parallel 2" in b for b in two.blockers)
+    assert any("--parallel 1" in a for a in two.alternatives)
+    off = build_launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": False}),
+                            ik_build("stages"), qwen())  # fmt: skip
+    assert not off.blockers  # nothing drafts: any number of slots
+    pinned = build_launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": True}),
+                               ik_build("pinned"), qwen("glm4moe"))  # fmt: skip
+    assert not pinned.blockers  # the pinned ik drafts with several slots

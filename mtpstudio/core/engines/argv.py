@@ -102,6 +102,7 @@ def build_launch_spec(
     _emit_load_mode(plan, b, profile)
     _emit_mtp(plan, model, b, profile)
     emit_draft_model(plan, b, profile, cpu_only=cpu)
+    _check_speculative_slots(plan, b, profile)
     _emit_logging(b, profile, for_mtpstudio_launch)
     return LaunchSpec(
         flavour=build.flavour,
@@ -538,6 +539,19 @@ def _check_mtp_request(b: SpecBuilder, profile: EngineProfile) -> None:
             f"{rule.params.name if rule.params else rule.spec_type})",
             hint=f"Turn MTP off in the plan, or choose a newer {profile.name} build.",
         )
+
+
+def _check_speculative_slots(plan: Plan, b: SpecBuilder, profile: EngineProfile) -> None:
+    """A drafting command with more slots than the engine drafts with will not start."""
+    most = profile.speculative_max_slots
+    drafting = any(n.setting in ("mtp.enabled", "draft.path") for n in b.notes)
+    if most is None or not drafting or plan.runtime.parallel <= most:
+        return
+    b.block(
+        f"{profile.name} drafts with {most} server slot{'s' if most != 1 else ''} at most and "
+        f"refuses to start with --parallel {plan.runtime.parallel} and speculative decoding",
+        f"set runtime.parallel to {most} (--parallel {most}), or turn MTP and the draft model off",
+    )
 
 
 def _emit_logging(b: SpecBuilder, profile: EngineProfile, for_mtpstudio_launch: bool) -> None:

@@ -184,6 +184,7 @@ class EngineProfile:
 
     ``era_marker`` names a ``--spec-type`` value a build must have answered for this era's
     profile to describe it (None: the flavour's base era, used when no newer one matches).
+    The fields without their own note are described in the module docstring.
     """
 
     flavour: EngineFlavour
@@ -207,6 +208,9 @@ class EngineProfile:
     flash_attn_auto_may_turn_off: bool = False
     """``-fa auto`` may turn flash attention off on a device (bad with a quantized V cache)."""
     era_marker: str | None = None
+    speculative_max_slots: int | None = None
+    """The most server slots the engine drafts with (MTP or a draft model); it refuses to
+    start with more (None: no limit)."""
 
     def describe(self, build: EngineBuild) -> str:
         """A short name for a build in messages: 'the upstream llama.cpp build 0.6 at /x'."""

@@ -39,7 +39,10 @@ _MTP_DISABLED = re.compile(
     r"model has 0 NextN layers|MTP will be disabled|"
     r"context type MTP requested but model doesn't contain MTP layers|"
     r"failed to create MTP context|speculative decoding will not be used|"
-    r"draft model is not compatible|failed to load draft model"
+    r"draft model is not compatible|failed to load draft model|"
+    r"Speculative decoding is currently limited to a single server slot|"
+    r"MTP is not supported with parallel slots|"
+    r"MTP speculative stage requested, but the target package is not a complete"
 )
 _OOM = re.compile(
     r"cudaMalloc failed: out of memory|CUDA error: out of memory|"

@@ -75,4 +75,6 @@ PROFILE = dataclasses.replace(
     draft=DraftRule(DRAFT_SPELLINGS, params=DRAFT_STAGE),
     bench=dataclasses.replace(ik.PROFILE.bench, drafting_off_remedy=None),
     era_marker=MTP_STAGE.probe,
+    # "Speculative decoding is currently limited to a single server slot (-np 1)" (exit 1)
+    speculative_max_slots=1,
 )

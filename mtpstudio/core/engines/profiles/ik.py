@@ -63,13 +63,12 @@ DRAFT_SPELLINGS = MappingProxyType(
     {
         Option.DRAFT_MODEL: FlagSpelling(("-md", "--model-draft"), "d.gguf"),
         Option.DRAFT_GPU_LAYERS: FlagSpelling(("-ngld", "--gpu-layers-draft"), "99"),
-        Option.DRAFT_MAX: FlagSpelling(("--draft-max", "--draft", "--draft-n"), "2"),
-        Option.DRAFT_MIN: FlagSpelling(("--draft-min", "--draft-n-min"), "0"),
-        Option.DRAFT_P_MIN: FlagSpelling(("--draft-p-min",), "0.5"),
+        **{o: SPELLINGS[o] for o in (Option.DRAFT_MAX, Option.DRAFT_MIN, Option.DRAFT_P_MIN)},
         Option.DRAFT_CACHE_K: FlagSpelling(("-ctkd", "--cache-type-k-draft"), "f16"),
         Option.DRAFT_CACHE_V: FlagSpelling(("-ctvd", "--cache-type-v-draft"), "f16"),
     }
 )
+"""A separate draft model's flags (MTP's depth and p-min spellings, the draft cache types)."""
 
 MEMORY = EngineMemoryFacts(
     flavour=EngineFlavour.IK,

@@ -67,21 +67,16 @@ DOCUMENTED_SPEC_TYPES = SPEC_TYPES
 DRAFT_SPELLINGS = MappingProxyType(
     {
         Option.DRAFT_MODEL: FlagSpelling(("-md", "--spec-draft-model", "--model-draft"), "d.gguf"),
-        Option.SPEC_TYPE: FlagSpelling(("--spec-type",), "none"),
+        Option.SPEC_TYPE: SPELLINGS[Option.SPEC_TYPE],
         Option.DRAFT_GPU_LAYERS: FlagSpelling(
             ("-ngld", "--spec-draft-ngl", "--gpu-layers-draft"), "99"
         ),
         Option.DRAFT_MAX: FlagSpelling(("--spec-draft-n-max", "--draft-max", "--draft-n"), "2"),
-        Option.DRAFT_MIN: FlagSpelling(("--spec-draft-n-min", "--draft-min", "--draft-n-min"), "0"),
-        Option.DRAFT_P_MIN: FlagSpelling(("--spec-draft-p-min", "--draft-p-min"), "0.5"),
-        Option.DRAFT_CACHE_K: FlagSpelling(
-            ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), "f16"
-        ),
-        Option.DRAFT_CACHE_V: FlagSpelling(
-            ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "f16"
-        ),
+        **{o: SPELLINGS[o] for o in (Option.DRAFT_MIN, Option.DRAFT_P_MIN, Option.DRAFT_CACHE_K,
+                                     Option.DRAFT_CACHE_V)},
     }
-)
+)  # fmt: skip
+"""A separate draft model's flags: the MTP draft's spellings, plus the model and its layers."""
 
 MEMORY = EngineMemoryFacts(
     flavour=EngineFlavour.UPSTREAM,

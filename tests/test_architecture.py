@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import mtpstudio
+from mtpstudio.core.plan import EngineFlavour
 
 PACKAGE_DIR = Path(mtpstudio.__file__).parent
 REPO = PACKAGE_DIR.parent
@@ -286,7 +287,7 @@ def cycle_dodging_late_imports(root: Path, package: str) -> list[tuple[str, str]
     )
 
 
-FLAVOUR_MEMBERS = frozenset({"UPSTREAM", "IK"})
+FLAVOUR_MEMBERS = frozenset(f.name for f in EngineFlavour)
 # Where a flavour may be named outside its profile: as a default, never to branch on.
 FLAVOUR_NAMED_ALLOWED = {
     ("mtpstudio/core/plan.py", "UPSTREAM"): "the Plan's default engine",

@@ -34,14 +34,14 @@ from mtpstudio.core.paths import cache_dir
 from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.runner import Runner, RunResult
 
-ENGINE_NAMES = ("llama-server", "ik_llama-server", "ik-llama-server")
+ENGINE_NAMES = tuple(dict.fromkeys(n for p in PROFILES for n in p.detection.binary_names))
 COMPANION_TOOLS = ("llama-fit-params", "llama-bench")
 ENGINES_ENV = "MTPSTUDIO_ENGINES"
 CACHE_FILE_NAME = "engine-probes.json"
 CACHE_SCHEMA = 1
 LIST_DEVICES_TIMEOUT_S = 15.0
 DEFAULT_SYSTEM_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"))
-HOME_BUILD_DIRS = ("llama.cpp/build/bin", "ik_llama.cpp/build/bin")
+HOME_BUILD_DIRS = tuple(dict.fromkeys(d for p in PROFILES for d in p.detection.home_build_dirs))
 
 _BUILT_WITH = re.compile(r"^built with (.+) for (.+?)\s*$", re.MULTILINE)
 _DEVICE_LINE = re.compile(r"^\s+([A-Za-z][\w-]*\d+): (.+?)\s*$")

@@ -176,6 +176,10 @@ class DetectionRule:
     help_any: tuple[str, ...] = ()
     """Any one of these substrings in the ``--help`` text is enough."""
     distinctive_flags: tuple[str, ...] = ()
+    binary_names: tuple[str, ...] = ("llama-server",)
+    """File names its server is installed under (searched for in every search place)."""
+    home_build_dirs: tuple[str, ...] = ()
+    """Build folders below the home folder where people build it (``llama.cpp/build/bin``)."""
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,8 @@ PROFILE = EngineProfile(
             re.compile(r"^general:\s*$", re.MULTILINE),
         ),
         distinctive_flags=("-mtp", "--fit-margin"),
+        binary_names=("llama-server", "ik_llama-server", "ik-llama-server"),
+        home_build_dirs=("ik_llama.cpp/build/bin",),
     ),
     flash_attn_auto_note="Flash attention: ik_llama.cpp reads auto as on.",
 )

@@ -126,6 +126,7 @@ PROFILE = EngineProfile(
         help_markers=(),
         help_any=("----- common params -----", "(env: LLAMA_ARG_"),
         distinctive_flags=("--spec-draft-n-max", "-lm", "-fitt", "-kvu"),
+        home_build_dirs=("llama.cpp/build/bin",),
     ),
     expert_tensors=r"ffn_(up|down|gate|gate_up)_(ch|)exps",
     launch_verbosity="4",  # buffer sizes and fit decisions are logged at >= 4

@@ -60,7 +60,7 @@ _ERROR = re.compile(
 )
 _LOADED = re.compile(r"main: model loaded|llama_server: model loaded|\] model loaded")
 _BIND = re.compile(r"couldn't bind")
-_SLOTS = re.compile(r"n_slots = (\d+)")
+_SLOTS = re.compile(r"n_slots\s*=\s*(\d+)")  # upstream "n_slots = 1", ik "n_slots=1"
 _ALLOC_DEVICE = re.compile(r"on device (\d+)")
 _ALLOC_BUFTYPE = re.compile(r"failed to allocate (?:(\S+) )?buffer of size (\d+)")
 _ALLOC_MIB = re.compile(r"allocating ([\d.]+) MiB")

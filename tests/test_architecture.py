@@ -342,11 +342,18 @@ def test_the_ui_checker_catches_a_direct_import_of_the_memory_model() -> None:
             "mtpstudio.core.engines.registry",
             "mtpstudio.core.engines.capabilities",
         },
+        "mtpstudio.ui.z": {  # orchestration: only through the use cases
+            "mtpstudio.core.server.launch",
+            "mtpstudio.core.bench.runner",
+            "mtpstudio.core.server.health",
+            "mtpstudio.core.usecases.bench",
+        },
         "mtpstudio.cli.plan": {"mtpstudio.core.memory.budget"},  # the CLI is not the UI
     }
     assert ui_violations(graph) == {
         "mtpstudio.ui.pages.x": ["mtpstudio.core.memory.budget"],
         "mtpstudio.ui.y": ["mtpstudio.core.engines.registry"],
+        "mtpstudio.ui.z": ["mtpstudio.core.bench.runner", "mtpstudio.core.server.launch"],
     }
 
 

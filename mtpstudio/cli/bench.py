@@ -38,8 +38,9 @@ from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLaunch
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
+from mtpstudio.core.usecases.bench import conclude
 
-# The launcher `bench --plan` uses; None: core's PlanServerLauncher (made when needed).
+# The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
 DEFAULT_LAUNCHER: ServerLauncher | None = None
 
 
@@ -48,7 +49,7 @@ def _launcher(args: argparse.Namespace) -> ServerLauncher:
         return args.launcher  # type: ignore[no-any-return]
     if DEFAULT_LAUNCHER is not None:
         return DEFAULT_LAUNCHER
-    from mtpstudio.core.bench.launcher import PlanServerLauncher
+    from mtpstudio.core.usecases.plan_server import PlanServerLauncher
 
     return PlanServerLauncher()
 
@@ -278,14 +279,16 @@ class _Output:
         return ab.a
 
     def bench(self, report: BenchReport, plan: Plan | None) -> BenchReport:
-        findings = diagnose(report, plan)
+        outcome = conclude(report, plan, self.history)
         _clear_progress()
-        print(render_text(report, findings))
+        print(render_text(report, outcome.findings))
         self.document["bench"] = report.to_dict()
-        self.document["findings"] = [f.to_dict() for f in findings]
+        self.document["findings"] = [f.to_dict() for f in outcome.findings]
         self.failed |= report.error is not None
-        if self.history is not None:
-            self.document["history_ids"] = [self.history.add_report(report, "bench")]
+        if outcome.history_error is not None:
+            raise outcome.history_error
+        if outcome.run_id is not None:
+            self.document["history_ids"] = [outcome.run_id]
         return report
 
     def gate(self, gate: GateReport) -> None:

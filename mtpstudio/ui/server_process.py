@@ -1,7 +1,8 @@
 """The server the GUI starts: a ``QProcess`` over core's launch spec, watched without blocking.
 
-Built from the same steps as ``mtpstudio launch`` (``core.server.launch``): ``find_build`` and
-``prepare_launch`` (checks + the command, no argv logic here) run as a background task; the
+Built from the same steps as ``mtpstudio launch`` (the launch use case, ``core.usecases.launch``):
+``find_build`` and ``prepare_launch`` (checks, the plan resolved for this machine, the command;
+no argv logic here) run as a background task; the
 process is a ``QProcess`` in its own session whose output goes straight to the log file (so a
 server left running outlives the window and keeps logging); the log is followed with core's
 ``LogFollower`` on a timer; ``wait_healthy`` runs as a task. The state is recorded with
@@ -33,7 +34,6 @@ from mtpstudio.core.plan import Plan
 from mtpstudio.core.planning import EngineBuild
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.diagnosis import Diagnosis, diagnose
-from mtpstudio.core.server.follow_up import measure_launch
 from mtpstudio.core.server.health import (
     DEFAULT_STARTUP_TIMEOUT_S,
     HealthAnswer,
@@ -42,18 +42,19 @@ from mtpstudio.core.server.health import (
     probe_health,
     wait_healthy,
 )
-from mtpstudio.core.server.launch import (
-    LaunchResult,
-    PreparedLaunch,
-    find_build,
-    prepare_launch,
-    record_state,
-)
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.server.process import STOP_GRACE_S, LogFollower, ProcessOutcome
 from mtpstudio.core.server.reconcile import Reconciliation
 from mtpstudio.core.server.state import ServerState, remove_state, state_path
 from mtpstudio.core.server.watchdog import Watchdog
+from mtpstudio.core.usecases.launch import (
+    LaunchResult,
+    PreparedLaunch,
+    find_build,
+    measure_launch,
+    prepare_launch,
+    record_state,
+)
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtpstudio.core.engines.base import LaunchSpec
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, Plan, plan_from_dict
 from mtpstudio.core.quoting import parse_env_file, parse_unit_file, split_systemd_command_line

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import ServerError
 from mtpstudio.core.server import procfs
 

@@ -12,8 +12,8 @@ from typing import Any
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
 from mtpstudio.core.server.load_log import LoadReport
 from mtpstudio.core.state_files import SchemaError, load_cache
 from mtpstudio.core.units import MIB

@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 
 from mtpstudio.core import paths, quoting
-from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, LoadMode, Plan
 

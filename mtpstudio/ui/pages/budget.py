@@ -24,8 +24,8 @@ from mtpstudio.core.plan import MoePlacement, Plan
 from mtpstudio.core.planning import (
     Budget,
     FitSuggestion,
-    fit_suggestions,
     follows_published_setup,
+    offload_and_context,
     published_setup_text,
     resolve,
 )
@@ -356,10 +356,11 @@ class BudgetPage(PlanPage):
         pctx = self.state.context()
         if pctx is None:
             return []
-        return fit_suggestions(resolve(self.state.plan, pctx))
+        return offload_and_context(resolve(self.state.plan, pctx))
 
     def apply_suggestion(self, index: int) -> FitSuggestion | None:
-        """Apply the planner's answer ``index`` (0: fewest CPU expert layers, 1: largest ctx)."""
+        """Apply the planner's answer ``index`` (0: fewest experts or layers on the CPU, 1: the
+        largest ctx)."""
         try:
             suggestions = self.suggestions()
         except MtpStudioError as exc:

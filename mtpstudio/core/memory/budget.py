@@ -391,6 +391,7 @@ def compute_budget(
         main_compute = compute_bytes(model, main_shape)
     output = output_buffer_bytes(model, eff.n_seq)
     op_offload = op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
+    cpu_layers = any(i not in placement.gpu_layers for i in placement.loaded_layers)
 
     load_mode = rt.load_mode
     # mmap maps the whole file range of the CPU tensors (the MTP block too, with MTP off)
@@ -418,7 +419,8 @@ def compute_budget(
             "kv_cache": kv_cpu,
             "recurrent_state": rs_cpu,
             "mtp_kv_cache": 0 if mtp_on_gpu else mtp_kv,
-            "compute": 0 if mtp_on_gpu else mtp_compute,
+            # the CPU runs the graph of its layers too: its own compute buffer (estimate)
+            "compute": (0 if mtp_on_gpu else mtp_compute) + (main_compute if cpu_layers else 0),
             "output": output + mtp_output,
             "prompt_cache_max": PROMPT_CACHE_DEFAULT,
         }
@@ -497,21 +499,26 @@ OP_OFFLOAD_MIN_BATCH = 32
 def op_offload_bytes(
     plan: Plan, weights: ModelWeights, placement: Placement, n_tokens: int, target: TargetDevice
 ) -> int:
-    """GPU compute-buffer bytes for RAM-resident experts copied over for large batches.
+    """GPU compute-buffer bytes for RAM-resident weights copied over for large batches.
 
     With ``--op-offload`` (upstream's default) the scheduler runs a matmul whose weights sit in
     host memory on the GPU when the batch has 32+ tokens, copying the weights into the GPU
-    compute buffer; the reservation holds about one layer's expert tensors (engines.md §5d).
+    compute buffer; the reservation holds about one layer's RAM-resident tensors (engines.md
+    §5d): its experts, or the whole layer when the layer is on the CPU (an estimate: the
+    layer's attention and FFN can fall into separate splits).
     """
     if not (target.is_gpu and plan.runtime.op_offload and n_tokens >= OP_OFFLOAD_MIN_BATCH):
         return 0
     if not placement.gpu_layers and not placement.output_on_gpu:
         return 0
-    whole = (
-        lw.expert_gpu_bytes
-        for lw in weights.layers
-        if lw.layer in placement.cpu_expert_layers and lw.layer in placement.loaded_layers
-    )
+    per_layer = []
+    for lw in weights.layers:
+        if lw.layer not in placement.loaded_layers:
+            continue
+        if lw.layer not in placement.gpu_layers:
+            per_layer.append(lw.dense_gpu_bytes + lw.expert_gpu_bytes)
+        elif lw.layer in placement.cpu_expert_layers:
+            per_layer.append(lw.expert_gpu_bytes)
     split = 0
     if placement.partial is not None:
         partial = placement.partial
@@ -520,7 +527,7 @@ def op_offload_bytes(
             for t in weights.layers[partial.layer].ffn_tensors
             if EXPERT_TENSOR.match(t.name) and partial.kind.moves(t.name)
         )
-    return max(split, max(whole, default=0))
+    return max(split, max(per_layer, default=0))
 
 
 def device_fits(budget: Budget) -> bool:

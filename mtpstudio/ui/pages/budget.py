@@ -247,6 +247,16 @@ class BudgetPage(PlanPage):
             self.cpu_layers.note.setText("all on the CPU")
         elif why_no_experts is None:
             self.cpu_layers.note.setText("")
+        dense = why_no_experts is not None
+        self.fit_offload_button.setText(
+            "Fit: fewest layers on the CPU" if dense else "Fit: fewest CPU expert layers"
+        )
+        self.fit_offload_button.setToolTip(
+            "Keep this context and run the fewest whole layers on the CPU (-ngl) so it fits."
+            if dense
+            else "Keep this context and move the fewest layers' experts to system RAM so it "
+            "fits (whole layers too when that is not enough)."
+        )
         self.ctx.note.setText(f"native {info.context_length:,}" if info is not None else "")
         self.margin.note.setText("")
         on_gpu = evaluation is not None and evaluation.target is not None
@@ -281,9 +291,11 @@ class BudgetPage(PlanPage):
                 parts.append(f"{device.id}: total unknown")
                 tone = Tone.INFO if tone is Tone.GOOD else tone
             elif free < 0:
+                info = self.state.model_info
+                what = "expert layers" if info is not None and info.is_moe else "layers"
                 parts.append(
                     f"{device.id} is {mib(-free)} short: lower the context, use smaller cache "
-                    "types or move expert layers to the CPU (or press a Fit button)."
+                    f"types or move {what} to the CPU (or press a Fit button)."
                 )
                 tone = Tone.BAD
             else:

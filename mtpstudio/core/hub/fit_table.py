@@ -91,7 +91,8 @@ class FileFit:
         return {
             "target": self.target,
             "ctx": self.ctx,
-            "fits_on_gpu": self.fits,
+            "fits": self.fits,
+            "on_gpu": self.is_gpu,
             "offload": self.offload,
             "offload_kind": self.offload_kind,
             "max_ctx": self.max_ctx,
@@ -178,6 +179,7 @@ def plan_remote_model(
             n = fewest(plan_with(start, {"desktop": biggest.value}))[0]
             if n is not None and (offload is None or n < offload):
                 reclaim, reclaim_offload = biggest, n
+    placed = plan_with(placed, {"mtp.enabled": base.mtp.enabled})  # auto stays auto
     return FileFit(
         target.device.name, True, plan.runtime.ctx, fits, offload, kind, max_ctx, mtp, line,
         reclaim, reclaim_offload, placed,

@@ -140,9 +140,9 @@ def read_remote_header(
     except HubError as exc:
         if exc.whole_repo:
             raise
-        return RemoteHeader(model, None, _sentence(exc), reader.bytes_read, reader.requests)
+        return RemoteHeader(model, None, _sentence(exc, model), reader.bytes_read, reader.requests)
     except GgufError as exc:
-        error = f"not a usable GGUF model: {_sentence(exc)}"
+        error = f"not a usable GGUF model: {_sentence(exc, model)}"
         return RemoteHeader(model, None, error, reader.bytes_read, reader.requests)
     return RemoteHeader(model, info, None, reader.bytes_read, reader.requests)
 
@@ -184,5 +184,11 @@ def read_remote_headers(
     return [results[i] for i in range(len(models))]
 
 
-def _sentence(exc: MtpStudioError) -> str:
-    return str(exc).rstrip(".")
+def _sentence(exc: MtpStudioError, model: RemoteModel) -> str:
+    """The error's sentence without the file name the row already shows."""
+    text = str(exc).rstrip(".")
+    for part in model.parts:
+        for name in (part.path, part.name):
+            if text.startswith(f"{name}: "):
+                return text[len(name) + 2 :]
+    return text

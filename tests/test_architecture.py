@@ -45,6 +45,7 @@ UI_MAY_IMPORT_PREFIXES = (
     "mtpstudio.core.model.",  # gguf facts, model source, catalogue
     "mtpstudio.core.server.",  # the GUI wraps the same launch spec in a QProcess (design §3)
     "mtpstudio.core.bench.",  # the Launch page runs the benchmark and reads its history
+    "mtpstudio.core.hub.",  # the Model page's Hugging Face dialog: table and download
 )
 
 # The helper runs as root through pkexec: the standard library and these two modules only.

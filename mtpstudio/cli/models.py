@@ -113,7 +113,8 @@ def _json(
 def _print_table(
     out: Any, where: str, rows: list[Any], best: int | None, notes: list[str], elapsed: float
 ) -> None:
-    from mtpstudio.core.hub.fit_table import QUALITY_FLOOR_BPW, size_text
+    from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND
+    from mtpstudio.core.hub.listing import size_text
 
     fit = next((r.fit for r in rows if r.fit is not None), None)
     target = f"{fit.target}, ctx {fit.ctx:,}" if fit is not None else "the chosen card"
@@ -161,23 +162,11 @@ def _print_table(
             print(f"  {row.header.model.name}: {row.error}.", file=out)
     for note in notes:
         print(f"  Note: {note}.", file=out)
-    print(
-        "  fits: everything on the GPU at this context; CPU offload: the fewest layers whose "
-        "experts (or weights) go to system RAM; max ctx: the largest context at that offload; "
-        "desktop: the cheapest desktop VRAM reclaim that helps.",
-        file=out,
-    )
+    print(f"  {COLUMN_LEGEND}.", file=out)
     if best is not None:
-        print(
-            f"  ★ best: {rows[best].header.model.name} — it runs at this context, with MTP when "
-            f"any file can, at {QUALITY_FLOOR_BPW}+ bits per weight when any file can, on the "
-            "fewest CPU layers, then with the most bits per weight.",
-            file=out,
-        )
+        print(f"  {rows[best].header.model.name}: {BEST_RULE}.", file=out)
     else:
-        print(
-            "  No file fits this card at this context, even with every layer offloaded.", file=out
-        )
+        print("  No file fits this card at this context, even with all layers moved.", file=out)
     read = sum(r.header.bytes_read for r in rows)
     print(
         f"Headers: {read / 1e6:,.1f} MB read for {len(rows)} models in {elapsed:.2f} s "
@@ -207,7 +196,8 @@ def _pick(rows: list[Any], wanted: str, best: int | None) -> int:
 def _download(
     args: argparse.Namespace, client: Any, repo: Any, row: Any, folder: Path, out: Any
 ) -> int:
-    from mtpstudio.core.hub.download import DownloadProgress, download_model, gb
+    from mtpstudio.core.hub.download import DownloadProgress, download_model
+    from mtpstudio.core.hub.listing import size_text
     from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.plan import plan_with, save_plan
     from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
@@ -219,8 +209,8 @@ def _download(
     def progress(p: DownloadProgress) -> None:
         verb = "checking the kept part of" if p.phase == "checking" else "downloading"
         text = (
-            f"{verb} {p.file}: {gb(p.done)} of {gb(p.total)} ({100 * p.fraction:.0f}%)"
-            f", {p.rate / 1e6:,.0f} MB/s"
+            f"{verb} {p.file}: {size_text(p.done)} of {size_text(p.total)} "
+            f"({100 * p.fraction:.0f}%), {p.rate / 1e6:,.0f} MB/s"
         )
         if tty:
             print(f"\r{text}\x1b[K", end="", file=sys.stderr, flush=True)
@@ -228,7 +218,7 @@ def _download(
             shown["tenth"] = int(10 * p.fraction)
             print(text, file=sys.stderr, flush=True)
 
-    print(f"\nDownloading {model.name} ({gb(model.size)}) to {folder}", file=out)
+    print(f"\nDownloading {model.name} ({size_text(model.size)}) to {folder}", file=out)
     try:
         result = download_model(client, repo, model, folder, progress=progress)
     except KeyboardInterrupt:
@@ -243,10 +233,10 @@ def _download(
             print(file=sys.stderr)
     for note in result.notes:
         print(f"  Note: {note}.", file=out)
-    resumed = f", resumed from {gb(result.kept_bytes)}" if result.kept_bytes else ""
+    resumed = f", resumed from {size_text(result.kept_bytes)}" if result.kept_bytes else ""
     print(
         f"Verified {len(result.paths)} file(s) against the Hub's checksum: "
-        f"{gb(result.fetched_bytes)} fetched{resumed}.",
+        f"{size_text(result.fetched_bytes)} fetched{resumed}.",
         file=out,
     )
     local = result.paths[0]

@@ -13,7 +13,8 @@ It answers what huggingface_hub 2.x asks of the Hub (read in its source: ``HfApi
 
 Errors carry the Hub's ``X-Error-Code`` (RepoNotFound, GatedRepo, RevisionNotFound,
 EntryNotFound), so huggingface_hub raises its own error types. Every body byte sent is counted
-per file; faults (ignore ranges, cut a connection, corrupt a byte, 429) are switched on per test.
+per file; faults (ignore ranges, cut a connection, corrupt a byte, 429, a slow link) are
+switched on per test.
 
 Files bigger than ``hash_limit`` are announced with a stand-in sha256 (hashing 19 GB of zeros
 takes most of a minute): they serve header reads and refusals, not whole downloads.
@@ -26,6 +27,7 @@ import json
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -79,6 +81,7 @@ class Faults:
     corrupt: dict[str, int] = field(default_factory=dict)  # path -> file offset to flip
     rate_limit: int = 0  # the next N requests get 429
     page_size: int = 1000
+    chunk_delay_s: float = 0.0  # a slow link: the pause after each 1 MiB of a body
 
 
 class HubTestServer:
@@ -419,6 +422,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
                 self.hub._count(f.path, len(chunk))
                 sent += len(chunk)
+                if self.hub.faults.chunk_delay_s:
+                    time.sleep(self.hub.faults.chunk_delay_s)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away (as it should on a refusal)
 

@@ -26,7 +26,7 @@ from mtpstudio.core.atomic import fsync_dir, write_text_atomic
 from mtpstudio.core.cancel import CancelToken
 from mtpstudio.core.errors import HubError
 from mtpstudio.core.hub.client import HubClient, RemoteFile, Repo, StreamBroken
-from mtpstudio.core.hub.listing import RemoteModel
+from mtpstudio.core.hub.listing import RemoteModel, size_text
 from mtpstudio.core.units import MIB
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "DownloadProgress",
     "DownloadResult",
     "download_model",
-    "gb",
 ]
 
 PART_SUFFIX: Final = ".part"
@@ -123,11 +122,6 @@ class _Job:
     expected: _Expected
     final: Path
     kept: int
-
-
-def gb(n_bytes: int | float) -> str:
-    """``18.6 GB`` (decimal, as the Hub and disk tools show sizes)."""
-    return f"{n_bytes / 1e9:,.1f} GB" if n_bytes >= 1e8 else f"{n_bytes / 1e6:,.1f} MB"
 
 
 def part_path(final: Path) -> Path:
@@ -257,7 +251,8 @@ def _check_space(folder: Path, needed: int, model: RemoteModel) -> None:
     free = shutil.disk_usage(folder).free
     if needed + FREE_SPACE_MARGIN > free:
         raise HubError(
-            f"{model.name} needs {gb(needed)} more in {folder}, but only {gb(free)} are free",
+            f"{model.name} needs {size_text(needed)} more in {folder}, but only "
+            f"{size_text(free)} are free",
             hint="Free some space, or choose a folder on another disk.",
         )
 
@@ -299,7 +294,8 @@ def _fetch(
             broken += 1
             if broken > retries:
                 raise HubError(
-                    f"{str(cause).rstrip('.')} ({gb(held)} of {gb(size)} kept in {part.name})",
+                    f"{str(cause).rstrip('.')} ({size_text(held)} of {size_text(size)} kept in "
+                    f"{part.name})",
                     hint="Run it again: the download resumes where it stopped.",
                 ) from None
     _verify(job, part, side, hasher)

@@ -24,9 +24,10 @@ from mtpstudio.core.planning import (
     mtp_line,
     resolve_mtp,
 )
-from mtpstudio.core.units import MIB
 
 __all__ = [
+    "BEST_RULE",
+    "COLUMN_LEGEND",
     "QUALITY_FLOOR_BPW",
     "FileFit",
     "TableRow",
@@ -37,6 +38,16 @@ __all__ = [
 
 QUALITY_FLOOR_BPW: Final = 3.5
 """Files below this many bits per weight are the best choice only when nothing else runs."""
+
+COLUMN_LEGEND: Final = (
+    "fits: everything on the GPU at this context; CPU offload: the fewest layers whose experts "
+    "(dense models: whole layers) go to system RAM; max ctx: the largest context at that "
+    "offload (with MTP when it drafts); desktop: the cheapest desktop VRAM reclaim that helps"
+)
+BEST_RULE: Final = (
+    f"★ best: it runs at this context, with MTP when any file can, at {QUALITY_FLOOR_BPW}+ bits "
+    "per weight when any file can, on the fewest CPU layers, then with the most bits per weight"
+)
 
 RECLAIM_WORDS: Final = {
     DesktopReclaim.NVIDIA_PROFILE: "NVIDIA driver profile",
@@ -259,10 +270,3 @@ def best_row(rows: Sequence[TableRow]) -> int | None:
         key = (fit.mtp, bpw >= QUALITY_FLOOR_BPW, -(fit.offload or 0), bpw, -i)
         ranked.append((key, i))
     return max(ranked)[1] if ranked else None
-
-
-def size_text(n_bytes: int) -> str:
-    """``18.6 GB`` (decimal, as the Hub shows file sizes)."""
-    if n_bytes >= 1_000_000_000:
-        return f"{n_bytes / 1e9:.1f} GB"
-    return f"{n_bytes / 1e6:.0f} MB" if n_bytes >= 1_000_000 else f"{n_bytes / MIB:.2f} MiB"

@@ -9,7 +9,7 @@ from typing import Final
 
 from mtpstudio.core.hub.client import RemoteFile
 
-__all__ = ["RemoteModel", "group_models", "quant_label"]
+__all__ = ["RemoteModel", "group_models", "quant_label", "size_text"]
 
 _SPLIT: Final = re.compile(r"^(?P<prefix>.+)-(?P<no>\d+)-of-(?P<count>\d+)\.gguf$", re.IGNORECASE)
 _QUANT: Final = re.compile(
@@ -19,6 +19,13 @@ _QUANT: Final = re.compile(
     re.IGNORECASE,
 )
 _PROJECTOR: Final = re.compile(r"(^|[-_.])mmproj([-_.]|$)", re.IGNORECASE)
+
+
+def size_text(n_bytes: int | float) -> str:
+    """``18.6 GB`` or ``44.4 MB`` (decimal units, as the Hub and disk tools show sizes)."""
+    if n_bytes >= 1e8:
+        return f"{n_bytes / 1e9:,.1f} GB"
+    return f"{n_bytes / 1e6:,.1f} MB" if n_bytes >= 1e5 else f"{n_bytes / 1e3:,.1f} kB"
 
 
 def quant_label(filename: str) -> str | None:

@@ -434,9 +434,7 @@ class _Parser:
         if end <= self.size:
             return
         if end <= self.file_size:
-            raise GgufHeaderIncomplete(
-                self.name, index=self.file_index, needed=end, held=self.size
-            )
+            raise GgufHeaderIncomplete(self.name, index=self.file_index, needed=end, held=self.size)
         raise self.fail(message, offset)
 
     def need(self, n: int, what: str) -> int:

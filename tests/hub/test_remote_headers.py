@@ -95,6 +95,18 @@ def test_a_header_larger_than_the_first_range_is_read_in_more_ranges(
     assert header.bytes_read == hub.bytes_sent[model.path] < 12 * MIB
 
 
+def test_a_header_beyond_the_limit_is_one_sentence_in_its_row(
+    client: HubClient, hub: HubTestServer
+) -> None:
+    repo, models = _models(client, QUANTS_REPO)
+    model = next(m for m in models if m.path.endswith("-Q6_K.gguf"))
+    hub.reset_counters()
+    [header] = read_remote_headers(client, repo, [model], first_range=MIB, max_header=3 * MIB)
+    assert header.info is None
+    assert header.error == ("its header is larger than 3 MiB, more than mtpstudio reads remotely")
+    assert hub.bytes_sent[model.path] <= 3 * MIB
+
+
 def test_the_remote_plan_is_the_plan_of_the_same_file_on_disk(
     client: HubClient, quants_dir: Path
 ) -> None:

@@ -69,11 +69,14 @@ class RemoteHeader:
 class _Reader:
     """Fetches the start of each part of one model, more as the parser asks for it."""
 
-    def __init__(self, client: HubClient, repo: Repo, model: RemoteModel, first_range: int) -> None:
+    def __init__(
+        self, client: HubClient, repo: Repo, model: RemoteModel, first_range: int, most: int
+    ) -> None:
         self.client = client
         self.repo = repo
         self.model = model
         self.first_range = first_range
+        self.most = most
         self.held: list[bytes] = [b""] * len(model.parts)
         self.sizes = [p.size for p in model.parts]
         self.bytes_read = 0
@@ -83,10 +86,10 @@ class _Reader:
         part = self.model.parts[index]
         have = self.held[index]
         upto = min(upto, self.sizes[index])
-        if upto > MAX_HEADER_BYTES:
+        if upto > self.most:
             raise HubError(
-                f"{part.name}: its header is larger than {MAX_HEADER_BYTES // MIB} MiB, more "
-                "than mtpstudio reads remotely",
+                f"{part.name}: its header is larger than {self.most / MIB:g} MiB, more than "
+                "mtpstudio reads remotely",
                 hint="Download the file and open it on the Model page instead.",
             )
         if upto <= len(have):
@@ -125,6 +128,7 @@ def read_remote_header(
     cancel: CancelToken | None = None,
     *,
     first_range: int = FIRST_RANGE,
+    max_header: int = MAX_HEADER_BYTES,
 ) -> RemoteHeader:
     """One model's header, or why not in one sentence.
 
@@ -132,7 +136,7 @@ def read_remote_header(
         HubError: only when the cause stops the whole repository (``whole_repo``: gated,
             not found, rate limited, no network); a file's own problem is the row's ``error``.
     """
-    reader = _Reader(client, repo, model, first_range)
+    reader = _Reader(client, repo, model, first_range, max_header)
     if model.is_projector:
         return RemoteHeader(model, None, _PROJECTOR, 0, 0)
     try:
@@ -156,6 +160,7 @@ def read_remote_headers(
     progress: Callable[[int, int, RemoteHeader], None] | None = None,
     workers: int = 4,
     first_range: int = FIRST_RANGE,
+    max_header: int = MAX_HEADER_BYTES,
 ) -> list[RemoteHeader]:
     """Every model's header, a few at a time; ``progress(done, total, header)`` after each.
 
@@ -165,7 +170,15 @@ def read_remote_headers(
     results: dict[int, RemoteHeader] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="gguf-header") as pool:
         pending: dict[Future[RemoteHeader], int] = {
-            pool.submit(read_remote_header, client, repo, m, cancel, first_range=first_range): i
+            pool.submit(
+                read_remote_header,
+                client,
+                repo,
+                m,
+                cancel,
+                first_range=first_range,
+                max_header=max_header,
+            ): i
             for i, m in enumerate(models)
         }
         try:

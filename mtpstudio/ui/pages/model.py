@@ -104,7 +104,8 @@ class ModelPage(PlanPage):
         super().__init__(state, parent)
         self.setTitle("Model")
         self.setSubTitle(
-            "Open a GGUF file (drop it here) or pick a demo card. Only the header is read."
+            "Open a GGUF file (drop it here), choose one on Hugging Face, or pick a demo card. "
+            "Only the header is read."
         )
         self.setAcceptDrops(True)
         self._pending: Path | None = None

@@ -135,7 +135,8 @@ def _sidecar_path(final: Path) -> Path:
 def _expected(client: HubClient, repo: Repo, part: RemoteFile) -> _Expected:
     meta = client.metadata(repo, part.path)
     size = meta.size if meta.size is not None else part.size
-    sha = meta.sha256 or part.sha256
+    # the listing's LFS object id is the SHA-256 by definition; the ETag only when it is one
+    sha = part.sha256 or meta.sha256
     if sha is not None:
         return _Expected(part.path, size, "sha256", sha, meta.commit)
     blob = meta.etag or part.blob_id

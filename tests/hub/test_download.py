@@ -159,9 +159,26 @@ def test_a_file_in_the_way_is_never_overwritten(client: HubClient, tmp_path: Pat
     repo, model = _model(client, "tiny-Q8_0.gguf")
     mine = tmp_path / "tiny-Q8_0.gguf"
     mine.write_bytes(b"my own file")
-    with pytest.raises(HubError, match="already exists and is not the Hub's file"):
+    with pytest.raises(HubError, match=r"already exists and is not the Hub's file \(its size"):
         download_model(client, repo, model, tmp_path)
     assert mine.read_bytes() == b"my own file"
+    mine.write_bytes(bytes(model.size))  # the right size, other bytes
+    with pytest.raises(HubError, match=r"not the Hub's file \(its SHA256 differs"):
+        download_model(client, repo, model, tmp_path)
+    assert mine.read_bytes() == bytes(model.size)
+
+
+def test_a_file_already_downloaded_is_checked_not_fetched_again(
+    client: HubClient, hub: HubTestServer, tmp_path: Path
+) -> None:
+    repo, model = _model(client, "tiny-Q8_0.gguf")
+    download_model(client, repo, model, tmp_path)
+    hub.reset_counters()
+    phases: list[str] = []
+    again = download_model(client, repo, model, tmp_path, progress=lambda p: phases.append(p.phase))
+    assert again.fetched_bytes == 0 and hub.bytes_sent == {}
+    assert any("matches the Hub's checksum" in n for n in again.notes)
+    assert "checking" in phases
 
 
 def _sparse(path: Path, size: int) -> Path:

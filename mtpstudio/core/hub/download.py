@@ -19,6 +19,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -215,14 +216,10 @@ def download_model(
             pinned = Repo(repo.repo_id, expected.commit)  # every part from the same commit
         final = folder / remote.name
         if final.exists():
-            if final.stat().st_size == expected.size:
-                notes.append(f"{final.name} is already there")
-                jobs.append(_Job(remote, expected, final, expected.size))
-                continue
-            raise HubError(
-                f"{final} already exists and is not the Hub's file (its size differs)",
-                hint="Move it away, or choose another folder.",
-            )
+            if final.stat().st_size != expected.size:
+                raise _in_the_way(final, "its size")
+            jobs.append(_Job(remote, expected, final, expected.size))
+            continue
         job = _Job(remote, expected, final, 0)
         _prepare(job, notes)
         jobs.append(job)
@@ -241,11 +238,45 @@ def download_model(
             progress(DownloadProgress(phase, name, counts.done, total, counts.fetched, elapsed))
 
     for job in jobs:
-        if job.final.exists():
+        name = job.final.name
+        if job.final.exists():  # there already: taken only when its checksum matches
+            hasher = job.expected.hasher()
+            _hash_into(hasher, job.final, job.kept, cancel, partial(report, "checking", name))
+            if hasher.hexdigest() != job.expected.digest:
+                raise _in_the_way(job.final, f"its {job.expected.kind.upper()}")
+            notes.append(f"{name} was already there and matches the Hub's checksum")
             continue
         _fetch(client, pinned, job, cancel, report, counts, retries)
-        report("downloading", job.final.name, force=True)
+        report("downloading", name, force=True)
     return DownloadResult(tuple(j.final for j in jobs), kept, counts.fetched, tuple(notes))
+
+
+def _in_the_way(final: Path, what: str) -> HubError:
+    return HubError(
+        f"{final} already exists and is not the Hub's file ({what} differs)",
+        hint="Move it away, or choose another folder.",
+    )
+
+
+def _hash_into(
+    hasher: _Hasher,
+    path: Path,
+    size: int,
+    cancel: CancelToken | None,
+    tick: Callable[[], None],
+) -> int:
+    """Feed the first ``size`` bytes of ``path`` to ``hasher``; returns the bytes read."""
+    done = 0
+    if size <= 0:
+        return 0
+    with open(path, "rb") as src:
+        while chunk := src.read(min(_HASH_CHUNK, size - done)):
+            if cancel is not None:
+                cancel.raise_if_cancelled()
+            hasher.update(chunk)
+            done += len(chunk)
+            tick()
+    return done
 
 
 def _check_space(folder: Path, needed: int, model: RemoteModel) -> None:
@@ -271,15 +302,7 @@ def _fetch(
     part, side = part_path(job.final), _sidecar_path(job.final)
     write_text_atomic(side, json.dumps(job.expected.sidecar()))
     hasher = job.expected.hasher()
-    held = 0
-    if job.kept:
-        with open(part, "rb") as src:  # the kept bytes count towards the checksum
-            while chunk := src.read(min(_HASH_CHUNK, job.kept - held)):
-                if cancel is not None:
-                    cancel.raise_if_cancelled()
-                hasher.update(chunk)
-                held += len(chunk)
-                report("checking", name)
+    held = _hash_into(hasher, part, job.kept, cancel, partial(report, "checking", name))
     size = job.expected.size
     broken = 0
     while held < size:

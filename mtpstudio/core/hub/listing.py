@@ -75,7 +75,7 @@ def group_models(files: Sequence[RemoteFile]) -> tuple[list[RemoteModel], list[s
     """The GGUF files of a listing as models, and one sentence per incomplete split model.
 
     Parts named ``X-0000i-of-0000N.gguf`` in the same folder form one model when all N are
-    there. Models come sorted by folder and name.
+    there. Models come smallest first, vision projectors last.
     """
     singles: list[RemoteModel] = []
     splits: dict[tuple[str, int], dict[int, RemoteFile]] = {}
@@ -99,5 +99,5 @@ def group_models(files: Sequence[RemoteFile]) -> tuple[list[RemoteModel], list[s
             )
             continue
         models.append(RemoteModel(tuple(parts[i] for i in range(1, count + 1))))
-    models.sort(key=lambda m: (m.is_projector, m.path.lower()))
+    models.sort(key=lambda m: (m.is_projector, m.size, m.path.lower()))
     return models, notes

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import huggingface_hub.constants
 import pytest
 
 from mtpstudio.core.errors import HubError
@@ -230,3 +231,12 @@ def test_a_server_that_ignores_ranges_is_refused_before_it_streams_gigabytes(
     assert header.error is not None and "ignored the byte range" in header.error
     assert f"{model.size:,}" in header.error
     assert hub.bytes_sent.get(model.path, 0) < 64 * MIB  # of 19 GB
+
+
+def test_offline_mode_is_one_sentence(
+    client: HubClient, monkeypatch: pytest.MonkeyPatch, hub: HubTestServer
+) -> None:
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(HubError, match="HF_HUB_OFFLINE is set") as info:
+        client.resolve(Repo(QUANTS_REPO))
+    assert info.value.whole_repo and hub.requests == []

@@ -17,9 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from mtpstudio.helper.constants import (
-    DISTRO_SESSION_DIRS,
     ENV_DIR,
-    LOCAL_SESSION_DIRS,
     MAX_PAYLOAD_BYTES,
     NVIDIA_PROFILE_DIR,
     STATE_DIR,
@@ -28,7 +26,7 @@ from mtpstudio.helper.constants import (
 )
 from mtpstudio.helper.faults import Faults
 from mtpstudio.helper.safefs import Refused
-from mtpstudio.helper.sddm import session_dirs
+from mtpstudio.helper.sddm import allowed_session_dir
 from mtpstudio.helper.store import Change, FileSpec, Layout, Store
 from mtpstudio.helper.validate import (
     check_env_file,
@@ -105,20 +103,6 @@ def _string(payload: Mapping[str, Any], key: str) -> str:
 def measurement_name(session_file: str) -> str:
     """The stored before-measurement of a session, next to the manifest."""
     return f"desktop-vram-{session_file.removesuffix('.desktop')}.json"
-
-
-def allowed_session_dir(root: str, sessions_dir: str) -> str:
-    """``/usr/local/share/{wayland-sessions,xsessions}``, or ``/usr/share/…`` where SDDM reads
-    nothing else; returns the kind."""
-    for kind, local in LOCAL_SESSION_DIRS.items():
-        if sessions_dir == local:
-            return kind
-        if sessions_dir == DISTRO_SESSION_DIRS[kind]:
-            dirs = session_dirs(root)
-            if dirs.installed and dirs.target(kind) == sessions_dir:
-                return kind
-            raise Refused(f"{sessions_dir} is used only where SDDM reads nothing else")
-    raise Refused(f"{sessions_dir!r} is not a session folder the helper writes")
 
 
 def session_group(root: str, name: str, data: bytes) -> list[FileSpec]:

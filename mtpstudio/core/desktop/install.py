@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mtpstudio.core import paths
+from mtpstudio.core.desktop.reclaim import session_display_name
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.runner import Runner
 from mtpstudio.core.service.render import (
@@ -29,11 +30,16 @@ from mtpstudio.core.service.render import (
     render_session_files,
 )
 from mtpstudio.helper import main as helper_main
-from mtpstudio.helper.constants import HELPER_INSTALL_PATH, WAYLAND_SESSIONS, X11_SESSIONS
+from mtpstudio.helper.constants import (
+    DISTRO_SESSION_DIRS,
+    HELPER_INSTALL_PATH,
+    WAYLAND_SESSIONS,
+    X11_SESSIONS,
+)
 from mtpstudio.helper.faults import Faults
 from mtpstudio.helper.safefs import Refused
-from mtpstudio.helper.sddm import SessionDirs
-from mtpstudio.helper.store import FileSpec, Layout, Store
+from mtpstudio.helper.sddm import SECTIONS, SessionDirs
+from mtpstudio.helper.store import MANIFEST, FileSpec, Layout, Store
 from mtpstudio.helper.validate import check_env_file, check_unit
 
 PKEXEC_TIMEOUT_S = 300.0
@@ -54,6 +60,8 @@ class InstallPlan:
     payload: bytes
     files: tuple[RenderedFile, ...]
     notes: tuple[str, ...] = ()
+    shown_name: str = ""  # a session: what the login screen's menu shows for it
+    switch_back: str = ""  # a session: the usual session to pick to go back
 
     @property
     def group(self) -> str:
@@ -92,16 +100,19 @@ def session_plan(
     settings: SessionSettings,
     sddm: SessionDirs,
     desktop_vram: Mapping[str, Any] | None = None,
+    *,
+    listed: Sequence[str] = (),
+    switch_back: str = "",
 ) -> InstallPlan:
-    """The session file + wrapper for ``variant`` in the folder the installed SDDM reads."""
+    """The session file + wrapper for ``variant`` in the folder the installed SDDM reads;
+    ``listed`` are the names of the other sessions the login screen lists."""
     kind = session_kind(variant)
     target = sddm.target(kind)
     if target is None:
         raise InstallError(
-            f"the installed SDDM reads {kind} only from {', '.join(sddm.dirs[kind])}, "
-            "where mtpstudio does not write",
-            hint="Add /usr/local/share/" + kind + " to SessionDir in /etc/sddm.conf.d/, or "
-            "use `mtpstudio render` and copy the session file yourself.",
+            sddm.explain(kind).rstrip("."),
+            hint=f"Set one folder, e.g. SessionDir={DISTRO_SESSION_DIRS[kind]}, in the "
+            f"[{SECTIONS[kind]}] section of /etc/sddm.conf.d/, then run this again.",
         )
     if kind == WAYLAND_SESSIONS:
         settings = replace(settings, wayland_sessions_dir=target)
@@ -118,9 +129,9 @@ def session_plan(
     if desktop_vram is not None:
         payload["desktop_vram"] = dict(desktop_vram)
     notes = (sddm.explain(kind), *sddm.notes)
-    return InstallPlan(
-        "install-session", desktop.name, json.dumps(payload).encode(), (wrapper, desktop), notes
-    )
+    shown = sddm.shown_name(session_display_name(desktop.text), kind, listed)
+    return InstallPlan("install-session", desktop.name, json.dumps(payload).encode(),
+                       (wrapper, desktop), notes, shown, switch_back)  # fmt: skip
 
 
 def system_unit_plan(files: Mapping[str, RenderedFile]) -> InstallPlan:
@@ -186,6 +197,9 @@ class InProcessHelper:
     def __call__(self, args: Sequence[str], payload: bytes) -> tuple[int, str, str]:
         out, err = io.StringIO(), io.StringIO()
         env = {k: v for k, v in self.environ.items() if k != "PKEXEC_UID"}
+        if args and args[0].startswith("install-"):
+            # A tree given with --root may be empty: give it the /var/lib the state lives in.
+            (self.root / "var" / "lib").mkdir(parents=True, exist_ok=True)
         code = helper_main.run(
             ["--root", str(self.root), *args], io.BytesIO(payload), out, err, env
         )
@@ -364,8 +378,9 @@ def install_user_unit(files: Mapping[str, RenderedFile], runner: Runner) -> User
 
 
 def user_status() -> dict[str, Any]:
+    """What mtpstudio installed for this account (nothing yet on a fresh account)."""
     layout = user_layout()
-    if not Path(layout.root).is_dir():
+    if not (paths.state_dir() / MANIFEST).is_file():
         return {"root": layout.root, "groups": {}}
     try:
         with Store.open(layout, Faults(), write=False) as store:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
+from mtpstudio.core.desktop.session_apply import desktop_facts
 from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.planning import LaunchSpec, PlanningContext, launch_spec_for, resolve_mtp
@@ -19,7 +20,6 @@ from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.render import (
     RenderedFile,
     ServiceLayout,
-    SessionSettings,
     UnitScope,
     render_service_files,
 )
@@ -95,7 +95,7 @@ def export_files(
         spec,
         scope=scope,
         user=account or account_for(scope, None),
-        session=SessionSettings(igpu_card=pctx.machine.igpu_card),
+        session=desktop_facts(None).settings(pctx.machine.igpu_card),
     )
     return ServiceFiles(dict(files), spec, tuple(messages + [f"warning: {n}" for n in notes]))
 

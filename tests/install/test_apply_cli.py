@@ -303,3 +303,23 @@ def test_status_on_a_fresh_account(
     code, out, err = run(capsys, "status", "--json")
     assert code == 0 and json.loads(out)["user"]["groups"] == {}
     assert not (home / ".local").exists()
+
+
+def test_arch_plasma6_with_sddm_0_21(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Arch's files (recorded from sddm 0.21.0 and plasma-workspace 6.7.4): /usr/local first,
+    and the wrapper runs Plasma 6's own Exec= (/usr/lib/plasma-dbus-run-session-if-needed)."""
+    arch = make_root(tmp_path / "arch")
+    shutil.copytree(PLASMA6, arch, dirs_exist_ok=True)
+    code, out, err = run(capsys, "apply", "session", "--root", str(arch))
+    assert code == 0, err
+    assert "sddm 0.21.0-7 (pacman database) reads /usr/local/share/wayland-sessions, " in out
+    assert (arch / "usr/local/share/wayland-sessions" / SESSION).is_file()
+    wrapper = (arch / "usr/local/lib/mtpstudio/startplasma-wayland-llvmpipe-mtpstudio").read_text()
+    assert "PLASMA_SESSION=(/usr/lib/plasma-dbus-run-session-if-needed " \
+           "/usr/bin/startplasma-wayland)" in wrapper  # fmt: skip
+    assert f"pick '{NAME}'" in out and "pick 'Plasma (Wayland)'" in out
+    code, out, err = run(capsys, "apply", "session", "--variant", "x11", "--root", str(arch))
+    assert code == 0, err
+    assert (arch / "usr/local/share/xsessions/plasmax11-llvmpipe-mtpstudio.desktop").is_file()
+    assert "pick 'Plasma software rendering by mtpstudio (X11)'" in out
+    assert "pick 'Plasma (X11)'" in out

@@ -164,6 +164,13 @@ def test_apply_lands_where_this_sddm_reads_without_starting_it(
     )
     wrapper = machine_root / "usr/local/lib/mtpstudio/startplasma-wayland-llvmpipe-mtpstudio"
     assert wrapper_command(wrapper) == exec_words(plasma)
+    # The X11 session likewise runs Debian's own X11 Plasma command.
+    seconds, out, err, code = mtpstudio("apply", "session", "--variant", "x11", "--root",
+                                        str(machine_root))  # fmt: skip
+    assert code == 0, err
+    x11 = machine_root / "usr/local/lib/mtpstudio/startplasmax11-llvmpipe-mtpstudio"
+    assert wrapper_command(x11) == exec_words(Path("/usr/share/xsessions/plasma.desktop"))
+    assert "pick 'Plasma software rendering by mtpstudio (X11)'" in out
 
 
 def test_dry_run_on_this_machine_reads_the_installed_sddm(

@@ -27,7 +27,7 @@ from mtpstudio.core.desktop.plasma import (
     missing_plasma,
     plasma_session,
 )
-from mtpstudio.core.desktop.reclaim import SWITCH_BACK, reclaim_options
+from mtpstudio.core.desktop.reclaim import SWITCH_BACK, reclaim_options, session_display_name
 from mtpstudio.core.desktop.session_check import desktop_vram, measurement_candidates
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.memory.machine import igpu_card_path
@@ -140,8 +140,12 @@ def prepare_session(
         raise no_plasma_error(kind, facts, report)
     settings = facts.settings(igpu_card_path(report))
     first = session_plan(variant, settings, sddm)
-    listed = listed_names(facts.root, sddm, leave_out=first.name)
-    back = sddm.shown_name(plasma.name, kind, listed) if plasma.name else SWITCH_BACK[kind]
+    listed = listed_names(facts.root, sddm, leave_out=first.name)  # all sessions but ours
+    desktop = next(f for f in first.files if f.name.endswith(".desktop"))
+    beside_plasma = [*listed, session_display_name(desktop.text)]
+    if plasma.name in beside_plasma:
+        beside_plasma.remove(plasma.name)  # Plasma's own entry is not its own namesake
+    back = sddm.shown_name(plasma.name, kind, beside_plasma) if plasma.name else SWITCH_BACK[kind]
     vram = desktop_vram(report, session=first.name.removesuffix(".desktop"))
     plan = session_plan(variant, settings, sddm, vram, listed=listed, switch_back=back)
     runs = (

@@ -3,7 +3,8 @@ the one to verify.
 
 Shared by ``mtpstudio apply session`` / ``verify-session`` and the Desktop VRAM page, so both
 install the same files and compare against the same stored measurement. Everything about the
-system comes from its files and package database below the root; no program is started.
+system comes from its files below the root and its package database (dpkg-query, pacman); the
+display manager is never started.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ PLASMA_PACKAGES = {
 
 def sddm_dirs(root: Path | None) -> SessionDirs:
     """The session folders the installed SDDM reads, from its package database and config
-    files below ``root`` (no program is started to learn its version)."""
+    files below ``root`` (SDDM itself is never started to learn its version)."""
     return session_dirs(str(root or "/"))
 
 

@@ -102,6 +102,7 @@ def largest_context(
             p,
             b,
             "nothing fits even at ctx 256: move experts or layers to the CPU first",
+            "context",
         )
     p, b = best
     return FitSuggestion(
@@ -109,6 +110,7 @@ def largest_context(
         p,
         b,
         f"largest context that fits at this offload: {p.runtime.ctx:,} tokens",
+        "context",
     )
 
 
@@ -130,7 +132,7 @@ def fewest_cpu_expert_layers(
     weights = weights or ModelWeights.from_model(model)
     if not model.is_moe:
         b = compute_budget(plan, model, target, facts, host, weights)
-        return FitSuggestion({}, plan, b, "the model has no experts to move")
+        return FitSuggestion({}, plan, b, "the model has no experts to move", "experts")
 
     def at(n: int) -> tuple[dict[str, Any], Plan, Budget]:
         changes: dict[str, Any] = {
@@ -152,6 +154,7 @@ def fewest_cpu_expert_layers(
                 b,
                 "even with every expert on the CPU it does not fit: lower the context or cache "
                 "types",
+                "experts",
             )
         found = last
         while lo < hi:
@@ -168,6 +171,7 @@ def fewest_cpu_expert_layers(
         p,
         b,
         f"fewest expert layers on the CPU at ctx {plan.runtime.ctx:,}: --n-cpu-moe {n}",
+        "experts",
     )
 
 

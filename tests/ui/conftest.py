@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -196,3 +198,24 @@ def go_to(wizard: MtpWizard, page_id: int) -> None:
         wizard.next()
         wizard.tasks.wait_idle(30)
         assert wizard.currentId() != before, f"stuck on page {before}"
+
+
+FULLSIZE_NAME = "Qwen3.6-35B-A3B-IQ4_XS.gguf"
+
+
+@pytest.fixture
+def fullsize_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A home folder holding the full-size zero-weight Qwen3.6-35B-A3B IQ4_XS (sparse, 17.9 GiB
+    apparent) at ``~/models/Qwen3.6-35B-A3B-IQ4_XS.gguf``; HOME points at it.
+
+    The folder is a short one in the temp dir (``/tmp/mtpstudio-XXXXXXXX/home/alice``), so
+    paths are as long as a user's, not as long as pytest's.
+    """
+    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
+
+    scratch = Path(tempfile.mkdtemp(prefix="mtpstudio-"))
+    home = scratch / "home" / "alice"
+    zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", home / "models" / FULLSIZE_NAME)
+    monkeypatch.setenv("HOME", str(home))
+    yield home
+    shutil.rmtree(scratch, ignore_errors=True)

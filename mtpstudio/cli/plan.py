@@ -300,7 +300,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         machine_for,
         published_demo_plan,
     )
-    from mtpstudio.core.reports import budget_report, plan_report
+    from mtpstudio.core.reports import budget_report, model_summary_json, plan_report
     from mtpstudio.core.server.reconcile import last_measured_text, load_measurements
 
     if args.demo == "list":
@@ -318,12 +318,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     budget = replace(result.budget, warnings=result.warnings)
     effective = result.effective or plan
     verdict = result.verdict
+    unloadable = _unloadable_files(plan, info, draft)
     if args.save:
         save_plan(plan, args.save)
     if args.json:
         fields = plan_json_fields(result, desktop_choices(plan, pctx), defaults_line)
         options = fields.pop("effective_options")
-        data = fields | budget.to_json(result.argv) | {"effective_options": options}
+        model = str(plan.model.path) if plan.model.path is not None else None
+        data = (
+            {"model": model_summary_json(info, model), "unloadable_files": unloadable}
+            | fields
+            | budget.to_json(result.argv)
+            | {"effective_options": options}
+        )
         print(json.dumps(data, indent=2))
     else:
         desktop = None
@@ -334,15 +341,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if defaults_line:
             print(f"  {defaults_line}")
         print(f"\nTarget: {result.target.source}")
-        sys.stdout.write(budget_report(budget, result.argv, verdict.lines()))
+        verdict_lines = verdict.lines() + [f"Not loadable: {u}" for u in unloadable]
+        sys.stdout.write(budget_report(budget, result.argv, verdict_lines))
         measured = last_measured_text(pctx.machine.build_for(plan), result.target.device.id)
         if measured:
             print(f"\n{measured}")
         if args.save:
             print(f"\nPlan saved to {args.save}")
-    if args.check and not verdict.ok:
+    if args.check and (not verdict.ok or unloadable):
         return EXIT_DOES_NOT_FIT
     return 0
+
+
+def _unloadable_files(plan: Plan, info: Any, draft: Any) -> list[str]:
+    """Sentences for the model files the engine cannot load (header only, incomplete)."""
+    from mtpstudio.core.errors import GgufError
+    from mtpstudio.core.model.file_state import require_whole_model
+
+    out = []
+    for path, facts, role in (
+        (plan.model.path, info, "model"),
+        (plan.draft.path, draft, "draft model"),
+    ):
+        if path is None or facts is None:
+            continue
+        try:
+            require_whole_model(facts, path, role)
+        except GgufError as exc:
+            said = str(exc)
+            refused = "launch, apply unit and export-unit refuse it"
+            out.append(f"{said[:1].upper()}{said[1:]}; {refused}. {exc.hint}")
+    return out
 
 
 def plan_json_fields(result: Any, desktop: list[Any], defaults_line: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pydantic import (
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import PlanError
+from mtpstudio.core.file_check import read_plan_bytes
 
 SCHEMA_VERSION: Literal[2] = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
@@ -531,12 +532,10 @@ def plan_from_json(text: str) -> Plan:
 
 
 def load_plan(path: Path) -> Plan:
-    """Read a Plan file."""
+    """Read a Plan file (checked first: a model or a huge file is refused unread)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlanError(f"plan file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_plan_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise PlanError(f"cannot read plan file {path}: {exc}") from None
     return plan_from_json(text)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from mtpstudio.core.memory.budget import DEVICE_SEGMENTS, Budget, DeviceBudget
 from mtpstudio.core.memory.draft import DRAFT_SEGMENTS
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, segment_trust
+from mtpstudio.core.model.file_state import file_state, file_state_text
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan
 from mtpstudio.core.units import GIB, MIB
@@ -18,8 +19,9 @@ def _size(n_bytes: int) -> str:
     return f"{n_bytes / 1e9:.2f} GB ({n_bytes / GIB:.2f} GiB)"
 
 
-def model_summary_lines(info: ModelInfo) -> list[str]:
-    """What the model is, as aligned ``label  value`` lines."""
+def model_summary_lines(info: ModelInfo, *, file_note: str | None = None) -> list[str]:
+    """What the model is, as aligned ``label  value`` lines (``file_note``: a file that is not
+    whole, see ``file_state_text``)."""
     rows: list[tuple[str, str]] = [("architecture", info.architecture)]
     if info.name:
         rows.insert(0, ("name", info.name))
@@ -70,8 +72,52 @@ def model_summary_lines(info: ModelInfo) -> list[str]:
                 ", ".join(f"{name} {100 * b / info.tensor_bytes:.1f}%" for name, b in mix[:6]),
             )
         )
+    if file_note:
+        rows.append(("file", file_note))
     width = max(len(label) for label, _ in rows)
     return [f"  {label:<{width}}  {value}" for label, value in rows]
+
+
+def model_summary_json(info: ModelInfo, path: str | None) -> dict[str, object]:
+    """What ``model_summary_lines`` shows, as fields (``plan --json``)."""
+    return {
+        "path": path,
+        "name": info.name or None,
+        "architecture": info.architecture,
+        "layers": {
+            "trunk": info.n_layer,
+            "mtp": info.n_nextn_layer,
+            "attention": len(info.attention_layers),
+            "recurrent": len(info.recurrent_layers),
+            "full_attention_interval": info.full_attention_interval or None,
+        },
+        "attention": {
+            "q_heads": info.n_head,
+            "kv_heads": info.n_head_kv,
+            "key_length": info.key_length,
+            "value_length": info.value_length,
+            "embedding": info.n_embd,
+        },
+        "experts": {
+            "routed": info.n_expert,
+            "used_per_token": info.n_expert_used,
+            "expert_ffn": info.expert_ffn_length,
+            "shared_expert_ffn": info.shared_expert_ffn_length,
+        }
+        if info.is_moe
+        else None,
+        "vocabulary": info.vocab_size,
+        "context_native": info.context_length,
+        "weights_bytes": info.tensor_bytes,
+        "bits_per_weight": round(info.bits_per_weight, 3),
+        "quant_mix_bytes": dict(sorted(info.quant_mix.items(), key=lambda kv: -kv[1])),
+        "file": {
+            "state": file_state(info).value if path is not None else None,
+            "bytes": info.file_size if path is not None else None,
+            "full_bytes": info.full_file_size if path is not None else None,
+            "note": file_state_text(info) if path is not None else None,
+        },
+    }
 
 
 def plan_option_lines(
@@ -138,7 +184,9 @@ def plan_report(
     plan: Plan, info: ModelInfo, *, mtp_line: str | None = None, desktop_bytes: int | None = None
 ) -> str:
     """The model summary and the chosen options, as printed by ``mtpstudio plan``."""
-    lines = [f"Model: {plan.model.label}", *model_summary_lines(info), "", "Options:"]
+    note = file_state_text(info) if plan.model.path is not None else None
+    lines = [f"Model: {plan.model.label}", *model_summary_lines(info, file_note=note)]
+    lines += ["", "Options:"]
     lines += plan_option_lines(plan, mtp_line=mtp_line, desktop_bytes=desktop_bytes)
     return "\n".join(lines) + "\n"
 

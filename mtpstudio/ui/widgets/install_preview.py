@@ -26,6 +26,7 @@ class InstallPreview(QGroupBox):
 
     confirmed = Signal()
     dismissed = Signal()
+    visibility_changed = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Files to install", parent)
@@ -36,8 +37,9 @@ class InstallPreview(QGroupBox):
         self.files.setHeaderLabels(["File", "Now", "What it is"])
         self.files.setRootIsDecorated(False)
         self.files.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.files.setMaximumHeight(90)
+        self.files.setWordWrap(True)
         self.diff = CodeView("diff", self)
+        self.diff.setMinimumHeight(8 * self.diff.fontMetrics().lineSpacing())
         self.install_button = QPushButton("Install", self)
         self.install_button.setDefault(False)
         self.cancel_button = QPushButton("Cancel", self)
@@ -48,7 +50,7 @@ class InstallPreview(QGroupBox):
         layout = QVBoxLayout(self)
         layout.addWidget(self.notes)
         layout.addWidget(self.files)
-        layout.addWidget(self.diff, 1)
+        layout.addWidget(self.diff, 3)
         layout.addLayout(buttons)
         self.install_button.clicked.connect(self.confirmed)
         self.cancel_button.clicked.connect(self.dismissed)
@@ -68,7 +70,18 @@ class InstallPreview(QGroupBox):
         diffs = [p.diff if p.diff else f"{p.path}: unchanged\n" for p in previews]
         self.diff.set_text("\n".join(d.rstrip("\n") for d in diffs) + "\n")
         self.install_button.setText(action)
+        self._fit_table()
         self.setVisible(True)
+        self.visibility_changed.emit(True)
 
     def hide_preview(self) -> None:
         self.setVisible(False)
+        self.visibility_changed.emit(False)
+
+    def _fit_table(self) -> None:
+        """The table as tall as its rows (every file readable), the diff gets the rest."""
+        rows = self.files.topLevelItemCount()
+        row = self.files.sizeHintForRow(0) if rows else self.fontMetrics().lineSpacing()
+        header = self.files.header().sizeHint().height()
+        frame = 2 * self.files.frameWidth()
+        self.files.setFixedHeight(header + frame + max(1, rows) * max(row, 1) + 4)

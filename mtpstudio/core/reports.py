@@ -301,6 +301,16 @@ def budget_report(
             lines.append(
                 f"  {label}{mib(s[key])}  {segment_trust('host', key, budget.measured).value}"
             )
+        if key == "weights_mapped" and s[key] and "weights_cpu_tensors" in budget.parts:
+            kept = min(s[key], budget.parts["weights_cpu_tensors"])
+            experts = budget.parts.get("weights_cpu_experts", 0)
+            of_them = f" ({mib(experts)} of experts)" if experts else ""
+            lines.append(f"    of them kept in RAM (CPU tensors) {mib(kept)}{of_them}")
+            if s[key] > kept:
+                lines.append(
+                    f"    the rest is page cache            {mib(s[key] - kept)} (read once at "
+                    "the load, dropped when RAM is needed)"
+                )
     lines.append(
         "  buffers (KV, state, output, ...)  "
         + mib(host.needed_bytes - s["weights_resident"] - s["weights_locked"])

@@ -34,7 +34,7 @@ from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
 from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
-from mtpstudio.ui.widgets.vram_bar import VramBar
+from mtpstudio.ui.widgets.vram_bar import VramBar, mapped_in_ram
 
 CTX_STEP = 256
 MARGIN_STEP = 64
@@ -294,12 +294,15 @@ class BudgetPage(PlanPage):
 
     def _show_host(self, budget: Budget) -> None:
         host = budget.host
-        mapped = host.segments["weights_mapped"]
-        text = f"System RAM: the engine needs {mib(host.needed_bytes)} resident"
-        if mapped:
-            text += (
-                f", plus {mib(mapped)} of memory-mapped expert weights read through the page cache"
-            )
+        kept, cache = mapped_in_ram(host, budget.parts)
+        experts = budget.parts.get("weights_cpu_experts", 0)
+        text = f"System RAM: the engine needs {mib(host.needed_bytes)} for its buffers"
+        if kept:
+            text += f", and keeps {mib(kept)} of memory-mapped weights in RAM"
+            if experts:
+                text += f" ({mib(experts)} of them experts)"
+        if cache:
+            text += f"; the other {mib(cache)} it maps are page cache, dropped when RAM is needed"
         if host.available_bytes is not None:
             text += f"; {gib(host.available_bytes)} of {gib(host.total_bytes)} available now"
         else:

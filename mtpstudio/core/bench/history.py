@@ -190,9 +190,9 @@ class BenchHistory:
             return int(cur.lastrowid or 0)
 
     def entries(self) -> list[HistoryEntry]:
-        """Every run, oldest first."""
+        """Every run, oldest first (by when it started; runs stored together keep their order)."""
         with self._db() as con:
-            ids = [r[0] for r in con.execute("SELECT id FROM runs ORDER BY id")]
+            ids = [r[0] for r in con.execute("SELECT id FROM runs ORDER BY created_at, id")]
             return [self._entry(con, i) for i in ids]
 
     def get(self, run_id: int) -> HistoryEntry:

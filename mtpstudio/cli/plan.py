@@ -307,6 +307,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _list_demo_cards()
     plan, changes = plan_and_changes(args)
     info = load_model_info(plan.model)
+    if args.plan is None and "runtime.ctx" not in changes:  # the default, not a choice
+        from mtpstudio.core.model.defaults import ctx_for_model
+
+        plan = plan_with(plan, {"runtime.ctx": ctx_for_model(plan.runtime.ctx, info)})
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
     pctx = PlanningContext(
         machine_for(detect_for(plan)), info, draft, measurements=load_measurements()
@@ -336,7 +340,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         desktop = None
         if result.target.device.is_gpu:
             desktop = result.budget.devices[0].segments.get("desktop")
-        text = plan_report(effective, info, mtp_line=result.mtp_line, desktop_bytes=desktop)
+        text = plan_report(
+            effective,
+            info,
+            mtp_line=result.mtp_line,
+            desktop_bytes=desktop,
+            on_gpu=result.target.device.is_gpu,
+        )
         sys.stdout.write(text)
         if defaults_line:
             print(f"  {defaults_line}")

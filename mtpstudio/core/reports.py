@@ -121,15 +121,22 @@ def model_summary_json(info: ModelInfo, path: str | None) -> dict[str, object]:
 
 
 def plan_option_lines(
-    plan: Plan, *, mtp_line: str | None = None, desktop_bytes: int | None = None
+    plan: Plan,
+    *,
+    mtp_line: str | None = None,
+    desktop_bytes: int | None = None,
+    on_gpu: bool = True,
 ) -> list[str]:
     """The options the Plan chose, as aligned ``label  value`` lines.
 
     ``plan`` should be the effective plan (MTP auto decided); ``mtp_line`` says why MTP is on
-    or off, ``desktop_bytes`` what the desktop keeps on the card after the reclamation.
+    or off, ``desktop_bytes`` what the desktop keeps on the card after the reclamation;
+    ``on_gpu`` False for a CPU target (no GPU layers, no expert placement, no VRAM margin).
     """
     rt, mtp, srv = plan.runtime, plan.mtp, plan.server
-    if rt.moe is MoePlacement.N_CPU_MOE and rt.n_cpu_moe == 0:
+    if not on_gpu:
+        moe = "on the CPU, like everything (CPU target)"
+    elif rt.moe is MoePlacement.N_CPU_MOE and rt.n_cpu_moe == 0:
         moe = "all experts on the GPU (--n-cpu-moe 0)"
     elif rt.moe is MoePlacement.N_CPU_MOE:
         moe = f"experts of the first {rt.n_cpu_moe} layers on the CPU"
@@ -167,7 +174,14 @@ def plan_option_lines(
         ("slots", str(rt.parallel)),
         ("threads", str(rt.threads) if rt.threads else "engine default"),
         ("experts", moe),
-        ("GPU layers", str(rt.n_gpu_layers) if rt.n_gpu_layers is not None else "all"),
+        (
+            "GPU layers",
+            "none (CPU target)"
+            if not on_gpu
+            else str(rt.n_gpu_layers)
+            if rt.n_gpu_layers is not None
+            else "all",
+        ),
         ("load mode", rt.load_mode.value),
         ("MTP", mtp_text),
         ("server", f"{srv.host}:{srv.port}, API key {key}"),
@@ -181,13 +195,18 @@ def plan_option_lines(
 
 
 def plan_report(
-    plan: Plan, info: ModelInfo, *, mtp_line: str | None = None, desktop_bytes: int | None = None
+    plan: Plan,
+    info: ModelInfo,
+    *,
+    mtp_line: str | None = None,
+    desktop_bytes: int | None = None,
+    on_gpu: bool = True,
 ) -> str:
     """The model summary and the chosen options, as printed by ``mtpstudio plan``."""
     note = file_state_text(info) if plan.model.path is not None else None
     lines = [f"Model: {plan.model.label}", *model_summary_lines(info, file_note=note)]
     lines += ["", "Options:"]
-    lines += plan_option_lines(plan, mtp_line=mtp_line, desktop_bytes=desktop_bytes)
+    lines += plan_option_lines(plan, mtp_line=mtp_line, desktop_bytes=desktop_bytes, on_gpu=on_gpu)
     return "\n".join(lines) + "\n"
 
 
@@ -220,7 +239,7 @@ LABELS = {
     "output": "output",
     "desktop": "desktop",
     "other_processes": "other processes",
-    "driver_overhead": "driver/CUDA context",
+    "driver_overhead": "driver context",
     "margin": "safety margin",
     "draft_weights": "draft model weights",
     "draft_kv_cache": "draft model KV",
@@ -262,7 +281,8 @@ def device_table(
     measured: Measured = NOTHING_MEASURED,
     replayed: Measured = NOTHING_MEASURED,
 ) -> list[str]:
-    lines = [f"{device.id}  {device.name}  total {mib(device.total_bytes)}"]
+    name = f"  {device.name}" if device.name and device.name != device.id else ""
+    lines = [f"{device.id}{name}  total {mib(device.total_bytes)}"]
     for name in SHOWN_SEGMENTS:
         value = device.segments.get(name, 0)
         if value:
@@ -284,7 +304,8 @@ def budget_report(
 
     ``verdict_lines`` replace the memory-only verdict (planning's ``PlanVerdict.lines``).
     """
-    lines: list[str] = ["VRAM budget:"]
+    on_cpu = all(d.id == "CPU" for d in budget.devices)
+    lines: list[str] = ["Memory budget (the CPU: system RAM):" if on_cpu else "VRAM budget:"]
     for device in budget.devices:
         lines += ["  " + line for line in device_table(device, budget.measured, budget.replayed)]
     lines.append(f"  ({TRUST_LEGEND})")

@@ -164,7 +164,8 @@ def store(tmp_path: Path) -> StateStore:
 
 @pytest.fixture
 def make_wizard(qtbot: QtBot, store: StateStore) -> Iterator[WizardFactory]:
-    """``make_wizard(plan=None, report=gpu_report(), remember=True) -> MtpWizard``, settled."""
+    """``make_wizard(plan=None, report=gpu_report(), remember=True) -> MtpWizard``, settled, at
+    the default 1180 x 820 (``default_size=False``: as the wizard sized itself)."""
     made: list[MtpWizard] = []
 
     def make(
@@ -172,6 +173,7 @@ def make_wizard(qtbot: QtBot, store: StateStore) -> Iterator[WizardFactory]:
         report: DetectionReport | None = None,
         remember: bool = True,
         detector: Callable[[], DetectionReport] | None = None,
+        default_size: bool = True,
     ) -> MtpWizard:
         canned = report if report is not None else gpu_report()
         wizard = MtpWizard(
@@ -181,6 +183,9 @@ def make_wizard(qtbot: QtBot, store: StateStore) -> Iterator[WizardFactory]:
             remember=remember,
         )
         qtbot.addWidget(wizard)
+        wizard.tell_finished = lambda text: setattr(wizard, "last_finished", text)  # type: ignore[method-assign]
+        if default_size:  # the offscreen screen is 800 px wide: keep the tests' window size
+            wizard.resize(1180, 820)
         made.append(wizard)
         assert wizard.tasks.wait_idle(30)
         return wizard

@@ -76,6 +76,28 @@ def _require_file(path: Path, info: ModelInfo, role: str) -> None:
     require_whole_model(info, path, role)
 
 
+PRIVATE_TMP_DIRS = (Path("/tmp"), Path("/var/tmp"))
+
+
+def hidden_by_private_tmp(plan: Plan, unit_text: str) -> list[str]:
+    """Warnings for model files under /tmp or /var/tmp when the unit has ``PrivateTmp=yes``
+    (the service gets its own empty /tmp and /var/tmp, so it would not find them)."""
+    if "\nPrivateTmp=yes" not in unit_text:
+        return []
+    out = []
+    for role, path in (("model", plan.model.path), ("draft model", plan.draft.path)):
+        if path is None:
+            continue
+        where = next((d for d in PRIVATE_TMP_DIRS if Path(path).is_relative_to(d)), None)
+        if where is not None:
+            out.append(
+                f"the {role} {path} is under {where}, which this system unit cannot see "
+                f"(PrivateTmp=yes gives it its own empty {where}): move the file, e.g. into "
+                "your home folder, before installing the unit"
+            )
+    return out
+
+
 def install_files(
     plan: Plan, pctx: PlanningContext, scope: UnitScope, account: str | None = None
 ) -> ServiceFiles:
@@ -91,6 +113,7 @@ def install_files(
     files = render_service_files(
         plan, spec, scope=scope, user=account_for(scope, account), layout=layout
     )
+    notes += hidden_by_private_tmp(plan, files["unit"].text)
     return ServiceFiles(files, spec, tuple(messages + notes))
 
 
@@ -136,6 +159,7 @@ def export_files(
         user=account or account_for(scope, None),
         session=SessionSettings(igpu_card=pctx.machine.igpu_card),
     )
+    notes += hidden_by_private_tmp(plan, files["unit"].text)
     return ServiceFiles(dict(files), spec, tuple(messages + [f"warning: {n}" for n in notes]))
 
 

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.model.catalog.models import model_cards
+from mtpstudio.core.model.defaults import ctx_for_model
 from mtpstudio.core.model.file_state import file_state_text
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import ModelChoice, describe_validation_error
@@ -240,6 +241,11 @@ class ModelPage(PlanPage):
     def _on_model_changed(self, info: object) -> None:
         if info is not None:
             self.error.show_text(None)
+        if isinstance(info, ModelInfo) and self._pending is not None:  # the user opened it
+            self._pending = None
+            ctx = ctx_for_model(self.state.plan.runtime.ctx, info)
+            if ctx != self.state.plan.runtime.ctx:
+                self.apply({"runtime.ctx": ctx})
         self.refresh()
         self.completeChanged.emit()
 

@@ -72,7 +72,10 @@ SEGMENT_STYLES = MappingProxyType(
             "compute", "#76b7b2", description="Compute and output buffers of the main context."
         ),
         "driver": SegmentStyle(
-            "CUDA context", "#9c755f", description="The engine's own driver/CUDA context."
+            "driver context",
+            "#9c755f",
+            description="The engine's own GPU runtime context (CUDA on NVIDIA, ROCm/HIP on AMD), "
+            "outside its buffers.",
         ),
         "desktop": SegmentStyle(
             "desktop", "#edc948", description="The desktop (compositor, shell) on this GPU."
@@ -224,7 +227,9 @@ def device_row(device: DeviceBudget) -> BarRow:
         BarSegment("other_processes", s.get("other_processes", 0)),
         BarSegment("margin", s.get("margin", 0)),
     )
-    return BarRow(f"{device.id} · {device.name}", device.total_bytes, segments)
+    same = not device.name or device.name == device.id
+    title = device.id if same else f"{device.id} · {device.name}"
+    return BarRow(title, device.total_bytes, segments)
 
 
 def mapped_in_ram(host: HostBudget, parts: dict[str, int]) -> tuple[int, int]:

@@ -1,7 +1,8 @@
-"""Path arguments are stat'ed and sniffed before they are read: a model given as a plan is named."""
+"""A path given where a small file belongs is sniffed first: a GGUF model is named, not read."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import stat
@@ -11,49 +12,39 @@ from mtpstudio.core.errors import PlanError
 from mtpstudio.core.units import GIB, MIB
 
 GGUF_MAGIC = b"GGUF"
-PLAN_MAX_BYTES = 1 * MIB
-"""A plan is a few KB of JSON; a bigger file is refused before it is read."""
 
 
 def _size_text(n_bytes: int) -> str:
     return f"{n_bytes / GIB:.1f} GiB" if n_bytes >= GIB else f"{n_bytes / MIB:.1f} MiB"
 
 
-def read_plan_bytes(path: Path) -> bytes:
-    """The bytes of plan file ``path``, after checking what the path is.
+def refuse_model_as(path: Path, what: str) -> None:
+    """Raise when ``path`` is a GGUF model, reading its first four bytes only.
 
-    A folder, a device or FIFO, a GGUF model and anything over ``PLAN_MAX_BYTES`` are refused
-    without reading more than the first four bytes.
+    Anything else (no such file, a folder, a FIFO, a file too big) is left to the reader that
+    follows (``state_files.read_json``), which says so itself; opening is non-blocking, so a
+    FIFO at the path never hangs here.
 
     Raises:
-        PlanError: one sentence naming the path, what it is and what to run instead.
+        PlanError: ``path`` is a GGUF model: one sentence with its size and what to run instead.
     """
     try:
-        st = os.stat(path)  # before open(): opening a FIFO would block
-    except FileNotFoundError:
-        raise PlanError(f"plan file {path} does not exist") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise PlanError(f"cannot read plan file {path}: {exc.strerror or exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise PlanError(f"plan file {path} is a folder, not a plan file")
-    if not stat.S_ISREG(st.st_mode):
-        raise PlanError(f"plan file {path} is not a regular file")
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
+            return
+        raise PlanError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(GGUF_MAGIC))
-            if head == GGUF_MAGIC:
-                quoted = shlex.quote(str(path))
-                raise PlanError(
-                    f"{path} is a GGUF model ({_size_text(st.st_size)}), not a plan file",
-                    hint=f"Give it as the model: `--model {quoted}` (add `--save plan.json` to "
-                    "make a plan for it); in the window: Model page → Open GGUF….",
-                )
-            if st.st_size > PLAN_MAX_BYTES:
-                raise PlanError(
-                    f"{path} is {_size_text(st.st_size)}, too big to be a plan file (a plan is "
-                    "a few KB of JSON)",
-                    hint="Check the path: `mtpstudio plan … --save FILE` writes plan files.",
-                )
-            return head + f.read(PLAN_MAX_BYTES)
-    except OSError as exc:
-        raise PlanError(f"cannot read plan file {path}: {exc.strerror or exc}") from None
+        st = os.fstat(fd)
+        head = os.read(fd, len(GGUF_MAGIC)) if stat.S_ISREG(st.st_mode) else b""
+    except OSError:
+        return  # the reader that follows says what is wrong
+    finally:
+        os.close(fd)
+    if head == GGUF_MAGIC:
+        quoted = shlex.quote(str(path))
+        raise PlanError(
+            f"{path} is a GGUF model ({_size_text(st.st_size)}), not a {what}",
+            hint=f"Give it as the model: `--model {quoted}` (add `--save plan.json` to make a "
+            "plan for it); in the window: Model page → Open GGUF….",
+        )

@@ -11,6 +11,7 @@ config dir; the next start restores them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -33,7 +34,7 @@ from PySide6.QtWidgets import (
     QWizard,
 )
 
-from mtpstudio.core.detect.report import detect_all
+from mtpstudio.core.detect.report import detect_for
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import Plan, load_plan, save_plan
@@ -102,9 +103,11 @@ def scroll_page(page: QWidget) -> QScrollArea:
     return scroll
 
 
-def default_detector() -> Detector:
-    """This machine's detection (NVML, sysfs, /proc, engines)."""
-    return lambda: detect_all()
+def default_detector(plan: Callable[[], Plan] | None = None) -> Detector:
+    """This machine's detection (NVML, sysfs, /proc, engines); with ``plan`` (read when
+    detection starts) it also probes the engine binary the plan names, as ``mtpstudio plan``
+    does."""
+    return lambda: detect_for(plan() if plan is not None else Plan())
 
 
 class MtpWizard(QWizard):
@@ -139,7 +142,7 @@ class MtpWizard(QWizard):
         self.state = WizardState(
             plan or restored or Plan(),
             self.tasks,
-            detector or default_detector(),
+            detector or default_detector(lambda: self.state.plan),
             model_loader,
             self,
         )

@@ -17,7 +17,7 @@ from mtpstudio.core.errors import RenderError
 from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.planning import LaunchSpec, PlanningContext, launch_spec_for, resolve_mtp
+from mtpstudio.core.planning import LaunchSpec, PlanningContext, launch_spec_for, resolve
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.render import (
     RenderedFile,
@@ -105,8 +105,9 @@ def install_files(
     and key file as ``export-unit``); refused unless the model files can be loaded."""
     require_model_files(plan, pctx)
     key_file, messages = export_key_file(plan, create=True)
-    plan = resolve_mtp(plan, pctx)
-    spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
+    resolved = resolve(plan, pctx)
+    plan = resolved.effective
+    spec, notes = launch_spec_for(resolved, api_key_file=key_file)
     layout = ServiceLayout.for_plan(
         plan, scope, config_dir=paths.config_home(), data_dir=paths.data_home()
     )
@@ -150,8 +151,9 @@ def export_files(
     if not preview:
         require_model_files(plan, pctx)
     key_file, messages = export_key_file(plan, create=not preview)
-    plan = resolve_mtp(plan, pctx)  # the files say what the engine runs: MTP auto decided
-    spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
+    resolved = resolve(plan, pctx)
+    plan = resolved.effective  # the files say what the engine runs: MTP auto decided
+    spec, notes = launch_spec_for(resolved, api_key_file=key_file)
     files = render_all(
         plan,
         spec,

@@ -232,8 +232,7 @@ class BenchReport:
         if self.noisy:
             text += (
                 ": a NOISY measurement (something else used the machine, or the server was "
-                "still settling); medians are shown, but run it again before trusting a "
-                "difference this small"
+                "still settling); medians are shown: run it again before trusting the figures"
             )
         return text
 

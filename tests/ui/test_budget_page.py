@@ -131,3 +131,29 @@ def test_the_command_line_is_copyable(make_wizard: WizardFactory) -> None:
     page.copy_button.click()
     assert QGuiApplication.clipboard().text() == page.command_line()
     assert page.command_line().startswith("/opt/llama.cpp/build/bin/llama-server -m ")
+
+
+def test_system_ram_agrees_with_the_experts_in_ram_warning(make_wizard: WizardFactory) -> None:
+    """Issue 25 item 6: the RAM bar counted the whole mapped file (17,877 MiB) as used while
+    the warning said 10,744 MiB of experts stay in RAM."""
+    wizard = make_wizard(_demo())  # the engine's fit: experts of many layers on the CPU
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    evaluation = wizard.state.evaluation()
+    budget = evaluation.budget
+    experts = budget.parts["weights_cpu_experts"]
+    assert experts > 5000 * MIB
+    warning = next(w for w in evaluation.warnings if "of experts stay in system RAM" in w)
+    assert f"{experts / MIB:,.0f} MiB of experts" in warning
+    mapped = budget.host.segments["weights_mapped"]  # the engine's CPU_Mapped range
+    shown = next(s for s in page.bar.rows[-1].segments if s.key == "host_mapped")
+    assert shown.n_bytes == budget.parts["weights_cpu_tensors"]
+    assert experts <= shown.n_bytes < mapped  # what stays in RAM, not the whole range
+    assert f"experts {experts / MIB:,.0f} MiB" in shown.detail
+    assert f"{(mapped - shown.n_bytes) / MIB:,.0f} MiB of the mapped range is page cache" in (
+        shown.detail
+    )
+    text = page.host_label.text()
+    assert f"keeps {shown.n_bytes / MIB:,.0f} MiB of memory-mapped weights in RAM" in text
+    assert f"({experts / MIB:,.0f} MiB of them experts)" in text
+    assert "page cache" in text

@@ -480,6 +480,8 @@ def compute_budget(
         "weights_total": split.gpu_bytes + cpu_weights,
         "weights_gpu": split.gpu_bytes,
         "weights_cpu": cpu_weights,
+        "weights_cpu_tensors": split.cpu_bytes,  # what stays in RAM of the mapped range
+        "weights_cpu_experts": split.cpu_expert_bytes,
         "kv_cache": kv_gpu + kv_cpu,
         "recurrent_state": rs_gpu + rs_cpu,
         "mtp_kv_cache": mtp_kv,

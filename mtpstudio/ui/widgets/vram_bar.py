@@ -72,7 +72,10 @@ SEGMENT_STYLES = MappingProxyType(
             "compute", "#76b7b2", description="Compute and output buffers of the main context."
         ),
         "driver": SegmentStyle(
-            "CUDA context", "#9c755f", description="The engine's own driver/CUDA context."
+            "driver context",
+            "#9c755f",
+            description="The engine's own GPU runtime context (CUDA on NVIDIA, ROCm/HIP on AMD), "
+            "outside its buffers.",
         ),
         "desktop": SegmentStyle(
             "desktop", "#edc948", description="The desktop (compositor, shell) on this GPU."
@@ -100,10 +103,12 @@ SEGMENT_STYLES = MappingProxyType(
             description="KV cache, state, compute and output buffers kept in RAM.",
         ),
         "host_mapped": SegmentStyle(
-            "memory-mapped weights",
+            "mapped weights kept in RAM",
             "#a0cbe8",
             hatched=True,
-            description="Weights read from the file through the page cache (reclaimable).",
+            description="The CPU's weights (experts moved to the CPU, token embeddings …), "
+            "memory-mapped from the file: they stay in RAM while the server runs. The GPU's "
+            "weights also pass through the page cache at the load; the kernel drops those.",
         ),
         "free": SegmentStyle("free", "#f3f4f6", description="Not used."),
         "overflow": SegmentStyle(
@@ -222,12 +227,36 @@ def device_row(device: DeviceBudget) -> BarRow:
         BarSegment("other_processes", s.get("other_processes", 0)),
         BarSegment("margin", s.get("margin", 0)),
     )
-    return BarRow(f"{device.id} · {device.name}", device.total_bytes, segments)
+    same = not device.name or device.name == device.id
+    title = device.id if same else f"{device.id} · {device.name}"
+    return BarRow(title, device.total_bytes, segments)
 
 
-def host_row(host: HostBudget) -> BarRow:
-    """System RAM: what other programs use now, then the engine's CPU side."""
+def mapped_in_ram(host: HostBudget, parts: dict[str, int]) -> tuple[int, int]:
+    """(bytes of the memory-mapped range that stay in RAM, the rest: page cache).
+
+    The engine maps the file from its first to its last CPU tensor; only the CPU tensors are
+    read while it serves (they stay resident), the GPU tensors in between were read once at
+    the load and are page cache the kernel drops when it needs the room.
+    """
+    mapped = host.segments["weights_mapped"]
+    kept = min(mapped, parts.get("weights_cpu_tensors", mapped))
+    return kept, mapped - kept
+
+
+def host_row(host: HostBudget, parts: dict[str, int] | None = None) -> BarRow:
+    """System RAM: what other programs use now, then the engine's CPU side (``parts``: the
+    budget's totals, which say how much of the mapped range stays in RAM)."""
     s = host.segments
+    kept, cache = mapped_in_ram(host, parts or {})
+    experts = (parts or {}).get("weights_cpu_experts", 0)
+    mapped_detail = []
+    if experts:
+        mapped_detail.append(f"experts {_mib(experts)}, other CPU tensors {_mib(kept - experts)}")
+    if cache:
+        mapped_detail.append(
+            f"another {_mib(cache)} of the mapped range is page cache (not counted)"
+        )
     other = 0
     if host.total_bytes is not None and host.available_bytes is not None:
         other = max(0, host.total_bytes - host.available_bytes)
@@ -243,7 +272,7 @@ def host_row(host: HostBudget) -> BarRow:
             f"output {_mib(s['output'])}; the prompt cache may grow to "
             f"{_mib(s['prompt_cache_max'])}",
         ),
-        BarSegment("host_mapped", s["weights_mapped"]),
+        BarSegment("host_mapped", kept, "; ".join(mapped_detail)),
         *draft_segments(s),
     )
     return BarRow("System RAM", host.total_bytes, segments)
@@ -253,7 +282,7 @@ def budget_rows(budget: Budget, include_host: bool = True) -> list[BarRow]:
     """One row per device of the budget, then (optionally) the host RAM row."""
     rows = [device_row(d) for d in budget.devices]
     if include_host:
-        rows.append(host_row(budget.host))
+        rows.append(host_row(budget.host, budget.parts))
     return rows
 
 

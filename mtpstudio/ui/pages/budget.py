@@ -28,6 +28,7 @@ from mtpstudio.core.planning import (
     follows_published_setup,
     published_setup_text,
 )
+from mtpstudio.core.reports import TRUST_LEGEND
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
@@ -69,6 +70,9 @@ class BudgetPage(PlanPage):
         self.target_label = QLabel(self)
         self.target_label.setWordWrap(True)
         self.bar = VramBar(self)
+        self.trust_label = QLabel(f"How sure each figure in the legend is — {TRUST_LEGEND}.", self)
+        self.trust_label.setWordWrap(True)
+        self.trust_label.setStyleSheet("color: #4b5563;")
         self.verdict = Notice(self)
 
         self.rows: dict[str, SliderRow] = {}
@@ -115,6 +119,7 @@ class BudgetPage(PlanPage):
         layout = QVBoxLayout(self)
         layout.addWidget(self.target_label)
         layout.addWidget(self.bar)
+        layout.addWidget(self.trust_label)
         layout.addWidget(self.verdict)
         layout.addWidget(self.host_label)
         layout.addLayout(grid)

@@ -46,9 +46,14 @@ CUDA_FLAGS = (
     f"-DCMAKE_CUDA_ARCHITECTURES={CUDA_ARCH}",
     "-DGGML_CUDA_NCCL=OFF",  # one GPU; NCCL is not on the machine
 )
-# Rough compile seconds per object on one core, for the estimate printed before building.
-CUDA_OBJECT_SECONDS = 60.0
-OTHER_OBJECT_SECONDS = 6.0
+# Compile seconds per object on one core, for the estimate printed before building: nvcc 13.0
+# for sm_90 on one busy core of a shared 2-core machine took 11 s (softmax.cu), 14 s
+# (ggml-cuda.cu), 36 s (an mmq instance), 49 s (a flash-attention MMA instance); 144 of the
+# 338 objects are CUDA, about 25 s on average.
+CUDA_OBJECT_SECONDS = 25.0
+OTHER_OBJECT_SECONDS = 5.0
+NO_DRIVER_STUB = "CUDA::cuda_driver"
+"""What cmake names when the toolkit lacks the driver library (VMM needs it)."""
 
 Say = Callable[[str], None]
 
@@ -166,7 +171,10 @@ def configure(source: Path, paths: BuildPaths, flags: list[str], say: Say) -> No
     argv = [str(cmake), "-S", str(source), "-B", str(paths.build), "-G", "Ninja"]
     argv += [f"-DCMAKE_MAKE_PROGRAM={ninja}", *flags]
     say("$ " + " ".join(argv))
-    subprocess.run(argv, check=True, stdout=sys.stdout, stderr=subprocess.STDOUT)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        print(done.stdout[-4000:], done.stderr[-4000:], sep="\n", flush=True)
+        raise RuntimeError(f"cmake could not configure the build (exit {done.returncode})")
     flags_file.write_text(json.dumps(flags))
 
 
@@ -208,30 +216,34 @@ def run_ninja(
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
             start_new_session=True,
         )
         assert proc.stdout is not None
-        os.set_blocking(proc.stdout.fileno(), False)
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
         buffer = ""
         while True:
-            chunk = proc.stdout.read() or ""
-            buffer += chunk
-            *lines, buffer = buffer.split("\n")
-            for line in lines:
-                out.write(line + "\n")
-                if m := _PROGRESS.match(line):
-                    done, total = int(m[1]), int(m[2])
-                    now = time.monotonic()
-                    first = first or (done, now)
-                    if now - last_say >= 20 or done == total:
-                        last_say = now
-                        rate = (done - first[0]) / max(now - first[1], 1e-6)
-                        left = (total - done) / rate / 60 if rate > 0 else float("nan")
-                        say(f"[{done}/{total}] {rate * 60:.1f}/min, about {left:.1f} min left")
-            if proc.poll() is not None and not chunk:
-                break
-            if time.monotonic() >= deadline:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                data = None
+            if data:
+                buffer += data.decode("utf-8", errors="replace")
+                *lines, buffer = buffer.split("\n")
+                for line in lines:
+                    out.write(line + "\n")
+                    if m := _PROGRESS.match(line):
+                        done, total = int(m[1]), int(m[2])
+                        now = time.monotonic()
+                        first = first or (done, now)
+                        if now - last_say >= 20 or done == total:
+                            last_say = now
+                            rate = (done - first[0]) / max(now - first[1], 1e-6)
+                            left = (total - done) / rate / 60 if rate > 0 else float("nan")
+                            say(f"[{done}/{total}] {rate * 60:.1f}/min, about {left:.1f} min left")
+            elif data == b"" and proc.poll() is not None:
+                break  # end of output and ninja has exited
+            if time.monotonic() >= deadline and proc.poll() is None:
                 say("time is up for this call: stopping ninja (the next call resumes)")
                 os.killpg(proc.pid, signal.SIGINT)
                 try:
@@ -239,9 +251,11 @@ def run_ninja(
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+                out.write(buffer)
                 return False, done
-            if not chunk:
+            if not data:
                 time.sleep(0.2)
+        out.write(buffer)
         if proc.returncode != 0:
             raise RuntimeError(f"ninja failed (exit {proc.returncode}); the end of {log} says why")
     return True, done
@@ -274,12 +288,23 @@ def build(
     state = BuildState("cuda" if cuda else "cpu", flags, jobs=jobs)
     if paths.stamp.exists():
         state = BuildState(**json.loads(paths.stamp.read_text()))
+        if state.flags[: len(flags)] == flags:
+            flags = list(state.flags)  # with what an earlier call had to add (no VMM)
         if state.done and paths.binary.exists() and state.flags == flags:
             say(f"{TARGET} ({state.kind}) is built: {paths.binary}")
             return state
         state.flags, state.jobs = flags, jobs
     source = extract_source(repo, sdist, paths, say)
-    configure(source, paths, flags, say)
+    try:
+        configure(source, paths, flags, say)
+    except RuntimeError:
+        if not cuda or "-DGGML_CUDA_NO_VMM=ON" in flags:
+            raise
+        # a toolkit without the driver library: the pool without VMM (noted in build.json)
+        say(f"configure failed; retrying without CUDA VMM (if it was {NO_DRIVER_STUB})")
+        flags.append("-DGGML_CUDA_NO_VMM=ON")
+        state.flags = flags
+        configure(source, paths, flags, say)
     state.objects_total, state.cuda_objects = count_objects(paths)
     other = state.objects_total - state.cuda_objects
     cpu_seconds = state.cuda_objects * CUDA_OBJECT_SECONDS + other * OTHER_OBJECT_SECONDS

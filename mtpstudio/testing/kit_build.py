@@ -247,7 +247,7 @@ def run_ninja(
                 say("time is up for this call: stopping ninja (the next call resumes)")
                 os.killpg(proc.pid, signal.SIGINT)
                 try:
-                    proc.wait(timeout=30)
+                    proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()

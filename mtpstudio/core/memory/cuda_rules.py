@@ -13,8 +13,11 @@ and quoted by its test (``tests/test_cuda_rules.py`` against ``tests/fixtures/en
   tensors alive longer (fusions) and moves the shared expert next to the routed one;
 * each backend context creates a cuBLAS workspace of 4 MiB, 32 MiB from Hopper on (common.cuh).
 
-The CUDA context itself is no rule of the source: its size per card is a published figure
-(``core/model/catalog/gpus.py``; ``context_bytes_for_vram`` for cards without one).
+The budget applies them (``device_rules``, ``cuda_overhead_bytes``) and adds what the engine
+does on any GPU: experts kept in system RAM are copied into a context's compute buffer for
+batches of 32+ tokens (``--op-offload``), the draft context's too. The CUDA context itself is
+no rule of the source: its size per card is a published figure (``core/model/catalog/gpus.py``,
+``cuda_context_for``), and a detected card adds the memory NVML reports reserved.
 """
 
 from __future__ import annotations

@@ -14,11 +14,20 @@ from types import ModuleType
 
 import pytest
 
+from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.devices import TargetDevice
+from mtpstudio.core.server.load_log import ContextBuffers, LoadReport
+from mtpstudio.core.units import MIB
 from mtpstudio.testing.cuda_compare import (
     TruthArchive,
     all_within_targets,
+    budget_on,
     compare,
     context_ok,
+    context_rows,
+    cuda_buffers_mib,
+    device_rows,
+    smi_memory,
 )
 from mtpstudio.testing.fullsize import CARD_27B, CARD_35B
 from mtpstudio.testing.kit_runs import (
@@ -123,3 +132,76 @@ def test_every_committed_archive_converts_to_its_table_within_the_targets(archiv
 
 def test_there_is_a_committed_archive_to_convert() -> None:
     assert ARCHIVES, f"no archive under {FIXTURES}: the dry run's is committed there"
+
+
+# --- the CUDA side of the converter, on parsed figures ------------------------------------------
+
+
+def _h100() -> TargetDevice:
+    return TargetDevice(
+        "CUDA0",
+        "NVIDIA H100 80GB HBM3",
+        81559 * MIB,
+        driver_overhead_bytes=555 * MIB + 512 * MIB,  # the context figure and NVML's reserved
+        vendor="nvidia",
+        compute_capability="9.0",
+    )
+
+
+def _report_as_planned(budget: Budget, *, compute_scale: float = 1.0) -> LoadReport:
+    """What a load log would say if every buffer were as the budget plans (MiB, 2 decimals)."""
+    gpu, host = budget.devices[0].segments, budget.host.segments
+
+    def mib(n: int) -> float:
+        return round(n / MIB, 2)
+
+    main = ContextBuffers(
+        "main",
+        kv={"CUDA0": mib(gpu["kv_cache"])},
+        recurrent={"CUDA0": mib(gpu["recurrent_state"])},
+        output={"CUDA_Host": mib(budget.parts["output"])},
+        compute={"CUDA0": round(mib(gpu["compute"]) * compute_scale, 2), "CUDA_Host": 4.02},
+    )
+    mtp = ContextBuffers(
+        "mtp",
+        kv={"CUDA0": mib(gpu["mtp_kv_cache"])},
+        compute={"CUDA0": mib(gpu["mtp_compute"])},
+    )
+    model = {"CUDA0": mib(gpu["weights"]), "CPU_Mapped": mib(host["weights_mapped"])}
+    return LoadReport(model=model, contexts=[main, mtp])
+
+
+def test_gpu_buffers_are_compared_with_the_gpu_segments() -> None:
+    config = next(x.config for x in table("full") if x.config.name == "on dmax2 16k q8_0/q8_0")
+    budget = budget_on(config, _h100(), CARD_35B)
+    rows = device_rows(CARD_35B, config, _report_as_planned(budget), budget)
+    by_segment = {r.segment: r for r in rows}
+    assert {"weights", "kv_cache", "mtp_compute", "weights_host", "kv_cache_host"} <= set(
+        by_segment
+    )
+    assert all(r.ok for r in rows), [r for r in rows if not r.ok]
+    off = device_rows(CARD_35B, config, _report_as_planned(budget, compute_scale=1.1), budget)
+    assert [r.segment for r in off if not r.ok] == ["compute"]
+
+
+def test_the_cuda_context_is_what_the_process_holds_beyond_its_buffers() -> None:
+    config = next(x.config for x in table("full") if x.config.name == "on dmax1 4k f16")
+    budget = budget_on(config, _h100(), CARD_35B)
+    report = _report_as_planned(budget)
+    buffers = cuda_buffers_mib(report)
+    expected = (budget.devices[0].segments["driver_overhead"] - 512 * MIB) / MIB
+    used = {"loaded": int((buffers + 500) * MIB), "after_prompt": int((buffers + expected) * MIB)}
+    rows = context_rows(CARD_35B, config, {"process_used_bytes": used}, report, budget, 512 * MIB)
+    assert [r.segment for r in rows] == ["context loaded", "context after_prompt"]
+    assert rows[1].logged == pytest.approx(expected, abs=0.01) and context_ok(rows[1])
+    assert rows[0].logged == pytest.approx(500, abs=0.01)
+
+
+def test_nvidia_smis_memory_is_read_from_its_xml() -> None:
+    xml = (
+        "<nvidia_smi_log><gpu id='00000000:01:00.0'><fb_memory_usage>"
+        "<total>81559 MiB</total><reserved>512 MiB</reserved><used>1 MiB</used>"
+        "<free>81046 MiB</free></fb_memory_usage></gpu></nvidia_smi_log>"
+    )
+    assert smi_memory(xml) == {"total": 81559, "reserved": 512, "used": 1, "free": 81046}
+    assert smi_memory("not xml") == {}

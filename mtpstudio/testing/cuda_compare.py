@@ -8,7 +8,6 @@ A CPU archive (the kit's dry run) is compared the way the CPU accuracy table is.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shutil
@@ -133,7 +132,8 @@ def _config(record: dict[str, Any]) -> LoadConfig:
     return LoadConfig(**data)
 
 
-def _budget(config: LoadConfig, target: TargetDevice, card: str) -> Budget:
+def budget_on(config: LoadConfig, target: TargetDevice, card: str) -> Budget:
+    """The budget of ``config`` for catalogue ``card`` on ``target``."""
     plan = plan_from_dict(config.plan_data())
     info = model_card_info(card)
     return compute_budget(plan, info, target, memory_facts(EngineFlavour(config.engine)))
@@ -216,7 +216,7 @@ def context_rows(
     return rows
 
 
-def _smi_memory(xml_text: str) -> dict[str, float]:
+def smi_memory(xml_text: str) -> dict[str, float]:
     """nvidia-smi's FB memory of the first GPU (MiB): total, reserved, used, free."""
     try:
         root = ET.fromstring(xml_text)
@@ -234,7 +234,7 @@ def _smi_memory(xml_text: str) -> dict[str, float]:
 def device_lines(archive: TruthArchive) -> list[str]:
     """``detect``'s first GPU beside ``nvidia-smi -q -x``'s, in MiB."""
     detection = archive.detection()
-    smi = _smi_memory(archive.text("nvidia-smi.xml"))
+    smi = smi_memory(archive.text("nvidia-smi.xml"))
     if detection is None or not detection.gpus:
         return [f"detect found no GPU; nvidia-smi: {smi or archive.text('nvidia-smi.txt').strip()}"]
     gpu = detection.gpus[0]
@@ -282,7 +282,7 @@ def compare(archive: TruthArchive) -> Comparison:
         if emulate:
             result.fit_lines += fit_comparison(card, config, record, report, target)
             continue
-        budget = _budget(config, target, card)
+        budget = budget_on(config, target, card)
         result.rows += device_rows(card, config, report, budget)
         result.context_rows += context_rows(card, config, record, report, budget, reserved)
     if backend == "cuda":
@@ -360,14 +360,3 @@ def _row_json(r: SegmentRow) -> dict[str, Any]:
 def all_within_targets(comparison: Comparison) -> bool:
     rows: Iterable[SegmentRow] = comparison.rows
     return all(r.ok for r in rows) and all(context_ok(r) for r in comparison.context_rows)
-
-
-def archive_bytes(archive: TruthArchive) -> bytes:
-    """The archive again (for tests that rewrite one)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in sorted(archive.files.items()):
-            info = tarfile.TarInfo(f"{ARCHIVE_TOP}/{name}")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()

@@ -130,6 +130,16 @@ def find_tool(name: str, *extra: Path) -> Path | None:
     return None
 
 
+def find_ninja() -> Path | None:
+    """ninja on PATH, beside this Python, or the one scripts/build_engines.py installs."""
+    tools = [Path(sys.executable).parent]
+    cache = os.environ.get("MTPSTUDIO_ENGINE_CACHE")
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    for root in filter(None, [cache, str(Path(xdg) / "mtpstudio" / "engines")]):
+        tools.append(Path(root) / "_tools" / "bin")
+    return find_tool("ninja", *(folder / "ninja" for folder in tools))
+
+
 def find_nvcc() -> Path | None:
     cuda_homes = sorted(Path("/usr/local").glob("cuda*/bin/nvcc"), reverse=True)
     return find_tool("nvcc", Path("/usr/local/cuda/bin/nvcc"), *cuda_homes)
@@ -165,7 +175,7 @@ def configure(source: Path, paths: BuildPaths, flags: list[str], say: Say) -> No
     if paths.build.exists():
         shutil.rmtree(paths.build)
     cmake = find_tool("cmake")
-    ninja = find_tool("ninja")
+    ninja = find_ninja()
     if cmake is None or ninja is None:
         raise RuntimeError("cmake and ninja are needed: neither PATH nor this Python has them")
     argv = [str(cmake), "-S", str(source), "-B", str(paths.build), "-G", "Ninja"]
@@ -180,7 +190,7 @@ def configure(source: Path, paths: BuildPaths, flags: list[str], say: Say) -> No
 
 def count_objects(paths: BuildPaths) -> tuple[int, int]:
     """(objects the target needs, of which CUDA) from ninja's own plan."""
-    ninja = find_tool("ninja")
+    ninja = find_ninja()
     assert ninja is not None
     out = subprocess.run(
         [str(ninja), "-C", str(paths.build), "-t", "commands", TARGET],
@@ -204,7 +214,7 @@ def run_ninja(
     Returns (finished, steps done as ninja counts them). Progress is printed about every 20
     seconds with the rate so far and a time left; the full output goes to ``log``.
     """
-    ninja = find_tool("ninja")
+    ninja = find_ninja()
     assert ninja is not None
     argv = [str(ninja), "-C", str(paths.build), "-j", str(jobs), TARGET]
     say("$ " + " ".join(argv))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.cuda_rules import (
     CC_ADA_LOVELACE,
@@ -33,7 +34,6 @@ from mtpstudio.core.memory.cuda_rules import (
     topk_fuses,
 )
 from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.graph_alloc import (
     CPU_RULES,
     AllocEvent,

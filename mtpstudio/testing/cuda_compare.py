@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.detect.models import DetectionReport
+from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import Budget, compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.machine import machine_facts
 from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict

@@ -27,6 +27,7 @@ from mtpstudio.core.planning import (
     fit_suggestions,
     follows_published_setup,
     published_setup_text,
+    resolve,
 )
 from mtpstudio.core.reports import TRUST_LEGEND
 from mtpstudio.ui.formatting import error_sentence, gib, mib
@@ -360,7 +361,7 @@ class BudgetPage(PlanPage):
         pctx = self.state.context()
         if pctx is None:
             return []
-        return fit_suggestions(self.state.plan, pctx)
+        return fit_suggestions(resolve(self.state.plan, pctx))
 
     def apply_suggestion(self, index: int) -> FitSuggestion | None:
         """Apply the planner's answer ``index`` (0: fewest CPU expert layers, 1: largest ctx)."""

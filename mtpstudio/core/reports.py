@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from mtpstudio.core.memory.budget import DEVICE_SEGMENTS, Budget, DeviceBudget
 from mtpstudio.core.memory.draft import DRAFT_SEGMENTS
-from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, segment_trust
+from mtpstudio.core.memory.trust import (
+    NOTHING_MEASURED,
+    TRUST_MEANINGS,
+    Measured,
+    Trust,
+    device_trust,
+    segment_trust,
+    weakest,
+)
 from mtpstudio.core.model.file_state import file_state, file_state_text
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan
@@ -247,11 +255,28 @@ LABELS = {
 }
 SHOWN_SEGMENTS = (*DEVICE_SEGMENTS, *DRAFT_SEGMENTS)
 
-TRUST_LEGEND = (
-    "exact: byte formula checked against the engine's log, or the engine's graph allocator "
-    "replayed; measured: this engine build logged "
-    "this figure on this device at a launch; estimate: fitted or assumed"
-)
+TRUST_LEGEND = "; ".join(f"{level.value}: {TRUST_MEANINGS[level]}" for level in Trust)
+
+
+def trust_meaning(level: str) -> str:
+    """``source`` -> what that level means (empty for an unknown word)."""
+    try:
+        return TRUST_MEANINGS[Trust(level)]
+    except ValueError:
+        return ""
+
+
+def budget_trust(budget: Budget, device: DeviceBudget) -> dict[str, str]:
+    """``segment -> trust`` of one device of ``budget`` (its measured, replayed and sourced
+    figures applied)."""
+    return device_trust(
+        device.id, device.segments, budget.measured, budget.replayed, budget.sourced
+    )
+
+
+def combined_trust(*levels: str) -> str:
+    """The trust of a figure made of several: the least sure of ``levels``."""
+    return weakest(*(Trust(level) for level in levels)).value
 
 
 def mib(n_bytes: int | None) -> str:
@@ -280,13 +305,14 @@ def device_table(
     device: DeviceBudget,
     measured: Measured = NOTHING_MEASURED,
     replayed: Measured = NOTHING_MEASURED,
+    sourced: Measured = NOTHING_MEASURED,
 ) -> list[str]:
     name = f"  {device.name}" if device.name and device.name != device.id else ""
     lines = [f"{device.id}{name}  total {mib(device.total_bytes)}"]
     for name in SHOWN_SEGMENTS:
         value = device.segments.get(name, 0)
         if value:
-            trust = segment_trust(device.id, name, measured, replayed).value
+            trust = segment_trust(device.id, name, measured, replayed, sourced).value
             lines.append(f"  {BAR_GLYPHS[name]} {LABELS[name]:<20} {mib(value):>12}  {trust}")
     lines.append(f"    {'used':<20} {mib(device.used_bytes):>12}")
     free = device.free_bytes
@@ -307,7 +333,10 @@ def budget_report(
     on_cpu = all(d.id == "CPU" for d in budget.devices)
     lines: list[str] = ["Memory budget (the CPU: system RAM):" if on_cpu else "VRAM budget:"]
     for device in budget.devices:
-        lines += ["  " + line for line in device_table(device, budget.measured, budget.replayed)]
+        lines += [
+            "  " + line
+            for line in device_table(device, budget.measured, budget.replayed, budget.sourced)
+        ]
     lines.append(f"  ({TRUST_LEGEND})")
     host = budget.host
     s = host.segments

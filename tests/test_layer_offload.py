@@ -148,6 +148,8 @@ def test_the_acceptance_plan_fits_and_says_its_layer_count() -> None:
     # and the planner says what each lever would buy, in words
     fit_lines = [w for w in result.warnings if w.startswith("Fit: ")]
     assert any(w.startswith("Fit: with the llvmpipe session: ") for w in fit_lines), fit_lines
+    # no context makes every layer fit: the context lever offers no ctx-256 plan with CPU layers
+    assert not any(w.startswith("Fit: ctx ") for w in fit_lines), fit_lines
 
 
 def test_suggestions_are_ranked_and_name_the_desktop_reclaim() -> None:

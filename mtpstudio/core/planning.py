@@ -444,7 +444,10 @@ def _context_lever(resolved: ResolvedPlan) -> FitSuggestion | None:
             best, lo = s, mid + 1
         else:
             hi = mid - 1
-    return best or at(1)
+    if best is not None:
+        return best
+    shortest = at(1)  # how close the context alone gets; one that fits only with layers on
+    return None if shortest.fits else shortest  # the CPU is the layers lever's answer
 
 
 def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:

@@ -23,9 +23,8 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QEvent, QObject
 from PySide6.QtWidgets import QFileDialog, QWizard
 
-from mtpstudio.core.model.catalog.models import model_card_path
 from mtpstudio.core.plan import Plan, save_plan
-from mtpstudio.testing.zero_gguf import write_zero_gguf
+from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
 MOE_FILE = "Qwen3.6-35B-A3B-IQ4_XS.gguf"
@@ -43,9 +42,7 @@ Wait = Callable[[int], None]
 
 def write_fullsize_models(folder: Path) -> dict[str, Path]:
     """The zero-weight full-size GGUFs under their published names (a few MB on disk each)."""
-    return {
-        name: write_zero_gguf(model_card_path(card), folder / name) for name, card in CARDS.items()
-    }
+    return {name: zero_gguf_for_card(card, folder / name) for name, card in CARDS.items()}
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,8 @@ class ProcessOutcome:
         return not self.stopped and self.signal_name is not None
 
     def describe(self) -> str:
-        """A phrase: 'still running', 'exit status 1', 'crashed with SIGSEGV (exit 139)'."""
+        """How it ended, to follow "The server": 'exited with status 1', 'crashed with SIGSEGV
+        (exit 139)', 'stopped (exit 0)'; 'still running' while it runs."""
         code = self.returncode
         if code is None:
             return "still running"
@@ -104,7 +105,7 @@ class ProcessOutcome:
             shown = 128 - code if code < 0 else code
             verb = "was killed by" if name in ("SIGKILL", "SIGTERM", "SIGINT") else "crashed with"
             return f"{verb} {name} (exit {shown})"
-        return f"exit status {code}"
+        return f"exited with status {code}"
 
 
 class LogRing:

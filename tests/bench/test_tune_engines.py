@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.waiting import scaled
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.bench.history import BenchHistory
@@ -153,7 +154,7 @@ def test_memory_model_skips_what_a_small_gpu_cannot_hold_without_launching(
     assert need("f16") > need("q8_0") > need("q4_0")
     total = (need("f16") + need("q8_0")) // 2
     pctx = context(plan, (TargetDevice("CUDA0", "small fake GPU", total),))
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     space = TuneSpace(kv_cache=(CacheType.Q8_0, CacheType.F16, CacheType.Q4_0))
     result = run_tune(plan, pctx, space, PROMPTS[:2], launcher, settings=QUICK)
     f16 = row(result, "kv=f16")
@@ -167,25 +168,30 @@ def test_memory_model_skips_what_a_small_gpu_cannot_hold_without_launching(
     assert not any("f16" in argv[argv.index("-ctk") + 1] for argv in launched)
 
 
-def test_a_crashing_candidate_is_recorded_and_the_search_goes_on(
+def test_a_failing_candidate_is_recorded_and_the_search_goes_on(
     tiny_model: Callable[..., Path], engine: Callable[[str], Path]
 ) -> None:
-    """100000 threads makes llama-server crash at start-up (it segfaults creating them)."""
-    plan = start_plan(engine("upstream"), tiny_model("dense"))
-    space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0), threads=(2, 100000))
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    """Heads of 16: the engine refuses a quantized K cache (block size 32) at start-up, on every
+    machine; f16 and f32 caches start. (How an engine dies of a resource it cannot get, such
+    as 100000 threads, depends on the machine: it may crash, exit or just be slow.)"""
+    model = tiny_model("dense", n_head=4, n_head_kv=2, head_dim=16)
+    plan = start_plan(engine("upstream"), model)
+    space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0, CacheType.F32, CacheType.Q4_0))
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS, launcher, settings=QUICK,
                       constraints=TuneConstraints(finalists=2))  # fmt: skip
-    crashed = [r for r in result.rows if r.changes.get("runtime.threads") == 100000]
-    assert len(crashed) == 2
-    for r in crashed:
+    refused = [r for r in result.rows if r.label in ("kv=q8_0", "kv=q4_0")]
+    assert len(refused) == 2
+    for r in refused:
         assert r.status is RowStatus.FAILED and not r.runs
         assert "launch failed" in r.reason
-        assert r.diagnosis is not None and r.diagnosis["kind"] in ("crashed", "exited")
-    good = row(result, "kv=q8_0")
+        # how the engine ends after refusing is its own affair: an exit status or a signal
+        assert r.diagnosis is not None and r.diagnosis["kind"] in ("exited", "crashed")
+        assert r.diagnosis["evidence"], "the diagnosis carries the engine's error lines"
+    good = row(result, "kv=f32")
     assert good.full is not None and good.status in (RowStatus.FINALIST, RowStatus.BEST)
     assert result.best is not None and result.best.full is not None
-    assert len(launcher.launched) == 5  # baseline, round 1 (all three), the final of q8_0
+    assert len(launcher.launched) == 5  # baseline, round 1 (all three), the final of f32
 
 
 def test_cancel_keeps_what_was_measured(
@@ -201,7 +207,7 @@ def test_cancel_keeps_what_was_measured(
         if step.done == 3:  # the baseline and two candidates of round 1
             cancel.cancel()
 
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS, launcher,
                       settings=QUICK, cancel=cancel, progress=progress)  # fmt: skip
     assert result.cancelled
@@ -235,7 +241,7 @@ def test_the_saved_best_plan_relaunches_with_the_same_command(
     model = tiny_model("hybrid-mtp", dtype="q8_0")
     plan = start_plan(engine("upstream"), model, **{"mtp.enabled": True, "mtp.draft_p_min": 0.0})
     space = TuneSpace(draft_max=(1, 3), draft_cache=(CacheType.F16, CacheType.Q8_0))
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK)
     assert result.best is not None and result.best_plan is not None
     save_plan(result.best_plan, tmp_path / "best.json")
@@ -293,7 +299,7 @@ def test_the_time_budget_stops_launching_and_keeps_the_baseline(
 ) -> None:
     plan = start_plan(engine("upstream"), tiny_model("dense"))
     space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0))
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK,
                       constraints=TuneConstraints(time_budget_s=0.001))  # fmt: skip
     assert result.budget_reached and not result.cancelled

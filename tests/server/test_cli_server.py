@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.tiny_models import HUGE_KV_MIB, HUGE_KV_MODEL, HUGE_KV_PLAN
+from support.waiting import scaled, wait_for
 
 from mtpstudio.core.plan import Plan, save_plan
 from mtpstudio.core.server.state import load_states
@@ -99,16 +103,13 @@ def test_missing_model_is_one_line_before_launch(
 def test_failed_launch_exits_non_zero_with_the_diagnosis(
     plan_for: Callable[..., Plan], tmp_path: Path
 ) -> None:
-    wide = {"n_embd": 256, "n_head": 8, "n_head_kv": 8, "head_dim": 256, "n_layer": 2,
-            "n_ctx_train": 4194304}  # fmt: skip
-    huge = {"runtime.ctx": 4194304, "runtime.cache_type_k": "f32", "runtime.cache_type_v": "f32"}
-    plan = plan_for("upstream", model_params=wide, **huge)
+    plan = plan_for("upstream", model_params=HUGE_KV_MODEL, **HUGE_KV_PLAN)
     result = cli("launch", "--plan", str(saved(plan, tmp_path)))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(
         "mtpstudio: the server did not start. The server ran out of memory allocating the KV "
-        "cache (131,072.00 MiB) in system RAM."
+        f"cache ({HUGE_KV_MIB:,.2f} MiB) in system RAM."
     )
     assert "1. halve the context to 2097152 tokens (runtime.ctx=2097152)" in result.stderr
     assert processes_with(str(plan.model.path)) == []
@@ -124,9 +125,7 @@ def test_sigkilled_server_shows_as_gone_and_its_record_is_removed(
     assert launched.returncode == 0, launched.stderr
     pid = json.loads(launched.stdout)["pid"]
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while processes_with(str(plan.model.path)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_for(lambda: not processes_with(str(plan.model.path)), timeout=10)
     status = cli("server", "status", "--json")
     assert status.returncode == 3
     report = json.loads(status.stdout)
@@ -164,7 +163,8 @@ def test_foreground_stays_attached_until_ctrl_c(
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
-    assert "Stopped the server (stopped (exit 0))." in err
+    # stopped by its SIGTERM within the grace; the engine's own exit status is its affair
+    assert re.search(r"Stopped the server \(stopped \(exit -?\d+\)\)\.", err), err
     assert processes_with(str(plan.model.path)) == []
     assert state_files() == []
 
@@ -219,15 +219,24 @@ def test_logs_follow_ends_when_the_server_stops(
         [sys.executable, "-m", "mtpstudio.cli.main", "server", "logs", "-n", "2", "--follow"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in follow.stdout or ():
+            lines.append(line)
+
     try:
-        time.sleep(1.0)
-        assert follow.poll() is None  # still following
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        assert wait_for(lambda: len(lines) >= 2, timeout=30), lines  # the last two lines
+        time.sleep(0.3)
+        assert follow.poll() is None  # and it keeps following
         assert cli("server", "stop").returncode == 0
-        out, _err = follow.communicate(timeout=20)
+        follow.wait(timeout=scaled(20))
+        reader.join(timeout=scaled(20))
     finally:
         if follow.poll() is None:
             follow.kill()
             follow.wait()
     assert follow.returncode == 0
-    assert len(out.splitlines()) >= 2
     assert processes_with(str(plan.model.path)) == []

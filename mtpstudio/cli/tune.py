@@ -78,6 +78,9 @@ def _numbers(text: str | None, kind: Callable[[str], Any], what: str) -> tuple[A
         raise BenchError(f"{what} must be a comma-separated list of numbers") from None
 
 
+CANCELLING = "\ncancelling: finishing with what was measured (Ctrl-C again to stop now)\n"
+
+
 @contextmanager
 def _ctrl_c_cancels(cancel: Any) -> Iterator[None]:
     """The first Ctrl-C cancels the search (what was measured is kept); a second one stops."""
@@ -86,8 +89,9 @@ def _ctrl_c_cancels(cancel: Any) -> Iterator[None]:
         if cancel.cancelled:
             raise KeyboardInterrupt
         cancel.cancel()
-        print("\ncancelling: finishing with what was measured (Ctrl-C again to stop now)",
-              file=sys.stderr)  # fmt: skip
+        # Straight to the descriptor: the handler can interrupt a print to sys.stderr, and a
+        # second write into the same buffered writer raises "reentrant call".
+        os.write(sys.stderr.fileno(), CANCELLING.encode())
 
     try:
         previous = signal.signal(signal.SIGINT, handler)

@@ -141,30 +141,40 @@ def test_foreground_stays_attached_until_ctrl_c(
 ) -> None:
     plan = plan_for("upstream")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT makes a hung CLI print where it hangs
+    start_s, stop_s = scaled(120), scaled(30)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mtpstudio.cli.main", "launch", "--foreground",
-         "--timeout", "120", "--plan", str(saved(plan, tmp_path))],
+         "--timeout", f"{start_s:.0f}", "--plan", str(saved(plan, tmp_path))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
         # the CLI must flush while it stays attached (no PYTHONUNBUFFERED in a user's shell)
-        ready, _, _ = select.select([proc.stdout], [], [], 120)
-        assert ready, "nothing on stdout within 120 s: the healthy line was not flushed"
+        ready, _, _ = select.select([proc.stdout], [], [], start_s)
+        assert ready, f"nothing on stdout within {start_s:.0f} s: the healthy line was not flushed"
         first = proc.stdout.readline()
         assert "is healthy at" in first
         assert len(load_states()) == 1
         time.sleep(0.3)
         assert proc.poll() is None  # still attached
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=30)
+        try:
+            _out, err = proc.communicate(timeout=stop_s)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _out, err = proc.communicate(timeout=30)
+            pytest.fail(f"still running {stop_s:.0f} s after Ctrl-C; its threads:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
-    # stopped by its SIGTERM within the grace; the engine's own exit status is its affair
-    assert re.search(r"Stopped the server \(stopped \(exit -?\d+\)\)\.", err), err
+    # Stopped: by SIGTERM, or by SIGKILL when the engine outlived the grace on a loaded
+    # machine (test_launch_real checks the SIGTERM reaches it); its exit status is its own.
+    assert re.search(
+        r"Stopped the server \((stopped|killed after it ignored SIGTERM) \(exit -?\d+\)\)\.", err
+    ), err
     assert processes_with(str(plan.model.path)) == []
     assert state_files() == []
 

@@ -91,7 +91,9 @@ def test_start_health_reconcile_stop(
     stored = last_measured(rec.build_key, "CPU")
     assert stored is not None and stored.to_json() == rec.to_json()
 
-    outcome = proc.stop()  # SIGTERM: the engine ends within the grace, whatever its status
+    # SIGTERM reaches the engine (its process group) and it ends within the grace, which
+    # stretches with the machine's load; its exit status is its own affair.
+    outcome = proc.stop(grace=scaled(10))
     assert outcome.stopped and not outcome.killed and outcome.returncode is not None
     assert result.state is not None and result.state.liveness() is Liveness.GONE
     remove_state(result.state)

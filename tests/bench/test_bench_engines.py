@@ -376,16 +376,17 @@ def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
                  "--json", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())
-    # Rounds alternate A B, B A; then the gate's drafting-off server; never two at once.
+    # Rounds alternate A B, B A; then the gate's MTP-off server (B again); never two at once.
     assert [label for label, _, _ in launcher.started] == [
-        "mtp-on", "mtp-off", "mtp-off", "mtp-on", "drafting-off"
+        "MTP on", "MTP off", "MTP off", "MTP on", "MTP off"
     ]  # fmt: skip
     assert not any(alive(pid) for _, pid, _ in launcher.started)
     events = launcher.events  # one at a time: each server stopped before the next started
     assert events == [
         e for label, _, _ in launcher.started for e in (f"start {label}", f"stop {label}")
     ]
-    assert "A/B  A = mtp-on  B = mtp-off" in printed
+    assert "A/B  A = MTP on  B = MTP off" in printed
+    assert "correctness gate: drafting on = MTP on, drafting off = MTP off" in printed
     rows = doc["ab"]["rows"]
     assert [r["category"] for r in rows] == ["code_python", "summarize", "qa_factual"]
     a = doc["ab"]["a"]
@@ -394,7 +395,8 @@ def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
     assert a["aggregate"]["total_draft"] > 0
     assert a["metrics_check"]["matches"] is True
     assert doc["ab"]["b"]["aggregate"]["total_draft"] == 0
-    assert doc["gate"]["drafting_on"] == "mtp-on" and len(doc["gate"]["items"]) == 3
+    assert doc["gate"]["drafting_on"] == "MTP on" and len(doc["gate"]["items"]) == 3
+    assert doc["gate"]["drafting_off"] == "MTP off"
     assert code == (0 if doc["gate"]["passed"] else 1)
     finding_codes = [f["code"] for f in doc["findings"]]
     assert "p-min-low" in finding_codes
@@ -412,9 +414,9 @@ def test_cli_plan_together_interleaves(
                  "--n-predict", str(N), "--categories", "code_python,qa_factual"])  # fmt: skip
     printed = capsys.readouterr().out
     labels = [label for label, _, _ in launcher.started]
-    assert labels == ["mtp-on", "mtp-off"]  # the gate reuses B, which is MTP off
+    assert labels == ["MTP on", "MTP off"]  # the gate reuses B, which is MTP off
     assert not any(alive(pid) for _, pid, _ in launcher.started)
-    assert "A/B  A = mtp-on  B = mtp-off" in printed and "correctness gate" in printed
+    assert "A/B  A = MTP on  B = MTP off" in printed and "correctness gate" in printed
     assert code in (0, 1)
 
 

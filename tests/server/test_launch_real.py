@@ -161,7 +161,10 @@ def test_an_engine_that_cannot_load_its_model_reads_as_a_load_failure(
     assert outcome.returncode not in (None, 0) and not outcome.stopped
     d = result.diagnosis
     assert d is not None and d.kind is CauseKind.MODEL_LOAD, result.log_path.read_text()[-2000:]
-    assert d.cause == f"The engine could not load the model and {outcome.describe()}."
+    assert d.cause == (
+        f"The engine could not load the model and {outcome.describe()}; the log below says why "
+        "(check the model file with `mtpstudio plan --model FILE`)."
+    )
     assert any(str(gone) in e for e in d.evidence), d.evidence  # the line that says why
     # the same diagnosis (less the ending) as for any other way the engine could have ended
     for other in (ProcessOutcome(-11), ProcessOutcome(-6), ProcessOutcome(1)):

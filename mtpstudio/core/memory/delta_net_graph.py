@@ -16,10 +16,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from mtpstudio.core.memory.graph_alloc import (
+    CPU_RULES,
     F16,
     F32,
     I32,
     I64,
+    BackendRules,
     GraphBuilder,
     GraphSizes,
     ModelDims,
@@ -137,12 +139,16 @@ def delta_net_peak_bytes(
     k_rot: int = 0,
     v_rot: int = 0,
     flash_attn: bool = True,
+    rules: BackendRules = CPU_RULES,
 ) -> int:
-    """The buffer the trunk needs up to layer 0's delta-net output (0 without recurrent layers)."""
+    """The buffer the trunk needs up to layer 0's delta-net output (0 without recurrent layers),
+    on the backend ``rules`` describe. Its ops are the same on every backend (no attention, no
+    MoE); the input lookups are not marked ``host``, so on CUDA only the alignment differs."""
     if not model.ssm_inner_size or not model.ssm_state_size:
         return 0
     dims = ModelDims.of(model)
-    return _prefix_bytes(dims, n_tokens, n_kv, n_outputs, n_rs_seq, k_rot, v_rot, flash_attn)
+    args = (dims, n_tokens, n_kv, n_outputs, n_rs_seq, k_rot, v_rot, flash_attn)
+    return _prefix_bytes(*args, rules)
 
 
 @lru_cache(maxsize=256)
@@ -155,6 +161,7 @@ def _prefix_bytes(
     k_rot: int,
     v_rot: int,
     flash_attn: bool,
+    rules: BackendRules,
 ) -> int:
     graph = delta_net_prefix(
         dims,
@@ -166,4 +173,4 @@ def _prefix_bytes(
         v_rot=v_rot,
         flash_attn=flash_attn,
     )
-    return reserved_bytes(*graph)
+    return reserved_bytes(*graph, rules=rules)

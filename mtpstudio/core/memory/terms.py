@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mtpstudio.core.memory.delta_net_graph import delta_net_peak_bytes
+from mtpstudio.core.memory.graph_alloc import CPU_RULES, AttentionShape, BackendRules
 from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes
 from mtpstudio.core.model.info import ModelInfo
 
@@ -79,6 +80,8 @@ class ComputeShape:
     quantized_v: bool = False
     n_seq: int = 1
     n_rs_seq: int = 0  # recurrent-state copies per sequence MTP keeps (its draft depth)
+    type_k: str = "f16"  # the cache types, where a backend's attention rules need more than
+    type_v: str = "f16"  # quantized or not (CUDA's F16 conversion copies)
 
     @property
     def quantized_kv(self) -> bool:
@@ -199,22 +202,37 @@ def replays_nextn_graph(model: ModelInfo, shape: ComputeShape) -> bool:
     )
 
 
-def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = True) -> int:
+def compute_bytes(
+    model: ModelInfo,
+    shape: ComputeShape,
+    *,
+    recurrent: bool = True,
+    rules: BackendRules = CPU_RULES,
+) -> int:
     """Estimate one context's compute buffer: the mask plus the largest activation peak.
 
     ``recurrent=False`` is the MTP draft context: it only runs the nextn layer (full attention
     + FFN, no delta-net), and its mask is live only during attention. For the Qwen3.5/3.6 nextn
     block the draft buffer is not estimated but replayed (``nextn_graph``). The logits are computed
     after the last FFN has been freed, so they are a peak of their own, not an addition.
+    ``rules``: the backend the buffer is on; the replays follow them, and the fitted peaks take
+    their attention node's extra bytes (CUDA's F16 copies of a converted K/V).
     """
     k_rot, v_rot = rotation_sides(model, shape)
     if not recurrent and replays_nextn_graph(model, shape):
         return nextn_compute_bytes(
-            model, shape.n_tokens, shape.n_kv, shape.n_outputs, k_rot=k_rot, v_rot=v_rot
+            model,
+            shape.n_tokens,
+            shape.n_kv,
+            shape.n_outputs,
+            k_rot=k_rot,
+            v_rot=v_rot,
+            rules=rules,
+            cache_types=(shape.type_k, shape.type_v),
         )
     # the rotation matrices are inputs, read by every attention layer: live all along
     rotation = F32 * (k_rot * k_rot + v_rot * v_rot)
-    fitted = rotation + _fitted_compute_bytes(model, shape, recurrent=recurrent)
+    fitted = rotation + _fitted_compute_bytes(model, shape, recurrent=recurrent, rules=rules)
     if (
         recurrent
         and model.recurrent_layers
@@ -231,12 +249,15 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
             k_rot=k_rot,
             v_rot=v_rot,
             flash_attn=shape.flash_attn,
+            rules=rules,
         )
         return max(fitted, prefix)
     return fitted
 
 
-def _fitted_compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool) -> int:
+def _fitted_compute_bytes(
+    model: ModelInfo, shape: ComputeShape, *, recurrent: bool, rules: BackendRules = CPU_RULES
+) -> int:
     """The fitted estimate: the mask plus the largest activation peak (see ``compute_bytes``)."""
     family = model_family(model)
     fa = shape.flash_attn
@@ -260,6 +281,18 @@ def _fitted_compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: b
     if fa and shape.quantized_kv and recurrent:
         # a quantized K/V cache adds about 8 bytes per query element to the attention peak
         attn += _QUANT_KV_EXTRA[family] * t * q_dim
+    if fa:
+        operands = AttentionShape(
+            model.key_length,
+            model.value_length,
+            t,
+            model.n_head,
+            model.n_head_kv,
+            shape.n_kv,
+            shape.type_k,
+            shape.type_v,
+        )
+        attn += rules.attention_extra(operands, F32 * t * q_dim)
     logits = F32 * shape.n_outputs * model.vocab_size
     if mtp:
         return int(max(mask + attn, ffn, logits))

@@ -92,11 +92,11 @@ class ProcessOutcome:
         return not self.stopped and self.signal_name is not None
 
     def describe(self) -> str:
-        """How it ended, to follow "The server": 'exited with status 1', 'crashed with SIGSEGV
-        (exit 139)', 'stopped (exit 0)'; 'still running' while it runs."""
+        """A verb phrase for "The server …": 'is still running', 'exited with status 1',
+        'crashed with SIGSEGV (exit 139)', 'stopped (exit 0)'."""
         code = self.returncode
         if code is None:
-            return "still running"
+            return "is still running"
         if self.stopped:
             how = "killed after it ignored SIGTERM" if self.killed else "stopped"
             return f"{how} (exit {code})"

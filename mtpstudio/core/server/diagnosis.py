@@ -320,7 +320,8 @@ def diagnose(
     if load_error is not None:
         return Diagnosis(
             CauseKind.MODEL_LOAD,
-            f"The engine could not load the model and {code}.",
+            f"The engine could not load the model and {code}; the log below says why "
+            "(check the model file with `mtpstudio plan --model FILE`).",
             tuple(report.error_lines[-4:]),
         )
     if bad_arg is not None and not report.contexts:

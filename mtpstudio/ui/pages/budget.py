@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPushButton,
     QSlider,
     QSpinBox,
@@ -24,6 +25,7 @@ from mtpstudio.core.plan import MoePlacement, Plan
 from mtpstudio.core.planning import (
     Budget,
     FitSuggestion,
+    fit_suggestions,
     follows_published_setup,
     offload_and_context,
     published_setup_text,
@@ -96,11 +98,19 @@ class BudgetPage(PlanPage):
         self.fit_context_button.setToolTip(
             "Keep (or first find) the expert placement and grow the context as far as it fits."
         )
+        self.levers_menu = QMenu(self)
+        self.levers_button = QPushButton("Every lever…", self)
+        self.levers_button.setToolTip(
+            "What each lever buys, best first: the desktop reclaims, draft depth, cache types, "
+            "context, experts or layers on the CPU. Pick one to apply it."
+        )
+        self.levers_button.setMenu(self.levers_menu)
         self.fit_label = QLabel(self)
         self.fit_label.setWordWrap(True)
         fit_row = QHBoxLayout()
         fit_row.addWidget(self.fit_offload_button)
         fit_row.addWidget(self.fit_context_button)
+        fit_row.addWidget(self.levers_button)
         fit_row.addWidget(self.fit_label, 1)
 
         self.host_label = QLabel(self)
@@ -132,6 +142,7 @@ class BudgetPage(PlanPage):
 
         self.fit_offload_button.clicked.connect(self._on_fit_offload_clicked)
         self.fit_context_button.clicked.connect(self._on_fit_context_clicked)
+        self.levers_menu.aboutToShow.connect(self.fill_levers_menu)
         self.copy_button.clicked.connect(self._on_copy_clicked)
         state.model_changed.connect(self._on_inputs_changed)
         state.report_changed.connect(self._on_inputs_changed)
@@ -278,7 +289,7 @@ class BudgetPage(PlanPage):
         if on_gpu:
             self.margin.note.setText("")
         self.setTitle("VRAM budget" if on_gpu or evaluation is None else "Memory budget (CPU)")
-        for button in (self.fit_offload_button, self.fit_context_button):
+        for button in (self.fit_offload_button, self.fit_context_button, self.levers_button):
             button.setEnabled(on_gpu and self.state.context() is not None)
         if not on_gpu:
             self.fit_label.setText("The Fit buttons plan for a GPU; this plan is for the CPU.")
@@ -414,6 +425,31 @@ class BudgetPage(PlanPage):
         self.fit_label.setText(message if suggestion.fits else f"{message} It still does not fit.")
         self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
         return suggestion
+
+    def fill_levers_menu(self) -> list[FitSuggestion]:
+        """The ranked answers of every lever, one menu entry each (computed when the menu opens:
+        a few dozen budgets, too many for every slider step)."""
+        self.levers_menu.clear()
+        pctx = self.state.context()
+        try:
+            ranked = fit_suggestions(resolve(self.state.plan, pctx)) if pctx is not None else []
+        except MtpStudioError as exc:
+            self.levers_menu.addAction(error_sentence(exc)).setEnabled(False)
+            return []
+        for suggestion in ranked:
+            action = self.levers_menu.addAction(suggestion.message)
+            action.triggered.connect(lambda _=False, s=suggestion: self.apply_lever(s))
+        if not ranked:
+            self.levers_menu.addAction("No lever changes this plan.").setEnabled(False)
+        return ranked
+
+    def apply_lever(self, suggestion: FitSuggestion) -> None:
+        """Apply one lever's answer from the menu and say what it gives."""
+        self.last_suggestion = suggestion
+        self.state.set_plan(suggestion.plan)
+        self.refresh()
+        self.fit_label.setText(suggestion.message[:1].upper() + suggestion.message[1:] + ".")
+        self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
 
     def _on_fit_offload_clicked(self) -> None:
         self.apply_suggestion(0)

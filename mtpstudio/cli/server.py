@@ -194,6 +194,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         print(line)
     if not args.follow:
         return 0
+    sys.stdout.flush()  # the last lines now, not when the server next writes (a pipe buffers)
     from mtpstudio.core.server.state import load_states
 
     try:

@@ -12,7 +12,8 @@ Writes the zero-weight Qwen3.6-35B-A3B IQ4_XS (sparse: 17.9 GiB apparent, a few 
 * a drag of the window's right edge (one pixel at a time over 200 px): the most relayouts one
   settle needed (1 is a resize; more means the wrap and a scroll bar chase each other).
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_budget_idle.py [--idle-s 5]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_budget_idle.py [--idle-s 5] \\
+        [--card qwen3.6-27b-iq4_xs --gpu rtx-4060-ti-16gb]   # the dense model, layers on the CPU
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from pathlib import Path
 IDLE_TARGET_PERCENT = 1.0
 STEP_TARGET_MS = 16.0
 SIZES = ((1600, 1000), (1366, 768))
+FILE_NAMES = {
+    "qwen3.6-35b-a3b-iq4_xs": "Qwen3.6-35B-A3B-IQ4_XS.gguf",
+    "qwen3.6-27b-iq4_xs": "Qwen3.6-27B-IQ4_XS.gguf",
+}
 
 
 def _summary(label: str, samples: list[float]) -> str:
@@ -47,6 +52,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle-s", type=float, default=5.0, help="seconds of idling per size")
     parser.add_argument("--font-pt", type=int, default=11, help="application font size (Plasma)")
+    parser.add_argument("--card", default="qwen3.6-35b-a3b-iq4_xs", choices=sorted(FILE_NAMES))
+    parser.add_argument("--gpu", default="rtx-4070-super", help="the catalogue card to plan for")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="mtpstudio-idle-"))
@@ -56,12 +63,12 @@ def main() -> int:
         os.environ[name] = str(scratch / name.lower())
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     try:
-        return _run(home, args.idle_s, args.font_pt)
+        return _run(home, args.idle_s, args.font_pt, args.card, args.gpu)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run(home: Path, idle_s: float, font_pt: int) -> int:
+def _run(home: Path, idle_s: float, font_pt: int, card: str, gpu: str) -> int:
     from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
     from PySide6.QtWidgets import QSlider
 
@@ -72,8 +79,7 @@ def _run(home: Path, idle_s: float, font_pt: int) -> int:
     from mtpstudio.ui.widgets.command_box import CommandBox
     from mtpstudio.ui.wizard import MtpWizard, PageId
 
-    model = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", home / "models" / "Qwen3.6-35B-A3B.gguf")
-    model = model.rename(model.with_name("Qwen3.6-35B-A3B-IQ4_XS.gguf"))
+    model = zero_gguf_for_card(card, home / "models" / FILE_NAMES[card])
     app = ensure_application()
     font = app.font()
     font.setPointSize(font_pt)
@@ -118,11 +124,11 @@ def _run(home: Path, idle_s: float, font_pt: int) -> int:
         slider.setSliderDown(False)
         return steps
 
-    plan = plan_with(Plan(device="rtx-4070-super"), {"model.path": str(model), "model.card": None})
+    plan = plan_with(Plan(device=gpu), {"model.path": str(model), "model.card": None})
     wizard = MtpWizard(plan, detector=lambda: DetectionReport(), remember=False)
     print(
         f"{model}: {model.stat().st_size / 2**30:.1f} GiB apparent, "
-        f"{disk_bytes(model) / 2**20:.1f} MiB on disk; catalogue RTX 4070 SUPER; "
+        f"{disk_bytes(model) / 2**20:.1f} MiB on disk; catalogue {gpu}; "
         f"font {font_pt} pt; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
     worst_idle = 0.0

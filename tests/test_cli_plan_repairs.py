@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -206,11 +207,17 @@ def test_check_exits_3_when_it_does_not_fit_and_0_when_it_does() -> None:
     assert plain.returncode == 0  # without --check the report is just a report
 
 
-def test_largest_context_names_the_offload_it_is_for() -> None:
+def test_fit_lines_each_say_what_they_buy_and_come_ranked() -> None:
     result = run_plan("--demo", "--gpu", "rtx-3060-12gb", "--n-cpu-moe", "0", "--ctx", "65536")
-    line = next(w for w in result.stdout.splitlines() if "largest context" in w)
-    assert "with the offload suggested above" in line or "at the plan's own offload" in line
-    assert "at this offload" not in result.stdout
+    fit = [w.strip()[len("- Fit: ") :] for w in result.stdout.splitlines() if "- Fit: " in w]
+    outcome = re.compile(
+        r": (fits, [\d,]+ MiB spare|fits with \d+ layers? on the CPU|still [\d,]+ MiB short)$"
+    )
+    assert len(fit) >= 3 and all(outcome.search(line) for line in fit), fit
+    assert "suggested above" not in result.stdout and "at this offload" not in result.stdout
+    fits = [": fits," in line for line in fit]
+    assert fits[0] and fits == sorted(fits, reverse=True)  # what fits comes first
+    assert fit[0].startswith("fewest expert layers on the CPU at ctx 65,536: --n-cpu-moe ")
 
 
 def test_no_slots_warning_for_one_slot_and_desktop_text_agrees_with_the_budget() -> None:

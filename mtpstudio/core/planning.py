@@ -34,7 +34,14 @@ from mtpstudio.core.memory.budget import (
 )
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.draft import with_draft
-from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context
+from mtpstudio.core.memory.fit import (
+    CTX_STEP,
+    FitSuggestion,
+    cache_type_options,
+    fewest_cpu_expert_layers,
+    fewest_cpu_layers,
+    largest_context,
+)
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.memory.targets import (
@@ -46,7 +53,7 @@ from mtpstudio.core.memory.targets import (
 )
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
+from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, MoePlacement, Plan, plan_with
 from mtpstudio.core.server.reconcile import Reconciliation, build_key, measured_segments
 from mtpstudio.core.units import MIB
 
@@ -75,10 +82,12 @@ __all__ = [
     "follows_published_setup",
     "launch_spec_for",
     "machine_for",
+    "offload_and_context",
     "published_demo_plan",
     "published_setup_text",
     "resolve",
     "target_for",
+    "trunk_layers_on_cpu",
 ]
 
 
@@ -326,14 +335,20 @@ def launch_spec_for(
     return spec, notes
 
 
+SHOWN_SUGGESTIONS = 5
+"""How many ranked fit suggestions ``evaluate`` puts among the warnings."""
+
+
 def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> PlanResult:
-    """Budget, command line and warnings for ``plan``; fit suggestions when it does not fit."""
+    """Budget, command line and warnings for ``plan``; the ranked fit suggestions when it does
+    not fit, or fits only with whole layers on the CPU."""
     resolved = resolve(plan, pctx)
     budget = budget_for(resolved)
     spec, notes = launch_spec_for(resolved)
     warnings = list(budget.warnings) + list(spec.warnings) + notes
-    if suggest and budget.fits is False and not resolved.cpu_only:
-        warnings += [f"Fit: {s.message}" for s in fit_suggestions(resolved)]
+    layers_off = not resolved.cpu_only and trunk_layers_on_cpu(budget, resolved.model) > 0
+    if suggest and (budget.fits is False or layers_off) and not resolved.cpu_only:
+        warnings += [f"Fit: {s.message}" for s in fit_suggestions(resolved)[:SHOWN_SUGGESTIONS]]
     return PlanResult(
         plan,
         resolved.target,
@@ -346,17 +361,163 @@ def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> Plan
     )
 
 
-def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
-    """The planner's two answers: fewest CPU expert layers here, then the largest context there."""
+def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
+    """The budget page's two Fit buttons: the fewest expert layers (or, for a dense model or
+    when moving experts is not enough, whole layers) on the CPU here, then the largest context
+    there."""
     plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
     facts = resolved.profile.memory
     dev, host, w = target.device, target.host, pctx.weights
     offload = fewest_cpu_expert_layers(plan, pctx.model, dev, facts, host, w)
+    if not pctx.model.is_moe or not offload.fits:
+        offload = fewest_cpu_layers(plan, pctx.model, dev, facts, host, w)
     base = offload.plan if offload.fits else plan
     ctx = largest_context(base, pctx.model, dev, facts, host, w)
     where = "with the offload suggested above" if offload.fits else "at the plan's own offload"
     ctx = replace(ctx, message=ctx.message.replace("at this offload", where))
     return [offload, ctx]
+
+
+LEVER_COST = {
+    "desktop:nvidia-profile": 0,
+    "draft": 1,
+    "cache": 2,
+    "desktop:igpu": 3,
+    "desktop:llvmpipe": 3,
+    "experts": 4,
+    "context": 5,
+    "engine-fit": 6,
+    "layers": 7,
+}
+"""How much each lever costs the user, cheapest first: a driver setting loses nothing; a lower
+draft depth or a smaller cache type a little speed or quality; a desktop change is a new
+login; experts in RAM slow generation; a shorter context holds less; whole layers on the CPU
+slow it most."""
+
+_RECLAIM_WORDS = {
+    DesktopReclaim.NVIDIA_PROFILE: "with the NVIDIA driver profile",
+    DesktopReclaim.IGPU: "with the display on the iGPU",
+    DesktopReclaim.LLVMPIPE: "with the llvmpipe session",
+}
+
+
+def _good(s: FitSuggestion) -> bool:
+    """Fits with every layer on the GPU (experts may be in RAM)."""
+    return s.fits and not s.cpu_layers
+
+
+def _try(
+    resolved: ResolvedPlan, changes: dict[str, object], label: str, lever: str
+) -> FitSuggestion:
+    other = resolved.with_changes(changes)
+    budget = budget_for(other)
+    s = FitSuggestion(dict(changes), other.plan, budget, label, lever)
+    return replace(s, message=f"{label}: {s.outcome()}")
+
+
+def _first_good(
+    resolved: ResolvedPlan, options: list[tuple[dict[str, object], str]], lever: str
+) -> FitSuggestion | None:
+    last = None
+    for changes, label in options:
+        last = _try(resolved, changes, label, lever)
+        if _good(last):
+            return last
+    return last
+
+
+def _context_lever(resolved: ResolvedPlan) -> FitSuggestion | None:
+    steps = resolved.plan.runtime.ctx // CTX_STEP
+    if steps <= 1:
+        return None
+
+    def at(step: int) -> FitSuggestion:
+        ctx = step * CTX_STEP
+        return _try(resolved, {"runtime.ctx": ctx}, f"ctx {ctx:,}", "context")
+
+    best = None
+    lo, hi = 1, steps - (1 if resolved.plan.runtime.ctx % CTX_STEP == 0 else 0)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        s = at(mid)
+        if _good(s):
+            best, lo = s, mid + 1
+        else:
+            hi = mid - 1
+    if best is not None:
+        return best
+    shortest = at(1)  # how close the context alone gets; one that fits only with layers on
+    return None if shortest.fits else shortest  # the CPU is the layers lever's answer
+
+
+def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
+    """Every lever's smallest change toward a plan that fits with every layer on the GPU, ranked.
+
+    The levers: the desktop reclaims the card allows, the draft depth (then MTP off), the K/V
+    cache types, the context, experts in RAM (MoE), the engine's fit (for a plan that places
+    weights itself), and whole layers on the CPU (``-ngl N``). Ranked: the changes that fit
+    with every layer on the GPU first, cheapest lever first (``LEVER_COST``); then those that
+    fit only with layers on the CPU, fewest first; then the rest, closest first. Each message
+    says ``<change>: fits, N MiB spare`` / ``fits with K of L layers on the CPU`` / ``still N
+    MiB short``. Empty for a CPU target.
+    """
+    if resolved.cpu_only:
+        return []
+    plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
+    facts, model = resolved.profile.memory, pctx.model
+    dev, host, w = target.device, target.host, pctx.weights
+    out: list[FitSuggestion] = []
+    for choice in desktop_choices(resolved.plan, pctx):
+        if choice.reclaim is resolved.plan.desktop or choice.reclaim is DesktopReclaim.NONE:
+            continue
+        if choice.desktop_bytes >= dev.desktop_bytes:
+            continue
+        words = _RECLAIM_WORDS[choice.reclaim]
+        lever = f"desktop:{choice.reclaim.value}"
+        out.append(_try(resolved, {"desktop": choice.reclaim.value}, words, lever))
+    if resolved.mtp.active:
+        depths: list[tuple[dict[str, object], str]] = [
+            ({"mtp.draft_max": d}, f"draft max {d}") for d in range(plan.mtp.draft_max - 1, 0, -1)
+        ]
+        depths.append(({"mtp.enabled": False}, "MTP off"))
+        if (s := _first_good(resolved, depths, "draft")) is not None:
+            out.append(s)
+    caches: list[tuple[dict[str, object], str]] = [
+        (c, f"K/V cache {c['runtime.cache_type_k']}/{c['runtime.cache_type_v']}")
+        for c in cache_type_options(plan)
+    ]
+    if (s := _first_good(resolved, caches, "cache")) is not None:
+        out.append(s)
+    if (s := _context_lever(resolved)) is not None:
+        out.append(s)
+    if model.is_moe:
+        experts = fewest_cpu_expert_layers(plan, model, dev, facts, host, w)
+        if experts.changes.get("runtime.moe") == MoePlacement.N_CPU_MOE.value:
+            out.append(
+                replace(experts, message=f"{experts.message}: {experts.outcome()}", lever="experts")
+            )
+    if plan.runtime.moe is not MoePlacement.FIT:
+        out.append(
+            _try(
+                resolved,
+                {"runtime.moe": MoePlacement.FIT.value, "runtime.n_gpu_layers": None},
+                "let the engine's fit place the weights",
+                "engine-fit",
+            )
+        )
+    layers = fewest_cpu_layers(plan, model, dev, facts, host, w)
+    if layers.cpu_layers or not layers.fits:  # else it is the experts lever's --cpu-moe
+        out.append(replace(layers, message=f"{layers.message}: {layers.outcome()}"))
+    return sorted(out, key=_rank)
+
+
+def _rank(s: FitSuggestion) -> tuple[int, int, int]:
+    cost = LEVER_COST.get(s.lever, len(LEVER_COST))
+    if _good(s):
+        return (0, cost, 0)
+    if s.fits:
+        return (1, s.cpu_layers, cost)
+    return (2, s.short_bytes, cost)
 
 
 LLVMPIPE_DESKTOP_BYTES = 130 * MIB
@@ -457,12 +618,25 @@ def published_demo_plan(
     shown = ", ".join(_PUBLISHED_WORDS[k](v) for k, v in changes.items())
     # the card must hold it; RAM only counts when known (the GUI plans before detection)
     if all(d.fits for d in budget.devices) and budget.host.fits is not False:
-        return candidate, (
-            f"Demo defaults: the published setup ({shown}) fits {target.device.name}, so the "
-            "demo uses it."
+        cpu_layers = trunk_layers_on_cpu(budget, resolved.model)
+        if not cpu_layers or resolved.cpu_only:
+            return candidate, (
+                f"Demo defaults: the published setup ({shown}) fits {target.device.name}, so "
+                "the demo uses it."
+            )
+        return plan, (
+            f"Demo defaults: the published setup ({shown}) fits {target.device.name} only with "
+            f"{cpu_layers} of {resolved.model.n_layer} layers on the CPU, so the demo keeps the "
+            "plan's defaults."
         )
     short = max((-(d.free_bytes or 0) for d in budget.devices), default=0)
     return plan, (
         f"Demo defaults: the published setup ({shown}) does not fit {target.device.name} "
         f"({short / MIB:,.0f} MiB short), so the demo keeps the plan's defaults."
     )
+
+
+def trunk_layers_on_cpu(budget: Budget, model: ModelInfo) -> int:
+    """How many trunk layers the budget's placement leaves on the CPU (whole layers)."""
+    gpu = budget.placement.gpu_layers
+    return sum(1 for i in range(model.n_layer) if i not in gpu)

@@ -9,7 +9,7 @@ from PySide6.QtGui import QGuiApplication
 
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
-from mtpstudio.core.planning import evaluate, fit_suggestions, resolve
+from mtpstudio.core.planning import evaluate, fit_suggestions, offload_and_context, resolve
 from mtpstudio.core.reports import budget_trust
 from mtpstudio.ui.widgets.common import Tone
 from mtpstudio.ui.widgets.vram_bar import device_row
@@ -82,7 +82,7 @@ def test_overflow_is_red_and_the_fit_buttons_apply_the_planners_answers(
     assert page.verdict.tone is Tone.BAD and "short" in page.verdict.text()
     pctx = wizard.state.context()
     assert pctx is not None
-    expected = fit_suggestions(resolve(wizard.plan, pctx))
+    expected = offload_and_context(resolve(wizard.plan, pctx))
 
     page.fit_offload_button.click()
     assert wizard.plan == expected[0].plan
@@ -92,12 +92,33 @@ def test_overflow_is_red_and_the_fit_buttons_apply_the_planners_answers(
     assert page.verdict.tone is Tone.GOOD
     assert page.fit_label.text().startswith("Fewest expert layers on the CPU")
 
-    again = fit_suggestions(resolve(wizard.plan, pctx))
+    again = offload_and_context(resolve(wizard.plan, pctx))
     page.fit_context_button.click()
     assert wizard.plan.runtime.ctx == again[1].plan.runtime.ctx >= 32768
     assert page.ctx.spin.value() == wizard.plan.runtime.ctx
     assert page.bar.rows[0].overflow_bytes == 0
     assert page.fit_label.text().startswith("Largest context that fits")
+
+
+def test_every_lever_menu_lists_the_ranked_answers_and_applies_one(
+    make_wizard: WizardFactory,
+) -> None:
+    wizard = make_wizard(_demo(moe="n_cpu_moe", n_cpu_moe=0))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    assert page.bar.rows[0].overflow_bytes > 0 and page.levers_button.isEnabled()
+    pctx = wizard.state.context()
+    assert pctx is not None
+    expected = fit_suggestions(resolve(wizard.plan, pctx))
+    page.levers_menu.aboutToShow.emit()  # the user opens the menu
+    actions = page.levers_menu.actions()
+    assert [a.text() for a in actions] == [s.message for s in expected]
+    llvmpipe = next(a for a in actions if a.text().startswith("with the llvmpipe session: "))
+    llvmpipe.trigger()
+    assert wizard.plan.desktop.value == "llvmpipe"
+    assert page.fit_label.text() == llvmpipe.text()[:1].upper() + llvmpipe.text()[1:] + "."
+    # the desktop's bar segment is the llvmpipe session's now
+    assert _segment(wizard, "desktop") < gpu_card(DEFAULT_GPU_CARD).desktop_vram_bytes
 
 
 def test_draft_layers_and_margin_sliders(make_wizard: WizardFactory) -> None:

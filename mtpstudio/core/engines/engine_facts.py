@@ -32,6 +32,10 @@ class EngineMemoryFacts:
             fills from the back (upstream: ``hp_ngl += n_layer_nextn``), so its experts move first.
         fit_splits_layers: the engine's fit brings part of the first RAM layer back to the GPU
             (upstream: up, then gate experts; else the router and shared expert go too).
+        fit_moves_layers_of_moe: when even every expert in RAM is not enough, the engine's fit
+            moves whole layers (their attention and shared weights) to the CPU as well (upstream:
+            dense-only layers back to front); ik's fit moves only expert tensors of a MoE model
+            and stops with ``Unable to auto-fit model``.
         mtp_layers_in_main_kv: with MTP on, the main context's KV cache holds the nextn layers
             too, beside the MTP context's own (ik since speculative stages).
         recurrent_step_checkpoints: with MTP on, the recurrent layers keep per-step rollback
@@ -52,5 +56,6 @@ class EngineMemoryFacts:
     reserves_all_logits: bool = False
     fit_counts_mtp_block: bool = False
     fit_splits_layers: bool = False
+    fit_moves_layers_of_moe: bool = False
     mtp_layers_in_main_kv: bool = False
     recurrent_step_checkpoints: bool = False

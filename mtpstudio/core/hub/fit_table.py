@@ -20,7 +20,7 @@ from mtpstudio.core.planning import (
     PlanningContext,
     budget_for,
     desktop_choices,
-    fit_suggestions,
+    offload_and_context,
     resolve,
 )
 
@@ -153,23 +153,19 @@ def plan_remote_model(
     def fewest(p: Plan) -> tuple[int | None, Plan, int | None]:
         """The fewest layers to move at ``p``'s context, the plan with them moved, and the
         largest context at that offload."""
+        offload, ctx = offload_and_context(resolve(p, pctx))
+        if not offload.fits or (info.is_moe and offload.lever != "experts"):
+            return None, p, None
         if info.is_moe:
-            offload, ctx = fit_suggestions(resolve(p, pctx))
-            if not offload.fits:
-                return None, p, None
             return offload.plan.runtime.n_cpu_moe, offload.plan, _ctx(ctx)
         total = info.block_count + 1  # -ngl counts the output layer as one
-        lo, hi, most = 1, total, 0
-        while lo <= hi:  # the most layers on the GPU that fit
-            mid = (lo + hi) // 2
-            if on_gpu(plan_with(p, {"runtime.n_gpu_layers": mid})):
-                most, lo = mid, mid + 1
-            else:
-                hi = mid - 1
+        most = offload.plan.runtime.n_gpu_layers
+        if most is None or most >= total:
+            return 0, plan_with(p, {"runtime.n_gpu_layers": None}), _ctx(ctx)
         if most == 0:
             return None, p, None
-        placed = plan_with(p, {"runtime.n_gpu_layers": None if most == total else most})
-        return total - most, placed, _ctx(fit_suggestions(resolve(placed, pctx))[1])
+        placed = plan_with(p, {"runtime.n_gpu_layers": most})
+        return total - most, placed, _ctx(ctx)
 
     fits = budget.devices[0].fits
     offload, placed, max_ctx = fewest(start)

@@ -309,32 +309,15 @@ def compute_budget(
     """
     weights = weights or ModelWeights.from_model(model)
     host = host or HostSpec()
+    fit: FitPlacement | None = None
     if cpu_expert_layers is None:
-        if plan.runtime.moe is MoePlacement.FIT and target.is_gpu and target.total_bytes:
-            cpu_expert_layers, partial = engine_fit_placement(
-                plan, model, target, facts, host, weights
-            )
+        if engine_fit_applies(plan, target):
+            fit = engine_fit_placement(plan, model, target, facts, host, weights)
+            cpu_expert_layers, partial = fit.cpu_expert_layers, fit.partial
+            plan = with_gpu_layers(plan, fit.n_gpu_layers)
         else:
             cpu_expert_layers = cpu_expert_layers_for(plan, model)
     eff, warnings = _effective(plan, model, facts, cpu_expert_layers)
-    if plan.runtime.moe is MoePlacement.FIT and target.is_gpu and cpu_expert_layers:
-        trunk = sorted(i for i in cpu_expert_layers if i < model.n_layer)
-        if trunk:
-            warnings.append(
-                f"the engine's fit is expected to keep the experts of layers {trunk[0]}-{trunk[-1]}"
-                f" ({len(trunk)} of {model.n_layer})"
-                + (
-                    " and the MTP block's"
-                    if any(i >= model.n_layer for i in cpu_expert_layers)
-                    else ""
-                )
-                + " in system RAM"
-                + (
-                    f"; layer {partial.layer} is split: {_PARTIAL_WORDS[partial.kind]}"
-                    if partial is not None
-                    else ""
-                )
-            )
     placement = place(
         model,
         gpu=target.is_gpu,
@@ -344,6 +327,10 @@ def compute_budget(
         partial=partial,
     )
     split = split_weights(weights, placement)
+    if fit is not None:
+        warnings += fit_words(fit, model, placement, facts)
+    elif target.is_gpu and plan.runtime.n_gpu_layers is not None:
+        warnings.append(f"-ngl {plan.runtime.n_gpu_layers}: {layer_words(model, placement)}")
 
     attn_layers = model.attention_layers
     gpu_attn = sum(1 for i in attn_layers if i in placement.gpu_layers)
@@ -426,6 +413,7 @@ def compute_budget(
         main_compute = compute_bytes(model, main_shape, rules=rules)
     output = output_buffer_bytes(model, eff.n_seq)
     op_offload = op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
+    cpu_layers = any(i not in placement.gpu_layers for i in placement.loaded_layers)
 
     load_mode = rt.load_mode
     # mmap maps the whole file range of the CPU tensors (the MTP block too, with MTP off)
@@ -454,7 +442,8 @@ def compute_budget(
             "kv_cache": kv_cpu,
             "recurrent_state": rs_cpu,
             "mtp_kv_cache": 0 if mtp_on_gpu else mtp_kv,
-            "compute": 0 if mtp_on_gpu else mtp_compute,
+            # the CPU runs the graph of its layers too: its own compute buffer (estimate)
+            "compute": (0 if mtp_on_gpu else mtp_compute) + (main_compute if cpu_layers else 0),
             "output": output + mtp_output,
             "prompt_cache_max": PROMPT_CACHE_DEFAULT,
         }
@@ -495,7 +484,8 @@ def compute_budget(
         if d.fits is False and d.free_bytes is not None:
             warnings.append(
                 f"{d.id} is {-d.free_bytes / MIB:,.0f} MiB short: lower ctx, use a smaller cache "
-                "type, or move more expert layers to the CPU (see the Fit suggestions)"
+                f"type, or move more {'expert layers' if model.is_moe else 'layers'} to the CPU "
+                "(see the Fit suggestions)"
             )
     if host_budget.fits is False:
         warnings.append("not enough free system RAM for the CPU-side weights and buffers")
@@ -554,21 +544,26 @@ def _offloads(plan: Plan, n_tokens: int, target: TargetDevice) -> bool:
 def op_offload_bytes(
     plan: Plan, weights: ModelWeights, placement: Placement, n_tokens: int, target: TargetDevice
 ) -> int:
-    """GPU compute-buffer bytes for RAM-resident experts copied over for large batches.
+    """GPU compute-buffer bytes for RAM-resident weights copied over for large batches.
 
     With ``--op-offload`` (upstream's default) the scheduler runs a matmul whose weights sit in
     host memory on the GPU when the batch has 32+ tokens, copying the weights into the GPU
-    compute buffer; the reservation holds about one layer's expert tensors (engines.md §5d).
+    compute buffer; the reservation holds about one layer's RAM-resident tensors (engines.md
+    §5d): its experts, or the whole layer when the layer is on the CPU (an estimate: the
+    layer's attention and FFN can fall into separate splits).
     """
     if not _offloads(plan, n_tokens, target):
         return 0
     if not placement.gpu_layers and not placement.output_on_gpu:
         return 0
-    whole = (
-        lw.expert_gpu_bytes
-        for lw in weights.layers
-        if lw.layer in placement.cpu_expert_layers and lw.layer in placement.loaded_layers
-    )
+    per_layer = []
+    for lw in weights.layers:
+        if lw.layer not in placement.loaded_layers:
+            continue
+        if lw.layer not in placement.gpu_layers:
+            per_layer.append(lw.dense_gpu_bytes + lw.expert_gpu_bytes)
+        elif lw.layer in placement.cpu_expert_layers:
+            per_layer.append(lw.expert_gpu_bytes)
     split = 0
     if placement.partial is not None:
         partial = placement.partial
@@ -577,7 +572,7 @@ def op_offload_bytes(
             for t in weights.layers[partial.layer].ffn_tensors
             if EXPERT_TENSOR.match(t.name) and partial.kind.moves(t.name)
         )
-    return max(split, max(whole, default=0))
+    return max(split, max(per_layer, default=0))
 
 
 def device_fits(budget: Budget) -> bool:
@@ -585,16 +580,42 @@ def device_fits(budget: Budget) -> bool:
     return all(d.fits is not False for d in budget.devices)
 
 
-def engine_fit_layers(
-    plan: Plan,
-    model: ModelInfo,
-    target: TargetDevice,
-    facts: EngineMemoryFacts,
-    host: HostSpec,
-    weights: ModelWeights,
-) -> frozenset[int]:
-    """Expert layers the engine's fit moves to the CPU (see ``engine_fit_placement``)."""
-    return engine_fit_placement(plan, model, target, facts, host, weights)[0]
+def engine_fit_applies(plan: Plan, target: TargetDevice) -> bool:
+    """The engine's own fit places the weights: fit asked for, a GPU of known size, no -ngl."""
+    rt = plan.runtime
+    return (
+        rt.moe is MoePlacement.FIT
+        and target.is_gpu
+        and bool(target.total_bytes)
+        and rt.n_gpu_layers is None
+    )
+
+
+def with_gpu_layers(plan: Plan, n_gpu_layers: int | None) -> Plan:
+    """``plan`` with ``runtime.n_gpu_layers`` set (no validation: the value is the engine's)."""
+    if n_gpu_layers == plan.runtime.n_gpu_layers:
+        return plan
+    runtime = plan.runtime.model_copy(update={"n_gpu_layers": n_gpu_layers})
+    return plan.model_copy(update={"runtime": runtime})
+
+
+@dataclass(frozen=True)
+class FitPlacement:
+    """What the engine's fit is expected to decide.
+
+    Attributes:
+        cpu_expert_layers: blocks whose expert tensors go to system RAM.
+        partial: the layer whose FFN the fit splits between GPU and RAM (upstream), or None.
+        n_gpu_layers: the ``-ngl`` the fit sets (counted from the back, the output layer is
+            one); None when it leaves every layer on the GPU.
+        fails: the fit cannot make the model fit and the engine stops (ik with a MoE model that
+            does not fit even with every expert in RAM: ``Unable to auto-fit model``).
+    """
+
+    cpu_expert_layers: frozenset[int]
+    partial: PartialLayer | None = None
+    n_gpu_layers: int | None = None
+    fails: bool = False
 
 
 def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts) -> int:
@@ -608,6 +629,17 @@ def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts
     return model.block_count if mtp_loaded else model.n_layer
 
 
+def fit_layer_slots(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts) -> int:
+    """The largest ``-ngl`` the engine's fit sets: the blocks it counts plus the output layer.
+
+    Upstream counts the trunk (and a loaded MTP block), so with MTP off its largest value
+    leaves layer 0 on the CPU (``-ngl`` counts every block from the back); ik counts every block.
+    """
+    if facts.fit_counts_mtp_block:
+        return _fit_layers_from_back(plan, model, facts) + 1
+    return model.block_count + 1
+
+
 def engine_fit_placement(
     plan: Plan,
     model: ModelInfo,
@@ -615,35 +647,135 @@ def engine_fit_placement(
     facts: EngineMemoryFacts,
     host: HostSpec,
     weights: ModelWeights,
-) -> tuple[frozenset[int], PartialLayer | None]:
-    """Expert layers the engine's fit moves to the CPU, and the layer it splits.
+) -> FitPlacement:
+    """Expert layers and whole layers the engine's fit moves to the CPU, and the layer it splits.
 
-    Both engines fill from the back (upstream: dense-only layers back-to-front, then full
-    layers front-to-back; ik: overrides from the last layer down), so the front layers keep
-    their experts on the GPU. Upstream counts the MTP block among the layers when it is
-    loaded (it is the last one), and then tries to bring part of the first RAM layer back:
-    its up experts (``UP``), then up and gate (``GATE``); when not even ``UP`` fits it moves
-    that layer's router and shared expert to RAM too (``ATTN``).
+    A MoE model first loses experts: both engines fill from the back (upstream: dense-only
+    layers back-to-front, then full layers front-to-back; ik: overrides from the last layer
+    down), so the front layers keep their experts on the GPU. Upstream counts the MTP block
+    among the layers when it is loaded (it is the last one), and then tries to bring part of
+    the first RAM layer back: its up experts (``UP``), then up and gate (``GATE``); when not
+    even ``UP`` fits it moves that layer's router and shared expert to RAM too (``ATTN``).
+
+    When that is not enough (or the model has no experts) the fit moves whole layers: the
+    largest ``-ngl`` whose budget fits, every expert in RAM (upstream's dense-only layers,
+    common/fit.cpp step 3; ik's "Setting layer N to device" from the output layer down for a
+    dense model). ik's fit does not do this for a MoE model: it stops.
     """
     n = _fit_layers_from_back(plan, model, facts)
 
-    def fits(layers: frozenset[int], partial: PartialLayer | None = None) -> bool:
+    def fits(
+        layers: frozenset[int], partial: PartialLayer | None = None, ngl: int | None = None
+    ) -> bool:
         budget = compute_budget(
-            plan, model, target, facts, host, weights, cpu_expert_layers=layers, partial=partial
+            with_gpu_layers(plan, ngl),
+            model,
+            target,
+            facts,
+            host,
+            weights,
+            cpu_expert_layers=layers,
+            partial=partial,
         )
         return device_fits(budget)
 
-    for k in range(n + 1):
-        layers = frozenset(range(n - k, n))
-        if not fits(layers):
-            continue
-        if k == 0 or not facts.fit_splits_layers:
-            return layers, None
-        first = n - k
-        up = PartialLayer(first, PartialKind.UP)
-        if fits(layers, up):
-            gate = PartialLayer(first, PartialKind.GATE)
-            return layers, gate if fits(layers, gate) else up
-        attn = PartialLayer(first, PartialKind.ATTN)
-        return layers, attn if fits(layers, attn) else None
-    return frozenset(range(model.block_count)), None
+    if model.is_moe:
+        for k in range(n + 1):
+            layers = frozenset(range(n - k, n))
+            if not fits(layers):
+                continue
+            if k == 0 or not facts.fit_splits_layers:
+                return FitPlacement(layers)
+            first = n - k
+            up = PartialLayer(first, PartialKind.UP)
+            if fits(layers, up):
+                gate = PartialLayer(first, PartialKind.GATE)
+                return FitPlacement(layers, gate if fits(layers, gate) else up)
+            attn = PartialLayer(first, PartialKind.ATTN)
+            return FitPlacement(layers, attn if fits(layers, attn) else None)
+        every = frozenset(range(model.block_count))
+        if not facts.fit_moves_layers_of_moe:
+            return FitPlacement(every, fails=True)
+    else:
+        every = frozenset()
+        if fits(every):
+            return FitPlacement(every)
+    # the largest -ngl that fits (the budget grows with every layer on the GPU)
+    lo, hi = 0, fit_layer_slots(plan, model, facts)
+    if not fits(every, ngl=hi):
+        while lo < hi - 1:
+            mid = (lo + hi) // 2
+            if fits(every, ngl=mid):
+                lo = mid
+            else:
+                hi = mid
+        hi = lo
+    return FitPlacement(every, None, hi)
+
+
+def gpu_layer_count(model: ModelInfo, placement: Placement) -> int:
+    """``-ngl`` of a placement: GPU blocks (loaded or not) plus the output layer."""
+    if not placement.gpu_layers:
+        return 1 if placement.output_on_gpu else 0
+    first = min(placement.gpu_layers)
+    return model.block_count - first + (1 if placement.output_on_gpu else 0)
+
+
+def _span_words(layers: list[int]) -> str:
+    if not layers:
+        return ""
+    return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
+
+
+def layer_words(model: ModelInfo, placement: Placement) -> str:
+    """Which layers are on the GPU and which on the CPU, in words."""
+    trunk_gpu = sorted(i for i in placement.gpu_layers if i < model.n_layer)
+    trunk_cpu = [i for i in range(model.n_layer) if i not in placement.gpu_layers]
+    mtp = [i for i in placement.loaded_layers if i >= model.n_layer]
+    gpu = [_span_words(trunk_gpu)] if trunk_gpu else []
+    if mtp and all(i in placement.gpu_layers for i in mtp):
+        gpu.append("the MTP block")
+    if placement.output_on_gpu:
+        gpu.append("the output layer")
+    on_gpu = ", ".join(gpu[:-1]) + (" and " if len(gpu) > 1 else "") + (gpu[-1] if gpu else "")
+    text = f"{on_gpu} on the GPU" if on_gpu else "nothing on the GPU"
+    if trunk_cpu:
+        text += f"; {_span_words(trunk_cpu)} ({len(trunk_cpu)} of {model.n_layer}) run on the CPU"
+    return text
+
+
+def fit_words(
+    fit: FitPlacement, model: ModelInfo, placement: Placement, facts: EngineMemoryFacts
+) -> list[str]:
+    """What the engine's fit is expected to do, as warning lines."""
+    if fit.fails:
+        return [
+            f"{facts.flavour.value}'s fit moves only expert tensors of a MoE model, and even with "
+            "every expert in system RAM the model does not fit: it stops with 'Unable to "
+            "auto-fit model' (lower the context or cache types, or set GPU layers yourself)"
+        ]
+    out = []
+    trunk = sorted(i for i in fit.cpu_expert_layers if i < model.n_layer)
+    if trunk and fit.n_gpu_layers is None:
+        out.append(
+            f"the engine's fit is expected to keep the experts of layers {trunk[0]}-{trunk[-1]}"
+            f" ({len(trunk)} of {model.n_layer})"
+            + (
+                " and the MTP block's"
+                if any(i >= model.n_layer for i in fit.cpu_expert_layers)
+                else ""
+            )
+            + " in system RAM"
+            + (
+                f"; layer {fit.partial.layer} is split: {_PARTIAL_WORDS[fit.partial.kind]}"
+                if fit.partial is not None
+                else ""
+            )
+        )
+    if fit.n_gpu_layers is not None:
+        experts = " with every expert in system RAM" if model.is_moe else ""
+        out.append(
+            f"the engine's fit is expected to set -ngl {fit.n_gpu_layers} of "
+            f"{model.block_count + 1}{experts}: {layer_words(model, placement)}"
+        )
+    return out

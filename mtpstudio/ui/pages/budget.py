@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPushButton,
     QSlider,
     QSpinBox,
@@ -26,6 +27,7 @@ from mtpstudio.core.planning import (
     FitSuggestion,
     fit_suggestions,
     follows_published_setup,
+    offload_and_context,
     published_setup_text,
     resolve,
 )
@@ -96,11 +98,19 @@ class BudgetPage(PlanPage):
         self.fit_context_button.setToolTip(
             "Keep (or first find) the expert placement and grow the context as far as it fits."
         )
+        self.levers_menu = QMenu(self)
+        self.levers_button = QPushButton("Every lever…", self)
+        self.levers_button.setToolTip(
+            "What each lever buys, best first: the desktop reclaims, draft depth, cache types, "
+            "context, experts or layers on the CPU. Pick one to apply it."
+        )
+        self.levers_button.setMenu(self.levers_menu)
         self.fit_label = QLabel(self)
         self.fit_label.setWordWrap(True)
         fit_row = QHBoxLayout()
         fit_row.addWidget(self.fit_offload_button)
         fit_row.addWidget(self.fit_context_button)
+        fit_row.addWidget(self.levers_button)
         fit_row.addWidget(self.fit_label, 1)
 
         self.host_label = QLabel(self)
@@ -132,6 +142,7 @@ class BudgetPage(PlanPage):
 
         self.fit_offload_button.clicked.connect(self._on_fit_offload_clicked)
         self.fit_context_button.clicked.connect(self._on_fit_context_clicked)
+        self.levers_menu.aboutToShow.connect(self.fill_levers_menu)
         self.copy_button.clicked.connect(self._on_copy_clicked)
         state.model_changed.connect(self._on_inputs_changed)
         state.report_changed.connect(self._on_inputs_changed)
@@ -264,11 +275,21 @@ class BudgetPage(PlanPage):
             self.cpu_layers.note.setText("all on the CPU")
         elif why_no_experts is None:
             self.cpu_layers.note.setText("")
+        dense = why_no_experts is not None
+        self.fit_offload_button.setText(
+            "Fit: fewest layers on the CPU" if dense else "Fit: fewest CPU expert layers"
+        )
+        self.fit_offload_button.setToolTip(
+            "Keep this context and run the fewest whole layers on the CPU (-ngl) so it fits."
+            if dense
+            else "Keep this context and move the fewest layers' experts to system RAM so it "
+            "fits (whole layers too when that is not enough)."
+        )
         self.ctx.note.setText(f"native {info.context_length:,}" if info is not None else "")
         if on_gpu:
             self.margin.note.setText("")
         self.setTitle("VRAM budget" if on_gpu or evaluation is None else "Memory budget (CPU)")
-        for button in (self.fit_offload_button, self.fit_context_button):
+        for button in (self.fit_offload_button, self.fit_context_button, self.levers_button):
             button.setEnabled(on_gpu and self.state.context() is not None)
         if not on_gpu:
             self.fit_label.setText("The Fit buttons plan for a GPU; this plan is for the CPU.")
@@ -298,9 +319,11 @@ class BudgetPage(PlanPage):
                 parts.append(f"{device.id}: total unknown")
                 tone = Tone.INFO if tone is Tone.GOOD else tone
             elif free < 0:
+                info = self.state.model_info
+                what = "expert layers" if info is not None and info.is_moe else "layers"
                 parts.append(
                     f"{device.id} is {mib(-free)} short: lower the context, use smaller cache "
-                    "types or move expert layers to the CPU (or press a Fit button)."
+                    f"types or move {what} to the CPU (or press a Fit button)."
                 )
                 tone = Tone.BAD
             elif device.id == "CPU":
@@ -377,10 +400,11 @@ class BudgetPage(PlanPage):
         pctx = self.state.context()
         if pctx is None:
             return []
-        return fit_suggestions(resolve(self.state.plan, pctx))
+        return offload_and_context(resolve(self.state.plan, pctx))
 
     def apply_suggestion(self, index: int) -> FitSuggestion | None:
-        """Apply the planner's answer ``index`` (0: fewest CPU expert layers, 1: largest ctx)."""
+        """Apply the planner's answer ``index`` (0: fewest experts or layers on the CPU, 1: the
+        largest ctx)."""
         try:
             suggestions = self.suggestions()
         except MtpStudioError as exc:
@@ -401,6 +425,31 @@ class BudgetPage(PlanPage):
         self.fit_label.setText(message if suggestion.fits else f"{message} It still does not fit.")
         self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
         return suggestion
+
+    def fill_levers_menu(self) -> list[FitSuggestion]:
+        """The ranked answers of every lever, one menu entry each (computed when the menu opens:
+        a few dozen budgets, too many for every slider step)."""
+        self.levers_menu.clear()
+        pctx = self.state.context()
+        try:
+            ranked = fit_suggestions(resolve(self.state.plan, pctx)) if pctx is not None else []
+        except MtpStudioError as exc:
+            self.levers_menu.addAction(error_sentence(exc)).setEnabled(False)
+            return []
+        for suggestion in ranked:
+            action = self.levers_menu.addAction(suggestion.message)
+            action.triggered.connect(lambda _=False, s=suggestion: self.apply_lever(s))
+        if not ranked:
+            self.levers_menu.addAction("No lever changes this plan.").setEnabled(False)
+        return ranked
+
+    def apply_lever(self, suggestion: FitSuggestion) -> None:
+        """Apply one lever's answer from the menu and say what it gives."""
+        self.last_suggestion = suggestion
+        self.state.set_plan(suggestion.plan)
+        self.refresh()
+        self.fit_label.setText(suggestion.message[:1].upper() + suggestion.message[1:] + ".")
+        self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
 
     def _on_fit_offload_clicked(self) -> None:
         self.apply_suggestion(0)

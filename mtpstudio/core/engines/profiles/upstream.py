@@ -92,6 +92,7 @@ MEMORY = EngineMemoryFacts(
     rollback_architectures=frozenset({"qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe"}),
     fit_counts_mtp_block=True,
     fit_splits_layers=True,
+    fit_moves_layers_of_moe=True,
 )
 
 PROFILE = EngineProfile(

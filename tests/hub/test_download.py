@@ -99,6 +99,9 @@ def test_cancel_keeps_the_part_and_the_next_run_finishes_it(
 ) -> None:
     repo, model = _model(client, "tiny-Q8_0.gguf")
     token = Token()
+    # progress is reported at most every 0.1 s: a slow link makes sure it is reported mid-file
+    # (on loopback the whole file can arrive between two reports)
+    hub.faults.chunk_delay_s = 0.15
 
     def progress(p: DownloadProgress) -> None:
         if p.done >= 2 * MIB:
@@ -108,6 +111,7 @@ def test_cancel_keeps_the_part_and_the_next_run_finishes_it(
         download_model(client, repo, model, tmp_path, cancel=token, progress=progress)
     kept = (tmp_path / "tiny-Q8_0.gguf.part").stat().st_size
     assert 2 * MIB <= kept < model.size
+    hub.faults.chunk_delay_s = 0.0
     phases: list[str] = []
     result = download_model(
         client, repo, model, tmp_path, progress=lambda p: phases.append(p.phase)

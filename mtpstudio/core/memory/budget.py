@@ -18,15 +18,22 @@ from mtpstudio.core.memory.placement import (
     split_weights,
 )
 from mtpstudio.core.memory.terms import (
+    UNMODELLED_COMPUTE_MARGIN,
     ComputeShape,
     compute_bytes,
     compute_bytes_ik,
     kv_bytes_per_cell,
+    kv_cache_bytes,
     output_buffer_bytes,
     pad_to,
     recurrent_row_bytes,
     replays_nextn_graph,
+    replays_trunk,
+    swa_cells,
+    unmodelled_reason,
+    with_safety_margin,
 )
+from mtpstudio.core.memory.trunk_graph import sliding_window_layers
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
@@ -322,14 +329,17 @@ def compute_budget(
     )
     split = split_weights(weights, placement)
 
-    attn_layers = model.attention_layers
-    gpu_attn = sum(1 for i in attn_layers if i in placement.gpu_layers)
-    cpu_attn = len(attn_layers) - gpu_attn
+    gpu_attn = [i for i in model.attention_layers if i in placement.gpu_layers]
+    cpu_attn = [i for i in model.attention_layers if i not in placement.gpu_layers]
     rt = plan.runtime
     tk, tv = rt.cache_type_k.value, rt.cache_type_v.value
     cells = eff.n_ctx_seq * eff.n_stream
-    kv_gpu = kv_bytes_per_cell(model, gpu_attn, tk, tv) * cells
-    kv_cpu = kv_bytes_per_cell(model, cpu_attn, tk, tv) * cells
+    # upstream gives sliding-window layers a cache of the window plus a ubatch (per stream)
+    swa = cells
+    if facts.flavour is EngineFlavour.UPSTREAM and sliding_window_layers(model):
+        swa = swa_cells(model, eff.n_ctx_seq, min(eff.n_ctx, rt.ubatch)) * eff.n_stream
+    kv_gpu = kv_cache_bytes(model, gpu_attn, tk, tv, cells, swa)
+    kv_cpu = kv_cache_bytes(model, cpu_attn, tk, tv, cells, swa)
 
     rows = max(1, eff.n_seq) * (1 + eff.n_rs_seq)
     if facts.recurrent_in_kv_buffer:
@@ -373,10 +383,20 @@ def compute_budget(
         n_seq=max(1, eff.n_seq),
         n_rs_seq=eff.n_rs_seq if eff.mtp_active else 0,
     )
+    main_replayed = False
     if facts.reserves_all_logits:
         main_compute = compute_bytes_ik(model, main_shape)
     else:
         main_compute = compute_bytes(model, main_shape)
+        main_replayed = replays_trunk(model, main_shape)
+        reason = unmodelled_reason(model, main_shape)
+        if reason is not None:
+            main_compute = with_safety_margin(main_compute)
+            margin_pct = round(100 * UNMODELLED_COMPUTE_MARGIN)
+            warnings.append(
+                f"{reason}: its compute buffer is an estimate planned with a {margin_pct} % "
+                "safety margin"
+            )
     output = output_buffer_bytes(model, eff.n_seq)
     op_offload = op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
 
@@ -465,9 +485,13 @@ def compute_budget(
         "op_offload_compute": op_offload,
     }
     replayed: Measured = NOTHING_MEASURED
-    if mtp_replayed and devices[0].id == "CPU":
-        # the draft graph's replay matched the engine's allocator trace on the CPU backend only
-        replayed = frozenset({("CPU", "mtp_compute")})
+    if devices[0].id == "CPU":
+        # the graph replays matched the engine's allocator traces on the CPU backend only
+        replayed = frozenset(
+            ("CPU", segment)
+            for segment, replay in (("mtp_compute", mtp_replayed), ("compute", main_replayed))
+            if replay
+        )
     return Budget(devices, host_budget, eff, placement, tuple(warnings), parts, replayed=replayed)
 
 

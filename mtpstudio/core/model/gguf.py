@@ -1103,6 +1103,7 @@ def model_info_from_gguf(g: GgufFile) -> ModelInfo:
         ssm_state_size=keys.integer(f"{arch}.ssm.state_size"),
         ssm_time_step_rank=keys.integer(f"{arch}.ssm.time_step_rank"),
         ssm_group_count=keys.integer(f"{arch}.ssm.group_count"),
+        sliding_window=keys.integer(f"{arch}.attention.sliding_window"),
         file_size=g.file_size,
         n_params=sum(t.n_elements for t in tensors),
         tensor_bytes=sum(t.n_bytes for t in tensors),

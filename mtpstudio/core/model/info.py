@@ -70,6 +70,7 @@ class ModelInfo:
     ssm_state_size: int = 0
     ssm_time_step_rank: int = 0
     ssm_group_count: int = 0
+    sliding_window: int = 0
     file_size: int = 0
     n_params: int = 0
     tensor_bytes: int = 0

@@ -1,0 +1,264 @@
+"""The trunk's worst-case graph of the Qwen3.5/3.6 hybrids (``qwen35``, ``qwen35moe``).
+
+Every ``full_attention_interval``-th layer is gated full attention (a query with its output
+gate, Q/K norms, multi-section RoPE); the others are gated delta-nets: the QKV projection runs
+through a short causal convolution whose window starts with the stored conv state, the gated
+delta-net op reads the stored recurrent state and writes the attention rows followed by one
+final state per kept copy (with MTP, one per draft position), and the output is normed, gated
+by a second projection and projected back. The FFN is routed experts plus a gated shared expert
+(``qwen35moe``) or a dense SwiGLU (``qwen35``). The tensors follow upstream 11434's
+``src/models/qwen35{,moe}.cpp`` and ``delta-net-base.cpp`` in the engine's order (checked
+against its allocator traces, ``tests/fixtures/engine_logs``); ``graph_alloc`` replays them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from mtpstudio.core.memory.graph_alloc import (
+    F16,
+    F32,
+    I32,
+    I64,
+    GraphBuilder,
+    ModelDims,
+    Tensor,
+    reserved_bytes,
+)
+from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
+from mtpstudio.core.memory.trunk_graph import replayed_layers
+from mtpstudio.core.model.info import ModelInfo
+
+HYBRID_GRAPH_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})
+
+
+@dataclass(frozen=True)
+class HybridDims:
+    """The model sizes the hybrid trunk reads, and which layers are recurrent."""
+
+    sizes: ModelDims
+    n_layer: int
+    recurrent_layers: frozenset[int]
+
+    @classmethod
+    def of(cls, model: ModelInfo) -> HybridDims:
+        return cls(ModelDims.of(model), model.n_layer, frozenset(model.recurrent_layers))
+
+
+@dataclass(frozen=True)
+class HybridShape:
+    """One worst-case graph of the trunk (one sequence)."""
+
+    n_tokens: int
+    n_outputs: int
+    n_kv: int
+    n_rs_seq: int = 0
+    flash_attn: bool = True
+    k_rot: int = 0
+    v_rot: int = 0
+
+
+@dataclass
+class _Inputs:
+    pos: Tensor
+    rs_copy: Tensor
+    k_idxs: Tensor
+    v_idxs: Tensor
+    mask: Tensor
+    out_ids: Tensor
+    k_rot: Tensor | None
+    v_rot: Tensor | None
+
+
+def hybrid_trunk_graph(
+    dims: HybridDims, shape: HybridShape, *, n_layer: int | None = None
+) -> tuple[list[Tensor], list[Tensor]]:
+    """(leafs, nodes) of the trunk's graph for one ubatch, in the engine's order.
+
+    ``n_layer`` builds only the first layers (no output head): the graph as far as the
+    engine's trace of its first block.
+    """
+    m = dims.sizes
+    g = GraphBuilder()
+    w = g.weight
+    t = shape.n_tokens
+    embd = F32 * m.n_embd * t
+    v_gqa = m.key_length * m.n_head_kv
+
+    # inputs, in the graph's leaf order (the Q rotation of the first attention layer is
+    # reached before anything it depends on, the V rotation after the positions)
+    k_rot = g.input("attn_inp_k_rot", F32 * shape.k_rot**2) if shape.k_rot else None
+    tokens = g.input("inp_tokens", I32 * t)
+    g.input("inp_embd", embd)
+    mixed_tokens = g.input("inp_mixed_tokens", I32 * t)
+    mixed_slots = g.input("inp_mixed_slots", I64 * t)
+    mixed_embd = g.input("inp_mixed_embd", embd)
+    rs_copy = g.input("rs_s_copy", I32)
+    pos = g.input("inp_pos", I32 * 4 * t)
+    v_rot = g.input("attn_inp_v_rot", F32 * shape.v_rot**2) if shape.v_rot else None
+    k_idxs = g.input("attn_inp_k_idxs", I64 * t)
+    v_idxs = g.input("attn_inp_v_idxs", I64 * t if shape.flash_attn else I64 * t * v_gqa)
+    mask = g.input("attn_inp_kq_mask", (F16 if shape.flash_attn else F32) * shape.n_kv * t)
+    out_ids = g.input("out_ids", I32 * shape.n_outputs)
+    inputs = _Inputs(pos, rs_copy, k_idxs, v_idxs, mask, out_ids, k_rot, v_rot)
+
+    x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens)
+    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
+    mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
+    # one branch of the input select: the written rows keep `mixed` alive
+    g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
+
+    layers = dims.n_layer if n_layer is None else n_layer
+    for il in range(layers):
+        attn_norm = g.op("attn_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, x), w)
+        if il in dims.recurrent_layers:
+            cur = _delta_net(g, m, shape, attn_norm, inputs)
+        else:
+            cur = _gated_attention(g, m, shape, attn_norm, inputs)
+        residual = g.op("attn_residual", "ADD", embd, cur, x)
+        post = g.op("attn_post_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, residual), w)
+        ffn = _moe_ffn(g, m, post, t) if m.is_moe else _swiglu_ffn(g, post, m.ffn_length, t, embd)
+        x = g.op("l_out", "ADD", embd, ffn, residual)
+    if n_layer is not None:
+        return g.leafs, g.nodes
+
+    # the post-norm hidden state of every token is an output (the MTP seed), then the rows
+    # of the outputs go through the LM head
+    h = g.op("h_nextn", "MUL", embd, g.op("norm", "RMS_NORM", embd, x), w, out=True)
+    rows_out = F32 * m.n_embd * shape.n_outputs
+    head = g.op("result_norm", "GET_ROWS", rows_out, h, out_ids, out=True)
+    g.op("result_output", "MUL_MAT", F32 * m.vocab_size * shape.n_outputs, w, head, out=True)
+    return g.leafs, g.nodes
+
+
+def _copy_to_cache(g: GraphBuilder, src: Tensor, cache: Tensor) -> None:
+    """A CPY of ``src`` into a view of the recurrent cache (no memory here)."""
+    g.write("cache_copy", "CPY", cache, src, g.view("cache_view", cache, 0))
+
+
+def _delta_net(
+    g: GraphBuilder, m: ModelDims, shape: HybridShape, attn_norm: Tensor, inp: _Inputs
+) -> Tensor:
+    """build_layer_attn_linear: conv window, gated delta-net, gated norm, output projection."""
+    w = g.weight
+    t = shape.n_tokens
+    conv_width = 2 * m.ssm_state_size * m.ssm_group_count + m.ssm_inner_size
+    heads = m.ssm_inner_size // m.ssm_state_size
+    state = F32 * m.ssm_state_size * m.ssm_inner_size
+    inner = F32 * m.ssm_inner_size * t
+    cache_r = Tensor("cache_r", "NONE", 0, external=True)
+    cache_s = Tensor("cache_s", "NONE", 0, external=True)
+
+    # conv window: the stored conv states of the sequence, then this ubatch's QKV
+    kept = F32 * (m.ssm_conv_kernel - 1) * conv_width
+    conv_states = g.op("conv_states", "GET_ROWS", kept, cache_r, inp.rs_copy)
+    states_view = g.view("conv_states_view", conv_states, kept)
+    _copy_to_cache(g, g.view("conv_states_saved", conv_states, kept), cache_r)
+    qkv = g.op("qkv_mixed", "MUL_MAT", F32 * conv_width * t, w, attn_norm)
+    qkv_t = g.view("qkv_mixed_transposed", g.view("qkv_mixed_3d", qkv, qkv.nbytes), qkv.nbytes)
+    window = F32 * conv_width * (t + m.ssm_conv_kernel - 1)
+    states_3d = g.view("conv_states_3d", states_view, kept)
+    conv_input = g.op("conv_input", "CONCAT", window, states_3d, qkv_t)
+    for i in range(1 + shape.n_rs_seq):  # the conv state each kept copy starts from
+        _copy_to_cache(g, g.view(f"conv_input_tail_{i}", conv_input, 0), cache_r)
+    ssm_states = g.op("ssm_states", "GET_ROWS", state, cache_s, inp.rs_copy)
+    state_in = g.view("ssm_states_view", ssm_states, ssm_states.nbytes)
+    _copy_to_cache(g, g.view("ssm_states_saved", ssm_states, ssm_states.nbytes), cache_s)
+
+    conv_out = g.op("conv_output_raw", "SSM_CONV", F32 * conv_width * t, conv_input, w)
+    conv_act = g.op("conv_output_silu", "UNARY", conv_out.nbytes, conv_out)
+    qk = F32 * m.ssm_state_size * m.ssm_group_count * t
+    q_norm = g.op("q_norm", "RMS_NORM", qk, g.view("q_conv", conv_act, qk))
+    q = g.op("q_conv_predelta", "SCALE", qk, q_norm)
+    k_norm = g.op("k_norm", "RMS_NORM", qk, g.view("k_conv", conv_act, qk))
+    k = g.op("k_conv_predelta", "SCALE", qk, k_norm)
+    v = g.view("v_conv_predelta", conv_act, inner)
+    per_head = F32 * heads * t
+    alpha = g.view("alpha", g.op("alpha_proj", "MUL_MAT", per_head, w, attn_norm), per_head)
+    biased = g.op("alpha_biased", "ADD", per_head, alpha, w)
+    softplus = g.op("a_softplus", "UNARY", per_head, biased)
+    gate = g.view("gate_3d", g.op("gate", "MUL", per_head, softplus, w), per_head)
+    beta_raw = g.view("beta", g.op("beta_proj", "MUL_MAT", per_head, w, attn_norm), per_head)
+    beta = g.op("beta_sigmoid", "UNARY", per_head, beta_raw)
+    state_view = g.view("state_predelta", state_in, 0)
+    # the output: the attention rows, then the final state and one per draft position
+    out = inner + state * (1 + shape.n_rs_seq)
+    gdn = g.op("delta_net_out", "GATED_DELTA_NET", out, q, k, v, gate, beta, state_view)
+    rows = g.view("attn_output", gdn, inner)
+    _copy_to_cache(g, g.view("new_states", gdn, 0), cache_s)
+
+    # gated norm: norm(rows) * silu(z), z projected from the block input only now
+    normed = g.op("ssm_norm", "MUL", inner, g.op("norm", "RMS_NORM", inner, rows), w)
+    z = g.view("z_4d", g.op("z", "MUL_MAT", inner, w, attn_norm), inner)
+    gated = g.op("gated", "MUL", inner, normed, g.op("z_silu", "UNARY", inner, z))
+    final = g.view("final_output", gated, inner)
+    out_proj = g.op("linear_attn_out", "MUL_MAT", F32 * m.n_embd * t, w, final)
+    return g.view("linear_attn_out_2d", out_proj, out_proj.nbytes)
+
+
+def _gated_attention(
+    g: GraphBuilder, m: ModelDims, shape: HybridShape, attn_norm: Tensor, inp: _Inputs
+) -> Tensor:
+    """build_layer_attn: the query with its output gate, Q/K norms, RoPE, attention, gate."""
+    w = g.weight
+    t = shape.n_tokens
+    d = m.key_length
+    q = F32 * d * m.n_head * t
+    kv = F32 * d * m.n_head_kv * t
+    cache_k = Tensor("cache_k", "NONE", 0, external=True)
+    cache_v = Tensor("cache_v", "NONE", 0, external=True)
+
+    q_full = g.op("Qcur_full", "MUL_MAT", 2 * q, w, attn_norm)
+    q_view = g.view("Qcur", q_full, q)
+    q_cur = g.op("Qcur_normed", "MUL", q, g.op("norm", "RMS_NORM", q, q_view), w)
+    q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, inp.pos), inp.k_rot)
+    v_cur = g.view("Vcur", g.op("Vcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
+    v_cur = _rotated(g, v_cur, inp.v_rot)
+    k_raw = g.view("Kcur", g.op("Kcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
+    k_cur = g.op("Kcur_normed", "MUL", kv, g.op("norm", "RMS_NORM", kv, k_raw), w)
+    k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, inp.pos), inp.k_rot)
+    g.write("cache_k_set", "SET_ROWS", cache_k, g.view("k_rows", k_rope, kv), inp.k_idxs, cache_k)
+    if shape.flash_attn:
+        v_rows = g.view("v_rows", v_cur, kv)
+    else:  # the transposed V cache takes one element per row
+        v_rows = g.view("v_elems", g.view("v_rows", v_cur, kv, contiguous=True), kv)
+    g.write("cache_v_set", "SET_ROWS", cache_v, v_rows, inp.v_idxs, cache_v)
+    k_view = g.view("k_view", cache_k, 0)
+    v_view = g.view("v_view", cache_v, 0)
+    q_perm = g.view("q_perm", q_rope, q)
+    if shape.flash_attn:
+        attn = g.op("attn", "FLASH_ATTN_EXT", q, q_perm, k_view, v_view, inp.mask)
+        attn = g.view("kqv_out", attn, q, contiguous=True)
+    else:
+        kq = g.op("kq", "MUL_MAT", F32 * shape.n_kv * t * m.n_head, k_view, q_perm)
+        kq = g.op("kq_soft_max", "SOFT_MAX", kq.nbytes, kq, inp.mask)
+        kqv = g.op("kqv", "MUL_MAT", q, v_view, kq)
+        attn = g.op("kqv_out", "CONT", q, g.view("kqv_merged", kqv, q))
+    pregate = g.view("attn_pregate", _rotated(g, attn, inp.v_rot), q, contiguous=True)
+    gate = g.op("gate_reshaped", "CONT", q, g.view("gate", q_full, q))
+    gated = g.op("attn_gated", "MUL", q, pregate, g.op("gate_sigmoid", "UNARY", q, gate))
+    return g.op("attn_output", "MUL_MAT", F32 * m.n_embd * t, w, gated)
+
+
+def hybrid_compute_bytes(model: ModelInfo, shape: HybridShape) -> int:
+    """The trunk's compute buffer: the largest of its ubatch graph and its one-token graph."""
+    return _hybrid_bytes(HybridDims.of(model), shape)
+
+
+@lru_cache(maxsize=512)
+def _hybrid_bytes(dims: HybridDims, shape: HybridShape) -> int:
+    n = replayed_layers(dims.n_layer, _period(dims))
+    short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
+    tg = HybridShape(1, 1, shape.n_kv, shape.n_rs_seq, shape.flash_attn, shape.k_rot, shape.v_rot)
+    return max(reserved_bytes(*hybrid_trunk_graph(short, s)) for s in {shape, tg})
+
+
+def _period(dims: HybridDims) -> int:
+    """The layer pattern's period (the attention interval), or the layer count if the
+    pattern does not repeat."""
+    rec = dims.recurrent_layers
+    attn = [i for i in range(dims.n_layer) if i not in rec]
+    period = attn[0] + 1 if attn else 1
+    repeats = all((i in rec) == (i + period in rec) for i in range(dims.n_layer - period))
+    return period if repeats else dims.n_layer

@@ -1,0 +1,320 @@
+"""The trunk's worst-case graph of plain transformer architectures, tensor by tensor.
+
+Upstream reserves the main context's compute buffer by walking its worst-case graphs (a full
+ubatch, then one token per sequence) with ggml's graph allocator; ``graph_alloc`` replays that
+walk. This module builds those graphs for the architectures whose layers are attention plus a
+feed-forward block: ``llama`` (dense, or MoE with ``ffn_*_exps``), ``qwen2`` (Q/K/V biases),
+``qwen3`` and ``qwen3moe`` (Q/K norms), ``gemma3`` (scaled embeddings, post-norms, GELU, and
+sliding-window layers on a second, smaller cache). The tensors follow ``src/models/<arch>.cpp``
+and ``src/llama-graph.cpp`` of upstream 11434 in the order the engine adds them to its graph
+(checked against its allocator traces, ``tests/fixtures/engine_logs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+from mtpstudio.core.memory.graph_alloc import (
+    F16,
+    F32,
+    I32,
+    I64,
+    GraphBuilder,
+    Tensor,
+    reserved_bytes,
+)
+from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
+from mtpstudio.core.model.info import ModelInfo
+
+TRUNK_GRAPH_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"})
+"""Architectures whose trunk graph this module builds."""
+
+GEMMA3_SWA_PATTERN = 6
+"""gemma3: five sliding-window layers, then one global layer (``set_swa_pattern(6)``)."""
+
+
+def sliding_window_layers(model: ModelInfo) -> frozenset[int]:
+    """The layers upstream gives the small sliding-window cache (gemma3 with a window)."""
+    if model.architecture != "gemma3" or not model.sliding_window:
+        return frozenset()
+    n = GEMMA3_SWA_PATTERN
+    return frozenset(i for i in range(model.n_layer) if i % n < n - 1)
+
+
+@dataclass(frozen=True)
+class TrunkDims:
+    """What the trunk graph reads of a model: hashable, so a replay can be cached."""
+
+    architecture: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    key_length: int
+    head_v: int
+    vocab_size: int
+    ffn_length: int
+    n_expert: int
+    n_expert_used: int
+    expert_ffn_length: int
+    q_bias: bool
+    k_bias: bool
+    v_bias: bool
+    o_bias: bool
+    swa_layers: frozenset[int]
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_expert > 0
+
+    # no shared expert and no recurrent layers (what the shared graph pieces may ask)
+    shared_expert_ffn_length = ssm_state_size = ssm_group_count = ssm_inner_size = 0
+    ssm_conv_kernel = 0
+
+    @classmethod
+    def of(cls, model: ModelInfo) -> TrunkDims:
+        layer0 = {t.name: t.shape for t in model.tensors if t.layer == 0}
+        names = set(layer0)
+        experts = layer0.get("blk.0.ffn_up_exps.weight")
+        return cls(
+            architecture=model.architecture,
+            n_layer=model.n_layer,
+            n_embd=model.n_embd,
+            n_head=model.n_head,
+            n_head_kv=model.n_head_kv,
+            key_length=model.key_length,
+            head_v=model.value_length,
+            vocab_size=model.vocab_size,
+            ffn_length=model.ffn_length,
+            n_expert=model.n_expert,
+            n_expert_used=model.n_expert_used,
+            expert_ffn_length=experts[1] if experts else model.expert_ffn_length,
+            q_bias="blk.0.attn_q.bias" in names,
+            k_bias="blk.0.attn_k.bias" in names,
+            v_bias="blk.0.attn_v.bias" in names,
+            o_bias="blk.0.attn_output.bias" in names,
+            swa_layers=sliding_window_layers(model),
+        )
+
+
+@dataclass(frozen=True)
+class TrunkShape:
+    """One worst-case graph: a ubatch of ``n_tokens`` with ``n_outputs`` logits rows against
+    ``n_kv`` cache cells (``n_kv_swa`` on the sliding-window cache)."""
+
+    n_tokens: int
+    n_outputs: int
+    n_kv: int
+    n_kv_swa: int = 0
+    flash_attn: bool = True
+    k_rot: int = 0
+    v_rot: int = 0
+
+
+@dataclass
+class _Cache:
+    """The graph inputs of one KV cache (the sliding-window cache has its own)."""
+
+    k_idxs: Tensor
+    v_idxs: Tensor
+    mask: Tensor
+    n_kv: int
+    k: Tensor
+    v: Tensor
+    k_rot: Tensor | None
+    v_rot: Tensor | None
+
+
+def _rotation(g: GraphBuilder, name: str, side: int, present: bool) -> Tensor | None:
+    """The Hadamard matrix a quantized cache adds as a graph input (``None`` without one)."""
+    return g.input(name, F32 * side * side) if side and present else None
+
+
+def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
+    """(leafs, nodes) of the trunk's graph for one ubatch, in the engine's order."""
+    g = GraphBuilder()
+    w = g.weight
+    t = shape.n_tokens
+    e = dims.n_embd
+    embd = F32 * e * t
+    fa = shape.flash_attn
+    v_gqa = dims.head_v * dims.n_head_kv
+
+    # inputs, in the graph's leaf order (each cache has its own rotation matrices)
+    swa = bool(dims.swa_layers)
+    k_rots = [_rotation(g, "attn_inp_k_rot", shape.k_rot, on) for on in (True, swa)]
+    tokens = g.input("inp_tokens", I32 * t)
+    g.input("inp_embd", embd)
+    mixed_tokens = g.input("inp_mixed_tokens", I32 * t)
+    mixed_slots = g.input("inp_mixed_slots", I64 * t)
+    mixed_embd = g.input("inp_mixed_embd", embd)
+    scale_rows = g.input("inp_scale_rows", F32 * t) if dims.architecture == "gemma3" else None
+    pos = g.input("inp_pos", I32 * t)
+    v_rots = [_rotation(g, "attn_inp_v_rot", shape.v_rot, on) for on in (True, swa)]
+    mask_bytes = (F16 if fa else F32) * t
+    v_idxs_bytes = I64 * t if fa else I64 * t * v_gqa
+    caches = []
+    for i, n_kv in enumerate([shape.n_kv, shape.n_kv_swa] if swa else [shape.n_kv]):
+        tag = "_swa" if i else ""
+        caches.append(
+            _Cache(
+                g.input(f"attn_inp_k_idxs{tag}", I64 * t),
+                g.input(f"attn_inp_v_idxs{tag}", v_idxs_bytes),
+                g.input(f"attn_inp_kq_mask{tag}", mask_bytes * n_kv),
+                n_kv,
+                Tensor(f"cache_k{tag}", "NONE", 0, external=True),
+                Tensor(f"cache_v{tag}", "NONE", 0, external=True),
+                k_rots[i],
+                v_rots[i],
+            )
+        )
+    out_ids = g.input("out_ids", I32 * shape.n_outputs)
+
+    # the embeddings: the token rows, and the mixed-batch branch the input select keeps
+    x = g.op("inp_embd_rows", "GET_ROWS", embd, w, tokens)
+    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
+    mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
+    g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
+    if scale_rows is not None:
+        x = g.op("inp_scaled", "MUL", embd, x, scale_rows)
+
+    for il in range(dims.n_layer):
+        last = il == dims.n_layer - 1
+        cache = caches[1] if il in dims.swa_layers else caches[0]
+        x = _layer(g, dims, shape, x, pos, cache, out_ids if last else None)
+
+    rows_out = F32 * e * shape.n_outputs
+    normed = g.op("result_norm", "MUL", rows_out, g.op("norm", "RMS_NORM", rows_out, x), w)
+    normed.is_output = True
+    g.op("result_output", "MUL_MAT", F32 * dims.vocab_size * shape.n_outputs, w, normed, out=True)
+    return g.leafs, g.nodes
+
+
+def _norm(g: GraphBuilder, x: Tensor, nbytes: int, name: str = "norm") -> Tensor:
+    """build_norm with RMS and a weight: the norm, then the weight multiplied in."""
+    return g.op(name, "MUL", nbytes, g.op("norm", "RMS_NORM", nbytes, x), g.weight)
+
+
+def _projection(g: GraphBuilder, x: Tensor, nbytes: int, bias: bool, name: str) -> Tensor:
+    """build_lora_mm plus an optional bias (added in place), reshaped to heads (a view)."""
+    p = g.op(name, "MUL_MAT", nbytes, g.weight, x)
+    if bias:
+        p = g.op(f"{name}_b", "ADD", nbytes, p, g.weight)
+    return g.view(f"{name}_3d", p, nbytes, contiguous=True)
+
+
+def _layer(
+    g: GraphBuilder,
+    dims: TrunkDims,
+    shape: TrunkShape,
+    x: Tensor,
+    pos: Tensor,
+    cache: _Cache,
+    out_ids: Tensor | None,
+) -> Tensor:
+    """One decoder block: attention and the feed-forward network, with their residuals."""
+    t = shape.n_tokens
+    e = dims.n_embd
+    embd = F32 * e * t
+    q_bytes = F32 * dims.key_length * dims.n_head * t
+    k_bytes = F32 * dims.key_length * dims.n_head_kv * t
+    v_bytes = F32 * dims.head_v * dims.n_head_kv * t
+    qk_norm = dims.architecture in {"qwen3", "qwen3moe", "gemma3"}
+    gemma = dims.architecture == "gemma3"
+    k_rot, v_rot = cache.k_rot, cache.v_rot
+
+    attn_norm = _norm(g, x, embd, "attn_norm")
+    q = _projection(g, attn_norm, q_bytes, dims.q_bias, "Qcur")
+    k = _projection(g, attn_norm, k_bytes, dims.k_bias, "Kcur")
+    v = _projection(g, attn_norm, v_bytes, dims.v_bias, "Vcur")
+    if qk_norm:
+        q = _norm(g, q, q_bytes, "Qcur_normed")
+    q = g.op("Qcur_rope", "ROPE", q_bytes, q, pos)
+    if gemma:
+        q = g.op("Qcur_scaled", "SCALE", q_bytes, q)
+    q = _rotated(g, q, k_rot)
+    v = _rotated(g, v, v_rot)
+    if qk_norm:
+        k = _norm(g, k, k_bytes, "Kcur_normed")
+    k = g.op("Kcur_rope", "ROPE", k_bytes, k, pos)
+    k = _rotated(g, k, k_rot)
+
+    # K and V into the cache, then attention over its n_kv cells
+    g.write("cache_k_set", "SET_ROWS", cache.k, g.view("k_rows", k, k_bytes), cache.k_idxs, cache.k)
+    if shape.flash_attn:
+        v_rows = g.view("v_rows", v, v_bytes)
+    else:  # the transposed V cache takes one element per row
+        v_rows = g.view("v_elems", g.view("v_rows", v, v_bytes, contiguous=True), v_bytes)
+    g.write("cache_v_set", "SET_ROWS", cache.v, v_rows, cache.v_idxs, cache.v)
+    q_4d = g.view("q_4d", q, q_bytes)
+    q_perm = g.view("q_perm", q_4d, q_bytes)
+    k_perm = g.view("k_perm", g.view("k_view", cache.k, 0), 0)
+    v_perm = g.view("v_perm", g.view("v_view", cache.v, 0), 0)
+    out_bytes = F32 * dims.head_v * dims.n_head * t
+    if shape.flash_attn:
+        attn = g.op("fattn", "FLASH_ATTN_EXT", out_bytes, q_perm, k_perm, v_perm, cache.mask)
+        attn = g.view("kqv_out", attn, out_bytes, contiguous=True)
+    else:
+        kq = g.op("kq", "MUL_MAT", F32 * cache.n_kv * t * dims.n_head, k_perm, q_perm)
+        kq = g.op("kq_soft_max", "SOFT_MAX", kq.nbytes, kq, cache.mask)
+        kqv = g.op("kqv", "MUL_MAT", out_bytes, v_perm, kq)
+        attn = g.op("kqv_out", "CONT", out_bytes, g.view("kqv_merged", kqv, out_bytes))
+    attn = _rotated(g, attn, v_rot)
+    cur = g.op("attn_out", "MUL_MAT", embd, g.weight, attn)
+    if dims.o_bias:
+        cur = g.op("attn_out_b", "ADD", embd, cur, g.weight)
+
+    if out_ids is not None:  # the last layer keeps only the output rows
+        t = shape.n_outputs
+        embd = F32 * e * t
+        cur = g.op("attn_out_rows", "GET_ROWS", embd, cur, out_ids)
+        x = g.op("inp_rows", "GET_ROWS", embd, x, out_ids)
+    if gemma:
+        cur = _norm(g, cur, embd, "attn_post_norm")
+    ffn_inp = g.op("ffn_inp", "ADD", embd, cur, x)
+    ffn_norm = _norm(g, ffn_inp, embd, "ffn_norm")
+    if dims.is_moe:
+        ffn = _moe_ffn(g, dims, ffn_norm, t)
+    else:
+        ffn = _swiglu_ffn(g, ffn_norm, dims.ffn_length, t, embd)
+    if gemma:
+        ffn = _norm(g, ffn, embd, "ffn_post_norm")
+    return g.op("l_out", "ADD", embd, ffn, ffn_inp)
+
+
+def replayed_layers(n_layer: int, period: int) -> int:
+    """How many layers a replay builds: the smallest count of at least one ``period`` that
+    leaves the last layer at its place in the period (only the last layer trims its rows to
+    the outputs). Layers repeat with ``period`` (their kinds and sizes), every period starts
+    from the same free blocks, so a middle period reaches the same peak as the first; the
+    replay of the shortened graph is the replay of the whole one (checked layer count against
+    layer count in ``tests/test_trunk_graph.py``), and the budget slider stays fast."""
+    if n_layer <= period:
+        return n_layer
+    return period + (n_layer - period) % period
+
+
+def trunk_compute_bytes(model: ModelInfo, shape: TrunkShape, n_seq: int = 1) -> int:
+    """The trunk's compute buffer: the largest of its ubatch graph and its one-token graph
+    (both reserved at load, ``llama_context::sched_reserve``)."""
+    return _trunk_bytes(TrunkDims.of(model), shape, n_seq)
+
+
+@lru_cache(maxsize=512)
+def _trunk_bytes(dims: TrunkDims, shape: TrunkShape, n_seq: int) -> int:
+    period = GEMMA3_SWA_PATTERN if dims.swa_layers else 2
+    n = replayed_layers(dims.n_layer, period)
+    swa = frozenset(i for i in dims.swa_layers if i < n)
+    dims = dataclasses.replace(dims, n_layer=n, swa_layers=swa)
+    tg = TrunkShape(
+        n_seq,
+        n_seq,
+        shape.n_kv,
+        shape.n_kv_swa,
+        shape.flash_attn,
+        shape.k_rot,
+        shape.v_rot,
+    )
+    return max(reserved_bytes(*trunk_graph(dims, s)) for s in {shape, tg})

@@ -1,0 +1,197 @@
+"""Zero-weight GGUFs of common architectures at realistic sizes, for the accuracy table.
+
+``ArchSpec`` names an architecture (llama dense or MoE, qwen2, qwen3, qwen3moe, gemma3) and its
+sizes; ``write_zero_arch`` writes its header (hyperparameters, a synthetic byte-level BPE
+vocabulary, the tensor table the engine's loader asks for) followed by a hole as large as the
+tensor data, so the file is sparse and every weight reads as zero (see ``zero_gguf``). The
+Qwen3.5/3.6 hybrids come from the catalogue's card writer with other sizes (``hybrid_spec``).
+
+Weights are IQ4_XS where a row allows it (F16 otherwise, F32 for norms and biases): a type the
+CPU backend does not repack, so a load maps the file and allocates nothing for the weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter
+from gguf.constants import GGML_QUANT_SIZES, GGML_QUANT_VERSION, GGMLQuantizationType
+
+from mtpstudio.core.model.catalog.header import synthetic_vocab, write_card_header
+from mtpstudio.core.model.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
+from mtpstudio.core.model.catalog.spec import ModelCardSpec
+from mtpstudio.testing.zero_gguf import write_zero_gguf
+
+Q = GGMLQuantizationType
+_EOS = "<|im_end|>"
+_PAD = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """One generated model: an architecture and the sizes its GGUF header states.
+
+    ``ffn_length`` is the dense FFN width (or, for a llama MoE, the expert width when
+    ``expert_ffn_length`` is 0); ``sliding_window`` makes gemma3 interleave five sliding-window
+    layers with one global layer; ``qkv_bias`` adds qwen2's Q/K/V biases.
+    """
+
+    architecture: str
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    ffn_length: int = 0
+    n_expert: int = 0
+    n_expert_used: int = 0
+    expert_ffn_length: int = 0
+    sliding_window: int = 0
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    tied_output: bool = False
+    context_length: int = 131072
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_expert > 0
+
+
+def _weight_type(name: str, ne: tuple[int, ...]) -> GGMLQuantizationType:
+    if len(ne) < 2 or not name.endswith("weight") or "norm" in name or "gate_inp" in name:
+        return Q.F32
+    return Q.IQ4_XS if ne[0] % 256 == 0 else Q.F16
+
+
+def _tensor_shapes(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """Names and ggml shapes of every tensor (src/models/<arch>.cpp, load_arch_tensors)."""
+    e, hd, a = spec.n_embd, spec.head_dim, spec.architecture
+    q, kv = hd * spec.n_head, hd * spec.n_head_kv
+    shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (e, spec.n_vocab))]
+    for il in range(spec.n_layer):
+        p = f"blk.{il}."
+        shapes += [
+            (p + "attn_norm.weight", (e,)),
+            (p + "attn_q.weight", (e, q)),
+            (p + "attn_k.weight", (e, kv)),
+            (p + "attn_v.weight", (e, kv)),
+            (p + "attn_output.weight", (q, e)),
+        ]
+        if spec.qkv_bias:
+            shapes += [(p + "attn_q.bias", (q,)), (p + "attn_k.bias", (kv,))]
+            shapes += [(p + "attn_v.bias", (kv,))]
+        if spec.qk_norm or a == "gemma3":
+            shapes += [(p + "attn_q_norm.weight", (hd,)), (p + "attn_k_norm.weight", (hd,))]
+        if a == "gemma3":
+            shapes += [(p + "post_attention_norm.weight", (e,))]
+        shapes += [(p + "ffn_norm.weight", (e,))]
+        if spec.is_moe:
+            ff = spec.expert_ffn_length or spec.ffn_length
+            n = spec.n_expert
+            shapes += [
+                (p + "ffn_gate_inp.weight", (e, n)),
+                (p + "ffn_gate_exps.weight", (e, ff, n)),
+                (p + "ffn_down_exps.weight", (ff, e, n)),
+                (p + "ffn_up_exps.weight", (e, ff, n)),
+            ]
+        else:
+            ff = spec.ffn_length
+            shapes += [
+                (p + "ffn_gate.weight", (e, ff)),
+                (p + "ffn_down.weight", (ff, e)),
+                (p + "ffn_up.weight", (e, ff)),
+            ]
+        if a == "gemma3":
+            shapes += [(p + "post_ffw_norm.weight", (e,))]
+    shapes += [("output_norm.weight", (e,))]
+    if not spec.tied_output:
+        shapes += [("output.weight", (e, spec.n_vocab))]
+    return shapes
+
+
+def _add_metadata(w: GGUFWriter, spec: ArchSpec) -> None:
+    w.add_name(f"zero {spec.architecture}")
+    w.add_block_count(spec.n_layer)
+    w.add_context_length(spec.context_length)
+    w.add_embedding_length(spec.n_embd)
+    w.add_feed_forward_length(spec.ffn_length)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_key_length(spec.head_dim)
+    w.add_value_length(spec.head_dim)
+    w.add_rope_dimension_count(spec.head_dim)
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    if spec.is_moe:
+        w.add_expert_count(spec.n_expert)
+        w.add_expert_used_count(spec.n_expert_used)
+        if spec.expert_ffn_length:
+            w.add_expert_feed_forward_length(spec.expert_ffn_length)
+    if spec.sliding_window:
+        w.add_sliding_window(spec.sliding_window)
+    w.add_file_type(30)  # mostly IQ4_XS
+    w.add_quantization_version(GGML_QUANT_VERSION)
+
+
+def _add_tokenizer(w: GGUFWriter, n_vocab: int) -> None:
+    tokens, types, merges = synthetic_vocab(n_vocab)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_eos_token_id(tokens.index(_EOS))
+    w.add_bos_token_id(tokens.index(_PAD))
+    w.add_add_bos_token(False)
+
+
+def write_arch_header(spec: ArchSpec, path: Path) -> None:
+    """``spec``'s GGUF header: metadata and tensor table, ending where the data would start."""
+    logging.getLogger("gguf.gguf_writer").setLevel(logging.WARNING)
+    writer = GGUFWriter(path=None, arch=spec.architecture)
+    _add_metadata(writer, spec)
+    _add_tokenizer(writer, spec.n_vocab)
+    for name, ne in _tensor_shapes(spec):
+        qtype = _weight_type(name, ne)
+        block, size = GGML_QUANT_SIZES[qtype]
+        n_bytes = int(np.prod(ne)) // block * size
+        writer.add_tensor_info(
+            name, tuple(reversed(ne)), np.dtype(np.float32), n_bytes, raw_dtype=qtype
+        )
+    try:
+        writer.write_header_to_file(path)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        assert writer.fout is not None
+        out = writer.fout[0]
+        writer.write_padding(out, out.tell())
+    finally:
+        writer.close()
+
+
+def hybrid_spec(base: str, **sizes: int) -> ModelCardSpec:
+    """A Qwen3.5/3.6 hybrid with the 35B-A3B (``moe``) or 27B (``dense``) card's geometry and
+    other sizes (``n_layer``, ``n_embd``, ``n_vocab``, ...)."""
+    card = QWEN36_35B_A3B_IQ4_XS if base == "moe" else QWEN36_27B_IQ4_XS
+    return dataclasses.replace(card, card_id=f"zero-{card.architecture}", **sizes)  # type: ignore[arg-type]
+
+
+def write_zero_arch(spec: ArchSpec | ModelCardSpec, out: Path) -> Path:
+    """A loadable zero-weight GGUF of ``spec`` at ``out`` (sparse: the data is a hole)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = out.with_name(f".{out.name}.header")
+    try:
+        if isinstance(spec, ModelCardSpec):
+            write_card_header(spec, header)
+        else:
+            write_arch_header(spec, header)
+        return write_zero_gguf(header, out)
+    finally:
+        if header.exists():
+            os.unlink(header)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +31,7 @@ from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.testing.arch_gguf import ArchSpec, write_arch_header
-from mtpstudio.testing.arch_table import MODELS
+from mtpstudio.testing.arch_table import MODELS, UNMODELLED_MODELS
 
 
 def _dims(arch: str, n_layer: int, e: int, heads: tuple[int, int, int], **kw: object) -> TrunkDims:
@@ -133,7 +136,7 @@ def _table_model(name: str, tmp: Path) -> ModelInfo:
 def test_the_safety_margin_covers_the_fitted_estimates_misses(tmp_path: Path) -> None:
     """Where a graph is not replayed the plan takes the fitted figure plus the margin: on every
     table model (its replay matches the engine's log) the fitted figure is at most 20 % low,
-    so fitted + 25 % is never under the engine's buffer."""
+    so fitted + 35 % stays above the engine's buffer with room to spare."""
     worst = 0.0
     for name in MODELS:
         model = _table_model(name, tmp_path)
@@ -147,5 +150,41 @@ def test_the_safety_margin_covers_the_fitted_estimates_misses(tmp_path: Path) ->
             fitted = 4 * (k_rot**2 + v_rot**2) + _fitted_compute_bytes(model, shape, recurrent=True)
             replayed = compute_bytes(model, shape)
             worst = min(worst, fitted / replayed - 1)
-            assert fitted * (1 + UNMODELLED_COMPUTE_MARGIN) >= replayed, (name, shape)
+            assert fitted * (1 + UNMODELLED_COMPUTE_MARGIN) >= 1.05 * replayed, (name, shape)
     assert -0.20 < worst < -0.05  # the fitted formula does miss: the margin is needed
+
+
+def _plan_json(model: Path, *args: str) -> dict[str, object]:
+    cli = [sys.executable, "-m", "mtpstudio.cli.main", "plan", "--model", str(model), "--json"]
+    out = subprocess.run(
+        [*cli, "--gpu", "cpu", "--engine", "upstream", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    data: dict[str, object] = json.loads(out.stdout)
+    return data
+
+
+def test_plan_says_in_one_line_when_it_does_not_model_an_architecture(tmp_path: Path) -> None:
+    """phi3 (fused projections) is not replayed: one warning line says so, and the compute
+    figure carries the margin, above the 86.02 MiB upstream 11434 logged for this model
+    (``llama-server -c 8192 -fa on -ub 512``, f16 cache, the table's "phi3 3072 v32k 6L")."""
+    phi3 = tmp_path / "phi3.gguf"
+    write_arch_header(UNMODELLED_MODELS["phi3 3072 v32k 6L"], phi3)
+    data = _plan_json(phi3, "--ctx", "8192", "-ctk", "f16", "-ctv", "f16")
+    warnings = [w for w in data["warnings"] if "phi3" in w]  # type: ignore[attr-defined]
+    assert len(warnings) == 1 and "does not model phi3" in warnings[0]
+    assert "35 % safety margin" in warnings[0]
+    cpu = data["devices"][0]  # type: ignore[index]
+    assert cpu["segment_trust"]["compute"] == "estimate"
+    assert cpu["segments"]["compute"] / 2**20 >= 86.02
+
+    llama = tmp_path / "llama.gguf"
+    write_arch_header(MODELS["llama 1024 v32k 8L"], llama)
+    data = _plan_json(llama, "--ctx", "32768", "-ctk", "f16", "-ctv", "f16")
+    assert not [w for w in data["warnings"] if "does not model" in w]  # type: ignore[attr-defined]
+    cpu = data["devices"][0]  # type: ignore[index]
+    assert cpu["segment_trust"]["compute"] == "exact"
+    assert round(cpu["segments"]["compute"] / 2**20, 2) == 58.52  # the engine's log line

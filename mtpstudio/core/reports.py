@@ -183,7 +183,8 @@ SHOWN_SEGMENTS = (*DEVICE_SEGMENTS, *DRAFT_SEGMENTS)
 TRUST_LEGEND = (
     "exact: byte formula checked against the engine's log, or the engine's graph allocator "
     "replayed; measured: this engine build logged "
-    "this figure on this device at a launch; estimate: fitted or assumed"
+    "this figure on this device at a launch; estimate: fitted or assumed (a compute buffer "
+    "mtpstudio does not replay carries a safety margin, said under Warnings)"
 )
 
 

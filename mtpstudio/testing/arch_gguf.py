@@ -37,8 +37,10 @@ class ArchSpec:
     """One generated model: an architecture and the sizes its GGUF header states.
 
     ``ffn_length`` is the dense FFN width (or, for a llama MoE, the expert width when
-    ``expert_ffn_length`` is 0); ``sliding_window`` makes gemma3 interleave five sliding-window
-    layers with one global layer; ``qkv_bias`` adds qwen2's Q/K/V biases.
+    ``expert_ffn_length`` is 0); ``shared_expert_ffn_length`` adds qwen2moe's gated shared
+    expert; ``sliding_window`` makes gemma3 interleave five sliding-window layers with one
+    global layer; ``qkv_bias`` adds qwen2's Q/K/V biases. ``phi3`` fuses Q/K/V into one
+    projection and the FFN's gate and up into one.
     """
 
     architecture: str
@@ -52,6 +54,7 @@ class ArchSpec:
     n_expert: int = 0
     n_expert_used: int = 0
     expert_ffn_length: int = 0
+    shared_expert_ffn_length: int = 0
     sliding_window: int = 0
     qkv_bias: bool = False
     qk_norm: bool = False
@@ -76,13 +79,13 @@ def _tensor_shapes(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
     shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (e, spec.n_vocab))]
     for il in range(spec.n_layer):
         p = f"blk.{il}."
-        shapes += [
-            (p + "attn_norm.weight", (e,)),
-            (p + "attn_q.weight", (e, q)),
-            (p + "attn_k.weight", (e, kv)),
-            (p + "attn_v.weight", (e, kv)),
-            (p + "attn_output.weight", (q, e)),
-        ]
+        shapes += [(p + "attn_norm.weight", (e,))]
+        if a == "phi3":
+            shapes += [(p + "attn_qkv.weight", (e, q + 2 * kv))]
+        else:
+            shapes += [(p + "attn_q.weight", (e, q)), (p + "attn_k.weight", (e, kv))]
+            shapes += [(p + "attn_v.weight", (e, kv))]
+        shapes += [(p + "attn_output.weight", (q, e))]
         if spec.qkv_bias:
             shapes += [(p + "attn_q.bias", (q,)), (p + "attn_k.bias", (kv,))]
             shapes += [(p + "attn_v.bias", (kv,))]
@@ -100,6 +103,17 @@ def _tensor_shapes(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
                 (p + "ffn_down_exps.weight", (ff, e, n)),
                 (p + "ffn_up_exps.weight", (e, ff, n)),
             ]
+            if spec.shared_expert_ffn_length:
+                sh = spec.shared_expert_ffn_length
+                shapes += [
+                    (p + "ffn_gate_inp_shexp.weight", (e,)),
+                    (p + "ffn_gate_shexp.weight", (e, sh)),
+                    (p + "ffn_down_shexp.weight", (sh, e)),
+                    (p + "ffn_up_shexp.weight", (e, sh)),
+                ]
+        elif a == "phi3":
+            ff = spec.ffn_length
+            shapes += [(p + "ffn_down.weight", (ff, e)), (p + "ffn_up.weight", (e, 2 * ff))]
         else:
             ff = spec.ffn_length
             shapes += [
@@ -116,7 +130,7 @@ def _tensor_shapes(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def _add_metadata(w: GGUFWriter, spec: ArchSpec) -> None:
-    w.add_name(f"zero {spec.architecture}")
+    w.add_name("zero-weight model")  # a name with "phi3" in it asks for a llama vocabulary
     w.add_block_count(spec.n_layer)
     w.add_context_length(spec.context_length)
     w.add_embedding_length(spec.n_embd)
@@ -133,6 +147,8 @@ def _add_metadata(w: GGUFWriter, spec: ArchSpec) -> None:
         w.add_expert_used_count(spec.n_expert_used)
         if spec.expert_ffn_length:
             w.add_expert_feed_forward_length(spec.expert_ffn_length)
+        if spec.shared_expert_ffn_length:
+            w.add_expert_shared_feed_forward_length(spec.shared_expert_ffn_length)
     if spec.sliding_window:
         w.add_sliding_window(spec.sliding_window)
     w.add_file_type(30)  # mostly IQ4_XS

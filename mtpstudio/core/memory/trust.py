@@ -15,7 +15,9 @@ class Trust(StrEnum):
     MEASURED = "measured"
     """This engine build logged this very figure on this device (a stored reconciliation)."""
     ESTIMATE = "estimate"
-    """A fitted or assumed figure (compute buffers, CUDA context, desktop, other processes)."""
+    """A fitted or assumed figure: CUDA context, desktop, other processes, a replayed compute
+    buffer on a backend where its replay was never checked, and the compute buffer of a graph
+    mtpstudio does not replay (planned with ``terms.UNMODELLED_COMPUTE_MARGIN`` on top)."""
 
 
 # Byte formulas that do not depend on the backend: verified to 0.01 MiB on the upstream CPU

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.memory.graph_alloc import AllocEvent, Tensor, reserved_bytes
-from mtpstudio.core.memory.hybrid_graph import HybridDims, HybridShape, hybrid_trunk_graph
+from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
 from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes, nextn_graph
+from mtpstudio.core.memory.trunk_graph import TrunkShape
 from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.testing.budget_check import LoadConfig, predicted
 
@@ -154,7 +155,7 @@ def test_the_first_delta_net_block_replays_the_engines_allocator_trace() -> None
     )
     model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
     got: list[AllocEvent] = []
-    graph = hybrid_trunk_graph(HybridDims.of(model), HybridShape(128, 4, 4096, n_rs_seq=3))
+    graph = hybrid_trunk_graph(HybridDims.of(model), TrunkShape(128, 4, 4096, n_rs_seq=3))
     peak = reserved_bytes(*graph, events=got)
     assert got[: len(want)] == want
     assert round(peak / 2**20, 2) == 28.10
@@ -210,7 +211,7 @@ def test_the_trunk_of_a_model_without_mtp_has_the_mixed_inputs_too(
     trace = "upstream-11434-trunk-alloc-tiny-hybrid-4k-ub512-to-delta-net.txt"
     want = _engine_trace(FIXTURES / trace)
     got: list[AllocEvent] = []
-    graph = hybrid_trunk_graph(HybridDims.of(model), HybridShape(512, 1, 4096))
+    graph = hybrid_trunk_graph(HybridDims.of(model), TrunkShape(512, 1, 4096))
     peak = reserved_bytes(*graph, events=got)
     assert got[: len(want)] == want
     assert round(peak / 2**20, 2) == 8.53

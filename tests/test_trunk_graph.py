@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.memory.graph_alloc import reserved_bytes
-from mtpstudio.core.memory.hybrid_graph import HybridDims, HybridShape, hybrid_trunk_graph
+from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
 from mtpstudio.core.memory.terms import (
     UNMODELLED_COMPUTE_MARGIN,
     ComputeShape,
@@ -110,7 +110,7 @@ def test_a_shortened_hybrid_replay_equals_the_whole_trunk(card: str) -> None:
     for t, kv, rs, fa in itertools.product((1, 128, 512, 2048), (4096, 131072), (0, 3), (1, 0)):
         if not fa and kv > 32768:
             continue
-        shape = HybridShape(t, min(t, 1 + rs), kv, rs, bool(fa))
+        shape = TrunkShape(t, min(t, 1 + rs), kv, flash_attn=bool(fa), n_rs_seq=rs)
         whole = reserved_bytes(*hybrid_trunk_graph(dims, shape))
         assert reserved_bytes(*hybrid_trunk_graph(short, shape)) == whole, (t, kv, rs, fa)
 

@@ -22,7 +22,11 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES, GGML_QUANT_VERSION, GGMLQuantizationType
 
-from mtpstudio.core.model.catalog.header import synthetic_vocab, write_card_header
+from mtpstudio.core.model.catalog.header import (
+    synthetic_vocab,
+    write_card_header,
+    write_header_only,
+)
 from mtpstudio.core.model.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
 from mtpstudio.core.model.catalog.spec import ModelCardSpec
 from mtpstudio.testing.zero_gguf import write_zero_gguf
@@ -180,15 +184,7 @@ def write_arch_header(spec: ArchSpec, path: Path) -> None:
         writer.add_tensor_info(
             name, tuple(reversed(ne)), np.dtype(np.float32), n_bytes, raw_dtype=qtype
         )
-    try:
-        writer.write_header_to_file(path)
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        assert writer.fout is not None
-        out = writer.fout[0]
-        writer.write_padding(out, out.tell())
-    finally:
-        writer.close()
+    write_header_only(writer, path)
 
 
 def hybrid_spec(base: str, **sizes: int) -> ModelCardSpec:

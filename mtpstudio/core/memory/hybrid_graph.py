@@ -27,7 +27,7 @@ from mtpstudio.core.memory.graph_alloc import (
     reserved_bytes,
 )
 from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
-from mtpstudio.core.memory.trunk_graph import replayed_layers
+from mtpstudio.core.memory.trunk_graph import KvInputs, TrunkShape, kv_attention, replayed_layers
 from mtpstudio.core.model.info import ModelInfo
 
 HYBRID_GRAPH_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})
@@ -46,33 +46,15 @@ class HybridDims:
         return cls(ModelDims.of(model), model.n_layer, frozenset(model.recurrent_layers))
 
 
-@dataclass(frozen=True)
-class HybridShape:
-    """One worst-case graph of the trunk (one sequence)."""
-
-    n_tokens: int
-    n_outputs: int
-    n_kv: int
-    n_rs_seq: int = 0
-    flash_attn: bool = True
-    k_rot: int = 0
-    v_rot: int = 0
-
-
 @dataclass
 class _Inputs:
     pos: Tensor
     rs_copy: Tensor
-    k_idxs: Tensor
-    v_idxs: Tensor
-    mask: Tensor
-    out_ids: Tensor
-    k_rot: Tensor | None
-    v_rot: Tensor | None
+    kv: KvInputs
 
 
 def hybrid_trunk_graph(
-    dims: HybridDims, shape: HybridShape, *, n_layer: int | None = None
+    dims: HybridDims, shape: TrunkShape, *, n_layer: int | None = None
 ) -> tuple[list[Tensor], list[Tensor]]:
     """(leafs, nodes) of the trunk's graph for one ubatch, in the engine's order.
 
@@ -101,7 +83,10 @@ def hybrid_trunk_graph(
     v_idxs = g.input("attn_inp_v_idxs", I64 * t if shape.flash_attn else I64 * t * v_gqa)
     mask = g.input("attn_inp_kq_mask", (F16 if shape.flash_attn else F32) * shape.n_kv * t)
     out_ids = g.input("out_ids", I32 * shape.n_outputs)
-    inputs = _Inputs(pos, rs_copy, k_idxs, v_idxs, mask, out_ids, k_rot, v_rot)
+    cache_k = Tensor("cache_k", "NONE", 0, external=True)
+    cache_v = Tensor("cache_v", "NONE", 0, external=True)
+    kv = KvInputs(k_idxs, v_idxs, mask, shape.n_kv, cache_k, cache_v, k_rot, v_rot)
+    inputs = _Inputs(pos, rs_copy, kv)
 
     x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens)
     rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
@@ -138,7 +123,7 @@ def _copy_to_cache(g: GraphBuilder, src: Tensor, cache: Tensor) -> None:
 
 
 def _delta_net(
-    g: GraphBuilder, m: ModelDims, shape: HybridShape, attn_norm: Tensor, inp: _Inputs
+    g: GraphBuilder, m: ModelDims, shape: TrunkShape, attn_norm: Tensor, inp: _Inputs
 ) -> Tensor:
     """build_layer_attn_linear: conv window, gated delta-net, gated norm, output projection."""
     w = g.weight
@@ -198,7 +183,7 @@ def _delta_net(
 
 
 def _gated_attention(
-    g: GraphBuilder, m: ModelDims, shape: HybridShape, attn_norm: Tensor, inp: _Inputs
+    g: GraphBuilder, m: ModelDims, shape: TrunkShape, attn_norm: Tensor, inp: _Inputs
 ) -> Tensor:
     """build_layer_attn: the query with its output gate, Q/K norms, RoPE, attention, gate."""
     w = g.weight
@@ -206,51 +191,32 @@ def _gated_attention(
     d = m.key_length
     q = F32 * d * m.n_head * t
     kv = F32 * d * m.n_head_kv * t
-    cache_k = Tensor("cache_k", "NONE", 0, external=True)
-    cache_v = Tensor("cache_v", "NONE", 0, external=True)
-
     q_full = g.op("Qcur_full", "MUL_MAT", 2 * q, w, attn_norm)
     q_view = g.view("Qcur", q_full, q)
     q_cur = g.op("Qcur_normed", "MUL", q, g.op("norm", "RMS_NORM", q, q_view), w)
-    q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, inp.pos), inp.k_rot)
+    q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, inp.pos), inp.kv.k_rot)
     v_cur = g.view("Vcur", g.op("Vcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
-    v_cur = _rotated(g, v_cur, inp.v_rot)
+    v_cur = _rotated(g, v_cur, inp.kv.v_rot)
     k_raw = g.view("Kcur", g.op("Kcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
     k_cur = g.op("Kcur_normed", "MUL", kv, g.op("norm", "RMS_NORM", kv, k_raw), w)
-    k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, inp.pos), inp.k_rot)
-    g.write("cache_k_set", "SET_ROWS", cache_k, g.view("k_rows", k_rope, kv), inp.k_idxs, cache_k)
-    if shape.flash_attn:
-        v_rows = g.view("v_rows", v_cur, kv)
-    else:  # the transposed V cache takes one element per row
-        v_rows = g.view("v_elems", g.view("v_rows", v_cur, kv, contiguous=True), kv)
-    g.write("cache_v_set", "SET_ROWS", cache_v, v_rows, inp.v_idxs, cache_v)
-    k_view = g.view("k_view", cache_k, 0)
-    v_view = g.view("v_view", cache_v, 0)
-    q_perm = g.view("q_perm", q_rope, q)
-    if shape.flash_attn:
-        attn = g.op("attn", "FLASH_ATTN_EXT", q, q_perm, k_view, v_view, inp.mask)
-        attn = g.view("kqv_out", attn, q, contiguous=True)
-    else:
-        kq = g.op("kq", "MUL_MAT", F32 * shape.n_kv * t * m.n_head, k_view, q_perm)
-        kq = g.op("kq_soft_max", "SOFT_MAX", kq.nbytes, kq, inp.mask)
-        kqv = g.op("kqv", "MUL_MAT", q, v_view, kq)
-        attn = g.op("kqv_out", "CONT", q, g.view("kqv_merged", kqv, q))
-    pregate = g.view("attn_pregate", _rotated(g, attn, inp.v_rot), q, contiguous=True)
+    k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, inp.pos), inp.kv.k_rot)
+    attn = kv_attention(g, inp.kv, q_rope, k_rope, v_cur, q, m.n_head, shape)
+    pregate = g.view("attn_pregate", _rotated(g, attn, inp.kv.v_rot), q, contiguous=True)
     gate = g.op("gate_reshaped", "CONT", q, g.view("gate", q_full, q))
     gated = g.op("attn_gated", "MUL", q, pregate, g.op("gate_sigmoid", "UNARY", q, gate))
     return g.op("attn_output", "MUL_MAT", F32 * m.n_embd * t, w, gated)
 
 
-def hybrid_compute_bytes(model: ModelInfo, shape: HybridShape) -> int:
+def hybrid_compute_bytes(model: ModelInfo, shape: TrunkShape) -> int:
     """The trunk's compute buffer: the largest of its ubatch graph and its one-token graph."""
     return _hybrid_bytes(HybridDims.of(model), shape)
 
 
 @lru_cache(maxsize=512)
-def _hybrid_bytes(dims: HybridDims, shape: HybridShape) -> int:
+def _hybrid_bytes(dims: HybridDims, shape: TrunkShape) -> int:
     n = replayed_layers(dims.n_layer, _period(dims))
     short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
-    tg = HybridShape(1, 1, shape.n_kv, shape.n_rs_seq, shape.flash_attn, shape.k_rot, shape.v_rot)
+    tg = TrunkShape(1, 1, shape.n_kv, shape.n_rs_seq, shape.flash_attn, shape.k_rot, shape.v_rot)
     return max(reserved_bytes(*hybrid_trunk_graph(short, s)) for s in {shape, tg})
 
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from mtpstudio.core.memory.hybrid_graph import (
     HYBRID_GRAPH_ARCHITECTURES,
-    HybridShape,
     hybrid_compute_bytes,
 )
 from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes
@@ -291,14 +290,14 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
         )
         return trunk_compute_bytes(model, trunk, shape.n_seq)
     if recurrent and replays_hybrid_graph(model, shape):
-        hybrid = HybridShape(
+        hybrid = TrunkShape(
             shape.n_tokens,
             shape.n_outputs,
             shape.n_kv,
-            shape.n_rs_seq,
-            shape.flash_attn,
-            k_rot,
-            v_rot,
+            flash_attn=shape.flash_attn,
+            k_rot=k_rot,
+            v_rot=v_rot,
+            n_rs_seq=shape.n_rs_seq,
         )
         return hybrid_compute_bytes(model, hybrid)
     # the rotation matrices are inputs, read by every attention layer: live all along

@@ -102,7 +102,8 @@ class TrunkDims:
 @dataclass(frozen=True)
 class TrunkShape:
     """One worst-case graph: a ubatch of ``n_tokens`` with ``n_outputs`` logits rows against
-    ``n_kv`` cache cells (``n_kv_swa`` on the sliding-window cache)."""
+    ``n_kv`` cache cells (``n_kv_swa`` on a sliding-window cache); ``n_rs_seq`` recurrent-state
+    copies MTP keeps per sequence; the sides of the Hadamard rotations of a quantized cache."""
 
     n_tokens: int
     n_outputs: int
@@ -111,11 +112,16 @@ class TrunkShape:
     flash_attn: bool = True
     k_rot: int = 0
     v_rot: int = 0
+    n_rs_seq: int = 0
+
+    def one_token(self, n_seq: int = 1) -> TrunkShape:
+        """The same graph for one token per sequence (the second reservation)."""
+        return dataclasses.replace(self, n_tokens=n_seq, n_outputs=n_seq)
 
 
 @dataclass
-class _Cache:
-    """The graph inputs of one KV cache (the sliding-window cache has its own)."""
+class KvInputs:
+    """The graph inputs of one KV cache (a sliding-window cache has its own) and the cache."""
 
     k_idxs: Tensor
     v_idxs: Tensor
@@ -159,7 +165,7 @@ def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[
     for i, n_kv in enumerate([shape.n_kv, shape.n_kv_swa] if swa else [shape.n_kv]):
         tag = "_swa" if i else ""
         caches.append(
-            _Cache(
+            KvInputs(
                 g.input(f"attn_inp_k_idxs{tag}", I64 * t),
                 g.input(f"attn_inp_v_idxs{tag}", v_idxs_bytes),
                 g.input(f"attn_inp_kq_mask{tag}", mask_bytes * n_kv),
@@ -192,6 +198,40 @@ def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[
     return g.leafs, g.nodes
 
 
+def kv_attention(
+    g: GraphBuilder,
+    cache: KvInputs,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out_bytes: int,
+    n_head: int,
+    shape: TrunkShape,
+) -> Tensor:
+    """build_attn from the cache writes on: K and V rows into the cache, then attention of
+    ``q`` over its ``n_kv`` cells (flash attention, or scores, softmax in place and their
+    product with the transposed V cache); the result before any rotation back."""
+    t = shape.n_tokens
+    g.write(
+        "cache_k_set", "SET_ROWS", cache.k, g.view("k_rows", k, k.nbytes), cache.k_idxs, cache.k
+    )
+    if shape.flash_attn:
+        v_rows = g.view("v_rows", v, v.nbytes)
+    else:  # the transposed V cache takes one element per row
+        v_rows = g.view("v_elems", g.view("v_rows", v, v.nbytes, contiguous=True), v.nbytes)
+    g.write("cache_v_set", "SET_ROWS", cache.v, v_rows, cache.v_idxs, cache.v)
+    q_perm = g.view("q_perm", g.view("q_4d", q, q.nbytes), q.nbytes)
+    k_perm = g.view("k_perm", g.view("k_view", cache.k, 0), 0)
+    v_perm = g.view("v_perm", g.view("v_view", cache.v, 0), 0)
+    if shape.flash_attn:
+        attn = g.op("fattn", "FLASH_ATTN_EXT", out_bytes, q_perm, k_perm, v_perm, cache.mask)
+        return g.view("kqv_out", attn, out_bytes, contiguous=True)
+    kq = g.op("kq", "MUL_MAT", F32 * cache.n_kv * t * n_head, k_perm, q_perm)
+    kq = g.op("kq_soft_max", "SOFT_MAX", kq.nbytes, kq, cache.mask)
+    kqv = g.op("kqv", "MUL_MAT", out_bytes, v_perm, kq)
+    return g.op("kqv_out", "CONT", out_bytes, g.view("kqv_merged", kqv, out_bytes))
+
+
 def _norm(g: GraphBuilder, x: Tensor, nbytes: int, name: str = "norm") -> Tensor:
     """build_norm with RMS and a weight: the norm, then the weight multiplied in."""
     return g.op(name, "MUL", nbytes, g.op("norm", "RMS_NORM", nbytes, x), g.weight)
@@ -211,7 +251,7 @@ def _layer(
     shape: TrunkShape,
     x: Tensor,
     pos: Tensor,
-    cache: _Cache,
+    cache: KvInputs,
     out_ids: Tensor | None,
 ) -> Tensor:
     """One decoder block: attention and the feed-forward network, with their residuals."""
@@ -241,26 +281,8 @@ def _layer(
     k = g.op("Kcur_rope", "ROPE", k_bytes, k, pos)
     k = _rotated(g, k, k_rot)
 
-    # K and V into the cache, then attention over its n_kv cells
-    g.write("cache_k_set", "SET_ROWS", cache.k, g.view("k_rows", k, k_bytes), cache.k_idxs, cache.k)
-    if shape.flash_attn:
-        v_rows = g.view("v_rows", v, v_bytes)
-    else:  # the transposed V cache takes one element per row
-        v_rows = g.view("v_elems", g.view("v_rows", v, v_bytes, contiguous=True), v_bytes)
-    g.write("cache_v_set", "SET_ROWS", cache.v, v_rows, cache.v_idxs, cache.v)
-    q_4d = g.view("q_4d", q, q_bytes)
-    q_perm = g.view("q_perm", q_4d, q_bytes)
-    k_perm = g.view("k_perm", g.view("k_view", cache.k, 0), 0)
-    v_perm = g.view("v_perm", g.view("v_view", cache.v, 0), 0)
     out_bytes = F32 * dims.head_v * dims.n_head * t
-    if shape.flash_attn:
-        attn = g.op("fattn", "FLASH_ATTN_EXT", out_bytes, q_perm, k_perm, v_perm, cache.mask)
-        attn = g.view("kqv_out", attn, out_bytes, contiguous=True)
-    else:
-        kq = g.op("kq", "MUL_MAT", F32 * cache.n_kv * t * dims.n_head, k_perm, q_perm)
-        kq = g.op("kq_soft_max", "SOFT_MAX", kq.nbytes, kq, cache.mask)
-        kqv = g.op("kqv", "MUL_MAT", out_bytes, v_perm, kq)
-        attn = g.op("kqv_out", "CONT", out_bytes, g.view("kqv_merged", kqv, out_bytes))
+    attn = kv_attention(g, cache, q, k, v, out_bytes, dims.n_head, shape)
     attn = _rotated(g, attn, v_rot)
     cur = g.op("attn_out", "MUL_MAT", embd, g.weight, attn)
     if dims.o_bias:
@@ -308,13 +330,4 @@ def _trunk_bytes(dims: TrunkDims, shape: TrunkShape, n_seq: int) -> int:
     n = replayed_layers(dims.n_layer, period)
     swa = frozenset(i for i in dims.swa_layers if i < n)
     dims = dataclasses.replace(dims, n_layer=n, swa_layers=swa)
-    tg = TrunkShape(
-        n_seq,
-        n_seq,
-        shape.n_kv,
-        shape.n_kv_swa,
-        shape.flash_attn,
-        shape.k_rot,
-        shape.v_rot,
-    )
-    return max(reserved_bytes(*trunk_graph(dims, s)) for s in {shape, tg})
+    return max(reserved_bytes(*trunk_graph(dims, s)) for s in {shape, shape.one_token(n_seq)})

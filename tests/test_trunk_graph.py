@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from mtpstudio.core.memory.graph_alloc import reserved_bytes
+from mtpstudio.core.memory.graph_alloc import ModelDims, reserved_bytes
 from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
 from mtpstudio.core.memory.terms import (
     UNMODELLED_COMPUTE_MARGIN,
@@ -25,6 +24,7 @@ from mtpstudio.core.memory.trunk_graph import (
     TrunkShape,
     replayed_layers,
     trunk_graph,
+    trunk_replay_layers,
 )
 from mtpstudio.core.model.catalog.header import write_card_header
 from mtpstudio.core.model.catalog.models import model_card_info
@@ -63,64 +63,97 @@ def _swa(n: int) -> frozenset[int]:
     return frozenset(i for i in range(n) if i % 6 < 5)
 
 
-# whole models: 32 to 48 layers of the widths people load
-WHOLE = {
-    "llama 8B": _dims("llama", 32, 4096, (32, 8, 128), ffn_length=14336),
-    "qwen2 7B": _dims(
-        "qwen2", 28, 3584, (28, 4, 128), ffn_length=18944, q_bias=True, k_bias=True, v_bias=True
-    ),
-    "qwen3moe 30B-A3B": _dims(
-        "qwen3moe", 48, 2048, (32, 4, 128), n_expert=128, n_expert_used=8, expert_ffn_length=768
-    ),
-    "mixtral": _dims(
-        "llama", 32, 4096, (32, 8, 128), n_expert=8, n_expert_used=2, expert_ffn_length=14336
-    ),
-    "gemma3 4B": _dims("gemma3", 34, 2560, (8, 4, 256), ffn_length=10240, swa_layers=_swa(34)),
-}
-
-
-@pytest.mark.parametrize("name", list(WHOLE))
-def test_a_shortened_replay_equals_the_whole_graphs(name: str) -> None:
-    """The replay builds a period of layers plus the last one: every shape gives the bytes of
-    the whole 28-48 layer graph (ubatch 1-2048, ctx 4k-128k, flash attention on and off,
-    quantized caches with their rotations)."""
-    dims = WHOLE[name]
-    period = 6 if dims.swa_layers else 2
-    n = replayed_layers(dims.n_layer, period)
-    assert n < dims.n_layer
-    short = dataclasses.replace(
-        dims, n_layer=n, swa_layers=frozenset(i for i in dims.swa_layers if i < n)
+def _random_dims(rng: random.Random) -> tuple[TrunkDims, TrunkShape]:
+    arch = rng.choice(["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"])
+    e = rng.choice([256, 896, 1024, 2048, 2560, 3584, 4096, 5120])
+    head = rng.choice([64, 128, 256])
+    n_head = max(1, e // head) * rng.choice([1, 2])
+    moe = arch == "qwen3moe" or (arch == "llama" and rng.random() < 0.3)
+    n_layer = rng.choice([24, 26, 28, 34, 36])
+    dims = _dims(
+        arch,
+        n_layer,
+        e,
+        (n_head, max(1, n_head // rng.choice([1, 2, 4, 8])), head),
+        vocab_size=rng.choice([4000, 32000, 151936, 262144]),
+        ffn_length=rng.choice([2, 3, 4, 6]) * e,
+        n_expert=rng.choice([8, 64, 128]) if moe else 0,
+        n_expert_used=rng.choice([2, 8]) if moe else 0,
+        expert_ffn_length=rng.choice([768, 1408, 3 * e]) if moe else 0,
+        q_bias=arch == "qwen2",
+        k_bias=arch == "qwen2",
+        v_bias=arch == "qwen2",
+        swa_layers=_swa(n_layer) if arch == "gemma3" else frozenset(),
     )
-    for t, kv, fa, rot in itertools.product(
-        (1, 64, 512, 2048), (4096, 32768, 131072), (True, False), ((0, 0), (128, 64))
-    ):
-        if not fa and kv > 32768:
-            continue
-        swa = min(kv, 1536) if dims.swa_layers else 0
-        shape = TrunkShape(t, min(t, 4), kv, swa, fa, *rot)
+    t = rng.choice([1, 32, 128, 512, 2048])
+    kv = rng.choice([256, 4096, 32768, 131072])
+    fa = rng.random() < 0.6 or kv * t * n_head > 2**31
+    rot = rng.choice([(0, 0), (head, 64)])
+    swa = min(kv, 1536) if dims.swa_layers else 0
+    return dims, TrunkShape(t, min(t, rng.choice([1, 4])), kv, swa, fa, *rot)
+
+
+def test_a_shortened_replay_equals_the_whole_graphs() -> None:
+    """The replay builds four layers (gemma3: twelve to seventeen) that end like the model:
+    over random widths, ubatches, contexts, flash attention on and off and quantized caches,
+    it gives the bytes of the whole 24-36 layer graph."""
+    rng = random.Random(26)
+    for _ in range(150):
+        dims, shape = _random_dims(rng)
+        n = trunk_replay_layers(dims)
+        assert n < dims.n_layer
+        short = dataclasses.replace(
+            dims, n_layer=n, swa_layers=frozenset(i for i in dims.swa_layers if i < n)
+        )
         whole = reserved_bytes(*trunk_graph(dims, shape))
-        assert reserved_bytes(*trunk_graph(short, shape)) == whole, (t, kv, fa, rot)
+        assert reserved_bytes(*trunk_graph(short, shape)) == whole, (dims, shape)
 
 
-@pytest.mark.parametrize("card", ["qwen3.6-35b-a3b-iq4_xs", "qwen3.6-27b-iq4_xs"])
-def test_a_shortened_hybrid_replay_equals_the_whole_trunk(card: str) -> None:
-    """One attention period (four layers) gives the bytes of the whole 40 / 64 layer trunk."""
-    dims = HybridDims.of(model_card_info(card))
-    short = HybridDims(dims.sizes, 4, frozenset({0, 1, 2}))
-    for t, kv, rs, fa in itertools.product((1, 128, 512, 2048), (4096, 131072), (0, 3), (1, 0)):
-        if not fa and kv > 32768:
-            continue
-        shape = TrunkShape(t, min(t, 1 + rs), kv, flash_attn=bool(fa), n_rs_seq=rs)
+def test_a_shortened_hybrid_replay_equals_the_whole_trunk() -> None:
+    """Two attention periods (eight layers, plus what ends the model like the real one) give
+    the bytes of the whole trunk: the 40 and 64 layer cards, and random hybrid widths."""
+    rng = random.Random(35)
+    cases = [
+        HybridDims.of(model_card_info(c)) for c in ("qwen3.6-35b-a3b-iq4_xs", "qwen3.6-27b-iq4_xs")
+    ]
+    for _ in range(12):
+        moe = rng.random() < 0.5
+        sizes = ModelDims(
+            rng.choice([1024, 2048, 4096, 5120]),
+            rng.choice([8, 16, 32]),
+            rng.choice([1, 2, 4, 8]),
+            rng.choice([128, 256]),
+            248320,
+            rng.choice([64, 256]) if moe else 0,
+            8 if moe else 0,
+            0 if moe else 17408,
+            512 if moe else 0,
+            512 if moe else 0,
+            128,
+            16,
+            128 * rng.choice([16, 32, 48]),
+            4,
+        )
+        n = rng.choice([30, 40, 48])
+        cases.append(HybridDims(sizes, n, frozenset(i for i in range(n) if (i + 1) % 4)))
+    for dims in cases:
+        t = rng.choice([1, 32, 128, 512, 2048])
+        rs = rng.choice([0, 3])
+        fa = rng.random() < 0.7
+        kv = rng.choice([4096, 32768] if not fa else [4096, 131072])
+        shape = TrunkShape(t, min(t, 1 + rs), kv, flash_attn=fa, n_rs_seq=rs)
+        n = replayed_layers(dims.n_layer, 4, 8)
+        short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
         whole = reserved_bytes(*hybrid_trunk_graph(dims, shape))
-        assert reserved_bytes(*hybrid_trunk_graph(short, shape)) == whole, (t, kv, rs, fa)
+        assert reserved_bytes(*hybrid_trunk_graph(short, shape)) == whole, (dims, shape)
 
 
 def test_replayed_layers_keep_the_last_layer_in_its_place() -> None:
-    assert replayed_layers(32, 2) == 2
-    assert replayed_layers(33, 2) == 3
-    assert replayed_layers(34, 6) == 10  # 34 = 5 * 6 + 4: a period, then four layers
-    assert replayed_layers(42, 4) == 6
-    assert replayed_layers(3, 4) == 3
+    assert replayed_layers(32, 1, 4) == 4
+    assert replayed_layers(34, 6, 12) == 16  # 34 = 5 * 6 + 4: the last layer is windowed
+    assert replayed_layers(40, 4, 8) == 8
+    assert replayed_layers(42, 4, 8) == 10
+    assert replayed_layers(3, 4, 8) == 3
 
 
 def _table_model(name: str, tmp: Path) -> ModelInfo:

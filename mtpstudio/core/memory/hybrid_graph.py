@@ -76,7 +76,7 @@ def hybrid_trunk_graph(
     mixed_tokens = g.input("inp_mixed_tokens", I32 * t)
     mixed_slots = g.input("inp_mixed_slots", I64 * t)
     mixed_embd = g.input("inp_mixed_embd", embd)
-    rs_copy = g.input("rs_s_copy", I32)
+    rs_copy = g.input("rs_s_copy", I32 * shape.n_seqs)
     pos = g.input("inp_pos", I32 * 4 * t)
     v_rot = g.input("attn_inp_v_rot", F32 * shape.v_rot**2) if shape.v_rot else None
     k_idxs = g.input("attn_inp_k_idxs", I64 * t)
@@ -128,21 +128,22 @@ def _delta_net(
     """build_layer_attn_linear: conv window, gated delta-net, gated norm, output projection."""
     w = g.weight
     t = shape.n_tokens
+    seqs = shape.n_seqs
     conv_width = 2 * m.ssm_state_size * m.ssm_group_count + m.ssm_inner_size
     heads = m.ssm_inner_size // m.ssm_state_size
-    state = F32 * m.ssm_state_size * m.ssm_inner_size
+    state = F32 * m.ssm_state_size * m.ssm_inner_size * seqs  # one per sequence
     inner = F32 * m.ssm_inner_size * t
     cache_r = Tensor("cache_r", "NONE", 0, external=True)
     cache_s = Tensor("cache_s", "NONE", 0, external=True)
 
     # conv window: the stored conv states of the sequence, then this ubatch's QKV
-    kept = F32 * (m.ssm_conv_kernel - 1) * conv_width
+    kept = F32 * (m.ssm_conv_kernel - 1) * conv_width * seqs
     conv_states = g.op("conv_states", "GET_ROWS", kept, cache_r, inp.rs_copy)
     states_view = g.view("conv_states_view", conv_states, kept)
     _copy_to_cache(g, g.view("conv_states_saved", conv_states, kept), cache_r)
     qkv = g.op("qkv_mixed", "MUL_MAT", F32 * conv_width * t, w, attn_norm)
     qkv_t = g.view("qkv_mixed_transposed", g.view("qkv_mixed_3d", qkv, qkv.nbytes), qkv.nbytes)
-    window = F32 * conv_width * (t + m.ssm_conv_kernel - 1)
+    window = F32 * conv_width * (t + (m.ssm_conv_kernel - 1) * seqs)
     states_3d = g.view("conv_states_3d", states_view, kept)
     conv_input = g.op("conv_input", "CONCAT", window, states_3d, qkv_t)
     for i in range(1 + shape.n_rs_seq):  # the conv state each kept copy starts from
@@ -214,10 +215,10 @@ def hybrid_compute_bytes(model: ModelInfo, shape: TrunkShape) -> int:
 
 @lru_cache(maxsize=512)
 def _hybrid_bytes(dims: HybridDims, shape: TrunkShape) -> int:
-    n = replayed_layers(dims.n_layer, _period(dims))
+    period = _period(dims)
+    n = replayed_layers(dims.n_layer, period, 2 * period)
     short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
-    tg = TrunkShape(1, 1, shape.n_kv, shape.n_rs_seq, shape.flash_attn, shape.k_rot, shape.v_rot)
-    return max(reserved_bytes(*hybrid_trunk_graph(short, s)) for s in {shape, tg})
+    return max(reserved_bytes(*hybrid_trunk_graph(short, s)) for s in {shape, shape.one_token()})
 
 
 def _period(dims: HybridDims) -> int:

@@ -237,8 +237,6 @@ def unmodelled_reason(model: ModelInfo, shape: ComputeShape) -> str | None:
     """Why the trunk buffer is not replayed (``None`` when it is)."""
     if replays_trunk(model, shape):
         return None
-    if model.architecture in HYBRID_GRAPH_ARCHITECTURES and model.recurrent_layers:
-        return f"mtpstudio replays {model.architecture}'s compute graph for one slot only"
     return f"mtpstudio does not model {model.architecture}'s compute graph"
 
 
@@ -248,13 +246,8 @@ def with_safety_margin(fitted: int) -> int:
 
 
 def replays_hybrid_graph(model: ModelInfo, shape: ComputeShape) -> bool:
-    """True when the hybrid trunk's buffer is replayed (``hybrid_graph``): Qwen3.5/3.6 with one
-    sequence (the stream split of several slots is not modelled)."""
-    return (
-        model.architecture in HYBRID_GRAPH_ARCHITECTURES
-        and bool(model.recurrent_layers)
-        and shape.n_seq == 1
-    )
+    """True when the hybrid trunk's buffer is replayed (``hybrid_graph``: Qwen3.5/3.6)."""
+    return model.architecture in HYBRID_GRAPH_ARCHITECTURES and bool(model.recurrent_layers)
 
 
 def swa_cells(model: ModelInfo, n_ctx_seq: int, n_ubatch: int) -> int:
@@ -278,28 +271,21 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
         return nextn_compute_bytes(
             model, shape.n_tokens, shape.n_kv, shape.n_outputs, k_rot=k_rot, v_rot=v_rot
         )
-    if recurrent and replays_trunk_graph(model):
-        trunk = TrunkShape(
-            shape.n_tokens,
+    if recurrent and replays_trunk(model, shape):
+        graph = TrunkShape(
+            pad_to(shape.n_tokens, shape.n_seq),  # the reservation splits it evenly
             shape.n_outputs,
             shape.n_kv,
             swa_cells(model, shape.n_kv, shape.n_tokens),
             shape.flash_attn,
             k_rot,
             v_rot,
+            shape.n_rs_seq,
+            shape.n_seq,
         )
-        return trunk_compute_bytes(model, trunk, shape.n_seq)
-    if recurrent and replays_hybrid_graph(model, shape):
-        hybrid = TrunkShape(
-            shape.n_tokens,
-            shape.n_outputs,
-            shape.n_kv,
-            flash_attn=shape.flash_attn,
-            k_rot=k_rot,
-            v_rot=v_rot,
-            n_rs_seq=shape.n_rs_seq,
-        )
-        return hybrid_compute_bytes(model, hybrid)
+        if replays_trunk_graph(model):
+            return trunk_compute_bytes(model, graph)
+        return hybrid_compute_bytes(model, graph)
     # the rotation matrices are inputs, read by every attention layer: live all along
     rotation = F32 * (k_rot * k_rot + v_rot * v_rot)
     return rotation + _fitted_compute_bytes(model, shape, recurrent=recurrent)

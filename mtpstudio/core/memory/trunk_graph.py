@@ -101,9 +101,10 @@ class TrunkDims:
 
 @dataclass(frozen=True)
 class TrunkShape:
-    """One worst-case graph: a ubatch of ``n_tokens`` with ``n_outputs`` logits rows against
-    ``n_kv`` cache cells (``n_kv_swa`` on a sliding-window cache); ``n_rs_seq`` recurrent-state
-    copies MTP keeps per sequence; the sides of the Hadamard rotations of a quantized cache."""
+    """One worst-case graph: a ubatch of ``n_tokens`` (split evenly over ``n_seqs`` sequences)
+    with ``n_outputs`` logits rows against ``n_kv`` cache cells (``n_kv_swa`` on a
+    sliding-window cache); ``n_rs_seq`` recurrent-state copies MTP keeps per sequence; the
+    sides of the Hadamard rotations of a quantized cache."""
 
     n_tokens: int
     n_outputs: int
@@ -113,10 +114,11 @@ class TrunkShape:
     k_rot: int = 0
     v_rot: int = 0
     n_rs_seq: int = 0
+    n_seqs: int = 1
 
-    def one_token(self, n_seq: int = 1) -> TrunkShape:
+    def one_token(self) -> TrunkShape:
         """The same graph for one token per sequence (the second reservation)."""
-        return dataclasses.replace(self, n_tokens=n_seq, n_outputs=n_seq)
+        return dataclasses.replace(self, n_tokens=self.n_seqs, n_outputs=self.n_seqs)
 
 
 @dataclass
@@ -266,20 +268,19 @@ def _layer(
     k_rot, v_rot = cache.k_rot, cache.v_rot
 
     attn_norm = _norm(g, x, embd, "attn_norm")
+    # the engine adds Q's chain to the graph first, then V's, then K's (build_attn)
     q = _projection(g, attn_norm, q_bytes, dims.q_bias, "Qcur")
-    k = _projection(g, attn_norm, k_bytes, dims.k_bias, "Kcur")
-    v = _projection(g, attn_norm, v_bytes, dims.v_bias, "Vcur")
     if qk_norm:
         q = _norm(g, q, q_bytes, "Qcur_normed")
     q = g.op("Qcur_rope", "ROPE", q_bytes, q, pos)
     if gemma:
         q = g.op("Qcur_scaled", "SCALE", q_bytes, q)
     q = _rotated(g, q, k_rot)
-    v = _rotated(g, v, v_rot)
+    v = _rotated(g, _projection(g, attn_norm, v_bytes, dims.v_bias, "Vcur"), v_rot)
+    k = _projection(g, attn_norm, k_bytes, dims.k_bias, "Kcur")
     if qk_norm:
         k = _norm(g, k, k_bytes, "Kcur_normed")
-    k = g.op("Kcur_rope", "ROPE", k_bytes, k, pos)
-    k = _rotated(g, k, k_rot)
+    k = _rotated(g, g.op("Kcur_rope", "ROPE", k_bytes, k, pos), k_rot)
 
     out_bytes = F32 * dims.head_v * dims.n_head * t
     attn = kv_attention(g, cache, q, k, v, out_bytes, dims.n_head, shape)
@@ -306,28 +307,35 @@ def _layer(
     return g.op("l_out", "ADD", embd, ffn, ffn_inp)
 
 
-def replayed_layers(n_layer: int, period: int) -> int:
-    """How many layers a replay builds: the smallest count of at least one ``period`` that
-    leaves the last layer at its place in the period (only the last layer trims its rows to
-    the outputs). Layers repeat with ``period`` (their kinds and sizes), every period starts
-    from the same free blocks, so a middle period reaches the same peak as the first; the
-    replay of the shortened graph is the replay of the whole one (checked layer count against
-    layer count in ``tests/test_trunk_graph.py``), and the budget slider stays fast."""
-    if n_layer <= period:
+def replayed_layers(n_layer: int, period: int, minimum: int) -> int:
+    """How many layers a replay builds: at least ``minimum``, and as many modulo ``period`` as
+    the model has, so the last layer keeps its kind (only the last layer trims its rows to the
+    outputs). Layers repeat with ``period`` (their kinds and sizes); once the allocator has
+    gone through a layer or two its free blocks repeat too, so further periods reach the same
+    peak: the shortened replay is the whole graph's (checked count against count over random
+    shapes in ``tests/test_trunk_graph.py``: plain layers repeat from the third layer on,
+    gemma3 from the seventh, the hybrids from the eighth), and the budget slider stays fast."""
+    if n_layer <= minimum:
         return n_layer
-    return period + (n_layer - period) % period
+    return minimum + (n_layer - minimum) % period
 
 
-def trunk_compute_bytes(model: ModelInfo, shape: TrunkShape, n_seq: int = 1) -> int:
+def trunk_replay_layers(dims: TrunkDims) -> int:
+    """The layer count ``_trunk_bytes`` replays (see ``replayed_layers``)."""
+    if dims.swa_layers:
+        return replayed_layers(dims.n_layer, GEMMA3_SWA_PATTERN, 2 * GEMMA3_SWA_PATTERN)
+    return replayed_layers(dims.n_layer, 1, 4)
+
+
+def trunk_compute_bytes(model: ModelInfo, shape: TrunkShape) -> int:
     """The trunk's compute buffer: the largest of its ubatch graph and its one-token graph
     (both reserved at load, ``llama_context::sched_reserve``)."""
-    return _trunk_bytes(TrunkDims.of(model), shape, n_seq)
+    return _trunk_bytes(TrunkDims.of(model), shape)
 
 
 @lru_cache(maxsize=512)
-def _trunk_bytes(dims: TrunkDims, shape: TrunkShape, n_seq: int) -> int:
-    period = GEMMA3_SWA_PATTERN if dims.swa_layers else 2
-    n = replayed_layers(dims.n_layer, period)
+def _trunk_bytes(dims: TrunkDims, shape: TrunkShape) -> int:
+    n = trunk_replay_layers(dims)
     swa = frozenset(i for i in dims.swa_layers if i < n)
     dims = dataclasses.replace(dims, n_layer=n, swa_layers=swa)
-    return max(reserved_bytes(*trunk_graph(dims, s)) for s in {shape, shape.one_token(n_seq)})
+    return max(reserved_bytes(*trunk_graph(dims, s)) for s in {shape, shape.one_token()})

@@ -76,7 +76,7 @@ _TRACE_LINE = re.compile(
 )
 
 
-def _engine_trace(path: Path) -> list[AllocEvent]:
+def engine_trace(path: Path) -> list[AllocEvent]:
     events: list[AllocEvent] = []
     for line in path.read_text().splitlines():
         m = _TRACE_LINE.match(line)
@@ -105,7 +105,7 @@ def test_the_nextn_graph_replays_the_engines_allocator_trace(
     ``-ctk q8_0 -ctv q8_0 --spec-draft-type-k q8_0 --spec-draft-type-v q8_0`` for the second);
     the draft context's 512-token reservation, whose log line gives ``logged_mib``.
     """
-    want = _engine_trace(FIXTURES / trace)
+    want = engine_trace(FIXTURES / trace)
     assert len(want) > 60
     model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
     k_rot, v_rot = rotations
@@ -150,7 +150,7 @@ def test_the_first_delta_net_block_replays_the_engines_allocator_trace() -> None
     draft-mtp --spec-draft-n-max 3`` on the zero-weight 35B-A3B card (the trunk's 128-token
     reservation; its log line: ``CPU compute buffer size = 28.10 MiB``).
     """
-    want = _engine_trace(
+    want = engine_trace(
         FIXTURES / "upstream-11434-trunk-alloc-35b-a3b-4k-ub128-mtp3-to-delta-net.txt"
     )
     model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
@@ -209,7 +209,7 @@ def test_the_trunk_of_a_model_without_mtp_has_the_mixed_inputs_too(
     model = read_model_info(TinyModelCache(tmp_path)("hybrid", **HYBRID))
     assert not model.has_mtp
     trace = "upstream-11434-trunk-alloc-tiny-hybrid-4k-ub512-to-delta-net.txt"
-    want = _engine_trace(FIXTURES / trace)
+    want = engine_trace(FIXTURES / trace)
     got: list[AllocEvent] = []
     graph = hybrid_trunk_graph(HybridDims.of(model), TrunkShape(512, 1, 4096))
     peak = reserved_bytes(*graph, events=got)

@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mtpstudio.core.memory.graph_alloc import ModelDims, reserved_bytes
+import pytest
+from test_graph_alloc import FIXTURES, engine_trace
+
+from mtpstudio.core.memory.graph_alloc import AllocEvent, ModelDims, reserved_bytes
 from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
 from mtpstudio.core.memory.terms import (
     UNMODELLED_COMPUTE_MARGIN,
@@ -18,6 +21,7 @@ from mtpstudio.core.memory.terms import (
     _fitted_compute_bytes,
     compute_bytes,
     rotation_sides,
+    swa_cells,
 )
 from mtpstudio.core.memory.trunk_graph import (
     TrunkDims,
@@ -28,9 +32,10 @@ from mtpstudio.core.memory.trunk_graph import (
 )
 from mtpstudio.core.model.catalog.header import write_card_header
 from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.model.catalog.spec import ModelCardSpec
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.testing.arch_gguf import ArchSpec, write_arch_header
+from mtpstudio.testing.arch_gguf import ArchSpec, hybrid_spec, write_arch_header
 from mtpstudio.testing.arch_table import MODELS, UNMODELLED_MODELS
 
 
@@ -221,3 +226,122 @@ def test_plan_says_in_one_line_when_it_does_not_model_an_architecture(tmp_path: 
     cpu = data["devices"][0]  # type: ignore[index]
     assert cpu["segment_trust"]["compute"] == "exact"
     assert round(cpu["segments"]["compute"] / 2**20, 2) == 58.52  # the engine's log line
+
+
+def _spec(
+    arch: str, vocab: int, e: int, layers: int, heads: tuple[int, int, int], **kw: object
+) -> ArchSpec:
+    n_head, n_head_kv, head = heads
+    return ArchSpec(arch, vocab, e, layers, n_head, n_head_kv, head, **kw)  # type: ignore[arg-type]
+
+
+_GEMMA3 = _spec(
+    "gemma3", 262144, 1152, 7, (4, 1, 256), ffn_length=6912, sliding_window=512, tied_output=True
+)
+_LLAMA = _spec("llama", 32000, 1024, 3, (16, 8, 64), ffn_length=2816)
+# name -> (model, ctx, ubatch, slots, flash attention, cache type, draft max)
+TRACES: dict[str, tuple[ArchSpec | ModelCardSpec, int, int, int, bool, str, int]] = {
+    "llama-3L-4k-ub512": (_LLAMA, 4096, 512, 1, True, "f16", 0),
+    "llama-3L-4k-ub256-fa-off": (_LLAMA, 4096, 256, 1, False, "f16", 0),
+    "llama-moe-2L-4k-ub512": (
+        _spec("llama", 32000, 2048, 2, (16, 8, 128), ffn_length=5632, n_expert=8, n_expert_used=2),
+        4096,
+        512,
+        1,
+        True,
+        "f16",
+        0,
+    ),
+    "qwen2-2L-4k-ub512-q8_0": (
+        _spec("qwen2", 151936, 896, 2, (14, 2, 64), ffn_length=4864, qkv_bias=True),
+        4096,
+        512,
+        1,
+        True,
+        "q8_0",
+        0,
+    ),
+    "qwen3-3L-8k-ub512-np2": (
+        _spec("qwen3", 151936, 1024, 3, (16, 8, 128), ffn_length=3072, qk_norm=True),
+        8192,
+        512,
+        2,
+        True,
+        "f16",
+        0,
+    ),
+    "qwen3moe-2L-4k-ub512": (
+        _spec(
+            "qwen3moe",
+            151936,
+            2048,
+            2,
+            (32, 4, 128),
+            n_expert=128,
+            n_expert_used=8,
+            expert_ffn_length=768,
+            qk_norm=True,
+        ),
+        4096,
+        512,
+        1,
+        True,
+        "f16",
+        0,
+    ),
+    "gemma3-7L-8k-ub512": (_GEMMA3, 8192, 512, 1, True, "f16", 0),
+    "gemma3-7L-8k-ub512-q8_0": (_GEMMA3, 8192, 512, 1, True, "q8_0", 0),
+    "gemma3-7L-4k-ub256-fa-off": (_GEMMA3, 4096, 256, 1, False, "f16", 0),
+    "qwen35moe-4L-4k-ub512-mtp2": (hybrid_spec("moe", n_layer=4), 4096, 512, 1, True, "f16", 2),
+    "qwen35moe-4L-8k-ub512-q8_0-np2": (
+        hybrid_spec("moe", n_layer=4),
+        8192,
+        512,
+        2,
+        True,
+        "q8_0",
+        0,
+    ),
+    "qwen35-4L-4k-ub256-fa-off": (hybrid_spec("dense", n_layer=4), 4096, 256, 1, False, "f16", 0),
+}
+
+
+@pytest.mark.parametrize("name", list(TRACES))
+def test_the_trunk_graph_replays_the_engines_allocator_trace(name: str, tmp_path: Path) -> None:
+    """Every allocation and free of the trunk's first reservation, at the engine's offsets.
+
+    Recorded with upstream 11434 built with ggml-alloc.c's AT_PRINTF on (``-lv 5``), loading
+    the zero-weight model of ``TRACES`` (``mtpstudio.testing.arch_gguf``): ``llama-server -c CTX
+    -np SLOTS -fa on|off -ub UBATCH [-ctk T -ctv T] [--spec-type draft-mtp --spec-draft-n-max
+    N] --no-warmup`` (``tests/fixtures/engine_logs/upstream-11434-trunk-alloc-NAME.txt``).
+    """
+    spec, ctx, ubatch, slots, fa, cache, draft_max = TRACES[name]
+    path = tmp_path / "header.gguf"
+    if isinstance(spec, ArchSpec):
+        write_arch_header(spec, path)
+    else:
+        write_card_header(spec, path)
+    model = read_model_info(path)
+    quant = cache != "f16"
+    n_ctx_seq = ctx // slots
+    k_rot, v_rot = rotation_sides(model, ComputeShape(ubatch, n_ctx_seq, 1, 1, fa, quant, quant))
+    shape = TrunkShape(
+        ubatch,
+        min(ubatch, slots * (1 + draft_max)),
+        n_ctx_seq,
+        swa_cells(model, n_ctx_seq, ubatch),
+        fa,
+        k_rot,
+        v_rot,
+        draft_max,
+        slots,
+    )
+    if model.recurrent_layers:
+        graph = hybrid_trunk_graph(HybridDims.of(model), shape)
+    else:
+        graph = trunk_graph(TrunkDims.of(model), shape)
+    want = engine_trace(FIXTURES / f"upstream-11434-trunk-alloc-{name}.txt")
+    got: list[AllocEvent] = []
+    reserved_bytes(*graph, events=got)
+    assert len(want) > 40
+    assert got == want

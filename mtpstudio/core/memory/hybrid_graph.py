@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from mtpstudio.core.memory.graph_alloc import (
-    F16,
     F32,
     I32,
     I64,
@@ -27,7 +26,13 @@ from mtpstudio.core.memory.graph_alloc import (
     reserved_bytes,
 )
 from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
-from mtpstudio.core.memory.trunk_graph import KvInputs, TrunkShape, kv_attention, replayed_layers
+from mtpstudio.core.memory.trunk_graph import (
+    AttentionInputs,
+    KvInputs,
+    TrunkShape,
+    kv_attention,
+    replayed_layers,
+)
 from mtpstudio.core.model.info import ModelInfo
 
 HYBRID_GRAPH_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})
@@ -46,47 +51,23 @@ class HybridDims:
         return cls(ModelDims.of(model), model.n_layer, frozenset(model.recurrent_layers))
 
 
-@dataclass
-class _Inputs:
-    pos: Tensor
-    rs_copy: Tensor
-    kv: KvInputs
-
-
-def hybrid_trunk_graph(
-    dims: HybridDims, shape: TrunkShape, *, n_layer: int | None = None
-) -> tuple[list[Tensor], list[Tensor]]:
-    """(leafs, nodes) of the trunk's graph for one ubatch, in the engine's order.
-
-    ``n_layer`` builds only the first layers (no output head): the graph as far as the
-    engine's trace of its first block.
-    """
+def hybrid_trunk_graph(dims: HybridDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
+    """(leafs, nodes) of the trunk's graph for one ubatch, in the engine's order."""
     m = dims.sizes
     g = GraphBuilder()
     w = g.weight
     t = shape.n_tokens
     embd = F32 * m.n_embd * t
-    v_gqa = m.key_length * m.n_head_kv
 
-    # inputs, in the graph's leaf order (the Q rotation of the first attention layer is
-    # reached before anything it depends on, the V rotation after the positions)
-    k_rot = g.input("attn_inp_k_rot", F32 * shape.k_rot**2) if shape.k_rot else None
+    # inputs, in the order the engine's graph reaches them (its leaf order): the attention
+    # inputs with the first attention layer, the output rows after the last layer
     tokens = g.input("inp_tokens", I32 * t)
     g.input("inp_embd", embd)
     mixed_tokens = g.input("inp_mixed_tokens", I32 * t)
     mixed_slots = g.input("inp_mixed_slots", I64 * t)
     mixed_embd = g.input("inp_mixed_embd", embd)
     rs_copy = g.input("rs_s_copy", I32 * shape.n_seqs)
-    pos = g.input("inp_pos", I32 * 4 * t)
-    v_rot = g.input("attn_inp_v_rot", F32 * shape.v_rot**2) if shape.v_rot else None
-    k_idxs = g.input("attn_inp_k_idxs", I64 * t)
-    v_idxs = g.input("attn_inp_v_idxs", I64 * t if shape.flash_attn else I64 * t * v_gqa)
-    mask = g.input("attn_inp_kq_mask", (F16 if shape.flash_attn else F32) * shape.n_kv * t)
-    out_ids = g.input("out_ids", I32 * shape.n_outputs)
-    cache_k = Tensor("cache_k", "NONE", 0, external=True)
-    cache_v = Tensor("cache_v", "NONE", 0, external=True)
-    kv = KvInputs(k_idxs, v_idxs, mask, shape.n_kv, cache_k, cache_v, k_rot, v_rot)
-    inputs = _Inputs(pos, rs_copy, kv)
+    attention = AttentionInputs(g, shape, m.key_length * m.n_head_kv, pos_per_token=4)
 
     x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens)
     rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
@@ -94,23 +75,22 @@ def hybrid_trunk_graph(
     # one branch of the input select: the written rows keep `mixed` alive
     g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
 
-    layers = dims.n_layer if n_layer is None else n_layer
-    for il in range(layers):
+    for il in range(dims.n_layer):
         attn_norm = g.op("attn_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, x), w)
         if il in dims.recurrent_layers:
-            cur = _delta_net(g, m, shape, attn_norm, inputs)
+            cur = _delta_net(g, m, shape, attn_norm, rs_copy)
         else:
-            cur = _gated_attention(g, m, shape, attn_norm, inputs)
+            cache = attention.cache("", shape.n_kv)
+            cur = _gated_attention(g, m, shape, attn_norm, attention.position(), cache)
         residual = g.op("attn_residual", "ADD", embd, cur, x)
         post = g.op("attn_post_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, residual), w)
         ffn = _moe_ffn(g, m, post, t) if m.is_moe else _swiglu_ffn(g, post, m.ffn_length, t, embd)
         x = g.op("l_out", "ADD", embd, ffn, residual)
-    if n_layer is not None:
-        return g.leafs, g.nodes
 
     # the post-norm hidden state of every token is an output (the MTP seed), then the rows
     # of the outputs go through the LM head
     h = g.op("h_nextn", "MUL", embd, g.op("norm", "RMS_NORM", embd, x), w, out=True)
+    out_ids = g.input("out_ids", I32 * shape.n_outputs)
     rows_out = F32 * m.n_embd * shape.n_outputs
     head = g.op("result_norm", "GET_ROWS", rows_out, h, out_ids, out=True)
     g.op("result_output", "MUL_MAT", F32 * m.vocab_size * shape.n_outputs, w, head, out=True)
@@ -118,12 +98,13 @@ def hybrid_trunk_graph(
 
 
 def _copy_to_cache(g: GraphBuilder, src: Tensor, cache: Tensor) -> None:
-    """A CPY of ``src`` into a view of the recurrent cache (no memory here)."""
-    g.write("cache_copy", "CPY", cache, src, g.view("cache_view", cache, 0))
+    """A CPY of ``src`` into a view of the recurrent cache (no memory here; the cache's view,
+    outside the compute buffer, is left out)."""
+    g.write("cache_copy", "CPY", cache, src)
 
 
 def _delta_net(
-    g: GraphBuilder, m: ModelDims, shape: TrunkShape, attn_norm: Tensor, inp: _Inputs
+    g: GraphBuilder, m: ModelDims, shape: TrunkShape, attn_norm: Tensor, rs_copy: Tensor
 ) -> Tensor:
     """build_layer_attn_linear: conv window, gated delta-net, gated norm, output projection."""
     w = g.weight
@@ -138,18 +119,17 @@ def _delta_net(
 
     # conv window: the stored conv states of the sequence, then this ubatch's QKV
     kept = F32 * (m.ssm_conv_kernel - 1) * conv_width * seqs
-    conv_states = g.op("conv_states", "GET_ROWS", kept, cache_r, inp.rs_copy)
-    states_view = g.view("conv_states_view", conv_states, kept)
+    conv_states = g.op("conv_states", "GET_ROWS", kept, cache_r, rs_copy)
+    states_3d = g.view("conv_states_3d", conv_states, kept)
     _copy_to_cache(g, g.view("conv_states_saved", conv_states, kept), cache_r)
     qkv = g.op("qkv_mixed", "MUL_MAT", F32 * conv_width * t, w, attn_norm)
-    qkv_t = g.view("qkv_mixed_transposed", g.view("qkv_mixed_3d", qkv, qkv.nbytes), qkv.nbytes)
+    qkv_t = g.view("qkv_mixed_transposed", qkv, qkv.nbytes)
     window = F32 * conv_width * (t + (m.ssm_conv_kernel - 1) * seqs)
-    states_3d = g.view("conv_states_3d", states_view, kept)
     conv_input = g.op("conv_input", "CONCAT", window, states_3d, qkv_t)
     for i in range(1 + shape.n_rs_seq):  # the conv state each kept copy starts from
         _copy_to_cache(g, g.view(f"conv_input_tail_{i}", conv_input, 0), cache_r)
-    ssm_states = g.op("ssm_states", "GET_ROWS", state, cache_s, inp.rs_copy)
-    state_in = g.view("ssm_states_view", ssm_states, ssm_states.nbytes)
+    ssm_states = g.op("ssm_states", "GET_ROWS", state, cache_s, rs_copy)
+    state_in = g.view("state_predelta", ssm_states, ssm_states.nbytes)
     _copy_to_cache(g, g.view("ssm_states_saved", ssm_states, ssm_states.nbytes), cache_s)
 
     conv_out = g.op("conv_output_raw", "SSM_CONV", F32 * conv_width * t, conv_input, w)
@@ -167,10 +147,9 @@ def _delta_net(
     gate = g.view("gate_3d", g.op("gate", "MUL", per_head, softplus, w), per_head)
     beta_raw = g.view("beta", g.op("beta_proj", "MUL_MAT", per_head, w, attn_norm), per_head)
     beta = g.op("beta_sigmoid", "UNARY", per_head, beta_raw)
-    state_view = g.view("state_predelta", state_in, 0)
     # the output: the attention rows, then the final state and one per draft position
     out = inner + state * (1 + shape.n_rs_seq)
-    gdn = g.op("delta_net_out", "GATED_DELTA_NET", out, q, k, v, gate, beta, state_view)
+    gdn = g.op("delta_net_out", "GATED_DELTA_NET", out, q, k, v, gate, beta, state_in)
     rows = g.view("attn_output", gdn, inner)
     _copy_to_cache(g, g.view("new_states", gdn, 0), cache_s)
 
@@ -184,7 +163,12 @@ def _delta_net(
 
 
 def _gated_attention(
-    g: GraphBuilder, m: ModelDims, shape: TrunkShape, attn_norm: Tensor, inp: _Inputs
+    g: GraphBuilder,
+    m: ModelDims,
+    shape: TrunkShape,
+    attn_norm: Tensor,
+    pos: Tensor,
+    cache: KvInputs,
 ) -> Tensor:
     """build_layer_attn: the query with its output gate, Q/K norms, RoPE, attention, gate."""
     w = g.weight
@@ -195,14 +179,14 @@ def _gated_attention(
     q_full = g.op("Qcur_full", "MUL_MAT", 2 * q, w, attn_norm)
     q_view = g.view("Qcur", q_full, q)
     q_cur = g.op("Qcur_normed", "MUL", q, g.op("norm", "RMS_NORM", q, q_view), w)
-    q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, inp.pos), inp.kv.k_rot)
+    q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, pos), cache.k_rot)
     v_cur = g.view("Vcur", g.op("Vcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
-    v_cur = _rotated(g, v_cur, inp.kv.v_rot)
+    v_cur = _rotated(g, v_cur, cache.v_rot)
     k_raw = g.view("Kcur", g.op("Kcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
     k_cur = g.op("Kcur_normed", "MUL", kv, g.op("norm", "RMS_NORM", kv, k_raw), w)
-    k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, inp.pos), inp.kv.k_rot)
-    attn = kv_attention(g, inp.kv, q_rope, k_rope, v_cur, q, m.n_head, shape)
-    pregate = g.view("attn_pregate", _rotated(g, attn, inp.kv.v_rot), q, contiguous=True)
+    k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, pos), cache.k_rot)
+    attn = kv_attention(g, cache, q_rope, k_rope, v_cur, q, m.n_head, shape)
+    pregate = _rotated(g, attn, cache.v_rot)  # a view with flash attention, else the CONT
     gate = g.op("gate_reshaped", "CONT", q, g.view("gate", q_full, q))
     gated = g.op("attn_gated", "MUL", q, pregate, g.op("gate_sigmoid", "UNARY", q, gate))
     return g.op("attn_output", "MUL_MAT", F32 * m.n_embd * t, w, gated)

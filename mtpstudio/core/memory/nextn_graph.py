@@ -141,10 +141,18 @@ def _moe_ffn(g: GraphBuilder, model: GraphSizes, x: Tensor, t: int) -> Tensor:
     swiglu = g.op("ffn_moe_swiglu", "GLU", act, gate, up)
     down = g.op("ffn_moe_down", "MUL_MAT_ID", F32 * model.n_embd * n_used * t, w, swiglu, topk)
     weighted = g.op("ffn_moe_weighted", "MUL", down.nbytes, down, norm_3d)
-    slices = [g.view(f"ffn_moe_expert_{i}", weighted, embd) for i in range(n_used)]
-    moe_out = g.op("ffn_moe_sum", "ADD", embd, slices[0], slices[1]) if n_used > 1 else slices[0]
-    for s in slices[2:]:
-        moe_out = g.op("ffn_moe_sum", "ADD", embd, moe_out, s)
+    # one row block per expert (views of `weighted`, all taken before the sums); the first sum
+    # allocates, the next ones add in place into it and the last frees `weighted`: one view and
+    # one sum stand for the blocks past the second (the same allocations, fewer nodes to walk)
+    first = g.view("ffn_moe_expert_0", weighted, embd)
+    if n_used == 1:  # a single expert's rows are copied out (ggml_cont)
+        moe_out = g.op("ffn_moe_out", "CONT", embd, first)
+    else:
+        second = g.view("ffn_moe_expert_1", weighted, embd)
+        rest = g.view("ffn_moe_experts_2_on", weighted, embd) if n_used > 2 else None
+        moe_out = g.op("ffn_moe_sum", "ADD", embd, first, second)
+        if rest is not None:
+            moe_out = g.op("ffn_moe_sum", "ADD", embd, moe_out, rest)
     if not model.shared_expert_ffn_length:
         return moe_out
     shared = _swiglu_ffn(g, x, model.shared_expert_ffn_length, t, embd)

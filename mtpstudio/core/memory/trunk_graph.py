@@ -13,7 +13,7 @@ and ``src/llama-graph.cpp`` of upstream 11434 in the order the engine adds them 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from mtpstudio.core.memory.graph_alloc import (
@@ -135,9 +135,45 @@ class KvInputs:
     v_rot: Tensor | None
 
 
-def _rotation(g: GraphBuilder, name: str, side: int, present: bool) -> Tensor | None:
-    """The Hadamard matrix a quantized cache adds as a graph input (``None`` without one)."""
-    return g.input(name, F32 * side * side) if side and present else None
+@dataclass
+class AttentionInputs:
+    """The attention layers' graph inputs, made when a layer first reads them: the engine's
+    graph lists its inputs in the order it reaches them, and that is the order they are
+    placed in. A cache's first layer reaches its K rotation (the query's), the positions (only
+    the first time), its V rotation, then its row indices and its mask."""
+
+    g: GraphBuilder
+    shape: TrunkShape
+    v_gqa: int
+    pos_per_token: int = 1  # four with multi-section RoPE
+    pos: Tensor | None = None
+    caches: dict[str, KvInputs] = field(default_factory=dict)
+
+    def position(self) -> Tensor:
+        if self.pos is None:
+            self.pos = self.g.input("inp_pos", I32 * self.shape.n_tokens * self.pos_per_token)
+        return self.pos
+
+    def cache(self, tag: str, n_kv: int) -> KvInputs:
+        """The inputs of KV cache ``tag`` ("" or "_swa") with ``n_kv`` cells."""
+        if tag in self.caches:
+            return self.caches[tag]
+        g, s, t = self.g, self.shape, self.shape.n_tokens
+        k_rot = g.input(f"attn_inp_k_rot{tag}", F32 * s.k_rot**2) if s.k_rot else None
+        self.position()
+        v_rot = g.input(f"attn_inp_v_rot{tag}", F32 * s.v_rot**2) if s.v_rot else None
+        cache = KvInputs(
+            g.input(f"attn_inp_k_idxs{tag}", I64 * t),
+            g.input(f"attn_inp_v_idxs{tag}", I64 * t * (1 if s.flash_attn else self.v_gqa)),
+            g.input(f"attn_inp_kq_mask{tag}", (F16 if s.flash_attn else F32) * t * n_kv),
+            n_kv,
+            Tensor(f"cache_k{tag}", "NONE", 0, external=True),
+            Tensor(f"cache_v{tag}", "NONE", 0, external=True),
+            k_rot,
+            v_rot,
+        )
+        self.caches[tag] = cache
+        return cache
 
 
 def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
@@ -147,38 +183,16 @@ def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[
     t = shape.n_tokens
     e = dims.n_embd
     embd = F32 * e * t
-    fa = shape.flash_attn
     v_gqa = dims.head_v * dims.n_head_kv
 
-    # inputs, in the graph's leaf order (each cache has its own rotation matrices)
-    swa = bool(dims.swa_layers)
-    k_rots = [_rotation(g, "attn_inp_k_rot", shape.k_rot, on) for on in (True, swa)]
+    # inputs, in the order the engine's graph reaches them (its leaf order)
     tokens = g.input("inp_tokens", I32 * t)
     g.input("inp_embd", embd)
     mixed_tokens = g.input("inp_mixed_tokens", I32 * t)
     mixed_slots = g.input("inp_mixed_slots", I64 * t)
     mixed_embd = g.input("inp_mixed_embd", embd)
     scale_rows = g.input("inp_scale_rows", F32 * t) if dims.architecture == "gemma3" else None
-    pos = g.input("inp_pos", I32 * t)
-    v_rots = [_rotation(g, "attn_inp_v_rot", shape.v_rot, on) for on in (True, swa)]
-    mask_bytes = (F16 if fa else F32) * t
-    v_idxs_bytes = I64 * t if fa else I64 * t * v_gqa
-    caches = []
-    for i, n_kv in enumerate([shape.n_kv, shape.n_kv_swa] if swa else [shape.n_kv]):
-        tag = "_swa" if i else ""
-        caches.append(
-            KvInputs(
-                g.input(f"attn_inp_k_idxs{tag}", I64 * t),
-                g.input(f"attn_inp_v_idxs{tag}", v_idxs_bytes),
-                g.input(f"attn_inp_kq_mask{tag}", mask_bytes * n_kv),
-                n_kv,
-                Tensor(f"cache_k{tag}", "NONE", 0, external=True),
-                Tensor(f"cache_v{tag}", "NONE", 0, external=True),
-                k_rots[i],
-                v_rots[i],
-            )
-        )
-    out_ids = g.input("out_ids", I32 * shape.n_outputs)
+    attention = AttentionInputs(g, shape, v_gqa)
 
     # the embeddings: the token rows, and the mixed-batch branch the input select keeps
     x = g.op("inp_embd_rows", "GET_ROWS", embd, w, tokens)
@@ -189,9 +203,12 @@ def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[
         x = g.op("inp_scaled", "MUL", embd, x, scale_rows)
 
     for il in range(dims.n_layer):
-        last = il == dims.n_layer - 1
-        cache = caches[1] if il in dims.swa_layers else caches[0]
-        x = _layer(g, dims, shape, x, pos, cache, out_ids if last else None)
+        windowed = il in dims.swa_layers
+        cache = attention.cache(
+            "_swa" if windowed else "", shape.n_kv_swa if windowed else shape.n_kv
+        )
+        out_ids = g.input("out_ids", I32 * shape.n_outputs) if il == dims.n_layer - 1 else None
+        x = _layer(g, dims, shape, x, attention.position(), cache, out_ids)
 
     rows_out = F32 * e * shape.n_outputs
     normed = g.op("result_norm", "MUL", rows_out, g.op("norm", "RMS_NORM", rows_out, x), w)
@@ -222,9 +239,10 @@ def kv_attention(
     else:  # the transposed V cache takes one element per row
         v_rows = g.view("v_elems", g.view("v_rows", v, v.nbytes, contiguous=True), v.nbytes)
     g.write("cache_v_set", "SET_ROWS", cache.v, v_rows, cache.v_idxs, cache.v)
-    q_perm = g.view("q_perm", g.view("q_4d", q, q.nbytes), q.nbytes)
-    k_perm = g.view("k_perm", g.view("k_view", cache.k, 0), 0)
-    v_perm = g.view("v_perm", g.view("v_view", cache.v, 0), 0)
+    # the query split into streams and permuted (one view stands for both); the cache's
+    # views, outside the compute buffer, are left out
+    q_perm = g.view("q_perm", q, q.nbytes)
+    k_perm, v_perm = cache.k, cache.v
     if shape.flash_attn:
         attn = g.op("fattn", "FLASH_ATTN_EXT", out_bytes, q_perm, k_perm, v_perm, cache.mask)
         return g.view("kqv_out", attn, out_bytes, contiguous=True)
@@ -268,7 +286,8 @@ def _layer(
     k_rot, v_rot = cache.k_rot, cache.v_rot
 
     attn_norm = _norm(g, x, embd, "attn_norm")
-    # the engine adds Q's chain to the graph first, then V's, then K's (build_attn)
+    # the engine adds Q's chain to the graph first, then V's, then K's (build_attn; with a
+    # sliding-window cache, build_attn's iswa variant adds K's before V's)
     q = _projection(g, attn_norm, q_bytes, dims.q_bias, "Qcur")
     if qk_norm:
         q = _norm(g, q, q_bytes, "Qcur_normed")
@@ -276,11 +295,16 @@ def _layer(
     if gemma:
         q = g.op("Qcur_scaled", "SCALE", q_bytes, q)
     q = _rotated(g, q, k_rot)
-    v = _rotated(g, _projection(g, attn_norm, v_bytes, dims.v_bias, "Vcur"), v_rot)
+
+    def v_chain() -> Tensor:
+        return _rotated(g, _projection(g, attn_norm, v_bytes, dims.v_bias, "Vcur"), v_rot)
+
+    v = None if dims.swa_layers else v_chain()
     k = _projection(g, attn_norm, k_bytes, dims.k_bias, "Kcur")
     if qk_norm:
         k = _norm(g, k, k_bytes, "Kcur_normed")
     k = _rotated(g, g.op("Kcur_rope", "ROPE", k_bytes, k, pos), k_rot)
+    v = v or v_chain()
 
     out_bytes = F32 * dims.head_v * dims.n_head * t
     attn = kv_attention(g, cache, q, k, v, out_bytes, dims.n_head, shape)

@@ -89,6 +89,7 @@ def _random_dims(rng: random.Random) -> tuple[TrunkDims, TrunkShape]:
         k_bias=arch == "qwen2",
         v_bias=arch == "qwen2",
         swa_layers=_swa(n_layer) if arch == "gemma3" else frozenset(),
+        qk_norm=arch in {"qwen3", "qwen3moe", "gemma3"},
     )
     t = rng.choice([1, 32, 128, 512, 2048])
     kv = rng.choice([256, 4096, 32768, 131072])
@@ -281,6 +282,28 @@ TRACES: dict[str, tuple[ArchSpec | ModelCardSpec, int, int, int, bool, str, int]
             n_expert_used=8,
             expert_ffn_length=768,
             qk_norm=True,
+        ),
+        4096,
+        512,
+        1,
+        True,
+        "f16",
+        0,
+    ),
+    "glm4moe-3L-4k-ub512": (
+        _spec(
+            "glm4moe",
+            151552,
+            1024,
+            3,
+            (16, 4, 128),
+            ffn_length=2816,
+            n_expert=16,
+            n_expert_used=4,
+            expert_ffn_length=512,
+            dense_lead=1,
+            shared_experts=1,
+            qkv_bias=True,
         ),
         4096,
         512,

@@ -20,7 +20,12 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGUFWriter
-from gguf.constants import GGML_QUANT_SIZES, GGML_QUANT_VERSION, GGMLQuantizationType
+from gguf.constants import (
+    GGML_QUANT_SIZES,
+    GGML_QUANT_VERSION,
+    ExpertGatingFuncType,
+    GGMLQuantizationType,
+)
 
 from mtpstudio.core.model.catalog.header import (
     synthetic_vocab,
@@ -44,7 +49,9 @@ class ArchSpec:
     ``expert_ffn_length`` is 0); ``shared_expert_ffn_length`` adds qwen2moe's gated shared
     expert; ``sliding_window`` makes gemma3 interleave five sliding-window layers with one
     global layer; ``qkv_bias`` adds qwen2's Q/K/V biases. ``phi3`` fuses Q/K/V into one
-    projection and the FFN's gate and up into one.
+    projection and the FFN's gate and up into one. ``glm4moe`` (GLM-4.5) has ``dense_lead``
+    dense layers first, sigmoid routing with a selection bias, scaled normalised weights and
+    ``shared_experts`` ungated shared experts.
     """
 
     architecture: str
@@ -59,6 +66,8 @@ class ArchSpec:
     n_expert_used: int = 0
     expert_ffn_length: int = 0
     shared_expert_ffn_length: int = 0
+    dense_lead: int = 0
+    shared_experts: int = 0
     sliding_window: int = 0
     qkv_bias: bool = False
     qk_norm: bool = False
@@ -97,8 +106,24 @@ def _tensor_shapes(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
             shapes += [(p + "attn_q_norm.weight", (hd,)), (p + "attn_k_norm.weight", (hd,))]
         if a == "gemma3":
             shapes += [(p + "post_attention_norm.weight", (e,))]
-        shapes += [(p + "ffn_norm.weight", (e,))]
-        if spec.is_moe:
+        if a == "glm4moe":  # its norm before the FFN
+            shapes += [(p + "post_attention_norm.weight", (e,))]
+        else:
+            shapes += [(p + "ffn_norm.weight", (e,))]
+        if spec.is_moe and a == "glm4moe" and il >= spec.dense_lead:
+            ff, n = spec.expert_ffn_length, spec.n_expert
+            sh = ff * spec.shared_experts
+            shapes += [
+                (p + "ffn_gate_inp.weight", (e, n)),
+                (p + "exp_probs_b.bias", (n,)),
+                (p + "ffn_gate_exps.weight", (e, ff, n)),
+                (p + "ffn_down_exps.weight", (ff, e, n)),
+                (p + "ffn_up_exps.weight", (e, ff, n)),
+                (p + "ffn_gate_shexp.weight", (e, sh)),
+                (p + "ffn_down_shexp.weight", (sh, e)),
+                (p + "ffn_up_shexp.weight", (e, sh)),
+            ]
+        elif spec.is_moe and a != "glm4moe":
             ff = spec.expert_ffn_length or spec.ffn_length
             n = spec.n_expert
             shapes += [
@@ -155,6 +180,12 @@ def _add_metadata(w: GGUFWriter, spec: ArchSpec) -> None:
             w.add_expert_shared_feed_forward_length(spec.shared_expert_ffn_length)
     if spec.sliding_window:
         w.add_sliding_window(spec.sliding_window)
+    if spec.architecture == "glm4moe":
+        w.add_leading_dense_block_count(spec.dense_lead)
+        w.add_expert_shared_count(spec.shared_experts)
+        w.add_expert_weights_scale(2.5)
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
     w.add_file_type(30)  # mostly IQ4_XS
     w.add_quantization_version(GGML_QUANT_VERSION)
 

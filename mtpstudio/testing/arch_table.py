@@ -90,6 +90,24 @@ MODELS: dict[str, ArchSpec | ModelCardSpec] = {
         sliding_window=1024,
         tied_output=True,
     ),
+    # GLM-4.5-Air width: a dense first layer, then 128 experts (8 used, sigmoid routing with a
+    # selection bias, scaled weights) and one shared expert
+    "glm4moe 4096 128x8 2L": ArchSpec(
+        "glm4moe",
+        151552,
+        4096,
+        2,
+        96,
+        8,
+        128,
+        ffn_length=10944,
+        n_expert=128,
+        n_expert_used=8,
+        expert_ffn_length=1408,
+        dense_lead=1,
+        shared_experts=1,
+        qkv_bias=True,
+    ),
     # the Qwen3.6 geometries (three gated delta-net layers, one gated attention layer)
     "qwen35moe 2048 256x8 4L": hybrid_spec("moe", n_layer=4),
     "qwen35 5120 4L": hybrid_spec("dense", n_layer=4),
@@ -156,6 +174,11 @@ TABLE: dict[str, tuple[LoadConfig, ...]] = {
         _c("16k f16", 16384),
         _q("128k q4_0 ub1024", 131072, "q4_0", ubatch=1024),
         _c("8k fa off ub256", 8192, fa="off", ubatch=256),
+    ),
+    "glm4moe 4096 128x8 2L": (
+        _c("16k f16", 16384),
+        _q("64k q8_0 ub1024", 65536, "q8_0", ubatch=1024),
+        _c("4k fa off ub256", 4096, fa="off", ubatch=256),
     ),
     "qwen35moe 2048 256x8 4L": (
         _c("32k f16", 32768),

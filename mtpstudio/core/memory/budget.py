@@ -73,6 +73,7 @@ HOST_SEGMENTS = (
     "prompt_cache_max",
 )
 PROMPT_CACHE_DEFAULT = 8192 * MIB  # upstream --cache-ram default
+MARGIN_PCT = round(100 * UNMODELLED_COMPUTE_MARGIN)
 
 
 @dataclass(frozen=True)
@@ -365,9 +366,16 @@ def compute_budget(
             flash_attn=eff.flash_attn,
             quantized_k=quantized(dk),
             quantized_v=quantized(dv),
+            n_seq=max(1, eff.n_seq),
         )
         mtp_compute = compute_bytes(model, mtp_shape, recurrent=False)
         mtp_replayed = replays_nextn_graph(model, mtp_shape)
+        if not mtp_replayed and not facts.reserves_all_logits:
+            mtp_compute = with_safety_margin(mtp_compute)
+            warnings.append(
+                f"mtpstudio does not model {model.architecture}'s MTP draft graph here: its "
+                f"buffer is an estimate planned with a {MARGIN_PCT} % safety margin"
+            )
         mtp_output = output_buffer_bytes(model, eff.n_seq)
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
 
@@ -392,9 +400,8 @@ def compute_budget(
         reason = unmodelled_reason(model, main_shape)
         if reason is not None:
             main_compute = with_safety_margin(main_compute)
-            margin_pct = round(100 * UNMODELLED_COMPUTE_MARGIN)
             warnings.append(
-                f"{reason}: its compute buffer is an estimate planned with a {margin_pct} % "
+                f"{reason}: its compute buffer is an estimate planned with a {MARGIN_PCT} % "
                 "safety margin"
             )
     output = output_buffer_bytes(model, eff.n_seq)

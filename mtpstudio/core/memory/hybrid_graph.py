@@ -6,7 +6,8 @@ through a short causal convolution whose window starts with the stored conv stat
 delta-net op reads the stored recurrent state and writes the attention rows followed by one
 final state per kept copy (with MTP, one per draft position), and the output is normed, gated
 by a second projection and projected back. The FFN is routed experts plus a gated shared expert
-(``qwen35moe``) or a dense SwiGLU (``qwen35``). The tensors follow upstream 11434's
+(``qwen35moe``) or a dense SwiGLU (``qwen35``). With several slots the ubatch is split over
+their sequences, each with its own states. The tensors follow upstream 11434's
 ``src/models/qwen35{,moe}.cpp`` and ``delta-net-base.cpp`` in the engine's order (checked
 against its allocator traces, ``tests/fixtures/engine_logs``); ``graph_alloc`` replays them.
 """

@@ -201,15 +201,10 @@ NEXTN_GRAPH_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})
 def replays_nextn_graph(model: ModelInfo, shape: ComputeShape) -> bool:
     """True when the draft context's buffer is the replayed graph, not the fitted estimate.
 
-    The replay covers upstream's Qwen3.5/3.6 nextn block with flash attention on one stream
-    (the mask and cache views of several streams are not modelled).
+    The replay covers upstream's Qwen3.5/3.6 nextn block with flash attention (one slot or
+    several: the streams split the ubatch, the sizes add up the same).
     """
-    return (
-        model.has_mtp
-        and model.architecture in NEXTN_GRAPH_ARCHITECTURES
-        and shape.flash_attn
-        and shape.n_stream == 1
-    )
+    return model.has_mtp and model.architecture in NEXTN_GRAPH_ARCHITECTURES and shape.flash_attn
 
 
 def replays_trunk_graph(model: ModelInfo) -> bool:
@@ -222,7 +217,7 @@ UNMODELLED_COMPUTE_MARGIN = 0.35
 
 Against the replays (which match the engine's log allocation by allocation) the fitted
 formula comes out at most 17.3 % low on the model widths of the accuracy table (llama, qwen2,
-qwen3, qwen3moe, gemma3, qwen35, qwen35moe; ubatch 128-2048, ctx 4k-128k, flash attention on
+qwen3, qwen3moe, gemma3, glm4moe, qwen35, qwen35moe; ubatch 128-2048, ctx 4k-128k, flash attention on
 and off, f16 and quantized caches: ``tests/test_trunk_graph.py``); on architectures it does
 not model, loaded by the real engine, at most 19.5 % low (phi3; ``benchmarks/arch_accuracy.py``).
 35 % keeps at least 8 % above the worst of them."""
@@ -269,7 +264,13 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
     k_rot, v_rot = rotation_sides(model, shape)
     if not recurrent and replays_nextn_graph(model, shape):
         return nextn_compute_bytes(
-            model, shape.n_tokens, shape.n_kv, shape.n_outputs, k_rot=k_rot, v_rot=v_rot
+            model,
+            pad_to(shape.n_tokens, shape.n_seq),  # the reservation splits it evenly
+            shape.n_kv,
+            shape.n_outputs,
+            k_rot=k_rot,
+            v_rot=v_rot,
+            n_seqs=shape.n_seq,
         )
     if recurrent and replays_trunk(model, shape):
         graph = TrunkShape(

@@ -5,7 +5,8 @@ ubatch, then one token per sequence) with ggml's graph allocator; ``graph_alloc`
 walk. This module builds those graphs for the architectures whose layers are attention plus a
 feed-forward block: ``llama`` (dense, or MoE with ``ffn_*_exps``), ``qwen2`` (Q/K/V biases),
 ``qwen3`` and ``qwen3moe`` (Q/K norms), ``gemma3`` (scaled embeddings, post-norms, GELU, and
-sliding-window layers on a second, smaller cache). The tensors follow ``src/models/<arch>.cpp``
+sliding-window layers on a second, smaller cache), ``glm4moe`` (GLM-4.5: dense first layers,
+sigmoid routing with a selection bias, scaled weights, an ungated shared expert). The tensors follow ``src/models/<arch>.cpp``
 and ``src/llama-graph.cpp`` of upstream 11434 in the order the engine adds them to its graph
 (checked against its allocator traces, ``tests/fixtures/engine_logs``).
 """
@@ -28,7 +29,7 @@ from mtpstudio.core.memory.graph_alloc import (
 from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
 from mtpstudio.core.model.info import ModelInfo
 
-TRUNK_GRAPH_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"})
+TRUNK_GRAPH_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "glm4moe"})
 """Architectures whose trunk graph this module builds."""
 
 GEMMA3_SWA_PATTERN = 6
@@ -45,7 +46,12 @@ def sliding_window_layers(model: ModelInfo) -> frozenset[int]:
 
 @dataclass(frozen=True)
 class TrunkDims:
-    """What the trunk graph reads of a model: hashable, so a replay can be cached."""
+    """What the trunk graph reads of a model: hashable, so a replay can be cached.
+
+    The optional pieces come from the tensor table (biases, Q/K norms, the experts' width and
+    selection bias, the shared expert), the leading dense layers and the expert weights'
+    normalisation and scale from the GGUF keys.
+    """
 
     architecture: str
     n_layer: int
@@ -64,20 +70,27 @@ class TrunkDims:
     v_bias: bool
     o_bias: bool
     swa_layers: frozenset[int]
+    qk_norm: bool = False
+    n_dense_lead: int = 0
+    shared_expert_ffn_length: int = 0
+    experts_biased: bool = False
+    experts_normalized: bool = True
+    experts_scaled: bool = False
 
     @property
     def is_moe(self) -> bool:
         return self.n_expert > 0
 
-    # no shared expert and no recurrent layers (what the shared graph pieces may ask)
-    shared_expert_ffn_length = ssm_state_size = ssm_group_count = ssm_inner_size = 0
-    ssm_conv_kernel = 0
+    # no recurrent layers (what the shared graph pieces may ask)
+    ssm_state_size = ssm_group_count = ssm_inner_size = ssm_conv_kernel = 0
 
     @classmethod
     def of(cls, model: ModelInfo) -> TrunkDims:
-        layer0 = {t.name: t.shape for t in model.tensors if t.layer == 0}
-        names = set(layer0)
-        experts = layer0.get("blk.0.ffn_up_exps.weight")
+        lead = model.n_dense_lead if model.is_moe else 0
+        first, moe = "blk.0.", f"blk.{lead}."
+        shapes = {t.name: t.shape for t in model.tensors if t.name.startswith((first, moe))}
+        experts = shapes.get(moe + "ffn_up_exps.weight")
+        shared = shapes.get(moe + "ffn_up_shexp.weight")
         return cls(
             architecture=model.architecture,
             n_layer=model.n_layer,
@@ -91,11 +104,18 @@ class TrunkDims:
             n_expert=model.n_expert,
             n_expert_used=model.n_expert_used,
             expert_ffn_length=experts[1] if experts else model.expert_ffn_length,
-            q_bias="blk.0.attn_q.bias" in names,
-            k_bias="blk.0.attn_k.bias" in names,
-            v_bias="blk.0.attn_v.bias" in names,
-            o_bias="blk.0.attn_output.bias" in names,
+            q_bias=first + "attn_q.bias" in shapes,
+            k_bias=first + "attn_k.bias" in shapes,
+            v_bias=first + "attn_v.bias" in shapes,
+            o_bias=first + "attn_output.bias" in shapes,
             swa_layers=sliding_window_layers(model),
+            qk_norm=first + "attn_q_norm.weight" in shapes,
+            n_dense_lead=lead,
+            shared_expert_ffn_length=shared[1] if shared else 0,
+            experts_biased=moe + "exp_probs_b.bias" in shapes,
+            # GLM-4.5 reads the normalisation from its header; the others always normalise
+            experts_normalized=model.expert_weights_norm or model.architecture != "glm4moe",
+            experts_scaled=model.expert_weights_scale not in (0.0, 1.0),
         )
 
 
@@ -208,7 +228,7 @@ def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[
             "_swa" if windowed else "", shape.n_kv_swa if windowed else shape.n_kv
         )
         out_ids = g.input("out_ids", I32 * shape.n_outputs) if il == dims.n_layer - 1 else None
-        x = _layer(g, dims, shape, x, attention.position(), cache, out_ids)
+        x = _layer(g, dims, shape, x, attention.position(), cache, out_ids, il)
 
     rows_out = F32 * e * shape.n_outputs
     normed = g.op("result_norm", "MUL", rows_out, g.op("norm", "RMS_NORM", rows_out, x), w)
@@ -273,6 +293,7 @@ def _layer(
     pos: Tensor,
     cache: KvInputs,
     out_ids: Tensor | None,
+    layer: int,
 ) -> Tensor:
     """One decoder block: attention and the feed-forward network, with their residuals."""
     t = shape.n_tokens
@@ -281,7 +302,7 @@ def _layer(
     q_bytes = F32 * dims.key_length * dims.n_head * t
     k_bytes = F32 * dims.key_length * dims.n_head_kv * t
     v_bytes = F32 * dims.head_v * dims.n_head_kv * t
-    qk_norm = dims.architecture in {"qwen3", "qwen3moe", "gemma3"}
+    qk_norm = dims.qk_norm
     gemma = dims.architecture == "gemma3"
     k_rot, v_rot = cache.k_rot, cache.v_rot
 
@@ -304,7 +325,8 @@ def _layer(
     if qk_norm:
         k = _norm(g, k, k_bytes, "Kcur_normed")
     k = _rotated(g, g.op("Kcur_rope", "ROPE", k_bytes, k, pos), k_rot)
-    v = v or v_chain()
+    if v is None:
+        v = v_chain()
 
     out_bytes = F32 * dims.head_v * dims.n_head * t
     attn = kv_attention(g, cache, q, k, v, out_bytes, dims.n_head, shape)
@@ -322,8 +344,17 @@ def _layer(
         cur = _norm(g, cur, embd, "attn_post_norm")
     ffn_inp = g.op("ffn_inp", "ADD", embd, cur, x)
     ffn_norm = _norm(g, ffn_inp, embd, "ffn_norm")
-    if dims.is_moe:
-        ffn = _moe_ffn(g, dims, ffn_norm, t)
+    if dims.is_moe and layer >= dims.n_dense_lead:
+        ffn = _moe_ffn(
+            g,
+            dims,
+            ffn_norm,
+            t,
+            biased=dims.experts_biased,
+            normalized=dims.experts_normalized,
+            scaled=dims.experts_scaled,
+            gated_shared=False,
+        )
     else:
         ffn = _swiglu_ffn(g, ffn_norm, dims.ffn_length, t, embd)
     if gemma:
@@ -345,10 +376,12 @@ def replayed_layers(n_layer: int, period: int, minimum: int) -> int:
 
 
 def trunk_replay_layers(dims: TrunkDims) -> int:
-    """The layer count ``_trunk_bytes`` replays (see ``replayed_layers``)."""
+    """The layer count ``_trunk_bytes`` replays (see ``replayed_layers``); leading dense
+    layers are all kept."""
     if dims.swa_layers:
         return replayed_layers(dims.n_layer, GEMMA3_SWA_PATTERN, 2 * GEMMA3_SWA_PATTERN)
-    return replayed_layers(dims.n_layer, 1, 4)
+    lead = dims.n_dense_lead
+    return lead + replayed_layers(dims.n_layer - lead, 1, 4)
 
 
 def trunk_compute_bytes(model: ModelInfo, shape: TrunkShape) -> int:

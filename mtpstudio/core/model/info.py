@@ -71,6 +71,9 @@ class ModelInfo:
     ssm_time_step_rank: int = 0
     ssm_group_count: int = 0
     sliding_window: int = 0
+    n_dense_lead: int = 0  # leading layers with a dense FFN before the MoE ones (GLM-4.5)
+    expert_weights_norm: bool = False
+    expert_weights_scale: float = 0.0
     file_size: int = 0
     n_params: int = 0
     tensor_bytes: int = 0

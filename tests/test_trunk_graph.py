@@ -26,6 +26,7 @@ from mtpstudio.core.memory.terms import (
 from mtpstudio.core.memory.trunk_graph import (
     TrunkDims,
     TrunkShape,
+    largest_reservation,
     replayed_layers,
     trunk_graph,
     trunk_replay_layers,
@@ -368,3 +369,18 @@ def test_the_trunk_graph_replays_the_engines_allocator_trace(name: str, tmp_path
     reserved_bytes(*graph, events=got)
     assert len(want) > 40
     assert got == want
+
+
+def test_the_one_token_graph_is_skipped_only_when_it_cannot_be_larger() -> None:
+    """The buffer is the larger of the two reservations; the second walk is left out only
+    when the sum of its blocks is below the first's buffer: the answer never changes."""
+    rng = random.Random(7)
+    skipped = 0
+    for _ in range(60):
+        dims, shape = _random_dims(rng)
+        dims = dataclasses.replace(dims, n_layer=4, swa_layers=frozenset(), n_dense_lead=0)
+        both = max(reserved_bytes(*trunk_graph(dims, s)) for s in (shape, shape.one_token()))
+        assert largest_reservation(lambda s, d=dims: trunk_graph(d, s), shape) == both
+        tg = trunk_graph(dims, shape.one_token())
+        skipped += sum(t.nbytes for t in (*tg[0], *tg[1]) if t.view_of is None) < both
+    assert skipped > 10  # the shortcut is taken

@@ -24,7 +24,6 @@ from mtpstudio.core.memory.graph_alloc import (
     GraphBuilder,
     ModelDims,
     Tensor,
-    reserved_bytes,
 )
 from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
 from mtpstudio.core.memory.trunk_graph import (
@@ -32,6 +31,7 @@ from mtpstudio.core.memory.trunk_graph import (
     KvInputs,
     TrunkShape,
     kv_attention,
+    largest_reservation,
     replayed_layers,
 )
 from mtpstudio.core.model.info import ModelInfo
@@ -203,7 +203,7 @@ def _hybrid_bytes(dims: HybridDims, shape: TrunkShape) -> int:
     period = _period(dims)
     n = replayed_layers(dims.n_layer, period, 2 * period)
     short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
-    return max(reserved_bytes(*hybrid_trunk_graph(short, s)) for s in {shape, shape.one_token()})
+    return largest_reservation(lambda s: hybrid_trunk_graph(short, s), shape)
 
 
 def _period(dims: HybridDims) -> int:

@@ -6,14 +6,16 @@ walk. This module builds those graphs for the architectures whose layers are att
 feed-forward block: ``llama`` (dense, or MoE with ``ffn_*_exps``), ``qwen2`` (Q/K/V biases),
 ``qwen3`` and ``qwen3moe`` (Q/K norms), ``gemma3`` (scaled embeddings, post-norms, GELU, and
 sliding-window layers on a second, smaller cache), ``glm4moe`` (GLM-4.5: dense first layers,
-sigmoid routing with a selection bias, scaled weights, an ungated shared expert). The tensors follow ``src/models/<arch>.cpp``
-and ``src/llama-graph.cpp`` of upstream 11434 in the order the engine adds them to its graph
-(checked against its allocator traces, ``tests/fixtures/engine_logs``).
+sigmoid routing with a selection bias, scaled weights, an ungated shared expert). The tensors
+follow ``src/models/<arch>.cpp`` and ``src/llama-graph.cpp`` of upstream 11434 in the order
+the engine adds them to its graph (checked against its allocator traces,
+``tests/fixtures/engine_logs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -31,6 +33,9 @@ from mtpstudio.core.model.info import ModelInfo
 
 TRUNK_GRAPH_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "glm4moe"})
 """Architectures whose trunk graph this module builds."""
+
+MAX_ALIGNMENT = 256
+"""At least any backend's tensor alignment (CPU 32 bytes): a block is at most this larger."""
 
 GEMMA3_SWA_PATTERN = 6
 """gemma3: five sliding-window layers, then one global layer (``set_swa_pattern(6)``)."""
@@ -395,4 +400,25 @@ def _trunk_bytes(dims: TrunkDims, shape: TrunkShape) -> int:
     n = trunk_replay_layers(dims)
     swa = frozenset(i for i in dims.swa_layers if i < n)
     dims = dataclasses.replace(dims, n_layer=n, swa_layers=swa)
-    return max(reserved_bytes(*trunk_graph(dims, s)) for s in {shape, shape.one_token()})
+    return largest_reservation(lambda s: trunk_graph(dims, s), shape)
+
+
+Graph = tuple[list[Tensor], list[Tensor]]
+
+
+def largest_reservation(build: Callable[[TrunkShape], Graph], shape: TrunkShape) -> int:
+    """The buffer of the ubatch graph and the one-token graph together (their largest).
+
+    The one-token graph is replayed only when it could be the larger: a walk never reaches
+    past the sum of the blocks it allocates, so when that sum is below the ubatch graph's
+    buffer the second walk cannot change the answer (the budget slider skips it).
+    """
+    whole = reserved_bytes(*build(shape))
+    single = shape.one_token()
+    if single == shape:
+        return whole
+    leafs, nodes = build(single)
+    ceiling = sum(
+        t.nbytes + MAX_ALIGNMENT for t in (*leafs, *nodes) if not t.external and t.view_of is None
+    )
+    return whole if ceiling <= whole else max(whole, reserved_bytes(leafs, nodes))

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from test_graph_alloc import FIXTURES, engine_trace
 
+from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.devices import TargetDevice
+from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.graph_alloc import AllocEvent, ModelDims, reserved_bytes
 from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
 from mtpstudio.core.memory.terms import (
@@ -36,8 +39,10 @@ from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.catalog.spec import ModelCardSpec
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.plan import EngineFlavour, plan_from_dict
 from mtpstudio.testing.arch_gguf import ArchSpec, hybrid_spec, write_arch_header
 from mtpstudio.testing.arch_table import MODELS, UNMODELLED_MODELS
+from mtpstudio.testing.budget_check import LoadConfig
 
 
 def _dims(arch: str, n_layer: int, e: int, heads: tuple[int, int, int], **kw: object) -> TrunkDims:
@@ -384,3 +389,21 @@ def test_the_one_token_graph_is_skipped_only_when_it_cannot_be_larger() -> None:
         tg = trunk_graph(dims, shape.one_token())
         skipped += sum(t.nbytes for t in (*tg[0], *tg[1]) if t.view_of is None) < both
     assert skipped > 10  # the shortcut is taken
+
+
+def test_a_draft_graph_that_is_not_replayed_carries_the_margin_and_says_so() -> None:
+    """The Qwen3.6 draft graph is replayed with flash attention only: without it the draft
+    buffer is the fitted estimate plus the margin, and one warning line says so."""
+    info = model_card_info("qwen3.6-35b-a3b-iq4_xs")
+    facts = memory_facts(EngineFlavour.UPSTREAM)
+    cpu = TargetDevice("CPU", "CPU", None)
+    on = LoadConfig("fa on", 8192, mtp=2)
+    off = LoadConfig("fa off", 8192, mtp=2, fa="off")
+    replayed = compute_budget(plan_from_dict(on.plan_data()), info, cpu, facts)
+    fitted = compute_budget(plan_from_dict(off.plan_data()), info, cpu, facts)
+    assert not [w for w in replayed.warnings if "does not model" in w]
+    lines = [w for w in fitted.warnings if "does not model" in w]
+    assert len(lines) == 1 and "MTP draft graph" in lines[0] and "35 %" in lines[0]
+    shape = ComputeShape(512, 8192, 1, 1, False)
+    estimate = compute_bytes(info, shape, recurrent=False)
+    assert fitted.parts["mtp_compute"] == int(estimate * (1 + UNMODELLED_COMPUTE_MARGIN))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
 from mtpstudio.core.memory.budget import compute_budget
-from mtpstudio.core.memory.engine_facts import UPSTREAM_FACTS
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.memory.targets import catalogue_target
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card

@@ -32,7 +32,7 @@ from support.tiny_models import make_model
 
 from mtpstudio.core.plan import Plan, plan_with, save_plan
 from mtpstudio.core.server.health import probe_health
-from mtpstudio.core.server.launch import find_build, prepare_launch
+from mtpstudio.core.usecases.launch import find_build, prepare_launch
 
 TARGET_S = 0.3
 

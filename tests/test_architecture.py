@@ -9,18 +9,23 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import mtpstudio
+from mtpstudio.core.plan import EngineFlavour
 
 PACKAGE_DIR = Path(mtpstudio.__file__).parent
 REPO = PACKAGE_DIR.parent
 
-# What the UI may import from the core. The memory model (core.memory.*) and the engine
-# adapters (core.engines.*) are reached only through core.planning, which re-exports the plain
-# data types it returns (Budget, LaunchSpec, EngineBuild, FitSuggestion …).
+# What the UI may import from the core. The memory model (core.memory.*) and the engines
+# (core.engines.*) are reached only through core.planning, which re-exports the plain data types
+# it returns (Budget, LaunchSpec, EngineBuild, FitSuggestion …); launching, benchmarking and
+# tuning only through the use cases (core.usecases.*), which the CLI drives too. What the UI
+# takes from core.server and core.bench directly is what its QProcess needs to watch a server
+# (health, log, diagnosis, state) and plain data (history, results, cancel and progress types).
 UI_MAY_IMPORT = frozenset(
     {
         "mtpstudio.core.plan",
         "mtpstudio.core.errors",
         "mtpstudio.core.atomic",
+        "mtpstudio.core.state_files",  # settings read back with limits, damaged ones set aside
         "mtpstudio.core.paths",
         "mtpstudio.core.units",
         "mtpstudio.core.cancel",  # the task manager's cancel flag
@@ -39,12 +44,24 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.service.service_files",
         "mtpstudio.core.desktop.session_apply",
         "mtpstudio.core.desktop.session_check",
+        # the GUI's QProcess watches the server with the same pieces `mtpstudio launch` uses
+        "mtpstudio.core.server",  # procfs, through the package
+        "mtpstudio.core.server.procfs",
+        "mtpstudio.core.server.health",
+        "mtpstudio.core.server.process",
+        "mtpstudio.core.server.load_log",
+        "mtpstudio.core.server.diagnosis",
+        "mtpstudio.core.server.state",
+        "mtpstudio.core.server.watchdog",  # kills a loading server if the window dies
+        "mtpstudio.core.server.reconcile",  # the Reconciliation it shows
+        # plain data: stored runs, results, progress and cancel types
+        "mtpstudio.core.bench.history",
+        "mtpstudio.core.bench.target",
     }
 )
 UI_MAY_IMPORT_PREFIXES = (
     "mtpstudio.core.model.",  # gguf facts, model source, catalogue
-    "mtpstudio.core.server.",  # the GUI wraps the same launch spec in a QProcess (design §3)
-    "mtpstudio.core.bench.",  # the Launch page runs the benchmark and reads its history
+    "mtpstudio.core.usecases.",  # launch and measure, benchmark, tune (the CLI's own path)
 )
 
 # The helper runs as root through pkexec: the standard library and these two modules only.
@@ -188,10 +205,127 @@ def helper_violations(source: str, module: str, known: Iterable[str]) -> list[st
     )
 
 
+def split_imports(source: str) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """The import statements that run when the module loads, and those inside functions
+    (late imports); ``if TYPE_CHECKING:`` blocks never run and are left out."""
+    top: list[ast.stmt] = []
+    late: list[ast.stmt] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                visit(child, True)
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            elif isinstance(child, ast.Import | ast.ImportFrom):
+                (late if in_function else top).append(child)
+            else:
+                visit(child, in_function)
+
+    visit(ast.parse(source), False)
+    return top, late
+
+
+def room(module: str) -> str:
+    """The room a module belongs to: ``mtpstudio.core.engines`` for anything below it,
+    ``mtpstudio.core.planning`` for a module directly in core, ``mtpstudio.ui`` for the UI."""
+    parts = module.split(".")
+    if parts[1:2] == ["core"] and len(parts) >= 3:
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+def split_graphs(root: Path, package: str) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Module -> modules imported at load time (parent packages included), and -> late."""
+    modules = source_modules(root, package)
+    top: dict[str, set[str]] = {}
+    late: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        top_nodes, late_nodes = split_imports(path.read_text(encoding="utf-8"))
+        for nodes, graph in ((top_nodes, top), (late_nodes, late)):
+            text = "\n".join(ast.unparse(n) for n in nodes)
+            found = imported_names(text, name, is_package, modules)
+            graph[name] = {n for n in found if n in modules and n != name}
+    for name in top:
+        parts = name.split(".")
+        top[name] |= {".".join(parts[:i]) for i in range(1, len(parts))} & set(modules)
+    return top, late
+
+
+def room_graph(top: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
+    """Room -> the other rooms its modules import at load time (a module's parent packages,
+    which every import of it runs, are not arrows between rooms)."""
+    rooms: dict[str, set[str]] = {}
+    for module, targets in top.items():
+        edges = rooms.setdefault(room(module), set())
+        outside = (t for t in targets if room(t) != room(module))
+        edges |= {room(t) for t in outside if not module.startswith(t + ".")}
+    return rooms
+
+
+def reachable(graph: Mapping[str, Iterable[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def cycle_dodging_late_imports(root: Path, package: str) -> list[tuple[str, str]]:
+    """Late imports that keep two rooms from importing each other at load time: ``M`` imports
+    ``X`` inside a function while ``X``'s room already reaches ``M``'s (a two-way arrow)."""
+    top, late = split_graphs(root, package)
+    rooms = room_graph(top)
+    return sorted(
+        (module, target)
+        for module, targets in late.items()
+        for target in targets
+        if (room(target) == room(module) and module in reachable(top, target))
+        or (room(target) != room(module) and room(module) in reachable(rooms, room(target)))
+    )
+
+
+FLAVOUR_MEMBERS = frozenset(f.name for f in EngineFlavour)
+# Where a flavour may be named outside its profile: as a default, never to branch on.
+FLAVOUR_NAMED_ALLOWED = {
+    ("mtpstudio/core/plan.py", "UPSTREAM"): "the Plan's default engine",
+    ("mtpstudio/cli/bench.py", "UPSTREAM"): "the default engine behind `bench --url`",
+    ("mtpstudio/core/bench/target.py", "UPSTREAM"): "BenchTarget's default flavour",
+}
+
+
+def flavour_branches(source: str) -> list[tuple[int, str]]:
+    """Where a module names a flavour (``EngineFlavour.IK``) or compares with its value
+    (``== "ik"``, a dict keyed by ``"upstream"``): (line, what)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "EngineFlavour"
+            and node.attr in FLAVOUR_MEMBERS
+        ):
+            found.append((node.lineno, node.attr))
+        values = {m.lower() for m in FLAVOUR_MEMBERS}
+        operands: list[ast.expr | None] = []
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):
+            operands = list(node.keys)
+        for operand in operands:
+            if isinstance(operand, ast.Constant) and operand.value in values:
+                found.append((node.lineno, repr(operand.value)))
+    return sorted(found)
+
+
 # -- the rules -----------------------------------------------------------------------------------
 
 
-def test_the_ui_reaches_the_memory_model_and_the_adapters_only_through_planning() -> None:
+def test_the_ui_reaches_the_core_only_through_planning_and_the_use_cases() -> None:
     graph = import_graph(PACKAGE_DIR, "mtpstudio")
     ui_modules = [m for m in graph if m.startswith("mtpstudio.ui.")]
     assert len(ui_modules) > 10, ui_modules  # the walk really found the UI
@@ -210,11 +344,18 @@ def test_the_ui_checker_catches_a_direct_import_of_the_memory_model() -> None:
             "mtpstudio.core.engines.registry",
             "mtpstudio.core.engines.capabilities",
         },
+        "mtpstudio.ui.z": {  # orchestration: only through the use cases
+            "mtpstudio.core.server.launch",
+            "mtpstudio.core.bench.runner",
+            "mtpstudio.core.server.health",
+            "mtpstudio.core.usecases.bench",
+        },
         "mtpstudio.cli.plan": {"mtpstudio.core.memory.budget"},  # the CLI is not the UI
     }
     assert ui_violations(graph) == {
         "mtpstudio.ui.pages.x": ["mtpstudio.core.memory.budget"],
         "mtpstudio.ui.y": ["mtpstudio.core.engines.registry"],
+        "mtpstudio.ui.z": ["mtpstudio.core.bench.runner", "mtpstudio.core.server.launch"],
     }
 
 
@@ -333,3 +474,82 @@ def test_the_layout_checker_reports_a_missing_path(tmp_path: Path) -> None:
     )
     assert layout_paths(readme) == ["real/", "real/mod.py", "real/gone.py", "packaging/"]
     assert missing_layout_paths(readme, tmp_path) == ["real/gone.py", "packaging/"]
+
+
+# -- engines as data, late imports -------------------------------------------------------------
+
+
+def test_no_flavour_branch_exists_outside_the_engine_profiles() -> None:
+    profiles = PACKAGE_DIR / "core" / "engines" / "profiles"
+    named: dict[tuple[str, str], list[int]] = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        if path.is_relative_to(profiles):
+            continue
+        for line, what in flavour_branches(path.read_text(encoding="utf-8")):
+            named.setdefault((str(path.relative_to(REPO)), what.strip("'")), []).append(line)
+    assert len(list(profiles.glob("*.py"))) >= 3  # the profiles really live there
+    outside = {k: v for k, v in named.items() if k not in FLAVOUR_NAMED_ALLOWED}
+    assert outside == {}, "decide by the engine profile (engines/profiles/), not by flavour"
+    assert set(named) == set(FLAVOUR_NAMED_ALLOWED)  # each allowance is still needed
+
+
+def test_the_flavour_checker_finds_branches_on_a_flavour() -> None:
+    source = (
+        "from mtpstudio.core.plan import EngineFlavour\n"
+        "def f(flavour, plan):\n"
+        "    if flavour is EngineFlavour.IK:\n"
+        "        return 1\n"
+        "    if plan.engine.flavour.value == 'upstream':\n"
+        "        return 2\n"
+        "    table = {'ik': '/v1/completions'}\n"
+        "    return flavour.value, 'ik is fine in a message'\n"
+    )
+    assert flavour_branches(source) == [(3, "IK"), (5, "'upstream'"), (7, "'ik'")]
+
+
+# Late imports that keep a two-way arrow between rooms from failing at load time. Allowed:
+# none. (The server once imported the planner late, and the memory model the engines.)
+CYCLE_DODGES_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def test_no_late_import_dodges_a_cycle() -> None:
+    dodges = cycle_dodging_late_imports(PACKAGE_DIR, "mtpstudio")
+    assert {d: CYCLE_DODGES_ALLOWED.get(d, "") for d in dodges} == CYCLE_DODGES_ALLOWED
+
+
+def test_no_two_rooms_import_each_other() -> None:
+    top, _ = split_graphs(PACKAGE_DIR, "mtpstudio")
+    rooms = room_graph(top)
+    assert len(rooms) > 15, sorted(rooms)  # core's rooms, the UI, the CLI, the helper
+    both_ways = sorted(
+        (a, b) for a, targets in rooms.items() for b in targets if a in reachable(rooms, b)
+    )
+    assert both_ways == []
+
+
+def test_the_late_import_checker_catches_a_dodged_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    for sub in ("core", "core/server", "core/planner", "core/bench"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core" / "server" / "launch.py").write_text(
+        "import os\ndef predict():\n    from pkg.core.planner.plan import evaluate\n"
+    )
+    (pkg / "core" / "planner" / "plan.py").write_text("from pkg.core.server import reconcile\n")
+    (pkg / "core" / "server" / "reconcile.py").write_text("X = 1\n")
+    (pkg / "core" / "bench" / "target.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.core.server.launch import predict\n"
+        "def lean():\n    import json\n    from pkg.core.planner import plan\n"
+    )
+    dodges = cycle_dodging_late_imports(pkg, "pkg")
+    # server -> planner late while planner -> server at load time: a dodged two-way arrow;
+    # bench -> planner late is only lean (planner never reaches bench), TYPE_CHECKING never runs
+    assert dodges == [("pkg.core.server.launch", "pkg.core.planner.plan")]
+    top, late = split_graphs(pkg, "pkg")
+    assert "pkg.core.server.launch" not in top["pkg.core.bench.target"]
+    assert late["pkg.core.bench.target"] == {"pkg.core.planner.plan"}
+    assert room_graph(top)["pkg.core.planner"] == {"pkg.core.server"}
+    (pkg / "core" / "planner" / "plan.py").write_text("X = 2\n")  # the arrow is one-way now
+    assert cycle_dodging_late_imports(pkg, "pkg") == []

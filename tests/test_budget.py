@@ -6,9 +6,10 @@ import re
 
 import pytest
 
+from mtpstudio.core.engines.profiles.ik import MEMORY as IK_FACTS
+from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.memory.engine_facts import IK_FACTS, UPSTREAM_FACTS
 from mtpstudio.core.memory.fit import fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.placement import EXPERT_TENSOR, ModelWeights
 from mtpstudio.core.memory.targets import catalogue_target

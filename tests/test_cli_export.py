@@ -19,8 +19,10 @@ def test_render_writes_every_file_and_a_readme(tmp_path: Path) -> None:
     model = tmp_path / "models dir" / "Qwen 3.6 “35B” $HOME%.gguf"
     write_header_only_model(model)
     plan = tmp_path / "plan.json"
+    # a GPU target (a machine without one would plan, and render, for the CPU)
     made = run_cli("plan", "--model", str(model), "--ctx", "65536", "--n-cpu-moe", "24",
-                   "--desktop", "llvmpipe", "--save", str(plan))  # fmt: skip
+                   "--gpu", "rtx-4070-super", "--desktop", "llvmpipe",
+                   "--save", str(plan))  # fmt: skip
     assert made.returncode == 0, made.stderr
     out = tmp_path / "export here"
     result = run_cli("render", "--plan", str(plan), "--out", str(out), "--user", "alice")

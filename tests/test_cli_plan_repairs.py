@@ -281,7 +281,10 @@ def test_engine_paths_are_probed_like_detected_builds(tiny_model: Any, tmp_path:
     assert not any("no upstream llama-server was found" in w for w in up["warnings"])
     assert "--spec-type" in up["argv"]
     saved = tmp_path / "ik.json"
-    ik = run_plan("--model", model, "--engine", str(_engine("ik")), "--save", str(saved))
+    # a GPU target: on a machine without one the model file plans, and its command runs, on the
+    # CPU (-ngl 0, no fit)
+    ik = run_plan("--model", model, "--engine", str(_engine("ik")), "--gpu", "rtx-4070-super",
+                  "--save", str(saved))  # fmt: skip
     assert ik.returncode == 0, ik.stderr
     assert json.loads(saved.read_text())["engine"]["flavour"] == "ik"
     assert "  engine           ik (" in ik.stdout

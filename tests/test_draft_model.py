@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.draft import UPSTREAM_DRAFT
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.profiles.upstream import DRAFT_SPELLINGS as UPSTREAM_DRAFT
+from mtpstudio.core.engines.registry import build_launch_spec, documented_build, memory_facts
 from mtpstudio.core.errors import AdapterError, PlanError
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.draft import with_draft
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.terms import kv_bytes_per_cell
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
@@ -38,11 +37,11 @@ def test_mtp_and_a_draft_model_are_exclusive() -> None:
 
 
 def test_mtp_auto_with_a_draft_model_resolves_off() -> None:
-    from mtpstudio.core.engines.registry import adapter_for
+    from mtpstudio.core.engines.mtp import decide_mtp
 
     plan = plan_with(Plan(), {"draft.path": "/d.gguf"})  # MTP on auto: allowed
     build = documented_build(EngineFlavour.UPSTREAM)
-    assert adapter_for(build).resolve_mtp(plan, build, None).mtp.enabled is False
+    assert decide_mtp(plan, build, None).resolved(plan).mtp.enabled is False
 
 
 def test_upstream_draft_flags() -> None:

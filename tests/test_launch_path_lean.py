@@ -104,7 +104,7 @@ def test_the_launch_path_imports_no_numpy_gguf_or_httpx(tiny_model) -> None:  # 
         "import json, sys\n"
         "from mtpstudio.cli.main import build_parser\n"
         "build_parser('launch')\n"
-        "from mtpstudio.core.server.launch import find_build, prepare_launch, run_launch\n"
+        "from mtpstudio.core.usecases.launch import find_build, prepare_launch, run_launch\n"
         "from mtpstudio.core.server.preflight import check_model\n"
         f"info = check_model(__import__('pathlib').Path({str(model)!r}))\n"
         "heavy = [m for m in ('numpy', 'gguf', 'httpx', 'yaml', 'jinja2', 'PySide6')\n"

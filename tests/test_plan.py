@@ -69,6 +69,61 @@ def test_validation_messages_are_readable(data: dict[str, object], message: str)
     assert "pydantic" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"server": {"host": "--api-key-file=/etc/shadow"}}, "server.host: host must be"),
+        ({"server": {"host": "-h"}}, "server.host: host must be"),
+        ({"server": {"host": "a b"}}, "server.host: host must be"),
+        ({"server": {"port": True}}, "server.port: input should be a valid integer"),
+        ({"server": {"port": 8080.0}}, "server.port: input should be a valid integer"),
+        ({"runtime": {"ctx": "4096"}}, "runtime.ctx: input should be a valid integer"),
+        ({"runtime": {"threads": 2**63}}, "threads must be between 1 and"),
+        ({"runtime": {"fit_margin_mib": 1e15}}, "runtime.fit_margin_mib: input should be"),
+        ({"runtime": {"fit_margin_mib": 2**40}}, "fit margin must be between 0 and"),
+        ({"runtime": {"n_cpu_moe": 10**9}}, "n_cpu_moe must be between 0 and"),
+        ({"runtime": {"batch": 2**40, "ubatch": 512}}, "batch sizes must be between 1 and"),
+        ({"runtime": {"op_offload": 1}}, "runtime.op_offload: input should be a valid boolean"),
+        ({"mtp": {"enabled": "true"}}, "mtp.enabled: input should be a valid boolean"),
+        ({"mtp": {"draft_p_min": True}}, "mtp.draft_p_min: input should be a valid number"),
+        ({"device": "--device=x"}, "device must be"),
+        ({"outputs": {"service_name": "h@"}}, "no @"),
+    ],
+)
+def test_loose_values_are_refused(data: dict[str, object], message: str) -> None:
+    with pytest.raises(PlanError) as info:
+        plan_from_dict(data)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("localhost", True),
+        ("127.attacker.example", False),
+        ("127.0.0.1.nip.io", False),
+        ("0.0.0.0", False),
+        ("192.168.1.5", False),
+        ("llm.lan", False),
+    ],
+)
+def test_only_real_loopback_counts_as_loopback(host: str, loopback: bool) -> None:
+    assert plan_from_dict({"server": {"host": host}}).server.is_loopback is loopback
+
+
+def test_a_deeply_nested_plan_is_one_sentence(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(PlanError, match="nested too deeply") as info:
+        load_plan(path)
+    assert "\n" not in str(info.value)
+    with pytest.raises(PlanError, match="nested too deeply"):
+        plan_from_json('{"a": ' * 50 + "1" + "}" * 50)
+
+
 def test_several_problems_are_reported_together() -> None:
     with pytest.raises(PlanError) as info:
         plan_from_dict({"runtime": {"ctx": 1, "parallel": 0}})

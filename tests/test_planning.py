@@ -20,6 +20,7 @@ from mtpstudio.core.planning import (
     effective_build,
     evaluate,
     machine_for,
+    resolve,
 )
 
 PROBED_IK = replace(
@@ -58,7 +59,8 @@ def test_budget_for_matches_evaluate_and_survives_a_command_line_error() -> None
     pctx = PlanningContext(machine_for(None), model_card_info(DEFAULT_MODEL_CARD))
     plan = demo_plan()
     result = evaluate(plan, pctx, suggest=False)
-    target, budget = budget_for(plan, pctx)
+    resolved = resolve(plan, pctx)
+    target, budget = resolved.target, budget_for(resolved)
     assert target == result.target and budget == result.budget
     # A probed build without any spelling of the context size: no command line, same budget.
     up = documented_build(EngineFlavour.UPSTREAM, Path("/opt/up/llama-server"))
@@ -66,7 +68,8 @@ def test_budget_for_matches_evaluate_and_survives_a_command_line_error() -> None
     crippled = PlanningContext(MachineFacts(HostSpec(), (), (no_ctx,)), pctx.model)
     with pytest.raises(AdapterError):
         evaluate(plan, crippled, suggest=False)
-    assert budget_for(plan, crippled) == (target, budget)
+    again = resolve(plan, crippled)
+    assert (again.target, budget_for(again)) == (target, budget)
 
 
 @pytest.mark.parametrize("flavour", list(EngineFlavour))

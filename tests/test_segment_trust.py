@@ -9,13 +9,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mtpstudio.core.engines.registry import documented_build
+from mtpstudio.core.engines.registry import documented_build, memory_facts
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.trust import Trust, segment_trust
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
-from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate
+from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve
 from mtpstudio.core.reports import budget_report
 from mtpstudio.core.server.reconcile import (
     ReconcileRow,
@@ -52,7 +51,8 @@ def _demo(**changes: object) -> Plan:
 def _stored_launch(plan: Plan, pctx: PlanningContext, tmp_path: Path) -> tuple[str, Path]:
     """A launch record as run_launch stores it: every figure logged as predicted, except the
     GPU compute buffer, which came out 10 % larger."""
-    target, budget = budget_for(plan, pctx)
+    resolved = resolve(plan, pctx)
+    target, budget = resolved.target, budget_for(resolved)
     rows = []
     for (segment, device), mib in predicted_segments(budget, memory_facts(EngineFlavour.UPSTREAM)
                                                      ).items():  # fmt: skip
@@ -71,7 +71,9 @@ def test_a_stored_launch_marks_the_figures_it_confirmed(tmp_path: Path) -> None:
     pctx = PlanningContext(plain.machine, plain.model, measurements=load_measurements(store))
 
     budget = evaluate(plan, pctx).budget
-    assert budget_for(plan, plain)[1].measured == frozenset()  # nothing passed, nothing measured
+    assert (
+        budget_for(resolve(plan, plain)).measured == frozenset()
+    )  # nothing passed, nothing measured
     assert {(device, "weights"), (device, "kv_cache")} <= budget.measured
     assert (device, "compute") not in budget.measured  # logged 10 % off the prediction
     assert (device, "desktop") not in budget.measured  # the engine never logs it
@@ -123,7 +125,7 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     alignment, fused ops)."""
     machine = MachineFacts(HostSpec(), (), (PROBED,))
     pctx = PlanningContext(machine, model_card_info(DEFAULT_MODEL_CARD))
-    on_cpu = evaluate(_demo(device="cpu", **{"mtp.enabled": "on"}), pctx).budget
+    on_cpu = evaluate(_demo(device="cpu", **{"mtp.enabled": True}), pctx).budget
     assert on_cpu.replayed == frozenset({("CPU", "mtp_compute"), ("CPU", "compute")})
     trust = on_cpu.to_json()["devices"][0]["segment_trust"]
     assert trust["mtp_compute"] == "exact" and trust["compute"] == "exact"
@@ -132,13 +134,13 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     )
     assert draft_line.rstrip().endswith("exact")
 
-    on_gpu = evaluate(_demo(**{"mtp.enabled": "on"}), pctx).budget
+    on_gpu = evaluate(_demo(**{"mtp.enabled": True}), pctx).budget
     assert on_gpu.replayed == frozenset()
     gpu_trust = on_gpu.to_json()["devices"][0]["segment_trust"]
     assert gpu_trust["mtp_compute"] == "estimate"
 
     # flash attention off: the draft graph is not replayed, the figure is the fitted estimate
-    plain = {"mtp.enabled": "on", "runtime.flash_attn": "off"}
+    plain = {"mtp.enabled": True, "runtime.flash_attn": "off"}
     plain |= {"runtime.cache_type_k": "f16", "runtime.cache_type_v": "f16"}
     plain |= {"mtp.cache_type_k": "f16", "mtp.cache_type_v": "f16"}
     budget = evaluate(_demo(device="cpu", **plain), pctx).budget

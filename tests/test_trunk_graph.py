@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from test_graph_alloc import FIXTURES, engine_trace
 
+from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.graph_alloc import AllocEvent, ModelDims, reserved_bytes
 from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
 from mtpstudio.core.memory.terms import (

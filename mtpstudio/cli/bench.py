@@ -38,8 +38,9 @@ from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLaunch
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
+from mtpstudio.core.usecases.bench import conclude
 
-# The launcher `bench --plan` uses; None: core's PlanServerLauncher (made when needed).
+# The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
 DEFAULT_LAUNCHER: ServerLauncher | None = None
 
 
@@ -48,7 +49,7 @@ def _launcher(args: argparse.Namespace) -> ServerLauncher:
         return args.launcher  # type: ignore[no-any-return]
     if DEFAULT_LAUNCHER is not None:
         return DEFAULT_LAUNCHER
-    from mtpstudio.core.bench.launcher import PlanServerLauncher
+    from mtpstudio.core.usecases.plan_server import PlanServerLauncher
 
     return PlanServerLauncher()
 
@@ -106,7 +107,19 @@ def register(sub: Any) -> None:
         action="store_true",
         help="the --url server was started with MTP or a draft model (flag a run without drafts)",
     )
-    p.add_argument("--api-key", help="API key of the --url server(s)")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="file holding the API key of the --url server(s) (one line, mode 0600)",
+    )
+    key.add_argument(
+        "--api-key",
+        metavar="-",
+        help="`-` reads the API key of the --url server(s) from standard input (a key written "
+        "here would show in `ps` and the shell history)",
+    )
     p.add_argument(
         "--together",
         action="store_true",
@@ -145,7 +158,29 @@ def _progress(step: BenchProgress) -> None:
         )
 
 
-def _url_target(url: str, flavour: str, label: str, args: argparse.Namespace) -> BenchTarget:
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The --url servers' key: from --api-key-file, or standard input with ``--api-key -``."""
+    if args.api_key_file is not None:
+        from mtpstudio.core.engines.apikey import read_api_key
+
+        return read_api_key(args.api_key_file)
+    if args.api_key is None:
+        return None
+    if args.api_key != "-":
+        raise BenchError(
+            "an API key on the command line shows in `ps` and the shell history",
+            hint="Put it in a file (umask 077; printf '%s\\n' KEY > FILE) and pass "
+            "--api-key-file FILE, or pipe it in with --api-key -.",
+        )
+    key = sys.stdin.readline().strip()
+    if not key or any(c.isspace() for c in key):
+        raise BenchError("no API key on standard input", hint="Send the key on one line.")
+    return key
+
+
+def _url_target(
+    url: str, flavour: str, label: str, args: argparse.Namespace, key: str | None
+) -> BenchTarget:
     url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise BenchError(
@@ -157,7 +192,7 @@ def _url_target(url: str, flavour: str, label: str, args: argparse.Namespace) ->
         flavour=EngineFlavour(flavour),
         label=label,
         drafting_requested=True if args.expect_drafts else None,
-        api_key=args.api_key,
+        api_key=key,
     )
     with BenchClient(target, 10.0) as client:
         client.check_ready()
@@ -176,11 +211,12 @@ class _Targets:
 @contextmanager
 def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
     if args.url:
-        a = _url_target(args.url, args.engine_flavour, args.url, args)
+        key = _api_key(args)
+        a = _url_target(args.url, args.engine_flavour, args.url, args, key)
         b = None
         if args.vs_url:
             flavour = args.vs_engine_flavour or args.engine_flavour
-            b = _url_target(args.vs_url, flavour, args.vs_url, args)
+            b = _url_target(args.vs_url, flavour, args.vs_url, args, key)
             b = replace(b, drafting_requested=None)
         if args.vs or args.preset:
             raise BenchError("--vs and --preset need --plan", hint="Use --vs-url with --url.")
@@ -243,14 +279,16 @@ class _Output:
         return ab.a
 
     def bench(self, report: BenchReport, plan: Plan | None) -> BenchReport:
-        findings = diagnose(report, plan)
+        outcome = conclude(report, plan, self.history)
         _clear_progress()
-        print(render_text(report, findings))
+        print(render_text(report, outcome.findings))
         self.document["bench"] = report.to_dict()
-        self.document["findings"] = [f.to_dict() for f in findings]
+        self.document["findings"] = [f.to_dict() for f in outcome.findings]
         self.failed |= report.error is not None
-        if self.history is not None:
-            self.document["history_ids"] = [self.history.add_report(report, "bench")]
+        if outcome.history_error is not None:
+            raise outcome.history_error
+        if outcome.run_id is not None:
+            self.document["history_ids"] = [outcome.run_id]
         return report
 
     def gate(self, gate: GateReport) -> None:

@@ -70,8 +70,8 @@ def _result_json(result: Any) -> dict[str, Any]:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from mtpstudio.core.server.launch import find_build, prepare_launch, run_launch
     from mtpstudio.core.server.state import prune_stale
+    from mtpstudio.core.usecases.launch import find_build, prepare_launch, run_launch
 
     plan = load_plan(args.plan)
     if args.port is not None:

@@ -274,14 +274,6 @@ def _check_device(device: str) -> None:
     gpu_card(device)  # raises CatalogError naming the known ids
 
 
-def detect_for(plan: Plan) -> Any:
-    """Detection that also probes the engine binary the plan names (wherever it lives)."""
-    from mtpstudio.core.detect.report import detect_all
-
-    extra = [Path(plan.engine.binary)] if plan.engine.binary is not None else []
-    return detect_all(engine_paths=extra)
-
-
 def _list_demo_cards() -> int:
     from mtpstudio.core.model.catalog.models import model_cards
 
@@ -291,6 +283,7 @@ def _list_demo_cards() -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from mtpstudio.core.detect.report import detect_for
     from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import (

@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
 
 def _export_files(args: argparse.Namespace) -> Any:
     """Render the plan's files the way the GUI's Export does (service_files.export_files)."""
-    from mtpstudio.cli.plan import detect_for
+    from mtpstudio.core.detect.report import detect_for
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, machine_for
     from mtpstudio.core.service.render import UnitScope

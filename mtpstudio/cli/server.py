@@ -62,8 +62,9 @@ def _states(port: int | None) -> tuple[list[Any], list[Any]]:
     """(live states, stale states removed), optionally only ``port``."""
     from mtpstudio.core.server.state import load_states, prune_stale
 
-    stale = prune_stale()
-    live = [s for s in load_states() if port is None or s.port == port]
+    states = load_states()  # read once: a damaged record is named once
+    stale = prune_stale(states)
+    live = [s for s in states if s not in stale and (port is None or s.port == port)]
     return live, [s for s in stale if port is None or s.port == port]
 
 
@@ -89,7 +90,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "port": s.port,
                 "engine": s.flavour,
                 "binary": s.binary,
-                "state": "running",
+                "state": "running" if s.healthy_after_s is not None else "loading",
                 "health": health,
                 "http_status": answer.status,
                 "uptime_s": round(time.time() - s.started_at, 1),

@@ -9,7 +9,6 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -78,6 +77,9 @@ def _numbers(text: str | None, kind: Callable[[str], Any], what: str) -> tuple[A
         raise BenchError(f"{what} must be a comma-separated list of numbers") from None
 
 
+CANCELLING = "\ncancelling: finishing with what was measured (Ctrl-C again to stop now)\n"
+
+
 @contextmanager
 def _ctrl_c_cancels(cancel: Any) -> Iterator[None]:
     """The first Ctrl-C cancels the search (what was measured is kept); a second one stops."""
@@ -86,8 +88,9 @@ def _ctrl_c_cancels(cancel: Any) -> Iterator[None]:
         if cancel.cancelled:
             raise KeyboardInterrupt
         cancel.cancel()
-        print("\ncancelling: finishing with what was measured (Ctrl-C again to stop now)",
-              file=sys.stderr)  # fmt: skip
+        # Straight to the descriptor: the handler can interrupt a print to sys.stderr, and a
+        # second write into the same buffered writer raises "reentrant call".
+        os.write(sys.stderr.fileno(), CANCELLING.encode())
 
     try:
         previous = signal.signal(signal.SIGINT, handler)
@@ -112,20 +115,12 @@ def _progress(step: Any) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from mtpstudio.core.bench.history import BenchHistory
-    from mtpstudio.core.bench.launcher import PlanServerLauncher
     from mtpstudio.core.bench.prompts import load_prompts, select
     from mtpstudio.core.bench.results import BenchSettings
     from mtpstudio.core.bench.target import CancelToken
-    from mtpstudio.core.bench.tune import TuneConstraints, run_tune
-    from mtpstudio.core.bench.tune_report import render_tune_text, save_tune
-    from mtpstudio.core.bench.tune_space import default_space
-    from mtpstudio.core.bench.vram import VramSampler
-    from mtpstudio.core.detect.report import detect_all
-    from mtpstudio.core.model.gguf import read_model_info
-    from mtpstudio.core.model.source import load_model_info
+    from mtpstudio.core.bench.tune_report import render_tune_text
     from mtpstudio.core.plan import load_plan
-    from mtpstudio.core.planning import PlanningContext, machine_for, resolve_for
-    from mtpstudio.core.server.launch import find_build
+    from mtpstudio.core.usecases.tune import TuneConstraints, run_tuning, tune_setup
 
     if min(args.n_predict, args.finalists, args.short, args.repeat) < 1:
         raise BenchError("--n-predict, --repeat, --finalists and --short must be at least 1")
@@ -147,19 +142,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         overrides["threads"] = _numbers(args.threads, int, "--threads")
     start = load_plan(args.plan)
     prompts = select(load_prompts(), _split(args.categories) or None)
-    build = find_build(start)
-    machine = replace(machine_for(detect_all(include_engines=False)), builds=(build,))
-    info = load_model_info(start.model)
-    draft = read_model_info(start.draft.path) if start.draft.path is not None else None
-    pctx = PlanningContext(machine, info, draft)
-    gpu = resolve_for(start, machine).device.is_gpu
-    space = default_space(start, info, gpu=gpu, cpu_count=os.cpu_count(), kv_types=kv_types)
-    if space.draft_max or not any(k in overrides for k in ("draft_max", "p_min", "draft_cache")):
-        space = replace(space, **overrides)
-    else:
-        space = replace(space, threads=overrides.get("threads", space.threads))
-        print("mtpstudio: the plan does not draft, so the draft options are ignored",
-              file=sys.stderr)  # fmt: skip
+    setup = tune_setup(start, kv_types=kv_types, overrides=overrides)
+    if setup.ignored:
+        print(f"mtpstudio: {setup.ignored}", file=sys.stderr)
     constraints = TuneConstraints(
         ctx_floor=args.ctx_floor,
         time_budget_s=None if args.minutes is None else args.minutes * 60.0,
@@ -167,21 +152,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         short_categories=args.short,
         finalists=args.finalists,
     )
-    launcher = args.launcher
-    if launcher is None:
-        launcher = PlanServerLauncher(
-            measure=False, **({} if args.timeout is None else {"timeout": args.timeout})
-        )
     cancel = CancelToken()
     with _ctrl_c_cancels(cancel):
         settings = BenchSettings(n_predict=args.n_predict, repeats=args.repeat)
-        result = run_tune(start, pctx, space, prompts, launcher, constraints=constraints,
-                          settings=settings, cancel=cancel, progress=_progress,
-                          vram=VramSampler)  # fmt: skip
+        outcome = run_tuning(setup, prompts, launcher=args.launcher, constraints=constraints,
+                             settings=settings, cancel=cancel, progress=_progress,
+                             history=None if args.no_history else BenchHistory(),
+                             timeout=args.timeout)  # fmt: skip
+    result = outcome.result
     if sys.stderr.isatty():
         print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
-    if not args.no_history:
-        save_tune(result, BenchHistory())
+    if outcome.history_error is not None:
+        raise outcome.history_error
     sys.stdout.write(render_tune_text(result, all_rows=args.all))
     if args.save_best is not None and result.best_plan is not None:
         save_plan(result.best_plan, args.save_best)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -18,14 +20,33 @@ from pydantic import (
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import PlanError
+from mtpstudio.core.state_files import StateFileError, parse_json, read_json
 
 SCHEMA_VERSION: Literal[2] = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 """Version 1 files still load: see ``_migrate_v1`` (MTP on/off became auto/on/off; the API key
 moved out of the file)."""
 MIN_CTX = 256
+MAX_CTX = 4 * 1024 * 1024
+MAX_THREADS = 100_000  # far above any machine; the engine still holds it in an int
+MAX_LAYERS = 4096
+MAX_MARGIN_MIB = 1024 * 1024
+MAX_PLAN_BYTES = 1024 * 1024
 DEFAULT_PORT = 8080
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")
+_DEVICE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}\Z")
+
+
+def is_host(value: str) -> bool:
+    """An IPv4/IPv6 address or an RFC 1123 host name (never something an argv parser could
+    read as an option)."""
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        pass
+    labels = value.removesuffix(".").split(".")
+    return 0 < len(value) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
 
 
 class CacheType(StrEnum):
@@ -140,17 +161,22 @@ class MtpOptions(_Section):
 
     enabled: bool | None = Field(
         default=None,
+        strict=True,
         description=(
             "Draft tokens with the model's MTP layer: true (on), false (off) or null (auto: on "
             "when the model has an MTP layer and the chosen build can run it)."
         ),
     )
     draft_max: int = Field(
-        default=2, description="Most tokens drafted per step (--spec-draft-n-max / --draft-max)."
+        default=2,
+        strict=True,
+        description="Most tokens drafted per step (--spec-draft-n-max / --draft-max).",
     )
-    draft_min: int = Field(default=0, description="Fewest tokens drafted per step.")
+    draft_min: int = Field(default=0, strict=True, description="Fewest tokens drafted per step.")
     draft_p_min: float = Field(
-        default=0.75, description="Stop drafting when the draft's probability falls below this."
+        default=0.75,
+        strict=True,
+        description="Stop drafting when the draft's probability falls below this.",
     )
     cache_type_k: CacheType = Field(
         default=CacheType.F16, description="K cache type of the draft context."
@@ -201,6 +227,7 @@ class DraftModelOptions(_Section):
     )
     gpu_layers: int | None = Field(
         default=None,
+        strict=True,
         description="Draft layers on the GPU (-ngld); none means all of them on a GPU plan.",
     )
 
@@ -214,48 +241,57 @@ class DraftModelOptions(_Section):
     @field_validator("gpu_layers")
     @classmethod
     def _draft_ngl(cls, value: int | None) -> int | None:
-        if value is not None and value < 0:
-            raise ValueError("draft gpu layers must not be negative")
+        if value is not None and not 0 <= value <= MAX_LAYERS:
+            raise ValueError(f"draft gpu layers must be between 0 and {MAX_LAYERS}")
         return value
 
 
 class RuntimeOptions(_Section):
     """What the engine is asked to allocate and how it places weights."""
 
-    ctx: int = Field(default=32768, description="Context size in tokens (-c).")
+    ctx: int = Field(default=32768, strict=True, description="Context size in tokens (-c).")
     cache_type_k: CacheType = Field(default=CacheType.Q8_0, description="K cache type (-ctk).")
     cache_type_v: CacheType = Field(default=CacheType.Q8_0, description="V cache type (-ctv).")
     flash_attn: FlashAttention = Field(
         default=FlashAttention.ON, description="Flash attention (-fa); quantized V needs it."
     )
-    batch: int = Field(default=2048, description="Logical batch size (-b).")
+    batch: int = Field(default=2048, strict=True, description="Logical batch size (-b).")
     ubatch: int = Field(
-        default=512, description="Physical batch size (-ub); drives compute buffers."
+        default=512, strict=True, description="Physical batch size (-ub); drives compute buffers."
     )
     parallel: int = Field(
-        default=1, description="Server slots (-np); more slots multiply the recurrent state."
+        default=1,
+        strict=True,
+        description="Server slots (-np); more slots multiply the recurrent state.",
     )
     threads: int | None = Field(
-        default=None, description="CPU threads (-t); none lets the engine choose."
+        default=None, strict=True, description="CPU threads (-t); none lets the engine choose."
     )
     moe: MoePlacement = Field(
         default=MoePlacement.FIT,
         description="Expert placement: engine fit, N layers on CPU, all on CPU, or all on GPU.",
     )
     n_cpu_moe: int = Field(
-        default=0, description="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe)."
+        default=0,
+        strict=True,
+        description="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe).",
     )
     fit_margin_mib: int = Field(
-        default=1024, description="VRAM left free by the fit (MiB; --fit-target / --fit-margin)."
+        default=1024,
+        strict=True,
+        description="VRAM left free by the fit (MiB; --fit-target / --fit-margin).",
     )
     load_mode: LoadMode = Field(
         default=LoadMode.MMAP, description="Weights memory-mapped, read in, or locked in RAM."
     )
     n_gpu_layers: int | None = Field(
-        default=None, description="Layers on the GPU (-ngl); none means all (or fit's choice)."
+        default=None,
+        strict=True,
+        description="Layers on the GPU (-ngl); none means all (or fit's choice).",
     )
     op_offload: bool = Field(
         default=True,
+        strict=True,
         description=(
             "Offload host-tensor work to the GPU (upstream's default): with experts in system "
             "RAM, prompt batches of 32+ tokens copy one layer's experts at a time to the GPU and "
@@ -270,15 +306,15 @@ class RuntimeOptions(_Section):
     def _ctx_floor(cls, value: int) -> int:
         if value < MIN_CTX:
             raise ValueError(f"ctx must be at least {MIN_CTX}")
-        if value > 4 * 1024 * 1024:
-            raise ValueError("ctx must be at most 4194304")
+        if value > MAX_CTX:
+            raise ValueError(f"ctx must be at most {MAX_CTX}")
         return value
 
     @field_validator("batch", "ubatch")
     @classmethod
     def _batch_positive(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("batch sizes must be at least 1")
+        if not 1 <= value <= MAX_CTX:
+            raise ValueError(f"batch sizes must be between 1 and {MAX_CTX}")
         return value
 
     @field_validator("parallel")
@@ -291,22 +327,29 @@ class RuntimeOptions(_Section):
     @field_validator("threads")
     @classmethod
     def _threads_positive(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError("threads must be at least 1")
+        if value is not None and not 1 <= value <= MAX_THREADS:
+            raise ValueError(f"threads must be between 1 and {MAX_THREADS}")
         return value
 
-    @field_validator("n_cpu_moe", "fit_margin_mib")
+    @field_validator("n_cpu_moe")
     @classmethod
-    def _not_negative(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError("n_cpu_moe and fit margin must not be negative")
+    def _n_cpu_moe_range(cls, value: int) -> int:
+        if not 0 <= value <= MAX_LAYERS:
+            raise ValueError(f"n_cpu_moe must be between 0 and {MAX_LAYERS}")
+        return value
+
+    @field_validator("fit_margin_mib")
+    @classmethod
+    def _margin_range(cls, value: int) -> int:
+        if not 0 <= value <= MAX_MARGIN_MIB:
+            raise ValueError(f"fit margin must be between 0 and {MAX_MARGIN_MIB} MiB (1 TiB)")
         return value
 
     @field_validator("n_gpu_layers")
     @classmethod
-    def _ngl_not_negative(cls, value: int | None) -> int | None:
-        if value is not None and value < 0:
-            raise ValueError("gpu layers must not be negative")
+    def _ngl_range(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= MAX_LAYERS:
+            raise ValueError(f"gpu layers must be between 0 and {MAX_LAYERS}")
         return value
 
     @model_validator(mode="after")
@@ -320,7 +363,7 @@ class ServerOptions(_Section):
     """Where the server listens."""
 
     host: str = Field(default="127.0.0.1", description="Listen address; loopback by default.")
-    port: int = Field(default=DEFAULT_PORT, description="TCP port.")
+    port: int = Field(default=DEFAULT_PORT, strict=True, description="TCP port.")
     api_key_file: Path | None = Field(
         default=None,
         description=(
@@ -332,8 +375,11 @@ class ServerOptions(_Section):
     @field_validator("host")
     @classmethod
     def _host_plain(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
-            raise ValueError("host must be a plain address without spaces")
+        if not is_host(value):
+            raise ValueError(
+                "host must be a plain address: an IP address or a host name (letters, digits, "
+                "'-' and '.')"
+            )
         return value
 
     @field_validator("port")
@@ -352,7 +398,14 @@ class ServerOptions(_Section):
 
     @property
     def is_loopback(self) -> bool:
-        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+        """Only this machine can connect: ``localhost`` or a loopback address (127.0.0.0/8,
+        ::1), never a name that merely starts with ``127.``."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
 
 
 class OutputPaths(_Section):
@@ -370,10 +423,11 @@ class OutputPaths(_Section):
     @field_validator("service_name")
     @classmethod
     def _unit_name(cls, value: str) -> str:
-        allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.\\@")
-        if not value or not set(value) <= allowed:
+        allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:-_.\\")
+        if not value or not set(value) <= allowed or value.startswith("-"):
             raise ValueError(
-                "service name may only use letters, digits and : - _ . \\ @ (systemd unit names)"
+                "service name may only use letters, digits and : - _ . \\ (systemd unit names; "
+                "no @: template units are not written)"
             )
         return value
 
@@ -421,7 +475,7 @@ class Plan(_Section):
     @field_validator("device")
     @classmethod
     def _device_plain(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
+        if not _DEVICE.match(value):
             raise ValueError("device must be 'auto', 'cpu', a device id or a catalogue GPU id")
         return value
 
@@ -517,28 +571,29 @@ def plan_with(plan: Plan, changes: dict[str, Any]) -> Plan:
     return plan_from_dict(data)
 
 
-def plan_from_json(text: str) -> Plan:
-    """Parse a Plan from JSON text."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanError(
-            f"plan is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
+def _plan_object(data: Any) -> Plan:
     if not isinstance(data, dict):
         raise PlanError("plan must be a JSON object")
     return plan_from_dict(data)
 
 
-def load_plan(path: Path) -> Plan:
-    """Read a Plan file."""
+def plan_from_json(text: str) -> Plan:
+    """Parse a Plan from JSON text (nested at most ``state_files.MAX_DEPTH`` deep)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlanError(f"plan file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"cannot read plan file {path}: {exc}") from None
-    return plan_from_json(text)
+        return _plan_object(parse_json(text, "plan"))
+    except StateFileError as exc:
+        raise PlanError(str(exc)) from None
+
+
+def load_plan(path: Path) -> Plan:
+    """Read a Plan file (a regular file of at most 1 MiB)."""
+    try:
+        data = read_json(path, "plan file", max_bytes=MAX_PLAN_BYTES)
+    except StateFileError as exc:
+        raise PlanError(str(exc), hint="Save the plan again with `mtpstudio plan`.") from None
+    if data is None:
+        raise PlanError(f"plan file {path} does not exist")
+    return _plan_object(data)
 
 
 def save_plan(plan: Plan, path: Path) -> None:

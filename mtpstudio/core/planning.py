@@ -1,8 +1,12 @@
-"""The one entry point for evaluating a Plan: target, budget, engine command line and warnings.
+"""The one entry point for planning: ``resolve`` a Plan once, then budget, argv, fit and files.
 
-The GUI and the CLI reach the memory model and the engine adapters only through this module;
-the plain data types they get back (``Budget``, ``LaunchSpec``, ``EngineBuild`` …) are
-re-exported here so callers need not import the modules that compute them.
+``resolve(plan, pctx)`` decides, once, everything the rest reads: the target device, the build
+(probed, or the flavour's documented flags), its engine profile, MTP (with its one-line reason)
+and the context per slot, as a ``ResolvedPlan``. ``budget_for``, ``launch_spec_for`` and
+``fit_suggestions`` take that ``ResolvedPlan``; ``evaluate`` does all of it for one Plan. The GUI,
+the CLI and the use cases reach the memory model and the engines only through this module; the
+plain data types they get back (``Budget``, ``LaunchSpec``, ``EngineBuild`` …) are re-exported
+here so callers need not import the modules that compute them.
 """
 
 from __future__ import annotations
@@ -13,15 +17,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.engines.base import LaunchSpec
-from mtpstudio.core.engines.capabilities import engine_name, mtp_reason
+from mtpstudio.core.engines.argv import build_launch_spec
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.registry import adapter_for, build_launch_spec, documented_build
+from mtpstudio.core.engines.mtp import MtpDecision, decide_mtp
+from mtpstudio.core.engines.profile import EngineProfile
+from mtpstudio.core.engines.registry import documented_build, profile_for
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget, compute_budget
+from mtpstudio.core.memory.budget import (
+    Budget,
+    DeviceBudget,
+    HostBudget,
+    SlotContext,
+    compute_budget,
+    slot_context,
+)
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.draft import with_draft
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.memory.fit import FitSuggestion, fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.placement import ModelWeights
@@ -52,6 +64,7 @@ __all__ = [
     "PlanResult",
     "PlanVerdict",
     "PlanningContext",
+    "ResolvedPlan",
     "ResolvedTarget",
     "budget_for",
     "build_choices",
@@ -62,11 +75,10 @@ __all__ = [
     "follows_published_setup",
     "launch_spec_for",
     "machine_for",
-    "mtp_line",
     "published_demo_plan",
     "published_setup_text",
-    "resolve_for",
-    "resolve_mtp",
+    "resolve",
+    "target_for",
 ]
 
 
@@ -133,7 +145,8 @@ class PlanVerdict:
 class PlanResult:
     """Everything the budget page and ``mtpstudio plan`` show for one Plan.
 
-    ``plan`` is the plan as given; ``effective`` the one the engine runs (MTP auto decided).
+    ``plan`` is the plan as given; ``effective`` the one the engine runs (MTP auto decided);
+    ``resolved`` what both were planned from.
     """
 
     plan: Plan
@@ -143,6 +156,7 @@ class PlanResult:
     warnings: tuple[str, ...]
     effective: Plan | None = None
     mtp_line: str = ""
+    resolved: ResolvedPlan | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -192,31 +206,7 @@ def build_choices(machine: MachineFacts) -> list[BuildChoice]:
     return choices
 
 
-def resolve_mtp(plan: Plan, pctx: PlanningContext) -> Plan:
-    """``plan`` with MTP auto decided for its build and model (unchanged when on or off)."""
-    choice = effective_build(plan, pctx.machine)
-    return adapter_for(choice.flavour).resolve_mtp(plan, choice.build, pctx.model)
-
-
-def mtp_line(plan: Plan, pctx: PlanningContext) -> str:
-    """One sentence: is MTP on, and why (auto says what decided it)."""
-    choice = effective_build(plan, pctx.machine)
-    engine = engine_name(choice.flavour)
-    if plan.mtp.enabled is False:
-        return "MTP off (as asked)."
-    if plan.mtp.enabled is None and plan.draft.path is not None:
-        return f"MTP auto: off (the draft model {plan.draft.path.name} drafts instead)."
-    reason = mtp_reason(choice.build, pctx.model)
-    if plan.mtp.enabled is True:
-        if reason is None:
-            return "MTP on (as asked)."
-        return f"MTP on as asked, but it cannot run: {reason}."
-    if reason is None:
-        return f"MTP auto: on (the model has an MTP layer and {engine} can run it)."
-    return f"MTP auto: off ({reason})."
-
-
-def resolve_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:
+def target_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:
     """The target device; a demo-card plan with no GPU found plans for the demo GPU card."""
     resolved = resolve_target(plan, machine.host, list(machine.gpus))
     demo = plan.model.path is None
@@ -231,67 +221,135 @@ def resolve_for(plan: Plan, machine: MachineFacts) -> ResolvedTarget:
     return resolved
 
 
-def budget_for(plan: Plan, pctx: PlanningContext) -> tuple[ResolvedTarget, Budget]:
-    """The target and the memory budget alone (what is left when the command line fails)."""
-    plan = resolve_mtp(plan, pctx)
-    target = resolve_for(plan, pctx.machine)
-    facts = memory_facts(plan.engine.flavour)
+@dataclass(frozen=True)
+class ResolvedPlan:
+    """A Plan resolved once for a machine and a model: what budget, argv, fit and files read.
+
+    Attributes:
+        plan: the plan as given.
+        effective: the plan the engine runs (MTP auto decided).
+        target: the device planned for, the host, and how the device was chosen.
+        build: the build it runs on (probed, or the flavour's documented flags).
+        profile: the engine profile that describes that build.
+        mtp: MTP decided once (``mtp.line`` says on or off and why).
+        context: the cells the engine allocates (padded context, per slot, streams).
+        pctx: the machine and the model it was resolved for.
+    """
+
+    plan: Plan
+    effective: Plan
+    target: ResolvedTarget
+    build: BuildChoice
+    profile: EngineProfile
+    mtp: MtpDecision
+    context: SlotContext
+    pctx: PlanningContext
+
+    @property
+    def model(self) -> ModelInfo:
+        return self.pctx.model
+
+    @property
+    def cpu_only(self) -> bool:
+        """The target is the CPU: every layer stays there and the engine's fit is not used."""
+        return not self.target.device.is_gpu
+
+    def with_changes(self, changes: Mapping[str, object]) -> ResolvedPlan:
+        """The plan with dotted-path ``changes`` (``plan_with``), resolved the same way."""
+        return resolve(plan_with(self.plan, dict(changes)), self.pctx)
+
+
+def resolve(plan: Plan, pctx: PlanningContext) -> ResolvedPlan:
+    """Decide, once, the target, the build and its profile, MTP and the context per slot.
+
+    Raises:
+        MtpStudioError: the plan names a device that is neither detected nor a catalogue card,
+            or a desktop reclamation that does not apply to the target.
+    """
+    target = target_for(plan, pctx.machine)
+    choice = effective_build(plan, pctx.machine)
+    profile = profile_for(choice.build)
+    mtp = decide_mtp(plan, choice.build, pctx.model)
+    effective = mtp.resolved(plan)
+    context = slot_context(effective, profile.memory)
+    return ResolvedPlan(plan, effective, target, choice, profile, mtp, context, pctx)
+
+
+def budget_for(resolved: ResolvedPlan) -> Budget:
+    """The memory budget of a resolved plan (the draft model and stored measurements counted)."""
+    plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
+    facts = resolved.profile.memory
     budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
     if pctx.draft_model is not None and plan.draft.path is not None:
         budget = with_draft(budget, plan, pctx.draft_model, facts)
-    build = pctx.machine.build_for(plan) if pctx.measurements else None
-    if build is not None:
-        stored = pctx.measurements.get((build_key(build), target.device.id))
+    if pctx.measurements and resolved.build.probed:
+        stored = pctx.measurements.get((build_key(resolved.build.build), target.device.id))
         if stored is not None:
             budget = replace(budget, measured=measured_segments(stored, budget, facts))
-    return target, budget
+    return budget
 
 
 def launch_spec_for(
-    plan: Plan, pctx: PlanningContext, api_key_file: Path | None = None
+    resolved: ResolvedPlan,
+    api_key_file: Path | None = None,
+    *,
+    for_mtpstudio_launch: bool = False,
+    model_path: Path | None = None,
 ) -> tuple[LaunchSpec, list[str]]:
-    """The engine command line from the probed build (or the documented flags, said plainly)."""
-    plan = resolve_mtp(plan, pctx)
-    choice = effective_build(plan, pctx.machine)
+    """The engine command line from the probed build (or the documented flags, said plainly).
+
+    ``model_path`` overrides the plan's file; ``for_mtpstudio_launch`` asks for the log lines
+    mtpstudio reads when it starts the server itself.
+    """
+    plan, choice = resolved.effective, resolved.build
     notes: list[str] = []
     if not choice.probed:
         notes.append(
             f"no {plan.engine.flavour.value} llama-server was found: the command line uses the "
             "documented flags (run `mtpstudio detect` to see what was searched)"
         )
-    model_path = plan.model.path
+    model_path = model_path or plan.model.path
     if model_path is None:
         model_path = Path(f"{plan.model.card}.gguf")
         notes.append(f"the demo card has no file: put your GGUF's path in place of {model_path}")
     spec = build_launch_spec(
         plan,
         choice.build,
-        pctx.model,
+        resolved.model,
         model_path=model_path,
         assume_documented=not choice.probed,
         api_key_file=api_key_file,
+        for_mtpstudio_launch=for_mtpstudio_launch,
+        cpu_only=resolved.cpu_only,
+        mtp=resolved.mtp,
     )
     return spec, notes
 
 
 def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> PlanResult:
     """Budget, command line and warnings for ``plan``; fit suggestions when it does not fit."""
-    effective = resolve_mtp(plan, pctx)
-    target, budget = budget_for(effective, pctx)
-    spec, notes = launch_spec_for(effective, pctx)
+    resolved = resolve(plan, pctx)
+    budget = budget_for(resolved)
+    spec, notes = launch_spec_for(resolved)
     warnings = list(budget.warnings) + list(spec.warnings) + notes
-    if suggest and budget.fits is False and target.device.is_gpu:
-        warnings += [f"Fit: {s.message}" for s in fit_suggestions(effective, pctx, target)]
-    return PlanResult(plan, target, budget, spec, tuple(warnings), effective, mtp_line(plan, pctx))
+    if suggest and budget.fits is False and not resolved.cpu_only:
+        warnings += [f"Fit: {s.message}" for s in fit_suggestions(resolved)]
+    return PlanResult(
+        plan,
+        resolved.target,
+        budget,
+        spec,
+        tuple(warnings),
+        resolved.effective,
+        resolved.mtp.line,
+        resolved,
+    )
 
 
-def fit_suggestions(
-    plan: Plan, pctx: PlanningContext, target: ResolvedTarget | None = None
-) -> list[FitSuggestion]:
+def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
     """The planner's two answers: fewest CPU expert layers here, then the largest context there."""
-    plan = resolve_mtp(plan, pctx)
-    target = target or resolve_for(plan, pctx.machine)
-    facts = memory_facts(plan.engine.flavour)
+    plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
+    facts = resolved.profile.memory
     dev, host, w = target.device, target.host, pctx.weights
     offload = fewest_cpu_expert_layers(plan, pctx.model, dev, facts, host, w)
     base = offload.plan if offload.fits else plan
@@ -328,7 +386,7 @@ def desktop_choices(plan: Plan, pctx: PlanningContext) -> list[DesktopChoice]:
     Catalogue cards use their typical desktop figures; a detected GPU starts from what its
     desktop holds now (the llvmpipe figure is the catalogue's for the same vendor).
     """
-    target = resolve_for(plan.model_copy(update={"desktop": DesktopReclaim.NONE}), pctx.machine)
+    target = target_for(plan.model_copy(update={"desktop": DesktopReclaim.NONE}), pctx.machine)
     device = target.device
     if not device.is_gpu:
         return []
@@ -394,7 +452,8 @@ def published_demo_plan(
     if not changes:
         return plan, ""
     candidate = plan_with(plan, changes)
-    target, budget = budget_for(candidate, pctx)
+    resolved = resolve(candidate, pctx)
+    target, budget = resolved.target, budget_for(resolved)
     shown = ", ".join(_PUBLISHED_WORDS[k](v) for k, v in changes.items())
     # the card must hold it; RAM only counts when known (the GUI plans before detection)
     if all(d.fits for d in budget.devices) and budget.host.fits is not False:

@@ -27,6 +27,7 @@ __all__ = [
     "shell_join",
     "shell_quote",
     "split_desktop_exec",
+    "split_environment_assignments",
     "split_systemd_command_line",
     "systemd_command_line",
     "systemd_environment_assignment",
@@ -378,6 +379,19 @@ def split_systemd_command_line(value: str) -> list[str]:
             raise ValueError("unbraced variable words are not expected in generated commands")
         argv.append(_replace_dollars(word))
     return argv
+
+
+def split_environment_assignments(value: str) -> list[tuple[str, str]]:
+    """The (name, value) pairs of one ``Environment=`` line, split as systemd splits it
+    (quotes and C escapes; specifiers stay as written). Raises ValueError for a word without
+    ``=`` or broken quoting."""
+    pairs: list[tuple[str, str]] = []
+    for word, _raw in _extract_words(value):
+        name, sep, rest = word.partition("=")
+        if not sep:
+            raise ValueError(f"{word[:40]!r} is not an assignment")
+        pairs.append((name, rest))
+    return pairs
 
 
 def _continues(line: str) -> bool:

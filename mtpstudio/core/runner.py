@@ -54,7 +54,8 @@ class RunResult:
                 name = f"signal {-self.returncode}"
             return f"killed by {name}"
         if self.returncode != 0:
-            line = first_error_line(self.output)
+            # stderr first: ik prints why on stderr and its whole usage on stdout after it
+            line = first_error_line(self.stderr) or first_error_line(self.stdout)
             suffix = f": {line}" if line else ""
             return f"exit status {self.returncode}{suffix}"
         return ""

@@ -4,10 +4,12 @@ Off unless ``MTPSTUDIO_HELPER_FAULT`` is set, and always off under pkexec (``PKE
 pkexec also drops the caller's environment). ``MTPSTUDIO_HELPER_TRACE=FILE`` appends the name
 of every step reached, one per line, so a test can list them and then stop at each in turn.
 
-``MTPSTUDIO_HELPER_FAULT=ACTION@WHERE`` where ACTION is ``kill`` (SIGKILL itself), ``enospc``
-(raise "No space left on device") or ``pause`` (create ``$MTPSTUDIO_HELPER_PAUSE.paused`` and
-wait, at most 30 s, for ``$MTPSTUDIO_HELPER_PAUSE.resume``), and WHERE is the N-th step reached
-(a number, from 1) or a step name with an optional ``#N`` occurrence.
+``MTPSTUDIO_HELPER_FAULT=ACTION@WHERE[,ACTION@WHERE…]`` where ACTION is ``kill`` (SIGKILL
+itself), ``enospc`` (raise "No space left on device") or ``pause`` (create
+``$MTPSTUDIO_HELPER_PAUSE.paused`` and wait, at most 30 s, for ``$MTPSTUDIO_HELPER_PAUSE.resume``),
+and WHERE is the N-th step reached (a number, from 1) or a step name with an optional ``#N``
+occurrence. Several faults (a disk that stays full while the helper puts things back) are
+separated by commas.
 """
 
 from __future__ import annotations
@@ -26,17 +28,15 @@ PAUSE_LIMIT_S = 30.0
 
 
 class Faults:
-    """Counts the steps of one helper run and acts at the configured one."""
+    """Counts the steps of one helper run and acts at the configured ones."""
 
     def __init__(
         self,
-        action: str | None = None,
-        where: str | None = None,
+        faults: tuple[tuple[str, str], ...] = (),
         trace: str | None = None,
         pause_base: str | None = None,
     ) -> None:
-        self._action = action
-        self._where = where
+        self._faults = faults  # (action, where) pairs
         self._trace = trace
         self._pause = pause_base
         self._count = 0
@@ -47,35 +47,36 @@ class Faults:
         """The hook as the environment sets it (nothing under pkexec)."""
         if environ.get("PKEXEC_UID") is not None:
             return cls()
-        spec = environ.get(FAULT_ENV, "")
-        action, _, where = spec.partition("@")
-        if action not in {"kill", "enospc", "pause"} or not where:
-            action, where = "", ""
-        return cls(
-            action or None, where or None, environ.get(TRACE_ENV) or None, environ.get(PAUSE_ENV)
-        )
+        faults = []
+        for spec in environ.get(FAULT_ENV, "").split(","):
+            action, _, where = spec.strip().partition("@")
+            if action in {"kill", "enospc", "pause"} and where:
+                faults.append((action, where))
+        return cls(tuple(faults), environ.get(TRACE_ENV) or None, environ.get(PAUSE_ENV))
 
     def point(self, name: str) -> None:
-        """Reached step ``name``: record it, and act if it is the configured one."""
+        """Reached step ``name``: record it, and act if it is a configured one."""
         self._count += 1
         self._by_name[name] = self._by_name.get(name, 0) + 1
         if self._trace:
             with open(self._trace, "a", encoding="utf-8") as handle:
                 handle.write(name + "\n")
-        if self._action is None or not self._matches(name):
-            return
-        if self._action == "kill":
+        for action, where in self._faults:
+            if self._matches(name, where):
+                self._act(action)
+
+    def _act(self, action: str) -> None:
+        if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
-        elif self._action == "enospc":
+        elif action == "enospc":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        elif self._action == "pause" and self._pause:
+        elif action == "pause" and self._pause:
             Path(self._pause + ".paused").touch()
             deadline = time.monotonic() + PAUSE_LIMIT_S
             while not os.path.exists(self._pause + ".resume") and time.monotonic() < deadline:
                 time.sleep(0.01)
 
-    def _matches(self, name: str) -> bool:
-        where = self._where or ""
+    def _matches(self, name: str, where: str) -> bool:
         if where.isdigit():
             return self._count == int(where)
         wanted, _, nth = where.partition("#")

@@ -19,6 +19,7 @@ from typing import IO, Any
 from mtpstudio.helper.constants import (
     DISTRO_SESSION_DIRS,
     ENV_DIR,
+    GROUP_SUFFIX,
     LOCAL_SESSION_DIRS,
     MAX_PAYLOAD_BYTES,
     NVIDIA_PROFILE_DIR,
@@ -29,20 +30,21 @@ from mtpstudio.helper.constants import (
 from mtpstudio.helper.faults import Faults
 from mtpstudio.helper.safefs import Refused
 from mtpstudio.helper.sddm import session_dirs
-from mtpstudio.helper.store import Change, FileSpec, Layout, Store
+from mtpstudio.helper.store import Change, FileSpec, Layout, RollbackIncomplete, Store
 from mtpstudio.helper.validate import (
     check_env_file,
     check_name,
     check_nvidia_profile,
     check_session,
     check_unit,
+    check_unit_name,
     check_wrapper,
     text_of,
 )
 
 USAGE = "usage: mtpstudio-helper [--root DIR] VERB [NAME] (content on stdin)"
-GROUPS = {"session": ".desktop", "unit": ".service", "nvidia-profile": ".json"}
-VERBS = {f"{action}-{group}" for action in ("install", "remove") for group in GROUPS} | {"status"}
+VERBS = {f"{action}-{group}" for action in ("install", "remove") for group in GROUP_SUFFIX}
+VERBS.add("status")
 EXIT_DONE, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 
 
@@ -71,7 +73,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, st
     if len(rest) != 1:
         raise Refused(f"{verb} needs exactly one NAME")
     name = rest[0]
-    check_name(name, GROUPS[verb.split("-", 1)[1]])
+    check_name(name, GROUP_SUFFIX[verb.split("-", 1)[1]])
     return root, verb, name
 
 
@@ -88,7 +90,7 @@ def read_payload(stdin: IO[bytes]) -> bytes:
 def _json_object(data: bytes) -> dict[str, Any]:
     try:
         value = json.loads(text_of(data, "the input"))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise Refused("the input is not a JSON object") from None
     if not isinstance(value, dict):
         raise Refused("the input is not a JSON object")
@@ -147,6 +149,7 @@ def session_group(root: str, name: str, data: bytes) -> list[FileSpec]:
 
 def unit_group(name: str, data: bytes) -> list[FileSpec]:
     """The environment file and the unit of ``install-unit NAME``."""
+    check_unit_name(name)
     payload = _json_object(data)
     env_name = payload.get("env_name")
     unit = text_of(_string(payload, "unit").encode(), "the unit")
@@ -227,15 +230,24 @@ def run(
     environ: Mapping[str, str],
 ) -> int:
     """The whole helper with its streams and environment passed in."""
+    verb = ""
     try:
         root, verb, name = parse_args(argv, environ)
         answer = execute(root, verb, name, stdin, Faults.from_environ(environ))
     except Refused as exc:
         stderr.write(f"mtpstudio-helper: refused: {one_line(str(exc))}\n")
         return EXIT_REFUSED
+    except RollbackIncomplete as exc:
+        code = EXIT_REFUSED if isinstance(exc.cause, Refused) else EXIT_FAILED
+        how = "refused" if code == EXIT_REFUSED else "failed"
+        stderr.write(f"mtpstudio-helper: {how}: {one_line(str(exc))}; see `status`\n")
+        return code
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
-        stderr.write(f"mtpstudio-helper: failed: {one_line(exc.strerror or str(exc))}{where}\n")
+        # An install that failed has been rolled back (RollbackIncomplete says otherwise).
+        undone = "; nothing was changed" if verb.startswith("install-") else ""
+        text = one_line(exc.strerror or str(exc))
+        stderr.write(f"mtpstudio-helper: failed: {text}{where}{undone}\n")
         return EXIT_FAILED
     except Exception as exc:  # the helper must always answer with one line
         stderr.write(f"mtpstudio-helper: failed: {one_line(f'{type(exc).__name__}: {exc}')}\n")

@@ -151,19 +151,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def write_atomic(
-    dir_fd: int,
-    name: str,
-    data: bytes,
-    mode: int,
-    shown: str,
-    faults: Faults,
-    owner: tuple[int, int] | None = None,
-) -> None:
-    """Replace ``name`` with ``data``: temp file, fsync, rename, fsync the directory.
+def stage_file(
+    dir_fd: int, name: str, data: bytes, mode: int, faults: Faults, owner: tuple[int, int] | None
+) -> str:
+    """Write ``data`` into a new temp file next to ``name`` (fsynced); returns the temp's name.
 
-    The target is checked again just before the rename; a symlink swapped in meanwhile is
-    refused, and ``rename`` replaces a directory entry without ever following it.
+    This is the step that needs free space; ``commit_staged`` then only renames.
     """
     tmp = f".{name}.{secrets.token_hex(4)}{TEMP_MARK}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
@@ -183,6 +176,20 @@ def write_atomic(
             faults.point("temp-synced")
         finally:
             os.close(fd)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    return tmp
+
+
+def commit_staged(dir_fd: int, tmp: str, name: str, shown: str, faults: Faults) -> None:
+    """Rename a staged temp file over ``name`` and fsync the directory.
+
+    The target is checked again just before the rename; a symlink swapped in meanwhile is
+    refused, and ``rename`` replaces a directory entry without ever following it.
+    """
+    try:
         check_regular_or_absent(dir_fd, name, shown)
         faults.point("before-rename")
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -193,6 +200,20 @@ def write_atomic(
     faults.point("renamed")
     os.fsync(dir_fd)
     faults.point("dir-synced")
+
+
+def write_atomic(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    mode: int,
+    shown: str,
+    faults: Faults,
+    owner: tuple[int, int] | None = None,
+) -> None:
+    """Replace ``name`` with ``data``: temp file, fsync, rename, fsync the directory."""
+    tmp = stage_file(dir_fd, name, data, mode, faults, owner)
+    commit_staged(dir_fd, tmp, name, shown, faults)
 
 
 def unlink_file(dir_fd: int, name: str, shown: str, faults: Faults) -> None:

@@ -1,9 +1,14 @@
 """The helper's record of what it changed: manifest, backups and install/revert of file groups.
 
 A group (``session:NAME``, ``unit:NAME``, ``nvidia-profile:NAME``) is a set of files written
-together. Installing backs up every file that existed before (``backups/``), writes the
-manifest, and only then replaces the targets; reverting restores the backups or removes the
-files, then drops the group. Every step is atomic and a rerun after a crash finishes the job.
+together. Installing backs up every file that existed before (``backups/``, each named by the
+sha256 of its content), records the group in the manifest, writes every new file next to its
+target, and only then renames them into place: a full disk stops the install before anything is
+replaced, and the manifest is put back by a rename that needs no space. Reverting checks
+everything first (the manifest's rules, each backup against its hash, each file it would touch),
+then restores the backups or removes the files and drops the group. Every step is atomic and a
+rerun after a crash finishes the job. The manifest is read back as hostile input
+(``helper.manifest``).
 """
 
 from __future__ import annotations
@@ -13,34 +18,42 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from mtpstudio.helper.constants import STATE_DIR, TEMP_MARK
+from mtpstudio.helper.constants import STATE_DIR, SYSTEM_GROUP_FOLDERS, FolderRule
 from mtpstudio.helper.faults import Faults
+from mtpstudio.helper.manifest import (
+    MAX_FILE_BYTES,
+    RESTORED_MODE_BITS,
+    backup_digest_prefix,
+    check_manifest,
+)
 from mtpstudio.helper.safefs import (
     Refused,
     check_regular_or_absent,
+    commit_staged,
     components,
     entry_stat,
     open_root,
     opened_dir,
     read_regular,
     remove_empty_dir,
+    stage_file,
     sweep_temp_files,
     unlink_file,
     walk,
     write_atomic,
 )
+from mtpstudio.helper.validate import check_installed
 
 MANIFEST = "manifest.json"
 BACKUPS = "backups"
 LOCK = "lock"
-MAX_FILE_BYTES = 16 * 1024 * 1024  # what the helper reads back (backups, targets)
+MAX_MANIFEST_BYTES = 1024 * 1024
 
 
 def sha256(data: bytes) -> str:
@@ -58,6 +71,14 @@ class Layout:
     root: str = "/"
     state_root: str | None = None
     state_rel: str = STATE_DIR
+    folders: Mapping[str, tuple[FolderRule, ...]] = field(
+        default_factory=lambda: SYSTEM_GROUP_FOLDERS
+    )
+    """The folders each kind of group may write (``SYSTEM_GROUP_FOLDERS`` for the system)."""
+
+    @property
+    def system(self) -> bool:
+        return self.folders is SYSTEM_GROUP_FOLDERS
 
     def shown(self, path: str) -> str:
         """The real path of a root-relative ``/…`` path."""
@@ -94,6 +115,40 @@ def _empty_manifest() -> dict[str, Any]:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
+
+
+class RollbackIncomplete(Exception):
+    """An install failed and putting things back failed too; ``cause`` is the first failure."""
+
+    def __init__(self, cause: BaseException, rollback: BaseException) -> None:
+        super().__init__(f"{_reason(cause)}; undoing it failed too ({_reason(rollback)})")
+        self.cause = cause
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}"
+    return str(exc)
+
+
+@dataclass
+class _Progress:
+    """How far an install got: what a rollback has to undo."""
+
+    undo: str | None = None  # a temp copy of the manifest as it was
+    new_dirs: tuple[str, ...] = ()
+    recorded: bool = False  # the manifest names the group
+    committed: bool = False  # a target may have been replaced
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What revert will do to one file, decided before anything is touched."""
+
+    entry: dict[str, Any]
+    action: str  # "restore", "remove" or "unchanged"
+    backup: bytes | None = None
 
 
 class Store:
@@ -139,19 +194,27 @@ class Store:
             os.close(state_base)
             os.close(root_fd)
 
+    def _manifest_shown(self) -> str:
+        base = self.layout.state_root or self.layout.root
+        return os.path.join(base, self.layout.state_rel, MANIFEST)
+
     def _load(self) -> None:
+        """Read the manifest back as hostile input: size, syntax, depth and every rule."""
         assert self.state_fd is not None
-        raw = read_regular(self.state_fd, MANIFEST, "the manifest", MAX_FILE_BYTES)
+        shown = self._manifest_shown()
+        raw = read_regular(self.state_fd, MANIFEST, shown, MAX_MANIFEST_BYTES)
         if raw is None:
             return
         try:
             data = json.loads(raw)
-        except ValueError:
-            raise Refused("the manifest is not valid JSON; fix or move it first") from None
-        if not isinstance(data, dict) or data.get("schema") != 1:
-            raise Refused("the manifest has an unknown format")
-        data.setdefault("created_dirs", [])
-        self.manifest = data
+            self.manifest = check_manifest(data, self.layout.folders, os.geteuid())
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else "not valid JSON"
+            raise Refused(f"the manifest {shown} is {why}; nothing was changed") from None
+        except Refused as exc:
+            raise Refused(
+                f"the manifest {shown} is not one the helper wrote ({exc}); nothing was changed"
+            ) from None
 
     @property
     def groups(self) -> dict[str, Any]:
@@ -160,8 +223,11 @@ class Store:
 
     def _save(self) -> None:
         assert self.state_fd is not None
-        data = (json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode()
-        write_atomic(self.state_fd, MANIFEST, data, 0o644, "the manifest", self.faults)
+        write_atomic(self.state_fd, MANIFEST, self._manifest_bytes(), 0o644, "the manifest",
+                     self.faults)  # fmt: skip
+
+    def _manifest_bytes(self) -> bytes:
+        return (json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode()
 
     # ---------------------------------------------------------------- housekeeping
 
@@ -236,7 +302,7 @@ class Store:
         return missing
 
     def _save_backup(self, data: bytes) -> str:
-        name = f"{sha256(data)[:16]}-{secrets.token_hex(4)}"
+        name = sha256(data)  # hash-named: checked against its content before every restore
         fd = self._backup_dir(create=True)
         assert fd is not None
         try:
@@ -246,12 +312,16 @@ class Store:
         return name
 
     def _read_backup(self, name: str) -> bytes:
+        """A backup's bytes, refused unless they hash to its name."""
         fd = self._backup_dir(create=False)
         data = read_regular(fd, name, f"backup {name}", MAX_FILE_BYTES) if fd is not None else None
         if fd is not None:
             os.close(fd)
         if data is None:
             raise Refused(f"the backup {name} recorded in the manifest is missing")
+        prefix = backup_digest_prefix(name)
+        if prefix is None or not sha256(data).startswith(prefix):
+            raise Refused(f"the backup {name} does not match its hash; nothing was changed")
         return data
 
     # ---------------------------------------------------------------- install / revert
@@ -259,24 +329,39 @@ class Store:
     def install(self, key: str, files: Sequence[FileSpec]) -> list[Change]:
         """Install ``files`` as group ``key`` (replacing that group's earlier files).
 
-        On a failure (a full disk, a link swapped in) what was written is put back before the
-        error is raised: the files as they were before mtpstudio, no stray state.
+        On a failure (a full disk, a link swapped in) the files and the manifest are put back
+        as they were, and the error is raised; if putting back fails too, RollbackIncomplete.
         """
-        recorded: list[bool] = []
+        progress = _Progress()
         try:
-            return self._install(key, files, recorded)
-        except (OSError, Refused):
-            with suppress(OSError, Refused):
-                if recorded:
-                    self.revert(key)
-                else:  # the manifest on disk does not know this run: forget it
-                    self.manifest = _empty_manifest()
-                    self._load()
-                    self.sweep()
-                    self._finish()
+            return self._install(key, files, progress)
+        except (OSError, Refused) as exc:
+            try:
+                self._roll_back(key, progress)
+            except (OSError, Refused) as rollback:
+                raise RollbackIncomplete(exc, rollback) from exc
             raise
 
-    def _install(self, key: str, files: Sequence[FileSpec], recorded: list[bool]) -> list[Change]:
+    def _roll_back(self, key: str, progress: _Progress) -> None:
+        """Undo a failed ``_install`` as far as it got."""
+        if progress.committed:
+            self.revert(key)  # some targets were replaced: restore them from the backups
+            return
+        assert self.state_fd is not None
+        if progress.recorded:
+            if progress.undo is not None:  # the manifest as it was, by a rename: no space needed
+                os.rename(progress.undo, MANIFEST, src_dir_fd=self.state_fd,
+                          dst_dir_fd=self.state_fd)  # fmt: skip
+            else:
+                unlink_file(self.state_fd, MANIFEST, "the manifest", self.faults)
+        for rel in sorted(progress.new_dirs, key=lambda d: -d.count("/")):
+            remove_empty_dir(self.root_fd, rel)
+        self.manifest = _empty_manifest()
+        self._load()
+        self.sweep()
+        self._finish()
+
+    def _install(self, key: str, files: Sequence[FileSpec], progress: _Progress) -> list[Change]:
         self.sweep()
         old = self.groups.get(key)
         if old is not None and [f["path"] for f in old["files"]] != [f.path for f in files]:
@@ -312,8 +397,10 @@ class Store:
                 entry["replaces_sha256"] = prev["sha256"]
             elif current is not None and st is not None:
                 entry["backup"] = self._save_backup(current)
-                entry["backup_mode"] = stat.S_IMODE(st.st_mode)
-                entry["backup_owner"] = [st.st_uid, st.st_gid]
+                # It comes back without group/other write or set-id bits, owned by the helper's
+                # own user (root) with its group: the rules the manifest is read back with.
+                entry["backup_mode"] = stat.S_IMODE(st.st_mode) & RESTORED_MODE_BITS
+                entry["backup_owner"] = [os.geteuid(), st.st_gid]
             entries.append(entry)
             if current is None:
                 changes.append(Change(spec.path, "created"))
@@ -322,24 +409,75 @@ class Store:
             else:
                 changes.append(Change(spec.path, "replaced"))
         self.faults.point("checked")
+        progress.undo = self._stage_undo()
         self.groups[key] = {"installed_at": _now(), "files": entries}
         created = self.manifest["created_dirs"]
         created.extend(d for d in new_dirs if d not in created)
+        progress.new_dirs = tuple(new_dirs)
         self._save()
-        recorded.append(True)
-        self._write_targets(files)
+        progress.recorded = True
+        fds: list[int] = []
+        staged: list[str] = []
+        try:
+            owner = (0, 0) if os.geteuid() == 0 else None
+            for spec in files:  # every byte is written before any target is replaced
+                rel_dir, name = _split(spec.path)
+                fd = walk(self.root_fd, rel_dir, create=True)
+                assert fd is not None
+                fds.append(fd)
+                staged.append(stage_file(fd, name, spec.data, spec.mode, self.faults, owner))
+            for fd, spec in zip(fds, files, strict=True):
+                check_regular_or_absent(fd, _split(spec.path)[1], spec.path)
+            for fd, tmp, spec in zip(fds, staged, files, strict=True):
+                progress.committed = True
+                commit_staged(fd, tmp, _split(spec.path)[1], spec.path, self.faults)
+        except BaseException:
+            if not progress.committed:
+                for fd, tmp in zip(fds, staged, strict=False):
+                    with suppress(OSError):
+                        os.unlink(tmp, dir_fd=fd)
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if progress.undo is not None:
+            assert self.state_fd is not None
+            with suppress(FileNotFoundError):
+                os.unlink(progress.undo, dir_fd=self.state_fd)
         return changes
 
-    def _write_targets(self, files: Sequence[FileSpec]) -> None:
-        owner = (0, 0) if os.geteuid() == 0 else None
-        for spec in files:
-            rel_dir, name = _split(spec.path)
-            fd = walk(self.root_fd, rel_dir, create=True)
-            assert fd is not None
-            try:
-                write_atomic(fd, name, spec.data, spec.mode, spec.path, self.faults, owner)
-            finally:
-                os.close(fd)
+    def _stage_undo(self) -> str | None:
+        """A temp copy of the manifest as it is on disk (None when there is none yet), so a
+        failed install puts it back with a rename; swept like any temp file after a crash."""
+        assert self.state_fd is not None
+        raw = read_regular(self.state_fd, MANIFEST, "the manifest", MAX_MANIFEST_BYTES)
+        if raw is None:
+            return None
+        return stage_file(self.state_fd, MANIFEST, raw, 0o644, self.faults, None)
+
+    def _plan_revert(self, group: dict[str, Any]) -> list[_Step]:
+        """Check every file of the group first: refused here, nothing has been touched."""
+        steps: list[_Step] = []
+        for f in reversed(group["files"]):
+            current, _st = self._current(f["path"])
+            ours = current is not None and sha256(current) in {f["sha256"], f["replaces_sha256"]}
+            if current is not None and ours:
+                check_installed(f["path"], current, group, self.layout.system)
+            if f["backup"]:
+                data = self._read_backup(f["backup"])
+                if current == data:
+                    steps.append(_Step(f, "unchanged"))
+                elif current is not None and not ours:
+                    raise Refused(f"{f['path']} was changed after mtpstudio installed it")
+                else:
+                    steps.append(_Step(f, "restore", data))
+            elif current is None:
+                steps.append(_Step(f, "unchanged"))
+            elif not ours:
+                raise Refused(f"{f['path']} was changed after mtpstudio installed it")
+            else:
+                steps.append(_Step(f, "remove"))
+        return steps
 
     def revert(self, key: str) -> list[Change]:
         """Put back what group ``key`` replaced, remove what it created, forget the group."""
@@ -348,39 +486,33 @@ class Store:
         if group is None:
             self._finish()  # tidy up after a run that stopped once the group was dropped
             raise Refused(f"mtpstudio has not installed {key.replace(':', ' ')}")
-        changes: list[Change] = []
-        for f in reversed(group["files"]):
-            rel_dir, name = _split(f["path"])
-            with opened_dir(self.root_fd, rel_dir) as fd:
+        for f in group["files"]:
+            with opened_dir(self.root_fd, _split(f["path"])[0]) as fd:
                 if fd is not None:
                     sweep_temp_files(fd)
-            current, _st = self._current(f["path"])
-            ours = current is not None and sha256(current) in {f["sha256"], f["replaces_sha256"]}
-            if f["backup"]:
-                data = self._read_backup(f["backup"])
-                if current == data:
-                    changes.append(Change(f["path"], "unchanged"))
-                    continue
-                if current is not None and not ours:
-                    raise Refused(f"{f['path']} was changed after mtpstudio installed it")
-                saved = f["backup_owner"]
+        changes: list[Change] = []
+        for step in self._plan_revert(group):
+            path = step.entry["path"]
+            rel_dir, name = _split(path)
+            if step.action == "restore":
+                assert step.backup is not None
+                saved = step.entry["backup_owner"]
                 owner = (int(saved[0]), int(saved[1])) if os.geteuid() == 0 and saved else None
-                fd2 = walk(self.root_fd, rel_dir, create=True)
-                assert fd2 is not None
+                fd = walk(self.root_fd, rel_dir, create=True)
+                assert fd is not None
                 try:
-                    write_atomic(fd2, name, data, f["backup_mode"], f["path"], self.faults, owner)
+                    write_atomic(fd, name, step.backup, step.entry["backup_mode"], path,
+                                 self.faults, owner)  # fmt: skip
                 finally:
-                    os.close(fd2)
-                changes.append(Change(f["path"], "restored"))
-            elif current is None:
-                changes.append(Change(f["path"], "unchanged"))
-            elif not ours:
-                raise Refused(f"{f['path']} was changed after mtpstudio installed it")
-            else:
+                    os.close(fd)
+                changes.append(Change(path, "restored"))
+            elif step.action == "remove":
                 with opened_dir(self.root_fd, rel_dir) as fd3:
                     assert fd3 is not None
-                    unlink_file(fd3, name, f["path"], self.faults)
-                changes.append(Change(f["path"], "removed"))
+                    unlink_file(fd3, name, path, self.faults)
+                changes.append(Change(path, "removed"))
+            else:
+                changes.append(Change(path, "unchanged"))
         del self.groups[key]
         self._save()
         self.sweep()
@@ -420,7 +552,3 @@ class Store:
         if self.state_fd is None:
             return None
         return read_regular(self.state_fd, name, name, MAX_FILE_BYTES)
-
-
-def is_temp_name(name: str) -> bool:
-    return name.startswith(".") and name.endswith(TEMP_MARK)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from mtpstudio.core import quoting
-from mtpstudio.helper.constants import ENV_DIR, NAME_PATTERN, WRAPPER_DIR
+from mtpstudio.helper.constants import ENV_DIR, NAME_PATTERN, NVIDIA_PROFILE_DIR, WRAPPER_DIR
 from mtpstudio.helper.safefs import Refused
 
 _DESKTOP_KEY = re.compile(
@@ -29,14 +30,23 @@ _UNIT_KEYS = {
                 "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
                 "RestrictNamespaces", "RestrictRealtime", "RestrictSUIDSGID", "LockPersonality",
                 "SystemCallArchitectures", "RestrictAddressFamilies", "UMask", "DeviceAllow",
-                "DevicePolicy", "Nice"},
+                "DevicePolicy", "Nice", "CapabilityBoundingSet", "AmbientCapabilities",
+                "PrivateMounts", "ProtectClock", "ProtectHostname", "ProtectProc",
+                "SystemCallFilter", "SystemCallErrorNumber", "IPAddressDeny", "IPAddressAllow"},
     "Install": {"WantedBy"},
 }  # fmt: skip
 _REPEATABLE = {"After", "Wants", "Requires", "Environment", "UnsetEnvironment", "DeviceAllow",
-               "SupplementaryGroups", "WantedBy", "Documentation"}  # fmt: skip
+               "SupplementaryGroups", "WantedBy", "Documentation", "SystemCallFilter",
+               "IPAddressAllow", "IPAddressDeny"}  # fmt: skip
+# Keys that could hand the engine privileges: only the value mtpstudio writes is accepted.
+_ONLY_VALUE = {"AmbientCapabilities": "", "CapabilityBoundingSet": ""}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # anything but \t and \n
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ROOT_USERS = {"root", "0"}
+# A plain account name: no specifier (%u, %U, %i …), no number (a uid), never root.
+_ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+_GROUPS_WRITTEN = {"video", "render"}  # SupplementaryGroups= as mtpstudio renders it
+_REFUSED_VARIABLES = {"GCONV_PATH", "GLIBC_TUNABLES"}  # besides LD_*: they load code
 _PROFILE_KEYS = {"GLVidHeapReuseRatio"}
 
 
@@ -46,6 +56,15 @@ def check_name(name: str, suffix: str) -> str:
         raise Refused(f"{name!r} is not an accepted name (letters, digits, _ @ + . - ; {suffix})")
     if name == suffix:
         raise Refused(f"{name!r} is not an accepted name")
+    return name
+
+
+def check_unit_name(name: str) -> str:
+    """A unit file name mtpstudio installs: ``NAME.service``, never a template or instance
+    (``h@.service`` started as ``h@root`` would pick its account from the instance)."""
+    check_name(name, ".service")
+    if "@" in name:
+        raise Refused(f"{name!r} is a template or instance unit, which mtpstudio does not install")
     return name
 
 
@@ -131,6 +150,8 @@ def check_unit(text: str, *, system: bool, env_name: str | None) -> None:
             raise Refused(f"the unit sets {key}= in [{section}], which mtpstudio does not write")
         if (section, key) in seen and key not in _REPEATABLE:
             raise Refused(f"the unit sets {key}= twice")
+        if key in _ONLY_VALUE and value != _ONLY_VALUE[key]:
+            raise Refused(f"the unit sets {key}={value[:40]}, which could grant privileges")
         seen[(section, key)] = value
     exec_start = seen.get(("Service", "ExecStart"))
     if exec_start is None:
@@ -148,28 +169,67 @@ def check_unit(text: str, *, system: bool, env_name: str | None) -> None:
             raise Refused("the unit's EnvironmentFile= must be an absolute path")
         if system and path != f"{ENV_DIR}/{env_name}":
             raise Refused(f"the unit's EnvironmentFile= must be {ENV_DIR}/{env_name}")
-    if system:
-        user = seen.get(("Service", "User"))
-        if not user:
-            raise Refused("a system unit must name its account with User=")
-        if user in _ROOT_USERS:
+    _check_accounts(entries, system)
+    for section, key, value in entries:
+        if (section, key) == ("Service", "Environment"):
+            try:
+                pairs = quoting.split_environment_assignments(value)
+            except ValueError as exc:
+                raise Refused(f"the unit's Environment= does not parse ({exc})") from None
+            for name, _value in pairs:
+                check_variable(name, "the unit")
+
+
+def _check_accounts(entries: list[tuple[str, str, str]], system: bool) -> None:
+    """User=, Group= and SupplementaryGroups= name plain accounts, never root.
+
+    A specifier would let the account be chosen later: ``%u``/``%U`` are the manager's own user
+    (root for a system unit), ``%i`` a template instance (``h@root``), ``%g``/``%G`` its group.
+    """
+    values = {(s, k): v for s, k, v in entries}
+    user = values.get(("Service", "User"))
+    if system and not user:
+        raise Refused("a system unit must name its account with User=")
+    for key in ("User", "Group"):
+        value = values.get(("Service", key))
+        if value is None:
+            continue
+        if value in _ROOT_USERS:
             raise Refused("mtpstudio does not install units that run as root")
+        if not _ACCOUNT.match(value):
+            raise Refused(
+                f"the unit's {key}= must be a plain account name, not {value[:40]!r} "
+                "(specifiers such as %u, %U or %i can name root)"
+            )
+    for section, key, value in entries:
+        if (section, key) == ("Service", "SupplementaryGroups"):
+            extra = set(value.split()) - _GROUPS_WRITTEN
+            if extra:
+                raise Refused(
+                    f"the unit's SupplementaryGroups= may name only video and render, not "
+                    f"{' '.join(sorted(extra))[:60]}"
+                )
+
+
+def check_variable(name: str, where: str) -> None:
+    """A variable name a file of mtpstudio's may set: no LD_* and no other loader knobs."""
+    if not _ENV_NAME.match(name):
+        raise Refused(f"{where} sets {name[:60]!r}, which is not a variable name")
+    if name.startswith("LD_") or name in _REFUSED_VARIABLES:
+        raise Refused(f"{where} sets {name}, which mtpstudio does not write")
 
 
 def check_env_file(text: str) -> None:
     """An environment file of plain ``NAME=value`` assignments (no LD_* variables)."""
     for name in quoting.parse_env_file(text):
-        if not _ENV_NAME.match(name):
-            raise Refused(f"the environment file sets {name!r}, which is not a variable name")
-        if name.startswith("LD_"):
-            raise Refused(f"the environment file sets {name}, which mtpstudio does not write")
+        check_variable(name, "the environment file")
 
 
 def check_nvidia_profile(text: str) -> None:
     """An application-profile file: procname rules and the settings mtpstudio writes."""
     try:
         data: Any = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise Refused(f"the NVIDIA profile is not JSON ({exc})") from None
     if not isinstance(data, dict) or set(data) != {"rules", "profiles"}:
         raise Refused("the NVIDIA profile must hold exactly 'rules' and 'profiles'")
@@ -199,3 +259,38 @@ def check_nvidia_profile(text: str) -> None:
             or rule.get("profile") not in names
         ):
             raise Refused("each NVIDIA rule must match a procname and name a listed profile")
+
+
+def _sibling(group: Mapping[str, Any], match: str) -> str | None:
+    """The name of the group's file whose path matches (ends with ``match``, or in that folder)."""
+    for f in group["files"]:
+        path = str(f["path"])
+        if path.endswith(match) or path.startswith(match + "/"):
+            return path.rpartition("/")[2]
+    return None
+
+
+def check_installed(path: str, data: bytes, group: Mapping[str, Any], system: bool) -> None:
+    """A file the helper is about to remove or replace is one it would have installed.
+
+    The manifest names the file and its hash, but a manifest is read back as hostile input:
+    the content must also pass the checks the helper's inputs pass.
+    """
+    name = path.rpartition("/")[2]
+    try:
+        text = text_of(data, path)
+        if name.endswith(".service"):
+            check_unit(text, system=system, env_name=_sibling(group, ".env"))
+        elif name.endswith(".env"):
+            check_env_file(text)
+        elif name.endswith(".desktop"):
+            check_session(text, _sibling(group, WRAPPER_DIR) or "")
+        elif path.startswith(WRAPPER_DIR + "/"):
+            check_wrapper(text)
+        elif path.startswith(NVIDIA_PROFILE_DIR + "/"):
+            check_nvidia_profile(text)
+        elif not isinstance(json.loads(text), dict):
+            raise Refused("not a JSON object")
+    except (Refused, ValueError, RecursionError) as exc:
+        why = f"{path} is not a file mtpstudio installs ({exc}); nothing was changed"
+        raise Refused(why) from None

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mtpstudio.core.engines.registry import memory_facts, profile_for
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict
 from mtpstudio.core.server.load_log import parse_load_log
@@ -57,8 +57,9 @@ class LoadConfig:
     def engine_args(self) -> list[str]:
         """The options besides the context size and slots (which a test bench may set)."""
         args = ["-ctk", self.ctk, "-ctv", self.ctv, "-fa", self.fa, "-ub", str(self.ubatch)]
-        if self.engine == "upstream":
-            args += ["-lv", "4"]
+        verbosity = profile_for(EngineFlavour(self.engine)).launch_verbosity
+        if verbosity is not None:  # the level that logs the buffer sizes
+            args += ["-lv", verbosity]
         if self.mtp:
             args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(self.mtp)]
             args += ["--spec-draft-type-k", self.draft_ctk, "--spec-draft-type-v", self.draft_ctv]

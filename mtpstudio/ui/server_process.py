@@ -1,13 +1,16 @@
 """The server the GUI starts: a ``QProcess`` over core's launch spec, watched without blocking.
 
-Built from the same steps as ``mtpstudio launch`` (``core.server.launch``): ``find_build`` and
-``prepare_launch`` (checks + the command, no argv logic here) run as a background task; the
+Built from the same steps as ``mtpstudio launch`` (the launch use case, ``core.usecases.launch``):
+``find_build`` and ``prepare_launch`` (checks, the plan resolved for this machine, the command;
+no argv logic here) run as a background task; the
 process is a ``QProcess`` in its own session whose output goes straight to the log file (so a
 server left running outlives the window and keeps logging); the log is followed with core's
-``LogFollower`` on a timer; ``wait_healthy`` runs as a task; once healthy the state is recorded
-with ``record_state`` (``mtpstudio server status`` sees it) and the reconciliation is computed
-in another task. Stopping is SIGTERM to the process group, a grace period on a timer, then
-SIGKILL; ``stop_now`` does the same blocking, for the window's exit.
+``LogFollower`` on a timer; ``wait_healthy`` runs as a task. The state is recorded with
+``record_state`` as soon as the process runs (``mtpstudio server status`` sees it loading) and
+again once healthy; until then a watchdog (``core.server.watchdog``) kills the server if the
+GUI dies. The reconciliation is computed in another task. Stopping is SIGTERM to the process
+group, a grace period on a timer, then SIGKILL; ``stop_now`` does the same blocking, for the
+window's exit.
 
 Threading: every method and signal belongs to the GUI thread; the tasks only get plain values.
 """
@@ -31,7 +34,6 @@ from mtpstudio.core.plan import Plan
 from mtpstudio.core.planning import EngineBuild
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.diagnosis import Diagnosis, diagnose
-from mtpstudio.core.server.follow_up import measure_launch
 from mtpstudio.core.server.health import (
     DEFAULT_STARTUP_TIMEOUT_S,
     HealthAnswer,
@@ -40,17 +42,19 @@ from mtpstudio.core.server.health import (
     probe_health,
     wait_healthy,
 )
-from mtpstudio.core.server.launch import (
-    LaunchResult,
-    PreparedLaunch,
-    find_build,
-    prepare_launch,
-    record_state,
-)
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.server.process import STOP_GRACE_S, LogFollower, ProcessOutcome
 from mtpstudio.core.server.reconcile import Reconciliation
-from mtpstudio.core.server.state import ServerState, remove_state
+from mtpstudio.core.server.state import ServerState, remove_state, state_path
+from mtpstudio.core.server.watchdog import Watchdog
+from mtpstudio.core.usecases.launch import (
+    LaunchResult,
+    PreparedLaunch,
+    find_build,
+    measure_launch,
+    prepare_launch,
+    record_state,
+)
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 
@@ -149,6 +153,7 @@ class GuiServer(QObject):
         self.last_health: HealthAnswer | None = None
         self._watched: _Watched | None = None
         self._watch_token: CancelToken | None = None
+        self._guard: Watchdog | None = None
         self._failed_health: tuple[HealthResult, LoadReport, float] | None = None
         self._timeout = DEFAULT_STARTUP_TIMEOUT_S
         self._started_at = 0.0
@@ -256,17 +261,22 @@ class GuiServer(QObject):
         self.follower = LogFollower(spec.log_path)
         self._stop_requested = self._killed = False
         self._started_at = time.monotonic()
+        self._guard = Watchdog.start(state_path(prepared.plan.server.port))
         proc.start()  # started() or errorOccurred(FailedToStart) follows
 
     def _on_started(self) -> None:
         if self.prepared is None:
             return
+        if self._guard is not None:
+            self._guard.watch(self.pid, procfs.start_ticks(self.pid))
+        self._record(None)
         self._set_phase(ServerPhase.LOADING)
         self._log_timer.start()
         self._wait_for_health(self.prepared, self._timeout)
 
     def _on_error_occurred(self, error: QProcess.ProcessError) -> None:
         if error == QProcess.ProcessError.FailedToStart and self.process is not None:
+            self._release_guard()
             self._log_timer.stop()
             self._set_phase(ServerPhase.FAILED)
             self.start_refused.emit(
@@ -304,10 +314,8 @@ class GuiServer(QObject):
             else:
                 self._explain_failure(health, report, seconds)
             return
-        try:
-            self.state = record_state(prepared, self, health.seconds)
-        except MtpStudioError as exc:
-            self.lines_logged.emit([f"[mtpstudio] server state not recorded: {exc}"])
+        self._record(health.seconds)
+        self._release_guard()  # healthy and recorded: it may outlive the window now
         note: Diagnosis | None = None
         plan = prepared.plan
         if report.drafting_disabled and (plan.mtp.enabled or plan.draft.path is not None):
@@ -321,6 +329,19 @@ class GuiServer(QObject):
         self.became_healthy.emit(self.result)
         if self._predict:
             self._measure(self.result)
+
+    def _record(self, healthy_after: float | None) -> None:
+        if self.prepared is None:
+            return
+        try:
+            self.state = record_state(self.prepared, self, healthy_after)
+        except MtpStudioError as exc:
+            self.lines_logged.emit([f"[mtpstudio] server state not recorded: {exc}"])
+
+    def _release_guard(self) -> None:
+        if self._guard is not None:
+            self._guard.release()
+            self._guard = None
 
     def _measure(self, result: LaunchResult) -> None:
         prepared = result.prepared
@@ -453,6 +474,7 @@ class GuiServer(QObject):
         if self.state is not None:
             with contextlib.suppress(OSError):
                 remove_state(self.state)
+        self._release_guard()  # the GUI saw it end: nothing left for the watchdog
         outcome = self._outcome()
         prepared = self.prepared
         failed = self._failed_health

@@ -1,7 +1,8 @@
 """What the GUI remembers between runs (last plan, window geometry), in the XDG config dir.
 
-Both files are plain, versioned JSON written atomically; a damaged or unreadable file is
-ignored (the wizard then starts from the demo default) and never stops the program.
+Both files are plain, versioned JSON written atomically and read back with size and depth
+limits; a damaged file is set aside as ``NAME.bad-STAMP`` with one logged sentence (the wizard
+then starts from the demo default) and never stops the program.
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.paths import config_dir as core_config_dir
 from mtpstudio.core.plan import Plan, load_plan, save_plan
+from mtpstudio.core.state_files import SchemaError, load_cache, set_aside
 
 log = logging.getLogger(__name__)
 
 WINDOW_STATE_VERSION = 1
+WINDOW_MAX_BYTES = 64 * 1024
+
+
+def _window_shape(data: object) -> dict[str, object]:
+    if not isinstance(data, dict):
+        raise SchemaError("is not a JSON object")
+    return data
 
 
 def config_dir() -> Path:
@@ -48,7 +57,9 @@ class StateStore:
         try:
             return load_plan(self.plan_path)
         except MtpStudioError as exc:
-            log.warning("ignoring the saved plan: %s", exc)
+            moved = set_aside(self.plan_path)
+            where = f"; moved to {moved.name}" if moved is not None else ""
+            log.warning("mtpstudio: starting from the default plan: %s%s", exc, where)
             return None
 
     def save_plan(self, plan: Plan) -> None:
@@ -56,11 +67,9 @@ class StateStore:
 
     def load_window(self) -> dict[str, str]:
         """``{"geometry": bytes-as-base64, "plan_file": path}`` entries that were saved."""
-        try:
-            data = json.loads(self.window_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict) or data.get("version") != WINDOW_STATE_VERSION:
+        data = load_cache(self.window_path, "the window state", _window_shape,
+                          max_bytes=WINDOW_MAX_BYTES)  # fmt: skip
+        if data is None or data.get("version") != WINDOW_STATE_VERSION:
             return {}
         return {k: v for k, v in data.items() if isinstance(v, str)}
 

@@ -35,6 +35,7 @@ from mtpstudio.core.planning import (
     effective_build,
     evaluate,
     machine_for,
+    resolve,
 )
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
@@ -86,7 +87,8 @@ def evaluate_plan(plan: Plan, pctx: PlanningContext) -> Evaluation:
     except MtpStudioError as exc:
         message = error_sentence(exc)
         try:
-            target, budget = budget_for(plan, pctx)
+            resolved = resolve(plan, pctx)
+            target, budget = resolved.target, budget_for(resolved)
         except MtpStudioError:
             return Evaluation(plan, None, None, None, message)
         return Evaluation(plan, None, budget, target, message)
@@ -196,7 +198,12 @@ class WizardState(QObject):
         self.set_report(None)
 
     def normalize_device(self) -> None:
-        """Point the plan at something that exists: a detected GPU, the CPU or a catalogue card."""
+        """Point the plan at something that exists: a detected GPU, the CPU or a catalogue card.
+
+        ``auto`` with no GPU detected means what ``planning.resolve`` makes of it, as for
+        ``mtpstudio plan``: the demo card plans for the catalogue card (which the plan then
+        names), a real model file for the CPU (the plan keeps ``auto``).
+        """
         self.device_notice = None
         if self.report is None:
             return
@@ -206,6 +213,12 @@ class WizardState(QObject):
             return
         if device == "auto":
             if gpus:
+                return
+            if self._plan.model.path is not None:
+                self.device_notice = (
+                    "No GPU was detected, so the plan is for the CPU; choose a catalogue card "
+                    "below to plan for one."
+                )
                 return
             card = gpu_card(DEFAULT_GPU_CARD)
             self.device_notice = (

@@ -11,6 +11,7 @@ config dir; the next start restores them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -27,7 +28,7 @@ from PySide6.QtWidgets import (
     QWizard,
 )
 
-from mtpstudio.core.detect.report import detect_all
+from mtpstudio.core.detect.report import detect_for
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import Plan, load_plan, save_plan
@@ -75,9 +76,11 @@ PAGE_TITLES = MappingProxyType(
 )
 
 
-def default_detector() -> Detector:
-    """This machine's detection (NVML, sysfs, /proc, engines)."""
-    return lambda: detect_all()
+def default_detector(plan: Callable[[], Plan] | None = None) -> Detector:
+    """This machine's detection (NVML, sysfs, /proc, engines); with ``plan`` (read when
+    detection starts) it also probes the engine binary the plan names, as ``mtpstudio plan``
+    does."""
+    return lambda: detect_for(plan() if plan is not None else Plan())
 
 
 class MtpWizard(QWizard):
@@ -111,7 +114,7 @@ class MtpWizard(QWizard):
         self.state = WizardState(
             plan or restored or Plan(),
             self.tasks,
-            detector or default_detector(),
+            detector or default_detector(lambda: self.state.plan),
             model_loader,
             self,
         )

@@ -16,7 +16,6 @@ from mtpstudio.core.bench.client import metric_counters, parse_metrics
 from mtpstudio.core.bench.concurrency import run_concurrent
 from mtpstudio.core.bench.gate import run_gate
 from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.bench.launcher import PlanServerLauncher
 from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, select
 from mtpstudio.core.bench.report import render_text
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
@@ -24,6 +23,7 @@ from mtpstudio.core.bench.runner import run_bench
 from mtpstudio.core.bench.target import BenchProgress, BenchTarget, CancelToken
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict, save_plan
 from mtpstudio.core.server.state import servers_dir
+from mtpstudio.core.usecases.plan_server import PlanServerLauncher
 
 pytestmark = pytest.mark.engine
 

@@ -15,7 +15,6 @@ import pytest
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.bench.launcher import PlanServerLauncher, bench_plan
 from mtpstudio.core.bench.prompts import load_prompts, select
 from mtpstudio.core.bench.results import BenchSettings
 from mtpstudio.core.bench.target import CancelToken
@@ -31,8 +30,9 @@ from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan import CacheType, Plan, load_plan, plan_with, save_plan
 from mtpstudio.core.planning import MachineFacts, PlanningContext, evaluate
-from mtpstudio.core.server.launch import find_build, prepare_launch
 from mtpstudio.core.units import MIB
+from mtpstudio.core.usecases.launch import find_build, prepare_launch
+from mtpstudio.core.usecases.plan_server import PlanServerLauncher, bench_plan
 
 pytestmark = pytest.mark.engine
 
@@ -153,7 +153,8 @@ def test_memory_model_skips_what_a_small_gpu_cannot_hold_without_launching(
     assert need("f16") > need("q8_0") > need("q4_0")
     total = (need("f16") + need("q8_0")) // 2
     pctx = context(plan, (TargetDevice("CUDA0", "small fake GPU", total),))
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    # the candidates launch on the machine they were planned for (here: with the fake GPU)
+    launcher = PlanServerLauncher(timeout=60, measure=False, machine=pctx.machine)
     space = TuneSpace(kv_cache=(CacheType.Q8_0, CacheType.F16, CacheType.Q4_0))
     result = run_tune(plan, pctx, space, PROMPTS[:2], launcher, settings=QUICK)
     f16 = row(result, "kv=f16")

@@ -25,12 +25,12 @@ from mtpstudio.core.detect.engines import (
     search_places,
 )
 from mtpstudio.core.detect.models import EngineInfo
-from mtpstudio.core.engines.caps import Backend, MtpSupport
+from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.mtp import mtp_support
 from mtpstudio.core.engines.probe import (
     CANDIDATE_FLAGS,
     FlagSpec,
     ProbeOutcome,
-    mtp_support,
     probe_flag,
 )
 from mtpstudio.core.plan import EngineFlavour
@@ -126,9 +126,16 @@ def test_backends_from_binary_strings_and_libraries(tmp_path: Path) -> None:
 
 
 def test_mtp_support_rules() -> None:
-    assert mtp_support({"--spec-type"}, ["none", "draft-mtp"]) is MtpSupport.AVAILABLE
-    assert mtp_support({"-mtp"}, ["none", "ngram-cache"]) is MtpSupport.UNKNOWN_UNTIL_LAUNCH
-    assert mtp_support({"--spec-type"}, ["none"]) is MtpSupport.UNAVAILABLE
+    def support(flavour: EngineFlavour, flags: set[str], types: list[str]) -> MtpSupport:
+        build = EngineBuild(Path("/x"), flavour, "1", accepted_flags=frozenset(flags),
+                            spec_types=tuple(types))  # fmt: skip
+        return mtp_support(build)
+
+    up, ik = EngineFlavour.UPSTREAM, EngineFlavour.IK
+    assert support(up, {"--spec-type"}, ["none", "draft-mtp"]) is MtpSupport.AVAILABLE
+    assert support(ik, {"-mtp"}, ["none", "ngram-cache"]) is MtpSupport.UNKNOWN_UNTIL_LAUNCH
+    assert support(up, {"--spec-type"}, ["none"]) is MtpSupport.UNAVAILABLE
+    assert support(ik, {"--spec-type"}, ["none"]) is MtpSupport.UNAVAILABLE
 
 
 def test_every_candidate_flag_has_a_value_form() -> None:
@@ -470,7 +477,7 @@ def test_probe_env_is_clean(engine: Callable[[str], Path], monkeypatch: pytest.M
 @pytest.mark.parametrize("module_name", ["upstream", "ik"])
 def test_probe_table_covers_every_adapter_spelling(module_name: str) -> None:
     """The adapters only emit probed flags: every spelling they may use must be probed."""
-    module = importlib.import_module(f"mtpstudio.core.engines.{module_name}")
+    module = importlib.import_module(f"mtpstudio.core.engines.profiles.{module_name}")
     spellings = module.SPELLINGS
     probed = {s.flag for s in CANDIDATE_FLAGS}
     missing = sorted(

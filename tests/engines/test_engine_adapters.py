@@ -12,17 +12,17 @@ from hypothesis import strategies as st
 
 from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import Option
-from mtpstudio.core.engines.ik import DOCUMENTED_FLAGS as IK_FLAGS
-from mtpstudio.core.engines.ik import IkAdapter
+from mtpstudio.core.engines.profiles import ik, upstream
+from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
+from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UP_FLAGS
+from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES
 from mtpstudio.core.engines.registry import (
-    adapter_for,
     build_argv,
     build_launch_spec,
     documented_build,
     probe_candidates,
+    profile_for,
 )
-from mtpstudio.core.engines.upstream import DOCUMENTED_FLAGS as UP_FLAGS
-from mtpstudio.core.engines.upstream import DOCUMENTED_SPEC_TYPES, UpstreamAdapter
 from mtpstudio.core.errors import AdapterError, PlanError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import (
@@ -374,8 +374,6 @@ def test_ik_build_without_mtp_switch() -> None:
 def test_flavour_mismatch_and_unprobed_builds() -> None:
     with pytest.raises(AdapterError, match="the plan is for ik"):
         build_launch_spec(make_plan(IK), probed(UP))
-    with pytest.raises(AdapterError, match=r"not an ik_llama\.cpp build"):
-        IkAdapter().build_launch_spec(make_plan(IK), probed(UP))
     bare = EngineBuild(binary=Path(UP_BIN), flavour=UP, version="0.6.0-dev")
     with pytest.raises(AdapterError, match="has not been probed") as info:
         build_launch_spec(make_plan(UP), bare)
@@ -588,9 +586,9 @@ def test_full_probe_always_succeeds_and_is_deterministic(plan: Plan) -> None:
 # plumbing
 
 
-def test_adapter_for_and_build_argv() -> None:
-    assert isinstance(adapter_for(probed(UP)), UpstreamAdapter)
-    assert isinstance(adapter_for(IK), IkAdapter)
+def test_profile_for_and_build_argv() -> None:
+    assert profile_for(probed(UP)) is upstream.PROFILE
+    assert profile_for(IK) is ik.PROFILE
     assert build_argv(make_plan(UP), probed(UP))[0] == UP_BIN
     spec = build_launch_spec(make_plan(UP), probed(UP))
     moved = spec.with_binary(Path("/usr/bin/llama-server"))
@@ -606,8 +604,8 @@ def test_probe_candidates_cover_every_option_with_a_value() -> None:
         assert "--api-key-file" in candidates and candidates["--api-key-file"] == "/dev/null"
         documented = UP_FLAGS if flavour is UP else IK_FLAGS
         # every documented flag the adapter may emit is probed
-        adapter = adapter_for(flavour)
-        for option, entry in adapter.spellings.items():
+        profile = profile_for(flavour)
+        for option, entry in profile.spellings.items():
             assert any(s in candidates for s in entry.spellings), option
         assert documented & set(candidates)
 
@@ -622,19 +620,16 @@ def test_detection_probes_every_spelling_the_adapters_emit() -> None:
 
 
 def test_option_enum_is_fully_spelled_somewhere() -> None:
-    from mtpstudio.core.engines.draft import IK_DRAFT, UPSTREAM_DRAFT
-
-    spelled = set(UpstreamAdapter.spellings) | set(IkAdapter.spellings)
-    spelled |= set(UPSTREAM_DRAFT) | set(IK_DRAFT)
+    spelled = set(upstream.SPELLINGS) | set(ik.SPELLINGS)
+    spelled |= set(upstream.DRAFT_SPELLINGS) | set(ik.DRAFT_SPELLINGS)
     assert spelled == set(Option)
 
 
 def test_draft_model_spellings_are_all_probed() -> None:
-    from mtpstudio.core.engines.draft import IK_DRAFT, UPSTREAM_DRAFT
     from mtpstudio.core.engines.probe import CANDIDATE_FLAGS
 
     probed_flags = {spec.flag for spec in CANDIDATE_FLAGS}
-    for table in (UPSTREAM_DRAFT, IK_DRAFT):
+    for table in (upstream.DRAFT_SPELLINGS, ik.DRAFT_SPELLINGS):
         spellings = {s for entry in table.values() for s in entry.spellings}
         assert spellings <= probed_flags, sorted(spellings - probed_flags)
 

@@ -10,6 +10,7 @@ Also: ENOSPC injected mid-write, and a real full tmpfs when running as root.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -213,3 +214,21 @@ def test_variants_install_side_by_side(base: Path) -> None:
         result = run_helper(base, "install-session", name, payload=session_payload(variant))
         assert result.returncode == 0, result.stderr
     assert (base / "usr/local/share/xsessions/plasmax11-llvmpipe-mtpstudio.desktop").is_file()
+
+
+def test_a_disk_that_stays_full_while_rolling_back(tmp_path: Path) -> None:
+    """ENOSPC at the unit's write and again at the next write (where putting the manifest back
+    would write): the install stages every byte first, so the rollback writes nothing."""
+    from support.helper_bench import unit_payload
+
+    root = make_root(tmp_path / "root")
+    before = snapshot(root)
+    faults = "enospc@temp-half-written#3,enospc@temp-half-written#4"
+    result = run_helper(root, "install-unit", "mtpstudio-llama.service", payload=unit_payload(),
+                        env={"MTPSTUDIO_HELPER_FAULT": faults})  # fmt: skip
+    assert result.returncode == 1
+    [line] = result.stderr.decode().splitlines()
+    assert "No space left on device" in line and line.endswith("nothing was changed")
+    assert snapshot(root) == before  # no manifest keeping a group, no stray file
+    status = run_helper(root, "status")
+    assert json.loads(status.stdout)["groups"] == {}

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtpstudio.core.engines.base import LaunchSpec
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, Plan, plan_from_dict
 from mtpstudio.core.quoting import parse_env_file, parse_unit_file, split_systemd_command_line
@@ -162,8 +162,9 @@ def test_system_unit_contents() -> None:
     assert entries[("Service", "EnvironmentFile")] == "/etc/mtpstudio/mtpstudio-llama.env"
     assert entries[("Service", "Restart")] == "on-failure"
     assert entries[("Install", "WantedBy")] == "multi-user.target"
-    for forbidden in ("PrivateDevices", "MemoryDenyWriteExecute", "DevicePolicy", "ProtectClock"):
+    for forbidden in ("PrivateDevices", "MemoryDenyWriteExecute"):  # hide the GPU, break CUDA
         assert ("Service", forbidden) not in entries
+    assert entries[("Service", "DevicePolicy")] == "closed"  # with the GPU classes allowed
     assert ("Service", "LimitMEMLOCK") not in entries  # no mlock in the demo plan
     spec = spec_for(demo_plan(), "/opt/llama.cpp/bin/llama-server")
     assert split_systemd_command_line(entries[("Service", "ExecStart")]) == list(spec.argv)

@@ -16,13 +16,7 @@ from mtpstudio.core.errors import ServerError
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.server.diagnosis import CauseKind, diagnose
 from mtpstudio.core.server.health import HealthState, probe_health
-from mtpstudio.core.server.launch import (
-    PreparedLaunch,
-    find_build,
-    new_log_path,
-    prepare_launch,
-    run_launch,
-)
+from mtpstudio.core.server.launch import PreparedLaunch, new_log_path
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.server.process import ProcessSpec, ServerProcess, process_spec
 from mtpstudio.core.server.reconcile import HOST, last_measured
@@ -33,6 +27,7 @@ from mtpstudio.core.server.state import (
     remove_state,
     run_dir,
 )
+from mtpstudio.core.usecases.launch import find_build, prepare_launch, run_launch
 
 from .conftest import processes_with, state_files
 

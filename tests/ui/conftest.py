@@ -22,9 +22,9 @@ from mtpstudio.core.detect.models import (
 )
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.caps import MtpSupport
-from mtpstudio.core.engines.ik import DOCUMENTED_FLAGS as IK_FLAGS
-from mtpstudio.core.engines.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
-from mtpstudio.core.engines.upstream import DOCUMENTED_SPEC_TYPES
+from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
+from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
+from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES
 from mtpstudio.core.plan import Plan
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import MtpWizard

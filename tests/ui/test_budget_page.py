@@ -8,7 +8,7 @@ from PySide6.QtGui import QGuiApplication
 
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
-from mtpstudio.core.planning import evaluate, fit_suggestions
+from mtpstudio.core.planning import evaluate, fit_suggestions, resolve
 from mtpstudio.ui.widgets.common import Tone
 from mtpstudio.ui.widgets.vram_bar import device_row
 
@@ -79,7 +79,7 @@ def test_overflow_is_red_and_the_fit_buttons_apply_the_planners_answers(
     assert page.verdict.tone is Tone.BAD and "short" in page.verdict.text()
     pctx = wizard.state.context()
     assert pctx is not None
-    expected = fit_suggestions(wizard.plan, pctx)
+    expected = fit_suggestions(resolve(wizard.plan, pctx))
 
     page.fit_offload_button.click()
     assert wizard.plan == expected[0].plan
@@ -89,7 +89,7 @@ def test_overflow_is_red_and_the_fit_buttons_apply_the_planners_answers(
     assert page.verdict.tone is Tone.GOOD
     assert page.fit_label.text().startswith("Fewest expert layers on the CPU")
 
-    again = fit_suggestions(wizard.plan, pctx)
+    again = fit_suggestions(resolve(wizard.plan, pctx))
     page.fit_context_button.click()
     assert wizard.plan.runtime.ctx == again[1].plan.runtime.ctx >= 32768
     assert page.ctx.spin.value() == wizard.plan.runtime.ctx

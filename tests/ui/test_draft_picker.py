@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.engines.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
+from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
 from mtpstudio.core.memory.draft import DRAFT_SEGMENTS
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.ui.pages.engine import EnginePage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QStandardItemModel
 
-from mtpstudio.core.engines.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
+from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
 from mtpstudio.core.plan import CacheType, EngineFlavour, MoePlacement, Plan
 from mtpstudio.ui.widgets.common import Badge, Tone
 

@@ -58,18 +58,18 @@ def start(qtbot: QtBot, page: LaunchPage) -> None:
     with qtbot.waitSignal(page.server.became_healthy, timeout=SERVER_WAIT_MS):
         page.start_button.click()
     assert page.server.phase is ServerPhase.HEALTHY
-    assert page.bench_button.isEnabled() and page.stop_button.isEnabled()
+    assert page.bench_tab.bench_button.isEnabled() and page.stop_button.isEnabled()
 
 
 def bench(qtbot: QtBot, page: LaunchPage, n_predict: int = 8, repeats: int = 1) -> None:
-    page.n_predict.setValue(n_predict)
-    page.repeats.setValue(repeats)
+    page.bench_tab.n_predict.setValue(n_predict)
+    page.bench_tab.repeats.setValue(repeats)
     assert page.run_benchmark(CATEGORIES)
-    assert page.cancel_button.isEnabled() and not page.bench_button.isEnabled()
+    assert page.bench_tab.cancel_button.isEnabled() and not page.bench_tab.bench_button.isEnabled()
 
 
 def table(page: LaunchPage) -> list[list[str]]:
-    t = page.results
+    t = page.bench_tab.results
     return [[t.item(r, c).text() for c in range(t.columnCount())] for r in range(t.rowCount())]
 
 
@@ -79,13 +79,14 @@ def test_launch_benchmark_export_and_stop_on_close(
     wizard, page = launch_page(make_wizard, upstream_plan)
     start(qtbot, page)
     # the live log and its search
-    qtbot.waitUntil(lambda: "listening" in page.log_view.toPlainText(), timeout=10_000)
-    page.search.setText("listening")
-    assert page.search_label.text().endswith(("matching line", "matching lines"))
-    assert page.log_view.textCursor().selectedText().lower() == "listening"
+    qtbot.waitUntil(lambda: "listening" in page.log_tab.log_view.toPlainText(), timeout=10_000)
+    page.log_tab.search.setText("listening")
+    assert page.log_tab.search_label.text().endswith(("matching line", "matching lines"))
+    assert page.log_tab.log_view.textCursor().selectedText().lower() == "listening"
     # predicted vs actual memory, from core's reconciliation
-    qtbot.waitUntil(lambda: page.memory.rowCount() > 1, timeout=60_000)
-    segments = [page.memory.item(r, 0).text() for r in range(page.memory.rowCount())]
+    qtbot.waitUntil(lambda: page.memory_tab.memory.rowCount() > 1, timeout=60_000)
+    memory = page.memory_tab.memory
+    segments = [memory.item(r, 0).text() for r in range(memory.rowCount())]
     assert "weights" in segments and segments[-1] == "total"
     assert page.server.result is not None and page.server.result.reconciliation is not None
 
@@ -97,9 +98,9 @@ def test_launch_benchmark_export_and_stop_on_close(
     rows = table(page)
     assert [r[0] for r in rows] == list(CATEGORIES)
     assert all(int(r[1]) == 8 and float(r[2]) > 0 for r in rows)
-    assert page.progress.value() == page.progress.maximum() == len(CATEGORIES)
+    assert page.bench_tab.progress.value() == page.bench_tab.progress.maximum() == len(CATEGORIES)
     speeds = tuple(c.decode_tps for c in report.categories)
-    assert page.tok_chart.series[0].values == pytest.approx(speeds, abs=0.01)
+    assert page.bench_tab.tok_chart.series[0].values == pytest.approx(speeds, abs=0.01)
     # stored in the history; the export writes what `mtpstudio bench show` prints
     run_id = page.bench.run_id
     assert run_id is not None and run_id in [e.id for e in page.history_runs]
@@ -121,10 +122,10 @@ def test_killing_the_server_mid_benchmark_keeps_results_and_shows_the_diagnosis(
 ) -> None:
     _, page = launch_page(make_wizard, upstream_plan)
     start(qtbot, page)
-    page.n_predict.setValue(48)
-    page.repeats.setValue(4)
+    page.bench_tab.n_predict.setValue(48)
+    page.bench_tab.repeats.setValue(4)
     assert page.run_benchmark()  # all nine categories: long enough to be killed midway
-    qtbot.waitUntil(lambda: page.progress.value() >= 5, timeout=SERVER_WAIT_MS)
+    qtbot.waitUntil(lambda: page.bench_tab.progress.value() >= 5, timeout=SERVER_WAIT_MS)
     os.kill(page.server.pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
     assert page.bench is not None
@@ -150,16 +151,16 @@ def test_cancel_keeps_finished_categories(
 ) -> None:
     _, page = launch_page(make_wizard, upstream_plan)
     start(qtbot, page)
-    page.n_predict.setValue(48)
-    page.repeats.setValue(4)
+    page.bench_tab.n_predict.setValue(48)
+    page.bench_tab.repeats.setValue(4)
     assert page.run_benchmark()
-    qtbot.waitUntil(lambda: page.progress.value() >= 5, timeout=SERVER_WAIT_MS)
-    page.cancel_button.click()
+    qtbot.waitUntil(lambda: page.bench_tab.progress.value() >= 5, timeout=SERVER_WAIT_MS)
+    page.bench_tab.cancel_button.click()
     qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
     assert page.bench is not None and page.bench.report.cancelled
     assert 1 <= len(table(page)) < 9
-    assert "cancelled" in page.summary.text()
-    assert page.server.phase is ServerPhase.HEALTHY and page.bench_button.isEnabled()
+    assert "cancelled" in page.bench_tab.summary.text()
+    assert page.server.phase is ServerPhase.HEALTHY and page.bench_tab.bench_button.isEnabled()
 
 
 def test_leave_running_on_close_hands_the_server_to_the_cli(
@@ -238,6 +239,6 @@ def test_walk_through_from_hardware_to_a_benchmark_result(
     qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
     assert page.bench is not None and page.bench.report.tok_s
     assert [r[0] for r in table(page)] == list(CATEGORIES)
-    assert "tok/s" in page.summary.text()
+    assert "tok/s" in page.bench_tab.summary.text()
     wizard.done(0)
     assert page.server.phase is ServerPhase.STOPPED

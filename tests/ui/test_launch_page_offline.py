@@ -40,18 +40,19 @@ def test_a_stored_run_fills_the_table_charts_and_history(page: LaunchPage, tmp_p
     second = outcome_for(page, label="B", rows=[[(16, 12, 11, 120.0)], [(16, 10, 8, 90.0)]])
     assert first.run_id is not None and second.run_id is not None
     page.show_bench(second)
-    assert page.results.rowCount() == 2
-    assert [page.results.item(r, 2).text() for r in range(2)] == ["120.0", "90.0"]
-    assert page.results.item(0, 7).text() == "92 %"  # 11 of 12 drafts accepted
-    assert page.tok_chart.series[0].values == (120.0, 90.0)
-    assert page.accept_chart.series[0].values[1] == pytest.approx(80.0)
+    assert page.bench_tab.results.rowCount() == 2
+    assert [page.bench_tab.results.item(r, 2).text() for r in range(2)] == ["120.0", "90.0"]
+    assert page.bench_tab.results.item(0, 7).text() == "92 %"  # 11 of 12 drafts accepted
+    assert page.bench_tab.tok_chart.series[0].values == (120.0, 90.0)
+    assert page.bench_tab.accept_chart.series[0].values[1] == pytest.approx(80.0)
     # history over time: both runs; A/B: the latest against the one chosen (the other run)
-    assert len(page.history_chart.series[0].values) == 2
-    assert page.compare_with.count() == 1 and page.compare_with.currentData() == first.run_id
-    names = [s.name for s in page.ab_chart.series]
+    assert len(page.compare_tab.history_chart.series[0].values) == 2
+    compare = page.compare_tab.compare_with
+    assert compare.count() == 1 and compare.currentData() == first.run_id
+    names = [s.name for s in page.compare_tab.ab_chart.series]
     assert names == [f"run {second.run_id}", f"run {first.run_id}"]
-    assert page.ab_chart.series[1].values == (100.0, 80.0)
-    assert f"stored as run {second.run_id}" in page.summary.text()
+    assert page.compare_tab.ab_chart.series[1].values == (100.0, 80.0)
+    assert f"stored as run {second.run_id}" in page.bench_tab.summary.text()
     out = tmp_path / "run.csv"
     assert page.export_results("csv", out)
     assert out.read_text() == export_entry(page.history.get(second.run_id), "csv")
@@ -62,7 +63,7 @@ def test_drafting_requested_but_no_drafts_is_shown_in_red(page: LaunchPage) -> N
     page.show_bench(outcome)
     codes = [f.code for f in outcome.findings]
     assert "drafting-off" in codes
-    notice = page.finding_notices[codes.index("drafting-off")]
+    notice = page.bench_tab.finding_notices[codes.index("drafting-off")]
     assert notice.tone is Tone.BAD and "DRAFTING IS OFF" in notice.text()
 
 
@@ -87,7 +88,7 @@ def test_a_refused_start_is_one_sentence_and_starts_nothing(
     assert page.server.phase is ServerPhase.FAILED and page.server.process is None
     sentence = page.problem.sentence
     assert "no engine" in sentence and "\n" not in sentence
-    assert page.start_button.isEnabled() and not page.bench_button.isEnabled()
+    assert page.start_button.isEnabled() and not page.bench_tab.bench_button.isEnabled()
 
 
 def test_details_are_behind_a_toggle(page: LaunchPage) -> None:
@@ -120,11 +121,11 @@ def test_charts_paint_their_data(qtbot: QtBot) -> None:
 def test_the_page_opens_on_the_latest_stored_run(page: LaunchPage) -> None:
     outcome_for(page, label="older", rows=[[(16, 12, 9, 100.0)]])
     latest = outcome_for(page, label="latest", rows=[[(16, 0, 0, 70.0)], [(16, 0, 0, 60.0)]])
-    page.results.setRowCount(0)
+    page.bench_tab.results.setRowCount(0)
     page.load_history()
     assert page.tasks.wait_idle(10)
-    assert page.bench is None and page.results.rowCount() == 2
-    assert f"Last stored run {latest.run_id} (latest" in page.summary.text()
-    assert page.tok_chart.series[0].values == (70.0, 60.0)
-    assert [n.tone for n in page.finding_notices] == [Tone.BAD]  # drafts asked, none came
-    assert page.shown_run_id == latest.run_id and page.export_button.isEnabled()
+    assert page.bench is None and page.bench_tab.results.rowCount() == 2
+    assert f"Last stored run {latest.run_id} (latest" in page.bench_tab.summary.text()
+    assert page.bench_tab.tok_chart.series[0].values == (70.0, 60.0)
+    assert [n.tone for n in page.bench_tab.finding_notices] == [Tone.BAD]  # drafts asked, none came
+    assert page.shown_run_id == latest.run_id and page.bench_tab.export_button.isEnabled()

@@ -12,14 +12,10 @@ from typing import Any
 import httpx
 
 from mtpstudio.core.bench.target import BenchTarget, CancelToken
+from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.plan import EngineFlavour
 
-# The endpoint that reports draft counts per engine (engines.md §4 "timings").
-ENDPOINTS: dict[EngineFlavour, str] = {
-    EngineFlavour.UPSTREAM: "/completion",
-    EngineFlavour.IK: "/v1/completions",
-}
 _COUNTERS = {
     "predicted": "llamacpp:tokens_predicted_total",
     "prompt": "llamacpp:prompt_tokens_total",
@@ -80,7 +76,7 @@ def completion_payload(
     ignore_eos: bool,
     stream: bool = True,
 ) -> dict[str, Any]:
-    """The request body for ``ENDPOINTS[flavour]``: greedy at temperature 0, prompt cache off."""
+    """The request body for the flavour's endpoint: greedy at temperature 0, prompt cache off."""
     payload: dict[str, Any] = {
         "prompt": prompt,
         "temperature": temperature,
@@ -88,11 +84,13 @@ def completion_payload(
         "stream": stream,
         "ignore_eos": ignore_eos,
     }
-    if flavour is EngineFlavour.IK:
-        payload["max_tokens"] = n_predict
-    else:
-        payload["n_predict"] = n_predict
+    payload[profile_for(flavour).bench.n_predict_field] = n_predict
     return payload
+
+
+def completion_endpoint(flavour: EngineFlavour) -> str:
+    """The endpoint that reports draft counts for ``flavour`` (engines.md §4 "timings")."""
+    return profile_for(flavour).bench.endpoint
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -143,7 +141,7 @@ class BenchClient:
 
     @property
     def endpoint(self) -> str:
-        return ENDPOINTS[self.target.flavour]
+        return completion_endpoint(self.target.flavour)
 
     # ---- requests -----------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from mtpstudio.core.bench.ab import GRAPHS_OFF_ENV, ABReport
 from mtpstudio.core.bench.results import BenchReport, VramPeak
+from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.plan import CacheType, EngineFlavour, Plan, plan_with
+from mtpstudio.core.plan import CacheType, Plan, plan_with
 
 LOW_ACCEPTANCE = 0.60
 VRAM_FULL = 0.95
@@ -182,9 +183,9 @@ def diagnose(
     findings: list[Finding | None] = []
     if report.drafting_warning:
         remedies = []
-        if plan is not None and plan.engine.flavour is EngineFlavour.IK:
-            remedies.append(Remedy("use upstream llama.cpp (this ik_llama.cpp build has no MTP "
-                                   "for qwen35moe)", {"engine.flavour": "upstream"}))  # fmt: skip
+        offer = profile_for(plan.engine.flavour).bench.drafting_off_remedy if plan else None
+        if offer is not None:
+            remedies.append(Remedy(offer[0], dict(offer[1])))
         findings.append(
             Finding(
                 "drafting-off",

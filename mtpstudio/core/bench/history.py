@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,10 +15,14 @@ from mtpstudio.core.bench.report import render_csv, render_markdown
 from mtpstudio.core.bench.results import BenchReport
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.paths import data_dir
+from mtpstudio.core.state_files import StateFileError, parse_json
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 FILE_NAME = "bench-history.sqlite3"
 EXPORT_FORMATS = ("md", "csv", "json")
+_NUMBERS = ("tok_s", "aggregate_accept_rate", "n_requests")  # what `bench history` prints
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -88,6 +93,26 @@ class HistoryEntry:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary(), "plan": self.plan, "rows": self.rows, "report": self.report}
+
+
+class DamagedRunError(BenchError):
+    """One stored run cannot be read back (the others can)."""
+
+
+def _document(text: object, run_id: int, what: str) -> dict[str, Any]:
+    """A JSON object column of a run, read with the state-file limits."""
+    try:
+        if not isinstance(text, str | bytes):
+            raise StateFileError("not text")
+        value = parse_json(text, what)
+    except StateFileError:
+        value = None
+    if not isinstance(value, dict):
+        raise DamagedRunError(
+            f"benchmark run {run_id} in the history has a damaged {what}",
+            hint="The other runs are unaffected; the damaged one stays in the file.",
+        )
+    return value
 
 
 class BenchHistory:
@@ -190,10 +215,17 @@ class BenchHistory:
             return int(cur.lastrowid or 0)
 
     def entries(self) -> list[HistoryEntry]:
-        """Every run, oldest first."""
+        """Every readable run, oldest first; a damaged one is named in one logged sentence,
+        kept in the file and skipped."""
+        out: list[HistoryEntry] = []
         with self._db() as con:
             ids = [r[0] for r in con.execute("SELECT id FROM runs ORDER BY id")]
-            return [self._entry(con, i) for i in ids]
+            for i in ids:
+                try:
+                    out.append(self._entry(con, i))
+                except DamagedRunError as exc:
+                    log.warning("mtpstudio: %s; it is skipped.", exc)
+        return out
 
     def get(self, run_id: int) -> HistoryEntry:
         with self._db() as con:
@@ -233,6 +265,15 @@ class BenchHistory:
                 (run_id,),
             )
         ]
+        plan = None if row[9] is None else _document(row[9], run_id, "plan")
+        aggregate = _document(row[10], run_id, "summary")
+        if any(
+            not (v is None or (isinstance(v, int | float) and not isinstance(v, bool)))
+            for v in (aggregate.get(k) for k in _NUMBERS)
+        ):
+            raise DamagedRunError(f"benchmark run {run_id} in the history has a damaged summary")
+        if not all(isinstance(v, str) for v in (row[1], row[2], row[4])):
+            raise DamagedRunError(f"benchmark run {run_id} in the history has damaged columns")
         return HistoryEntry(
             id=row[0],
             created_at=row[1],
@@ -243,9 +284,9 @@ class BenchHistory:
             engine_build=row[6],
             device=row[7],
             base_url=row[8],
-            plan=None if row[9] is None else json.loads(row[9]),
-            aggregate=json.loads(row[10]),
-            report=json.loads(row[11]),
+            plan=plan,
+            aggregate=aggregate,
+            report=_document(row[11], run_id, "report"),
             rows=rows,
         )
 
@@ -254,9 +295,15 @@ def export_entry(entry: HistoryEntry, fmt: str) -> str:
     """One run as Markdown, CSV (per-category rows) or JSON (everything)."""
     if fmt == "json":
         return json.dumps(entry.to_dict(), indent=2, sort_keys=True) + "\n"
-    if fmt == "md":
-        title = f"Run {entry.id} · {entry.kind} · {entry.label} · {entry.created_at}"
-        return render_markdown(entry.report, title)
-    if fmt == "csv":
+    if fmt not in ("md", "csv"):
+        raise BenchError(f"unknown export format {fmt!r}", hint="Choose md, csv or json.")
+    try:
+        if fmt == "md":
+            title = f"Run {entry.id} · {entry.kind} · {entry.label} · {entry.created_at}"
+            return render_markdown(entry.report, title)
         return render_csv(entry.report)
-    raise BenchError(f"unknown export format {fmt!r}", hint="Choose md, csv or json.")
+    except (KeyError, TypeError, ValueError, AttributeError):  # a stored report of odd shape
+        raise DamagedRunError(
+            f"benchmark run {entry.id} in the history has a report that cannot be shown as {fmt}",
+            hint=f"`mtpstudio bench show {entry.id} --format json` prints what is stored.",
+        ) from None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from mtpstudio.core.errors import BenchError
+from mtpstudio.core.state_files import StateFileError, parse_json, read_json
 
 CATEGORIES: tuple[str, ...] = (
     "code_python",
@@ -21,6 +22,7 @@ CATEGORIES: tuple[str, ...] = (
     "long_code_review",
 )
 _RESOURCE = "bench/prompts.json"
+PROMPTS_MAX_BYTES = 16 * 1024 * 1024
 # The discarded warm-up request uses a prompt of its own: an engine that remembers earlier
 # generations (ik's drafter does) would otherwise get the first category for free.
 WARMUP_PROMPT = "Write two friendly sentences to welcome a new colleague to the team.\n"
@@ -40,9 +42,13 @@ WARMUP = BenchPrompt("warmup", WARMUP_PROMPT)
 def parse_prompts(text: str, where: str = "prompts") -> tuple[BenchPrompt, ...]:
     """Prompts from JSON text ``{"categories": [{"category", "prompt"}, ...]}``, in file order."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BenchError(f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        data = parse_json(text, where)
+    except StateFileError as exc:
+        raise BenchError(str(exc)) from None
+    return _prompts_from(data, where)
+
+
+def _prompts_from(data: Any, where: str) -> tuple[BenchPrompt, ...]:
     items = data.get("categories") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise BenchError(f"{where} has no 'categories' list")
@@ -68,13 +74,12 @@ def load_prompts(path: Path | None = None) -> tuple[BenchPrompt, ...]:
         text = resources.files("mtpstudio.resources").joinpath(_RESOURCE).read_text("utf-8")
         return parse_prompts(text, "the shipped bench prompts")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BenchError(
-            f"cannot read prompts file {path}: {exc.strerror or exc}",
-            hint="Give a JSON file with a 'categories' list.",
-        ) from None
-    return parse_prompts(text, str(path))
+        data = read_json(path, "prompts file", max_bytes=PROMPTS_MAX_BYTES)
+    except StateFileError as exc:
+        raise BenchError(str(exc), hint="Give a JSON file with a 'categories' list.") from None
+    if data is None:
+        raise BenchError(f"cannot read prompts file {path}: it does not exist")
+    return _prompts_from(data, str(path))
 
 
 def select(

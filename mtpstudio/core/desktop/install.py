@@ -29,11 +29,16 @@ from mtpstudio.core.service.render import (
     render_session_files,
 )
 from mtpstudio.helper import main as helper_main
-from mtpstudio.helper.constants import HELPER_INSTALL_PATH, WAYLAND_SESSIONS, X11_SESSIONS
+from mtpstudio.helper.constants import (
+    HELPER_INSTALL_PATH,
+    USER_GROUP_FOLDERS,
+    WAYLAND_SESSIONS,
+    X11_SESSIONS,
+)
 from mtpstudio.helper.faults import Faults
-from mtpstudio.helper.safefs import Refused
+from mtpstudio.helper.safefs import Refused, open_root, opened_dir, read_regular
 from mtpstudio.helper.sddm import SessionDirs
-from mtpstudio.helper.store import FileSpec, Layout, Store
+from mtpstudio.helper.store import FileSpec, Layout, RollbackIncomplete, Store
 from mtpstudio.helper.validate import check_env_file, check_unit
 
 PKEXEC_TIMEOUT_S = 300.0
@@ -134,21 +139,40 @@ def nvidia_profile_plan(profile: RenderedFile) -> InstallPlan:
     return InstallPlan("install-nvidia-profile", profile.name, profile.text.encode(), (profile,))
 
 
-def _on_root(path: Path, root: Path | None) -> Path:
-    return path if root is None else root / str(path).lstrip("/")
+PREVIEW_LIMIT_BYTES = 1024 * 1024
+
+
+def _installed_text(path: Path, root: Path | None) -> tuple[str | None, str | None]:
+    """(text, problem) of what is at ``path`` now, read the way the helper reads it: no link
+    followed anywhere on the path, nothing but a regular file, at most 1 MiB (a FIFO or a device
+    at the target is named, never opened for a blocking read)."""
+    try:
+        root_fd = open_root(str(root or "/"))
+    except Refused as exc:
+        return None, str(exc)
+    try:
+        with opened_dir(root_fd, str(path.parent)) as fd:
+            if fd is None:
+                return None, None
+            data = read_regular(fd, path.name, str(path), PREVIEW_LIMIT_BYTES)
+    except Refused as exc:
+        return None, f"{exc}: the helper will refuse to replace it"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    finally:
+        os.close(root_fd)
+    return (None if data is None else data.decode("utf-8", errors="replace")), None
 
 
 def preview(files: Sequence[RenderedFile], root: Path | None = None) -> list[FilePreview]:
     """Each file against what is installed now (a unified diff; reading needs no root)."""
     out: list[FilePreview] = []
     for f in files:
-        where = _on_root(f.install_path, root)
-        try:
-            current: str | None = where.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            current = None
-        except OSError as exc:
-            current = f"(cannot read: {exc.strerror})\n"
+        current, problem = _installed_text(f.install_path, root)
+        if problem is not None:
+            line = f"{f.install_path}: {problem}\n"
+            out.append(FilePreview(f.install_path, problem, line, f.explanation))
+            continue
         if current is None:
             state, old_lines = "new", []
         else:
@@ -243,9 +267,13 @@ def call_helper(transport: HelperTransport, args: Sequence[str], payload: bytes 
     if code == 2:
         raise InstallError(f"the helper refused: {line.removeprefix('refused: ')}")
     if code != 0:
+        undone = line.endswith("nothing was changed")
         raise InstallError(
             f"the helper failed: {line.removeprefix('failed: ')}",
-            hint="Nothing was left half-written; fix the cause and run it again.",
+            hint="Fix the cause (e.g. free some disk space) and run it again."
+            if undone
+            else "Some files may not be as before: see `mtpstudio status`, then "
+            "`mtpstudio revert …` once the cause is fixed.",
         )
     try:
         return json.loads(out)
@@ -310,7 +338,8 @@ class UserInstallResult:
 def user_layout() -> Layout:
     """The user-level tree: units and env files below $XDG_CONFIG_HOME, state in XDG state."""
     state = paths.state_dir()
-    return Layout(root=str(paths.config_home()), state_root=str(state.parent), state_rel=state.name)
+    return Layout(root=str(paths.config_home()), state_root=str(state.parent),
+                  state_rel=state.name, folders=USER_GROUP_FOLDERS)  # fmt: skip
 
 
 def _user_rel(path: Path) -> str:
@@ -358,7 +387,14 @@ def install_user_unit(files: Mapping[str, RenderedFile], runner: Runner) -> User
     except Refused as exc:
         raise InstallError(f"the user unit was not installed: {exc}") from None
     except OSError as exc:
-        raise InstallError(f"the user unit was not installed: {exc.strerror or exc}") from None
+        raise InstallError(
+            f"the user unit was not installed: {exc.strerror or exc}; nothing was changed"
+        ) from None
+    except RollbackIncomplete as exc:
+        raise InstallError(
+            f"the user unit was not installed: {exc}",
+            hint="See `mtpstudio status`, then `mtpstudio revert unit` once the cause is fixed.",
+        ) from None
     shown = tuple((layout.shown(c.path), c.action) for c in changes)
     return UserInstallResult(shown, daemon_reload_user(runner))
 

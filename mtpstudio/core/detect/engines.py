@@ -15,34 +15,35 @@ from pydantic import ValidationError
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.detect.models import EngineInfo, FlagProbeInfo
-from mtpstudio.core.engines.caps import Backend
+from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.flags import SPEC_TYPES
+from mtpstudio.core.engines.mtp import mtp_support
 from mtpstudio.core.engines.probe import (
     CANDIDATE_FLAGS,
     PROBE_TIMEOUT_S,
     FlagProbe,
     FlagSpec,
     ProbeOutcome,
-    mtp_support,
     probe_flags,
     spec_type_specs,
     table_fingerprint,
 )
+from mtpstudio.core.engines.profiles import PROFILES, spec_type_candidates
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.paths import cache_dir
 from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.runner import Runner, RunResult
+from mtpstudio.core.state_files import SchemaError, load_cache
 
-ENGINE_NAMES = ("llama-server", "ik_llama-server", "ik-llama-server")
+ENGINE_NAMES = tuple(dict.fromkeys(n for p in PROFILES for n in p.detection.binary_names))
 COMPANION_TOOLS = ("llama-fit-params", "llama-bench")
 ENGINES_ENV = "MTPSTUDIO_ENGINES"
 CACHE_FILE_NAME = "engine-probes.json"
 CACHE_SCHEMA = 1
 LIST_DEVICES_TIMEOUT_S = 15.0
 DEFAULT_SYSTEM_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"))
-HOME_BUILD_DIRS = ("llama.cpp/build/bin", "ik_llama.cpp/build/bin")
+HOME_BUILD_DIRS = tuple(dict.fromkeys(d for p in PROFILES for d in p.detection.home_build_dirs))
 
-_UP_VERSION = re.compile(r"^version: (\S+) \(build (\d+), commit (\S+)\)\s*$", re.MULTILINE)
-_IK_VERSION = re.compile(r"^version: (\d+) \((\S+)\)\s*$", re.MULTILINE)
 _BUILT_WITH = re.compile(r"^built with (.+) for (.+?)\s*$", re.MULTILINE)
 _DEVICE_LINE = re.compile(r"^\s+([A-Za-z][\w-]*\d+): (.+?)\s*$")
 _DEVICE_MEMORY = re.compile(r"\s*\(\d+ MiB, \d+ MiB free\)$")
@@ -75,8 +76,8 @@ _DEVICE_PREFIX_BACKEND = {
     "sycl": Backend.SYCL,
     "metal": Backend.METAL,
 }
-_UPSTREAM_ONLY = ("--spec-draft-n-max", "-lm", "-fitt", "-kvu")
-_IK_ONLY = ("-mtp", "--fit-margin")
+SPEC_TYPE_CANDIDATES = spec_type_candidates(SPEC_TYPES)
+"""Every ``--spec-type`` value asked about: the names, and each profile's value syntax."""
 
 
 @dataclass(frozen=True)
@@ -102,40 +103,40 @@ class VersionInfo:
 
 
 def parse_version(text: str) -> VersionInfo:
-    """Parse either engine's ``--version`` output (engines.md §1)."""
+    """Parse ``--version`` output by each profile's pattern, in order (engines.md §1)."""
     built = _BUILT_WITH.search(text)
     compiler = built.group(1).strip() if built else None
     target = built.group(2).strip() if built else None
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     first = next((ln for ln in lines if ln.startswith("version:")), lines[0] if lines else None)
-    if m := _UP_VERSION.search(text):
-        return VersionInfo(
-            EngineFlavour.UPSTREAM, m.group(1), int(m.group(2)), m.group(3), compiler, target, first
-        )
-    if m := _IK_VERSION.search(text):
-        return VersionInfo(
-            EngineFlavour.IK,
-            m.group(1),
-            int(m.group(1)),
-            m.group(2),
-            compiler,
-            target,
-            first,
-            ambiguous=True,
-        )
+    for profile in PROFILES:
+        pattern = profile.detection.version
+        if m := pattern.regex.search(text):
+            build = int(m.group(pattern.build)) if pattern.build is not None else None
+            return VersionInfo(
+                profile.flavour,
+                m.group(pattern.version),
+                build,
+                m.group(pattern.commit),
+                compiler,
+                target,
+                first,
+                ambiguous=pattern.ambiguous,
+            )
     return VersionInfo(None, None, None, None, compiler, target, first)
 
 
 def flavour_from_help(result: RunResult) -> EngineFlavour | None:
-    """Upstream's help has '----- common params -----' and '(env: LLAMA_ARG_' lines, exit 0;
-    ik's starts with 'usage:' and exits 1 (engines.md §2)."""
+    """The flavour whose ``--help`` markers the text carries (engines.md §2: upstream's help
+    has '----- common params -----' and '(env: LLAMA_ARG_' lines; ik's starts with 'usage:'
+    and has a 'general:' section)."""
     text = result.stdout + result.stderr
-    if "----- common params -----" in text or "(env: LLAMA_ARG_" in text:
-        return EngineFlavour.UPSTREAM
-    if re.search(r"^usage: \S+ \[options\]", text, re.MULTILINE) and re.search(
-        r"^general:\s*$", text, re.MULTILINE
-    ):
-        return EngineFlavour.IK
+    for profile in PROFILES:
+        rule = profile.detection
+        if any(marker in text for marker in rule.help_any):
+            return profile.flavour
+        if rule.help_markers and all(m.search(text) for m in rule.help_markers):
+            return profile.flavour
     return None
 
 
@@ -296,6 +297,15 @@ def find_engines(
 # cache
 
 
+CACHE_MAX_BYTES = 4 * 1024 * 1024
+
+
+def _probe_cache_shape(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict) or not isinstance(data.get("engines"), dict):
+        raise SchemaError("is not an engine probe cache")
+    return data
+
+
 def default_cache_path() -> Path:
     """engine-probes.json in mtpstudio's cache dir (``$XDG_CACHE_HOME/mtpstudio``)."""
     return cache_dir() / CACHE_FILE_NAME
@@ -314,15 +324,13 @@ class EngineCache:
 
     @classmethod
     def load(cls, path: Path) -> EngineCache:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return cls(path)
-        if (
-            not isinstance(data, dict)
-            or data.get("schema") != CACHE_SCHEMA
-            or data.get("table") != table_fingerprint()
-            or not isinstance(data.get("engines"), dict)
+        """The cache at ``path``; a damaged one is set aside (and rebuilt), an older one
+        ignored."""
+        data = load_cache(path, "the engine probe cache", _probe_cache_shape,
+                          max_bytes=CACHE_MAX_BYTES)  # fmt: skip
+        if data is None or (data.get("schema"), data.get("table")) != (
+            CACHE_SCHEMA,
+            table_fingerprint(SPEC_TYPE_CANDIDATES),
         ):
             return cls(path)
         return cls(path, dict(data["engines"]))
@@ -344,7 +352,8 @@ class EngineCache:
         self.dirty = True
 
     def save(self) -> None:
-        data = {"schema": CACHE_SCHEMA, "table": table_fingerprint(), "engines": self.entries}
+        table = table_fingerprint(SPEC_TYPE_CANDIDATES)
+        data = {"schema": CACHE_SCHEMA, "table": table, "engines": self.entries}
         write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         self.dirty = False
 
@@ -400,7 +409,7 @@ def identify_engine(
             problems.append(f"not a llama-server this version knows: --version printed {shown!r}")
             return info.model_copy(update={"problems": problems, "version_text": ver.first_line})
 
-    spec_specs = spec_type_specs()
+    spec_specs = spec_type_specs(SPEC_TYPE_CANDIDATES)
     probes = probe_flags(binary, [*flags, *spec_specs], runner, timeout, workers)
     flag_probes, type_probes = probes[: len(flags)], probes[len(flags) :]
     accepted = [p.flag for p in flag_probes if p.accepted]
@@ -429,7 +438,16 @@ def identify_engine(
                 backends.append(backend)
     backends.append(Backend.CPU)
 
-    mtp = mtp_support(accepted, spec_types)
+    mtp = MtpSupport.UNAVAILABLE
+    if flavour is not None:
+        answered = EngineBuild(
+            binary,
+            flavour,
+            ver.version or "unknown",
+            accepted_flags=frozenset(accepted),
+            spec_types=tuple(spec_types),
+        )
+        mtp = mtp_support(answered)
     return info.model_copy(
         update={
             "flavour": flavour,
@@ -452,13 +470,11 @@ def identify_engine(
 
 
 def _flavour_from_flags(accepted: set[str]) -> EngineFlavour | None:
-    up = any(f in accepted for f in _UPSTREAM_ONLY)
-    ik = any(f in accepted for f in _IK_ONLY)
-    if up and not ik:
-        return EngineFlavour.UPSTREAM
-    if ik and not up:
-        return EngineFlavour.IK
-    return None
+    """The one flavour whose distinctive flags the build accepted (None: none, or several)."""
+    found = {
+        p.flavour for p in PROFILES if any(f in accepted for f in p.detection.distinctive_flags)
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def _probe_info(probe: FlagProbe) -> FlagProbeInfo:

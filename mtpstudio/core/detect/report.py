@@ -39,6 +39,7 @@ from mtpstudio.core.detect.models import (
 from mtpstudio.core.detect.nvidia import NvidiaDetection, NvmlSource, detect_nvidia, load_pynvml
 from mtpstudio.core.detect.processes import ProcessCategory, categorize, read_process
 from mtpstudio.core.engines.probe import PROBE_TIMEOUT_S
+from mtpstudio.core.plan import Plan
 from mtpstudio.core.runner import Runner, SubprocessRunner
 
 __all__ = [
@@ -366,3 +367,10 @@ class _Job(Generic[T]):
             problems.append(f"{self.name}: failed ({type(err).__name__}: {err})")
             return None
         return self._value
+
+
+def detect_for(plan: Plan) -> DetectionReport:
+    """This machine's detection, also probing the engine binary the plan names (wherever it
+    lives), so ``mtpstudio plan`` and the wizard plan with the same build."""
+    extra = [Path(plan.engine.binary)] if plan.engine.binary is not None else []
+    return detect_all(engine_paths=extra)

@@ -62,36 +62,66 @@ def generate_api_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+MAX_KEY_FILE_BYTES = 4096
+
+
+def _read_key_file(path: Path) -> tuple[os.stat_result, bytes]:
+    """Stat and bytes of a regular file of at most 4 KiB (a FIFO never blocks the read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ApiKeyError(f"the API key file {path} does not exist") from None
+    except OSError as exc:
+        raise ApiKeyError(f"cannot read the API key file {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ApiKeyError(f"the API key file {path} is not a regular file")
+        data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ApiKeyError(f"cannot read the API key file {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return info, data
+
+
 def read_api_key(path: Path) -> str:
     """The key stored at ``path``; the file must be the user's own and not readable by others.
 
+    The shape is checked before the permissions, so advice to ``chmod`` a file is only given
+    for a file that holds one key and nothing else; a file elsewhere than mtpstudio's own key
+    file is never suggested for removal.
+
     Raises:
-        ApiKeyError: the file is missing, unsafe (group/other permissions, other owner),
-            empty, or holds more than one line.
+        ApiKeyError: the file is missing, not a regular file, larger than 4 KiB, unsafe
+            (group/other permissions, other owner), empty, or holds more than one line.
     """
-    try:
-        info = path.stat()
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ApiKeyError(f"the API key file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ApiKeyError(f"cannot read the API key file {path}: {exc}") from None
+    ours = path == default_key_path()
+    elsewhere = (
+        "Remove it; mtpstudio will generate a new key."
+        if ours
+        else "Point server.api_key_file at a file that holds only your key "
+        "(mtpstudio plan --api-key-file FILE)."
+    )
+    info, data = _read_key_file(path)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise ApiKeyError(f"the API key file {path} is larger than 4 KiB", hint=elsewhere)
     if info.st_uid != os.getuid():
+        raise ApiKeyError(f"the API key file {path} belongs to another user", hint=elsewhere)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) != 1 or any(c.isspace() for c in lines[0]):
         raise ApiKeyError(
-            f"the API key file {path} belongs to another user",
-            hint="Remove it; mtpstudio will generate a new key.",
+            f"the API key file {path} must hold exactly one key on one line", hint=elsewhere
         )
     if stat.S_IMODE(info.st_mode) & 0o077:
         raise ApiKeyError(
             f"the API key file {path} can be read by other users "
             f"(mode {stat.S_IMODE(info.st_mode):04o})",
             hint=f"Run `chmod 600 {path}`, or replace the key since others may have seen it.",
-        )
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(lines) != 1 or any(c.isspace() for c in lines[0]):
-        raise ApiKeyError(
-            f"the API key file {path} must hold exactly one key on one line",
-            hint="Remove it; mtpstudio will generate a new key.",
         )
     return lines[0]
 

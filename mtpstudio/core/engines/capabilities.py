@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtpstudio.core.engines.base import SpecBuilder
 from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
-from mtpstudio.core.engines.flags import MTP_SPEC_TYPE, Option
-from mtpstudio.core.engines.registry import adapter_for
-from mtpstudio.core.memory.engine_facts import memory_facts
+from mtpstudio.core.engines.flags import Option
+from mtpstudio.core.engines.mtp import build_mtp_blocker, mtp_can_run
+from mtpstudio.core.engines.profiles import profile_for
+from mtpstudio.core.engines.spec import SpecBuilder
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, LoadMode, MoePlacement, Plan
 
@@ -17,16 +17,16 @@ DRAFT_CACHE_SETTINGS = ("mtp.cache_type_k", "mtp.cache_type_v")
 
 
 def engine_name(flavour: EngineFlavour) -> str:
-    return adapter_for(flavour).engine_name
+    return profile_for(flavour).name
 
 
 def _builder(build: EngineBuild) -> SpecBuilder:
-    """The adapter's spelling logic for ``build`` (the same one the command line uses)."""
-    return SpecBuilder(adapter_for(build).spellings, build)
+    """The profile's spelling logic for ``build`` (the same one the command line uses)."""
+    return SpecBuilder(profile_for(build).spellings, build)
 
 
 def option_accepted(build: EngineBuild, option: Option) -> bool:
-    """True when the build accepted one of the adapter's spellings of ``option``."""
+    """True when the build accepted one of its profile's spellings of ``option``."""
     return _builder(build).accepts(option)
 
 
@@ -48,18 +48,19 @@ class Capability:
 
 def build_mtp_reason(build: EngineBuild) -> str | None:
     """Why this build cannot draft with MTP at all (None: it can, or may)."""
-    return adapter_for(build).build_mtp_blocker(build)
+    return build_mtp_blocker(build)
 
 
 def mtp_reason(build: EngineBuild, model: ModelInfo | None) -> str | None:
     """Why MTP cannot be used with this build and model (None: it can)."""
-    return adapter_for(build).mtp_blocker(build, model)
+    return mtp_can_run(build, model)
 
 
 def build_capabilities(build: EngineBuild) -> list[Capability]:
     """The badges of a build: MTP, fit, expert offload, load mode, draft cache types, key file."""
     caps: list[Capability] = []
     mtp_no = build_mtp_reason(build)
+    profile = profile_for(build)
     if mtp_no is not None:
         caps.append(Capability("MTP", False, mtp_no[:1].upper() + mtp_no[1:] + "."))
     elif build.mtp is MtpSupport.UNKNOWN_UNTIL_LAUNCH:
@@ -67,12 +68,13 @@ def build_capabilities(build: EngineBuild) -> list[Capability]:
             Capability(
                 "MTP",
                 True,
-                "Accepts -mtp; whether MTP is active is decided when the model loads.",
+                f"Accepts {profile.mtp.words}; whether MTP is active is decided when the model "
+                "loads.",
                 uncertain=True,
             )
         )
     else:
-        caps.append(Capability("MTP", True, f"Drafts with --spec-type {MTP_SPEC_TYPE}."))
+        caps.append(Capability("MTP", True, f"Drafts with {profile.mtp.words}."))
     fit = option_accepted(build, Option.FIT)
     caps.append(
         Capability(
@@ -103,8 +105,7 @@ def build_capabilities(build: EngineBuild) -> list[Capability]:
         )
     )
     draft_types = (
-        option_accepted(build, Option.DRAFT_CACHE_K)
-        and memory_facts(build.flavour).mtp_uses_draft_cache_types
+        option_accepted(build, Option.DRAFT_CACHE_K) and profile.memory.mtp_uses_draft_cache_types
     )
     caps.append(
         Capability(
@@ -143,7 +144,7 @@ def disabled_reasons(build: EngineBuild, model: ModelInfo | None, plan: Plan) ->
         for key in (*MTP_SETTINGS, *DRAFT_CACHE_SETTINGS):
             reasons[key] = "MTP is off"
     if "mtp.cache_type_k" not in reasons:
-        if not memory_facts(build.flavour).mtp_uses_draft_cache_types:
+        if not profile_for(build).memory.mtp_uses_draft_cache_types:
             why = f"{engine_name(build.flavour)}'s MTP context uses the main cache types"
             reasons["mtp.cache_type_k"] = reasons["mtp.cache_type_v"] = why
         elif not option_accepted(build, Option.DRAFT_CACHE_K):

@@ -1,60 +1,103 @@
-"""A separate draft model's flags for each flavour (``-md``, ``-ngld``, depth, p-min, caches).
+"""Drafting flags: depth, p-min and draft cache types (MTP and a draft model), and the draft model.
 
-Upstream drafts with it through ``--spec-type draft-simple``; ik_llama.cpp drafts whenever
-``-md`` is given. The depth, p-min and draft cache types come from the plan's ``mtp`` section
-(the speculative-decoding settings both kinds of drafting share).
+A separate draft model is switched on the way its profile says (upstream: ``--spec-type
+draft-simple``; ik_llama.cpp: ``-md`` alone). The depth, p-min and draft cache types come from
+the plan's ``mtp`` section (the speculative-decoding settings both kinds of drafting share).
+P-min is always written out: the engines' defaults differ and changed between builds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 
-from mtpstudio.core.engines.base import SpecBuilder, emit_draft_cache_types, emit_draft_limits
-from mtpstudio.core.engines.flags import FlagSpelling, Option
-from mtpstudio.core.plan import EngineFlavour, Plan
+from mtpstudio.core.engines.flags import Option
+from mtpstudio.core.engines.profile import EngineProfile, SpecTypeParams
+from mtpstudio.core.engines.spec import SpecBuilder, format_float
+from mtpstudio.core.plan import Plan
 
-DRAFT_SPEC_TYPE = "draft-simple"
-
-UPSTREAM_DRAFT: Mapping[Option, FlagSpelling] = {
-    Option.DRAFT_MODEL: FlagSpelling(("-md", "--spec-draft-model", "--model-draft"), "d.gguf"),
-    Option.SPEC_TYPE: FlagSpelling(("--spec-type",), "none"),
-    Option.DRAFT_GPU_LAYERS: FlagSpelling(
-        ("-ngld", "--spec-draft-ngl", "--gpu-layers-draft"), "99"
-    ),
-    Option.DRAFT_MAX: FlagSpelling(("--spec-draft-n-max", "--draft-max", "--draft-n"), "2"),
-    Option.DRAFT_MIN: FlagSpelling(("--spec-draft-n-min", "--draft-min", "--draft-n-min"), "0"),
-    Option.DRAFT_P_MIN: FlagSpelling(("--spec-draft-p-min", "--draft-p-min"), "0.5"),
-    Option.DRAFT_CACHE_K: FlagSpelling(
-        ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), "f16"
-    ),
-    Option.DRAFT_CACHE_V: FlagSpelling(
-        ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "f16"
-    ),
-}
-IK_DRAFT: Mapping[Option, FlagSpelling] = {
-    Option.DRAFT_MODEL: FlagSpelling(("-md", "--model-draft"), "d.gguf"),
-    Option.DRAFT_GPU_LAYERS: FlagSpelling(("-ngld", "--gpu-layers-draft"), "99"),
-    Option.DRAFT_MAX: FlagSpelling(("--draft-max", "--draft", "--draft-n"), "2"),
-    Option.DRAFT_MIN: FlagSpelling(("--draft-min", "--draft-n-min"), "0"),
-    Option.DRAFT_P_MIN: FlagSpelling(("--draft-p-min",), "0.5"),
-    Option.DRAFT_CACHE_K: FlagSpelling(("-ctkd", "--cache-type-k-draft"), "f16"),
-    Option.DRAFT_CACHE_V: FlagSpelling(("-ctvd", "--cache-type-v-draft"), "f16"),
-}
+__all__ = [
+    "draft_gpu_layers",
+    "emit_draft_cache_types",
+    "emit_draft_limits",
+    "emit_draft_model",
+    "emit_spec_type_params",
+]
 
 
-def draft_spellings(flavour: EngineFlavour) -> Mapping[Option, FlagSpelling]:
-    return UPSTREAM_DRAFT if flavour is EngineFlavour.UPSTREAM else IK_DRAFT
-
-
-def draft_gpu_layers(plan: Plan) -> int:
-    """-ngld for the plan: the plan's value, else all (999) on a GPU plan and 0 on the CPU."""
+def draft_gpu_layers(plan: Plan, cpu_only: bool) -> int:
+    """-ngld for the plan: the plan's value, else all (999) on a GPU target and 0 on the CPU."""
     if plan.draft.gpu_layers is not None:
         return plan.draft.gpu_layers
-    return 0 if plan.device == "cpu" else 999
+    return 0 if cpu_only else 999
 
 
-def emit_draft_model(plan: Plan, main: SpecBuilder) -> None:
+def emit_draft_limits(
+    b: SpecBuilder, plan: Plan, *, depth_purpose: str, depth_note: str = ""
+) -> None:
+    """The draft depth, minimum depth and p-min flags, for MTP and a draft model alike."""
+    mtp = plan.mtp
+    b.emit(
+        Option.DRAFT_MAX,
+        [str(mtp.draft_max)],
+        "mtp.draft_max",
+        f"Draft at most {mtp.draft_max} tokens per step{depth_note}.",
+        purpose=depth_purpose,
+    )
+    if mtp.draft_min > 0:
+        b.emit(
+            Option.DRAFT_MIN,
+            [str(mtp.draft_min)],
+            "mtp.draft_min",
+            f"Draft at least {mtp.draft_min} tokens per step.",
+            purpose="the minimum draft depth",
+        )
+    b.emit(
+        Option.DRAFT_P_MIN,
+        [format_float(mtp.draft_p_min)],
+        "mtp.draft_p_min",
+        f"Stop drafting when the draft's probability falls below {format_float(mtp.draft_p_min)}.",
+        purpose="the draft p-min",
+    )
+
+
+def emit_spec_type_params(
+    b: SpecBuilder, plan: Plan, params: SpecTypeParams, setting: str, what: str, purpose: str
+) -> None:
+    """One ``--spec-type NAME:n_max=…,p_min=…`` entry carrying the depth and p-min."""
+    mtp = plan.mtp
+    p_min = format_float(mtp.draft_p_min)
+    value = params.value(mtp.draft_max, p_min, mtp.draft_min)
+    b.emit(
+        Option.SPEC_TYPE,
+        [value],
+        setting,
+        f"{what}: at most {mtp.draft_max} tokens per step, stopping when the draft's "
+        f"probability falls below {p_min}.",
+        purpose=purpose,
+    )
+
+
+def emit_draft_cache_types(
+    b: SpecBuilder, plan: Plan, *, whose: str, drafter: str, note: str = ""
+) -> None:
+    """The draft context's K and V cache types: "Store {whose} K cache as q8_0{note}."."""
+    mtp = plan.mtp
+    for option, value, setting, which in (
+        (Option.DRAFT_CACHE_K, mtp.cache_type_k, "mtp.cache_type_k", "K"),
+        (Option.DRAFT_CACHE_V, mtp.cache_type_v, "mtp.cache_type_v", "V"),
+    ):
+        b.emit(
+            option,
+            [value.value],
+            setting,
+            f"Store {whose} {which} cache as {value.value}{note}.",
+            purpose=f"the {drafter} {which} cache type",
+        )
+
+
+def emit_draft_model(
+    plan: Plan, main: SpecBuilder, profile: EngineProfile, *, cpu_only: bool
+) -> None:
     """Append the draft model's flags to ``main`` (nothing when the plan has no draft model).
 
     Raises:
@@ -63,13 +106,12 @@ def emit_draft_model(plan: Plan, main: SpecBuilder) -> None:
     path = plan.draft.path
     if path is None:
         return
-    flavour = main.build.flavour
-    spellings = draft_spellings(flavour)
+    rule = profile.draft
     build = main.build
     if build.version == "documented":  # planning without a binary: the documented spellings
-        documented = frozenset(e.spellings[0] for e in spellings.values())
+        documented = frozenset(e.spellings[0] for e in rule.spellings.values())
         build = dataclasses.replace(build, accepted_flags=build.accepted_flags | documented)
-    b = SpecBuilder(spellings, build)
+    b = SpecBuilder(rule.spellings, build, main.who)
     b.emit(
         Option.DRAFT_MODEL,
         [str(path)],
@@ -77,15 +119,15 @@ def emit_draft_model(plan: Plan, main: SpecBuilder) -> None:
         "The small draft model that proposes tokens for the main model to verify.",
         purpose="a separate draft model",
     )
-    if flavour is EngineFlavour.UPSTREAM:
+    if rule.params is None and rule.spec_type is not None:
         b.emit(
             Option.SPEC_TYPE,
-            [DRAFT_SPEC_TYPE],
+            [rule.spec_type],
             "draft.path",
             "Speculative decoding with the draft model.",
             purpose="drafting with a draft model",
         )
-    ngld = draft_gpu_layers(plan)
+    ngld = draft_gpu_layers(plan, cpu_only)
     b.emit(
         Option.DRAFT_GPU_LAYERS,
         [str(ngld)],
@@ -93,7 +135,13 @@ def emit_draft_model(plan: Plan, main: SpecBuilder) -> None:
         "Keep the draft model on the CPU." if ngld == 0 else f"Offload {ngld} draft layers.",
         purpose="the draft model's GPU layers",
     )
-    emit_draft_limits(b, plan, depth_purpose="the draft depth")
+    if rule.params is not None:
+        emit_spec_type_params(
+            b, plan, rule.params, "draft.path", "Speculative decoding with the draft model",
+            "drafting with a draft model",
+        )  # fmt: skip
+    else:
+        emit_draft_limits(b, plan, depth_purpose="the draft depth")
     emit_draft_cache_types(b, plan, whose="the draft model's", drafter="draft")
     main.notes.extend(b.notes)
     for warning in b.warnings:

@@ -1,21 +1,17 @@
-"""Every llama-server flag mtpstudio knows: options, spellings, probe table, documented snapshots.
+"""Every llama-server flag mtpstudio knows: options, the spellings both engines share, probe table.
 
-``Option`` names an engine option independently of its spelling; ``UPSTREAM_SPELLINGS`` /
-``IK_SPELLINGS`` say how each flavour spells it (the adapters emit only these); the documented
-flag sets of the engine snapshots (engines.md §3) are derived from those spellings; and
-``CANDIDATE_FLAGS`` is the probe table: every adapter spelling plus the flags detection reports.
+``Option`` names an engine option independently of its spelling; each engine profile
+(``engines/profiles/``) says how its flavour spells it (the argv builder emits only those), with
+``SHARED_SPELLINGS`` for the flags every flavour spells alike; ``CANDIDATE_FLAGS`` is the probe
+table: every profile's spelling plus the flags detection reports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-
-MTP_SPEC_TYPE = "draft-mtp"
-"""The upstream ``--spec-type`` value for multi-token prediction."""
-MTP_SWITCH = "-mtp"
 
 # Every --spec-type value either engine knows (upstream common/speculative.cpp, ik common.cpp).
 SPEC_TYPES: tuple[str, ...] = (
@@ -177,86 +173,25 @@ class FlagSpelling:
     probe_value: str | None
 
 
-_SHARED_SPELLINGS: dict[Option, FlagSpelling] = {
-    Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
-    Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
-    Option.PORT: FlagSpelling(("--port",), "8080"),
-    Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
-    Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
-    Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
-    Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
-    Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
-    Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
-    Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
-    Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
-    Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
-    Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
-    Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
-    Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
-    Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
-    Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
-}
+SHARED_SPELLINGS: Mapping[Option, FlagSpelling] = MappingProxyType(
+    {
+        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
+        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
+        Option.PORT: FlagSpelling(("--port",), "8080"),
+        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
+        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
+        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
+        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
+        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
+        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
+        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
+        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
+        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
+        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
+        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
+        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
+        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
+        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+    }
+)
 """The flags both engines spell alike (server, context, cache, batching, offload)."""
-
-UPSTREAM_SPELLINGS = MappingProxyType(
-    {
-        **_SHARED_SPELLINGS,
-        Option.FIT: FlagSpelling(("--fit", "-fit"), "on"),
-        Option.FIT_TARGET: FlagSpelling(("--fit-target", "-fitt"), "1024"),
-        Option.LOAD_MODE: FlagSpelling(("-lm", "--load-mode"), "auto"),
-        # Older upstream builds (before -lm) spelled the load mode with these switches.
-        Option.MLOCK: FlagSpelling(("--mlock",), None),
-        Option.NO_MMAP: FlagSpelling(("--no-mmap",), None),
-        Option.SPEC_TYPE: FlagSpelling(("--spec-type",), "none"),
-        Option.DRAFT_MAX: FlagSpelling(
-            ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"), "2"
-        ),
-        Option.DRAFT_MIN: FlagSpelling(("--spec-draft-n-min", "--draft-min", "--draft-n-min"), "0"),
-        Option.DRAFT_P_MIN: FlagSpelling(("--spec-draft-p-min", "--draft-p-min"), "0.5"),
-        Option.DRAFT_CACHE_K: FlagSpelling(
-            ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), "f16"
-        ),
-        Option.DRAFT_CACHE_V: FlagSpelling(
-            ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "f16"
-        ),
-        Option.VERBOSITY: FlagSpelling(("-lv", "--log-verbosity", "--verbosity"), "3"),
-        Option.NO_OP_OFFLOAD: FlagSpelling(("--no-op-offload",), None),
-    }
-)
-
-UPSTREAM_RETIRED_FLAGS = frozenset(
-    {"--mlock", "--no-mmap", "--draft-max", "--draft", "--draft-n", "--draft-min", "--draft-n-min"}
-)
-"""Spellings older upstream builds accept that the documented snapshot no longer has."""
-
-UPSTREAM_DOCUMENTED_FLAGS = (
-    frozenset(s for e in UPSTREAM_SPELLINGS.values() for s in e.spellings) - UPSTREAM_RETIRED_FLAGS
-)
-"""Flags of the upstream snapshot described in engines.md §3."""
-
-UPSTREAM_DOCUMENTED_SPEC_TYPES = SPEC_TYPES
-
-
-IK_SPELLINGS = MappingProxyType(
-    {
-        **_SHARED_SPELLINGS,
-        Option.FIT: FlagSpelling(("--fit",), None),
-        Option.FIT_MARGIN: FlagSpelling(("--fit-margin",), "1024"),
-        Option.MLOCK: FlagSpelling(("--mlock",), None),
-        Option.NO_MMAP: FlagSpelling(("--no-mmap",), None),
-        Option.MTP: FlagSpelling(("-mtp", "--multi-token-prediction"), None),
-        Option.DRAFT_MAX: FlagSpelling(("--draft-max", "--draft", "--draft-n"), "2"),
-        Option.DRAFT_MIN: FlagSpelling(("--draft-min", "--draft-n-min"), "0"),
-        Option.DRAFT_P_MIN: FlagSpelling(("--draft-p-min",), "0.5"),
-    }
-)
-
-IK_DOCUMENTED_FLAGS = frozenset(s for e in IK_SPELLINGS.values() for s in e.spellings) | {
-    "--spec-type", "-ctkd", "-ctvd", "--verbosity",
-}  # fmt: skip
-"""Flags of the ik_llama.cpp snapshot described in engines.md §3 (the adapter's spellings and
-four it does not emit)."""
-
-IK_DOCUMENTED_SPEC_TYPES = (
-    "none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
-)  # fmt: skip

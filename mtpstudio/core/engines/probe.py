@@ -16,27 +16,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from mtpstudio.core.engines.caps import MtpSupport
-from mtpstudio.core.engines.flags import (
-    CANDIDATE_FLAGS,
-    MTP_SPEC_TYPE,
-    MTP_SWITCH,
-    SPEC_TYPES,
-    FlagSpec,
-)
+from mtpstudio.core.engines.flags import CANDIDATE_FLAGS, SPEC_TYPES, FlagSpec
 from mtpstudio.core.runner import Runner
 
 PROBE_TIMEOUT_S = 5.0
 
 __all__ = [
     "CANDIDATE_FLAGS",
-    "MTP_SPEC_TYPE",
     "PROBE_TIMEOUT_S",
     "SPEC_TYPES",
     "FlagProbe",
     "FlagSpec",
     "ProbeOutcome",
-    "mtp_support",
     "probe_argv",
     "probe_flag",
     "probe_flags",
@@ -93,7 +84,8 @@ def probe_flag(binary: Path, spec: FlagSpec, runner: Runner, timeout: float) -> 
 
 
 def spec_type_specs(types: Iterable[str] = SPEC_TYPES) -> list[FlagSpec]:
-    """``--spec-type <value>`` probes, one per candidate value."""
+    """``--spec-type <value>`` probes, one per candidate value (value syntaxes such as
+    ``mtp:n_max=1,p_min=0.0`` included: a build is described by what it answered)."""
     return [FlagSpec("--spec-type", ((t,),), f"speculative type {t}") for t in types]
 
 
@@ -118,17 +110,7 @@ def probe_flags(
         return list(pool.map(lambda s: probe_flag(binary, s, runner, timeout), specs))
 
 
-def mtp_support(accepted_flags: Iterable[str], spec_types: Iterable[str]) -> MtpSupport:
-    """Upstream: ``draft-mtp`` among --spec-type values; ik: ``-mtp`` accepted (the model's
-    architecture decides at load time whether it is honoured)."""
-    if MTP_SPEC_TYPE in set(spec_types):
-        return MtpSupport.AVAILABLE
-    if MTP_SWITCH in set(accepted_flags):
-        return MtpSupport.UNKNOWN_UNTIL_LAUNCH
-    return MtpSupport.UNAVAILABLE
-
-
-def table_fingerprint() -> str:
+def table_fingerprint(spec_types: Sequence[str] = SPEC_TYPES) -> str:
     """Changes whenever the candidate table changes, so cached probe results are redone."""
-    text = repr((CANDIDATE_FLAGS, SPEC_TYPES)).encode()
+    text = repr((CANDIDATE_FLAGS, tuple(spec_types))).encode()
     return hashlib.sha256(text).hexdigest()[:16]

@@ -1,35 +1,40 @@
-"""Which adapter serves a build, and the entry points that pick it (``adapter_for`` and friends).
+"""The engines' entry points: the profile of a build, its command line, its documented stand-in.
 
-The adapters import ``base``; this module imports the adapters, so ``base`` never imports its
-own subclasses.
+The profiles themselves are data under ``engines/profiles/`` (``profile_for`` picks one by what
+a build answered); ``build_launch_spec`` is the one argv builder (``engines.argv``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mtpstudio.core.engines.base import DEFAULT_BINARY, EngineAdapter, LaunchSpec
+from mtpstudio.core.engines.argv import build_argv, build_launch_spec
 from mtpstudio.core.engines.caps import Backend, EngineBuild
-from mtpstudio.core.engines.ik import IkAdapter
-from mtpstudio.core.engines.upstream import UpstreamAdapter
-from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import EngineFlavour, Plan
+from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
+from mtpstudio.core.engines.profiles import PROFILES, profile_for, profiles_of
+from mtpstudio.core.engines.spec import DEFAULT_BINARY
+from mtpstudio.core.plan import EngineFlavour
 
 __all__ = [
-    "adapter_for",
+    "PROFILES",
     "build_argv",
     "build_launch_spec",
+    "describe_build",
     "documented_build",
+    "memory_facts",
     "probe_candidates",
+    "profile_for",
 ]
 
 
-def adapter_for(build: EngineBuild | EngineFlavour) -> EngineAdapter:
-    """The adapter for a build's flavour (or for a flavour)."""
-    flavour = build if isinstance(build, EngineFlavour) else build.flavour
-    if flavour is EngineFlavour.UPSTREAM:
-        return UpstreamAdapter()
-    return IkAdapter()
+def describe_build(build: EngineBuild) -> str:
+    """A short name for a build in messages, e.g. 'the upstream llama.cpp build 0.6.0 at /x'."""
+    return profile_for(build).describe(build)
+
+
+def memory_facts(build: EngineBuild | EngineFlavour) -> EngineMemoryFacts:
+    """The memory rules of a build's profile (or of a flavour's base era)."""
+    return profile_for(build).memory
 
 
 def documented_build(flavour: EngineFlavour, binary: Path | None = None) -> EngineBuild:
@@ -38,46 +43,28 @@ def documented_build(flavour: EngineFlavour, binary: Path | None = None) -> Engi
     For catalogue/demo planning where no binary exists; LaunchSpecs built from it carry
     ``assumed_documented=True`` and a warning.
     """
-    adapter = adapter_for(flavour)
+    profile = profile_for(flavour)
     return EngineBuild(
         binary=binary or DEFAULT_BINARY,
         flavour=flavour,
         version="documented",
         backends=(Backend.CUDA, Backend.CPU),
-        accepted_flags=adapter.documented_flags,
-        spec_types=adapter.documented_spec_types,
-        mtp=adapter.documented_mtp,
+        accepted_flags=profile.documented_flags,
+        spec_types=profile.documented_spec_types,
+        mtp=profile.documented_mtp,
     )
-
-
-def build_launch_spec(
-    plan: Plan,
-    build: EngineBuild,
-    model: ModelInfo | None = None,
-    *,
-    for_mtpstudio_launch: bool = False,
-    api_key_file: Path | None = None,
-    model_path: Path | None = None,
-    assume_documented: bool = False,
-) -> LaunchSpec:
-    """``adapter_for(build).build_launch_spec(...)``; see ``AdapterBase.build_launch_spec``."""
-    spec = adapter_for(build).build_launch_spec(
-        plan,
-        build,
-        model,
-        for_mtpstudio_launch=for_mtpstudio_launch,
-        api_key_file=api_key_file,
-        model_path=model_path,
-        assume_documented=assume_documented,
-    )
-    return spec
-
-
-def build_argv(plan: Plan, build: EngineBuild, model: ModelInfo | None = None) -> tuple[str, ...]:
-    """Just the command (binary first) for ``plan`` on a probed ``build``."""
-    return build_launch_spec(plan, build, model).argv
 
 
 def probe_candidates(flavour: EngineFlavour) -> tuple[tuple[str, str | None], ...]:
-    """Each flag spelling the adapter of ``flavour`` may emit, with a value to probe it with."""
-    return adapter_for(flavour).probe_candidates()
+    """Every spelling the profiles of ``flavour`` may emit, with a value its parser accepts.
+
+    For the ``<flag> <value> --version`` probe: a build's ``accepted_flags`` should hold the
+    result for each of these.
+    """
+    seen: dict[str, str | None] = {}
+    for profile in profiles_of(flavour):
+        for table in (profile.spellings, profile.draft.spellings):
+            for entry in table.values():
+                for spelling in entry.spellings:
+                    seen.setdefault(spelling, entry.probe_value)
+    return tuple(seen.items())

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
+from mtpstudio.core.engines.mtp import model_mtp_blocker
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
     ModelWeights,
@@ -27,6 +28,7 @@ from mtpstudio.core.memory.terms import (
     output_buffer_bytes,
     pad_to,
     recurrent_row_bytes,
+    recurrent_step_bytes,
     replays_nextn_graph,
     replays_trunk,
     swa_cells,
@@ -36,7 +38,7 @@ from mtpstudio.core.memory.terms import (
 from mtpstudio.core.memory.trunk_graph import sliding_window_layers
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import EngineFlavour, FlashAttention, LoadMode, MoePlacement, Plan
+from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
 from mtpstudio.core.units import MIB
 
 UNQUANTIZED_CACHE = frozenset({"f32", "f16", "bf16"})
@@ -201,6 +203,28 @@ class Budget:
         }
 
 
+@dataclass(frozen=True)
+class SlotContext:
+    """The context cells the engine allocates: padded in total, per slot, and KV streams."""
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_stream: int
+
+
+def slot_context(plan: Plan, facts: EngineMemoryFacts) -> SlotContext:
+    """The plan's context as the engine pads it and splits it over the slots."""
+    rt = plan.runtime
+    n_seq = rt.parallel
+    fa = rt.flash_attn is not FlashAttention.OFF
+    pad = facts.kv_pad_flash if fa else facts.kv_pad_plain
+    n_ctx = pad_to(rt.ctx, pad)
+    if facts.per_slot_streams and n_seq > 1:
+        n_ctx_seq = pad_to(n_ctx // n_seq, 256)
+        return SlotContext(n_ctx_seq * n_seq, n_ctx_seq, n_seq)
+    return SlotContext(n_ctx, n_ctx, 1)
+
+
 def _effective(
     plan: Plan, model: ModelInfo, facts: EngineMemoryFacts, cpu_expert_layers: frozenset[int]
 ) -> tuple[EffectiveSettings, list[str]]:
@@ -208,30 +232,21 @@ def _effective(
     warnings: list[str] = []
     n_seq = rt.parallel
     fa = rt.flash_attn is not FlashAttention.OFF
-    pad = facts.kv_pad_flash if fa else facts.kv_pad_plain
-    n_ctx = pad_to(rt.ctx, pad)
-    if facts.per_slot_streams and n_seq > 1:
-        n_ctx_seq = pad_to(n_ctx // n_seq, 256)
-        n_ctx = n_ctx_seq * n_seq
-        n_stream = n_seq
-    else:
-        n_ctx_seq, n_stream = n_ctx, 1
+    cells = slot_context(plan, facts)
+    n_ctx, n_ctx_seq, n_stream = cells.n_ctx, cells.n_ctx_seq, cells.n_stream
     mtp_active = False
     explicit = plan.mtp.enabled is True  # None is auto: on only where MTP can run, silently
-    if plan.mtp.enabled is not False:
-        if not model.has_mtp:
-            if explicit:
-                warnings.append(
-                    "MTP is on but the model has no MTP (nextn) layer: the engine will not draft."
-                )
-        elif model.architecture not in facts.mtp_architectures:
-            if explicit:
-                warnings.append(
-                    f"{facts.flavour.value} cannot run MTP for {model.architecture}: it loads "
-                    "the model without drafting (switch engine or turn MTP off)."
-                )
-        else:
-            mtp_active = True
+    if plan.mtp.enabled is not False:  # the planner passes MTP decided (planning.resolve)
+        mtp_active = model_mtp_blocker(model, facts) is None
+        if not mtp_active and explicit and not model.has_mtp:
+            warnings.append(
+                "MTP is on but the model has no MTP (nextn) layer: the engine will not draft."
+            )
+        elif not mtp_active and explicit:
+            warnings.append(
+                f"{facts.flavour.value} cannot run MTP for {model.architecture}: it loads "
+                "the model without drafting (switch engine or turn MTP off)."
+            )
     n_rs_seq = 0
     if (
         mtp_active
@@ -337,7 +352,7 @@ def compute_budget(
     cells = eff.n_ctx_seq * eff.n_stream
     # upstream gives sliding-window layers a cache of the window plus a ubatch (per stream)
     swa = cells
-    if facts.flavour is EngineFlavour.UPSTREAM and sliding_window_layers(model):
+    if facts.sliding_window_cache and sliding_window_layers(model):
         swa = swa_cells(model, eff.n_ctx_seq, min(eff.n_ctx, rt.ubatch)) * eff.n_stream
     kv_gpu = kv_cache_bytes(model, gpu_attn, tk, tv, cells, swa)
     kv_cpu = kv_cache_bytes(model, cpu_attn, tk, tv, cells, swa)
@@ -378,6 +393,16 @@ def compute_budget(
             )
         mtp_output = output_buffer_bytes(model, eff.n_seq)
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
+        if facts.mtp_layers_in_main_kv:  # the main context keeps the nextn layers' KV as well
+            nextn_kv = kv_bytes_per_cell(model, model.n_nextn_layer, tk, tv) * cells
+            if mtp_on_gpu:
+                kv_gpu += nextn_kv
+            else:
+                kv_cpu += nextn_kv
+        if facts.recurrent_step_checkpoints:  # per-step rollback copies for the draft's steps
+            step = recurrent_step_bytes(model, plan.mtp.draft_max + 1)
+            rs_gpu += step * sum(1 for i in rec if i in placement.gpu_layers)
+            rs_cpu += step * sum(1 for i in rec if i not in placement.gpu_layers)
 
     n_outputs_max = min(rt.batch, eff.n_seq * (1 + (plan.mtp.draft_max if eff.mtp_active else 0)))
     main_shape = ComputeShape(
@@ -562,10 +587,9 @@ def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts
     """How many blocks the fit counts: upstream adds the MTP block when it is loaded
     (``hp_ngl += n_layer_nextn`` in common/fit.cpp), so its experts are the first to move."""
     mtp_loaded = (
-        facts.flavour is EngineFlavour.UPSTREAM
+        facts.fit_counts_mtp_block
         and plan.mtp.enabled is not False  # on, or auto (on where it can run)
-        and model.has_mtp
-        and model.architecture in facts.mtp_architectures
+        and model_mtp_blocker(model, facts) is None
     )
     return model.block_count if mtp_loaded else model.n_layer
 
@@ -599,7 +623,7 @@ def engine_fit_placement(
         layers = frozenset(range(n - k, n))
         if not fits(layers):
             continue
-        if k == 0 or facts.flavour is not EngineFlavour.UPSTREAM:
+        if k == 0 or not facts.fit_splits_layers:
             return layers, None
         first = n - k
         up = PartialLayer(first, PartialKind.UP)

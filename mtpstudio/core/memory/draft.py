@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from mtpstudio.core.engines.draft import draft_gpu_layers
+from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget, quantized
-from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.placement import ModelWeights, place, split_weights
 from mtpstudio.core.memory.terms import (
     ComputeShape,
@@ -43,9 +44,7 @@ def draft_memory(
     plan: Plan, draft: ModelInfo, n_ctx: int, facts: EngineMemoryFacts, gpu: bool
 ) -> DraftMemory:
     """The draft model's weights, KV cache and compute buffer for a context of ``n_ctx`` cells."""
-    from mtpstudio.core.engines.draft import draft_gpu_layers
-
-    ngld = draft_gpu_layers(plan) if gpu else 0
+    ngld = draft_gpu_layers(plan, cpu_only=False) if gpu else 0
     placement = place(draft, gpu=gpu, n_gpu_layers=ngld, cpu_expert_layers=(), load_mtp=False)
     split = split_weights(ModelWeights.from_model(draft), placement)
     dk, dv = plan.mtp.cache_type_k.value, plan.mtp.cache_type_v.value

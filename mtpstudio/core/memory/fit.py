@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.budget import Budget, compute_budget, device_fits
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with

@@ -61,15 +61,28 @@ def kv_cache_bytes(
     return kv_bytes_per_cell(model, 1, type_k, type_v) * (full * cells + windowed * swa)
 
 
-def recurrent_row_bytes(model: ModelInfo) -> int:
-    """Bytes of one recurrent-state row (conv + delta-net state) of one layer, F32."""
+def recurrent_state_parts(model: ModelInfo) -> tuple[int, int]:
+    """Elements of one layer's recurrent state: the conv window and the delta-net state."""
     if not model.ssm_inner_size:
-        return 0
+        return 0, 0
     conv = (model.ssm_conv_kernel - 1) * (
         model.ssm_inner_size + 2 * model.ssm_group_count * model.ssm_state_size
     )
-    state = model.ssm_state_size * model.ssm_inner_size
+    return conv, model.ssm_state_size * model.ssm_inner_size
+
+
+def recurrent_row_bytes(model: ModelInfo) -> int:
+    """Bytes of one recurrent-state row (conv + delta-net state) of one layer, F32."""
+    conv, state = recurrent_state_parts(model)
     return F32 * (conv + state)
+
+
+def recurrent_step_bytes(model: ModelInfo, steps: int) -> int:
+    """ik_llama.cpp's per-step checkpoint of one recurrent layer for ``steps`` tokens (draft
+    depth + 1): ``steps - 1`` delta-net states and ``steps`` conv windows, F32
+    (``llama_kv_cache::per_step_alloc``, src/llama.cpp at 8337e4c)."""
+    conv, state = recurrent_state_parts(model)
+    return F32 * ((steps - 1) * state + steps * conv) if steps >= 1 else 0
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,17 @@ def diagnose(
                  "or stop the program that holds it"),),
         )  # fmt: skip
     dropped = [d for d in report.drafting_disabled if "failed to create MTP" not in d]
+    one_slot = [d for d in report.drafting_disabled if "slot" in d]
+    if one_slot and not report.loaded:  # ik since speculative stages: drafting needs -np 1
+        return Diagnosis(
+            CauseKind.DRAFTING_UNAVAILABLE,
+            f"The engine drafts with one server slot only and refused to start with "
+            f"{plan.runtime.parallel}.",
+            tuple(one_slot),
+            (Fix("serve one slot (--parallel 1)", {"runtime.parallel": 1},
+                 "this engine drafts (MTP or a draft model) with a single slot"),
+             Fix("turn MTP off", {"mtp.enabled": False}, "then several slots can serve")),
+        )  # fmt: skip
     if report.drafting_disabled and not report.loaded:
         return Diagnosis(
             CauseKind.DRAFTING_UNAVAILABLE,

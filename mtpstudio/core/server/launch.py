@@ -1,9 +1,11 @@
-"""Launch a Plan's server: find the build, check before starting, start, wait, explain.
+"""Launch a server from a prepared command: find the build, check, start, wait, explain.
 
 The steps are separate so the GUI can run them on its own terms (a ``QProcess`` for the
-process, the same ``prepare_launch``/``finish_launch``): ``find_build`` (probe, cached),
-``prepare_launch`` (pure checks and the command; raises ``ServerError`` before anything
-starts), ``run_launch`` (start, health wait, log parse, diagnosis or reconciliation).
+process): ``find_build`` (probe, cached), ``preflight`` (binary, model files; raises before
+anything starts), ``prepare_process`` (the port, the process spec for a given LaunchSpec),
+``run_launch`` (start, health wait, log parse, diagnosis or reconciliation). The command and
+the predicted budget come from the planner, through the launch use case
+(``core.usecases.launch``); this module never plans.
 """
 
 from __future__ import annotations
@@ -12,16 +14,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mtpstudio.core.engines.base import LaunchSpec, describe_build
 from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.registry import adapter_for, build_launch_spec
+from mtpstudio.core.engines.registry import describe_build, memory_facts
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.memory.engine_facts import memory_facts
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, save_plan
 from mtpstudio.core.runner import Runner, SubprocessRunner
@@ -46,10 +47,13 @@ from mtpstudio.core.server.reconcile import (
 from mtpstudio.core.server.state import (
     ServerState,
     logs_dir,
+    remove_state,
     run_dir,
     save_state,
     servers_dir,
+    state_path,
 )
+from mtpstudio.core.server.watchdog import Watchdog
 
 PREDICT_AFTER_S = 0.25
 
@@ -100,9 +104,17 @@ def find_build(
     return build
 
 
+Prediction = Callable[[], tuple[Budget, str]]
+"""Computes the budget the planner predicts for a launch, and the device id it is for."""
+
+
 @dataclass(frozen=True)
 class PreparedLaunch:
-    """Everything checked and built before a process starts."""
+    """Everything checked and built before a process starts.
+
+    ``prediction`` (from the planner) computes the predicted budget while the server loads;
+    None: nothing to reconcile the logged sizes with.
+    """
 
     plan: Plan
     build: EngineBuild
@@ -110,6 +122,7 @@ class PreparedLaunch:
     spec: LaunchSpec
     process: ProcessSpec
     draft_model: ModelInfo | None = None
+    prediction: Prediction | None = field(default=None, compare=False, repr=False)
 
 
 def new_log_path(port: int, now: float | None = None) -> Path:
@@ -122,18 +135,11 @@ def new_log_path(port: int, now: float | None = None) -> Path:
     return path
 
 
-def prepare_launch(
-    plan: Plan,
-    build: EngineBuild,
-    *,
-    environ: Mapping[str, str] | None = None,
-    log_path: Path | None = None,
-    die_with_parent: bool = False,
-) -> PreparedLaunch:
-    """Check the binary, the model file(s) and the port, then build the command.
+def preflight(plan: Plan, build: EngineBuild) -> tuple[Path, ModelInfo, ModelInfo | None]:
+    """Check the binary and the model file(s): the model's path and header, the draft's header.
 
     Raises:
-        ServerError / AdapterError: something would make the start fail; nothing has started.
+        ServerError / GgufError: something would make the start fail; nothing has started.
     """
     path = plan.model.path
     if path is None:
@@ -143,14 +149,31 @@ def prepare_launch(
         )
     check_binary(build.binary)
     info = check_model(Path(path))
-    plan = adapter_for(build.flavour).resolve_mtp(plan, build, info)  # MTP auto decided
-    draft_info = _check_draft(plan)
+    return Path(path), info, _check_draft(plan)
+
+
+def prepare_process(
+    plan: Plan,
+    build: EngineBuild,
+    spec: LaunchSpec,
+    model: ModelInfo,
+    draft_model: ModelInfo | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    log_path: Path | None = None,
+    die_with_parent: bool = False,
+    prediction: Prediction | None = None,
+) -> PreparedLaunch:
+    """Check the port and turn the planner's command into a process spec.
+
+    Raises:
+        ServerError: the port is taken; nothing has started.
+    """
     check_port(plan.server.host, plan.server.port)
-    spec = build_launch_spec(plan, build, info, for_mtpstudio_launch=True, model_path=Path(path))
     env = os.environ if environ is None else environ
     log = log_path or new_log_path(plan.server.port)
     pspec = process_spec(spec, log, env, cwd=run_dir(), die_with_parent=die_with_parent)
-    return PreparedLaunch(plan, build, info, spec, pspec, draft_info)
+    return PreparedLaunch(plan, build, model, spec, pspec, draft_model, prediction)
 
 
 def _check_draft(plan: Plan) -> ModelInfo | None:
@@ -182,21 +205,6 @@ class LaunchResult:
         return self.prepared.process.log_path
 
 
-def predict_budget(
-    plan: Plan, model: ModelInfo, build: EngineBuild, draft: ModelInfo | None = None
-) -> tuple[Budget, str]:
-    """The budget ``mtpstudio plan`` shows for this plan on this machine, and the device id."""
-    import dataclasses
-
-    from mtpstudio.core.detect.report import detect_all
-    from mtpstudio.core.memory.machine import machine_facts
-    from mtpstudio.core.planning import PlanningContext, evaluate
-
-    machine = dataclasses.replace(machine_facts(detect_all(include_engines=False)), builds=(build,))
-    result = evaluate(plan, PlanningContext(machine, model, draft), suggest=False)
-    return result.budget, result.target.device.id
-
-
 class _Prediction(threading.Thread):
     """Computes the predicted budget while the server loads (detection takes a moment)."""
 
@@ -207,9 +215,12 @@ class _Prediction(threading.Thread):
         self.error: str | None = None
 
     def run(self) -> None:
+        predict = self._prepared.prediction
+        if predict is None:
+            self.error = "the launch was prepared without a prediction"
+            return
         try:
-            p = self._prepared
-            self.result = predict_budget(p.plan, p.model, p.build, p.draft_model)
+            self.result = predict()
         except MtpStudioError as exc:
             self.error = str(exc)
         except Exception as exc:
@@ -241,8 +252,17 @@ def run_launch(
     plan = prepared.plan
     # The prediction (detection + budget) runs while the engine loads, once the load takes
     # longer than PREDICT_AFTER_S, so it does not compete with a quick start for the CPU.
-    prediction = _Prediction(prepared) if predict else None
-    proc = ServerProcess.start(prepared.process)
+    prediction = _Prediction(prepared) if predict and prepared.prediction is not None else None
+    # A server meant to outlive this process dies with it until it is healthy (watchdog.py);
+    # one that never outlives it has the kernel's parent-death signal instead.
+    record_file = state_path(plan.server.port)
+    guard = None if prepared.process.die_with_parent else Watchdog.start(record_file)
+    try:
+        proc = ServerProcess.start(prepared.process)
+    except BaseException:
+        if guard is not None:
+            guard.release()
+        raise
     spawned = time.monotonic()
     predicting = False
 
@@ -257,7 +277,12 @@ def run_launch(
             for line in lines:
                 on_line(line)
 
+    loading_state: ServerState | None = None
     try:
+        if guard is not None:
+            guard.watch(proc.pid, procfs.start_ticks(proc.pid))
+        if record:  # before the wait: `server status/stop` see a loading server too
+            loading_state = record_state(prepared, proc, None)
         health = wait_healthy(
             proc,
             plan.server.host,
@@ -268,10 +293,12 @@ def run_launch(
         )
     except BaseException:  # Ctrl-C or a bug while waiting: never leave the server behind
         proc.kill()
+        _forget(loading_state, guard)
         raise
     seconds = time.monotonic() - started
     if health.state is not HealthState.HEALTHY:
         outcome = proc.stop(grace=2.0)
+        _forget(loading_state, guard)
         tick(health.last)
         report = parse_load_log(_read_log(prepared.process.log_path))
         diagnosis = diagnose(report, plan, outcome, health, model=prepared.model)
@@ -280,8 +307,15 @@ def run_launch(
     tick(health.last)
     report = parse_load_log(_read_log(prepared.process.log_path))
     state: ServerState | None = None
-    if record:
-        state = record_state(prepared, proc, health.seconds)
+    try:
+        if record:
+            state = record_state(prepared, proc, health.seconds)
+    except BaseException:
+        proc.kill()
+        _forget(loading_state, guard)
+        raise
+    if guard is not None:
+        guard.release()  # healthy and recorded: from here on it outlives this process
     rec: Reconciliation | None = None
     error: str | None = None
     if prediction is not None:
@@ -291,14 +325,7 @@ def run_launch(
             prediction.run()  # healthy at the first probe: predict now, in this thread
         error = prediction.error
         if prediction.result is not None:
-            budget, device = prediction.result
-            facts = memory_facts(plan.engine.flavour)
-            rec = reconcile(budget, report, facts, build_key(prepared.build), device)
-            if record:
-                try:
-                    save_measurement(rec)
-                except MtpStudioError as exc:
-                    error = f"measurement not saved: {exc}"
+            rec, error = reconcile_launch(prepared, report, *prediction.result, record=record)
     note: Diagnosis | None = None
     if report.drafting_disabled and (plan.mtp.enabled or plan.draft.path is not None):
         note = diagnose(report, plan, proc.outcome, health, model=prepared.model)
@@ -316,6 +343,44 @@ def run_launch(
     return result, proc
 
 
+def _forget(state: ServerState | None, guard: Watchdog | None) -> None:
+    """The server was stopped here: drop its record, and the watchdog with nothing to do."""
+    if state is not None:
+        remove_state(state)
+    if guard is not None:
+        guard.release()
+
+
+def reconcile_launch(
+    prepared: PreparedLaunch, report: LoadReport, budget: Budget, device: str, *, record: bool
+) -> tuple[Reconciliation, str | None]:
+    """The predicted budget against the logged sizes; ``record`` stores it for "last measured"."""
+    rec = reconcile(budget, report, memory_facts(prepared.build), build_key(prepared.build), device)
+    if record:
+        try:
+            save_measurement(rec)
+        except MtpStudioError as exc:
+            return rec, f"measurement not saved: {exc}"
+    return rec, None
+
+
+def measure_launch(
+    prepared: PreparedLaunch, report: LoadReport, *, record: bool = True
+) -> tuple[Reconciliation | None, str | None]:
+    """Compute the prediction (off the GUI thread) and set it against the logged sizes.
+
+    Returns the reconciliation (None when nothing could be predicted) and what went wrong, as
+    one sentence, if anything did.
+    """
+    if prepared.prediction is None:
+        return None, "the launch was prepared without a prediction"
+    try:
+        budget, device = prepared.prediction()
+    except MtpStudioError as exc:
+        return None, str(exc)
+    return reconcile_launch(prepared, report, budget, device, record=record)
+
+
 class HasPid(Protocol):
     """A started server process as ``record_state`` needs it (core's or the GUI's)."""
 
@@ -323,15 +388,21 @@ class HasPid(Protocol):
     def pid(self) -> int: ...
 
 
-def record_state(prepared: PreparedLaunch, proc: HasPid, healthy_after: float) -> ServerState:
-    """Save the plan copy and the server state in the XDG state dir."""
+def record_state(
+    prepared: PreparedLaunch, proc: HasPid, healthy_after: float | None
+) -> ServerState | None:
+    """Save the plan copy and the server state in the XDG state dir (``healthy_after`` None
+    while it loads). None when the process is already gone: without its start time a record
+    could not be told from a later program with the same pid, so none is written."""
+    start = procfs.start_ticks(proc.pid)
+    if start is None:
+        return None
     plan = prepared.plan
     plan_path = servers_dir() / f"{plan.server.port}.plan.json"
     save_plan(plan, plan_path)
-    start = procfs.start_ticks(proc.pid)
     state = ServerState(
         pid=proc.pid,
-        start_ticks=start if start is not None else -1,
+        start_ticks=start,
         host=plan.server.host,
         port=plan.server.port,
         log_path=str(prepared.process.log_path),
@@ -339,7 +410,7 @@ def record_state(prepared: PreparedLaunch, proc: HasPid, healthy_after: float) -
         flavour=plan.engine.flavour.value,
         binary=str(prepared.build.binary),
         argv=list(prepared.spec.argv),
-        healthy_after_s=round(healthy_after, 3),
+        healthy_after_s=None if healthy_after is None else round(healthy_after, 3),
     )
     save_state(state)
     return state

@@ -10,11 +10,20 @@ _MODEL_BUF_UP = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+
 _MODEL_BUF_IK = re.compile(r"llm_load_tensors:\s+(\S+) buffer size =\s+([\d.]+) MiB")
 _CTX_START = re.compile(r"(llama_context: n_seq_max\s+=|llama_init_from_model: n_ctx\s+=)")
 _MTP_START = re.compile(r"creating MTP draft context")
+# ik since speculative stages announces its MTP context only once it is built: the context just
+# read was the MTP one.
+_MTP_READY = re.compile(r"common_speculative_state_mtp: MTP context ready")
 # A second model load after the main model's buffers is the draft model (upstream announces it
 # with "loading draft model"; ik just loads it).
 _DRAFT_MODEL_START = re.compile(r"loading draft model|llama_model_loader: loaded meta data")
 _KV = re.compile(r"(?:llama_kv_cache|llama_kv_cache_init):\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
 _RS = re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+([\d.]+) MiB")
+# ik since speculative stages: the recurrent layers' per-step checkpoints for MTP, beside the
+# KV buffer that holds ik's recurrent state (so counted with it).
+_RS_STEPS = re.compile(
+    r"(?:per_step_alloc|checkpoint_alloc_shadows):\s+(\S+) (?:per-step|shadow) "
+    r"buffer =\s+([\d.]+) MiB"
+)
 _OUT = re.compile(r":\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")
 _COMPUTE = re.compile(r":\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 _N_CTX = re.compile(r"(?:llama_context|llama_init_from_model): n_ctx\s+=\s+(\d+)")
@@ -30,7 +39,10 @@ _MTP_DISABLED = re.compile(
     r"model has 0 NextN layers|MTP will be disabled|"
     r"context type MTP requested but model doesn't contain MTP layers|"
     r"failed to create MTP context|speculative decoding will not be used|"
-    r"draft model is not compatible|failed to load draft model"
+    r"draft model is not compatible|failed to load draft model|"
+    r"Speculative decoding is currently limited to a single server slot|"
+    r"MTP is not supported with parallel slots|"
+    r"MTP speculative stage requested, but the target package is not a complete"
 )
 _OOM = re.compile(
     r"cudaMalloc failed: out of memory|CUDA error: out of memory|"
@@ -48,7 +60,7 @@ _ERROR = re.compile(
 )
 _LOADED = re.compile(r"main: model loaded|llama_server: model loaded|\] model loaded")
 _BIND = re.compile(r"couldn't bind")
-_SLOTS = re.compile(r"n_slots = (\d+)")
+_SLOTS = re.compile(r"n_slots\s*=\s*(\d+)")  # upstream "n_slots = 1", ik "n_slots=1"
 _ALLOC_DEVICE = re.compile(r"on device (\d+)")
 _ALLOC_BUFTYPE = re.compile(r"failed to allocate (?:(\S+) )?buffer of size (\d+)")
 _ALLOC_MIB = re.compile(r"allocating ([\d.]+) MiB")
@@ -169,8 +181,9 @@ def parse_load_log(text: str) -> LoadReport:
     """Collect what a server log says about its load.
 
     A context starts at its ``n_seq_max``/``n_ctx`` line; one announced by ``creating MTP draft
-    context`` is the MTP context, one after ``loading draft model`` belongs to the draft model
-    (as do the model buffers that follow that line). A compute buffer reserved twice keeps the
+    context`` (upstream), or followed by ``MTP context ready`` (ik since speculative stages), is
+    the MTP context; one after ``loading draft model`` belongs to the draft model (as do the
+    model buffers that follow that line). A compute buffer reserved twice keeps the
     larger size. ik's ``Free memory … less the required compute buffer`` is a warning about its
     own estimate, not an allocation failure.
     """
@@ -182,6 +195,9 @@ def parse_load_log(text: str) -> LoadReport:
     for line in text.splitlines():
         if _MTP_START.search(line):
             next_kind = "mtp"
+            continue
+        if _MTP_READY.search(line) and len(report.contexts) > 1 and current is not None:
+            current.kind = "mtp"
             continue
         if _DRAFT_MODEL_START.search(line) and report.model and not draft_model_loading:
             next_kind = "draft"
@@ -215,7 +231,7 @@ def parse_load_log(text: str) -> LoadReport:
             _add(target, m.group(1), m.group(2))
         elif current is None:
             continue
-        elif m := _KV.search(line):
+        elif m := _KV.search(line) or _RS_STEPS.search(line):
             _add(current.kv, m.group(1), m.group(2))
         elif m := _RS.search(line):
             _add(current.recurrent, m.group(1), m.group(2))

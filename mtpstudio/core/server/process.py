@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import ServerError
 from mtpstudio.core.server import procfs
 
@@ -272,11 +272,12 @@ def pid_alive(pid: int, start: int | None = None) -> bool:
     return procfs.is_running(pid, start)
 
 
-def stop_pid(pid: int, start: int | None, grace: float = STOP_GRACE_S) -> ProcessOutcome:
+def stop_pid(pid: int, start: int, grace: float = STOP_GRACE_S) -> ProcessOutcome:
     """Stop a server another mtpstudio call started (not our child, so no exit code).
 
-    SIGTERM its process group, wait up to ``grace`` s, then SIGKILL. Checks ``start``
-    first so a reused pid is never signalled.
+    SIGTERM its process group, wait up to ``grace`` s, then SIGKILL. Checks ``start`` (always
+    required: a record without a start time is never acted on) first, so a reused pid is never
+    signalled.
 
     Raises:
         ServerError: the process survived SIGKILL (should not happen) or may not be signalled.

@@ -27,6 +27,21 @@ def start_ticks(pid: int, proc_root: Path = PROC) -> int | None:
     return int(fields[19])
 
 
+def process_group(pid: int, proc_root: Path = PROC) -> int | None:
+    """The process group ``pid`` is in (stat field 5); None if gone."""
+    fields = _stat_fields(pid, proc_root)
+    return int(fields[2]) if fields is not None and len(fields) > 2 else None
+
+
+def exe_path(pid: int, proc_root: Path = PROC) -> str | None:
+    """The program ``pid`` runs (``/proc/PID/exe``), even after the file was replaced."""
+    try:
+        target = os.readlink(proc_root / str(pid) / "exe")
+    except OSError:
+        return None
+    return target.removesuffix(" (deleted)")
+
+
 def is_running(pid: int, start: int | None = None, proc_root: Path = PROC) -> bool:
     """``pid`` exists, is not a zombie and (when ``start`` is given) started then.
 

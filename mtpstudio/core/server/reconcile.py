@@ -12,9 +12,10 @@ from typing import Any
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.memory.engine_facts import EngineMemoryFacts
 from mtpstudio.core.server.load_log import LoadReport
+from mtpstudio.core.state_files import SchemaError, load_cache
 from mtpstudio.core.units import MIB
 
 STORE_SCHEMA = 1
@@ -261,16 +262,23 @@ def reconcile(
 # store: $XDG_DATA_HOME/mtpstudio/measurements.json
 
 
+STORE_MAX_BYTES = 16 * 1024 * 1024
+
+
 def store_path() -> Path:
     return paths.data_dir() / "measurements.json"
 
 
+def _store_shape(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise SchemaError("is not a measurement store")
+    return data
+
+
 def _load_store(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {"schema": STORE_SCHEMA, "builds": {}}
-    if not isinstance(data, dict) or data.get("schema") != STORE_SCHEMA:
+    """The store; a damaged one is set aside (it fills again with the next launch)."""
+    data = load_cache(path, "the measurement store", _store_shape, max_bytes=STORE_MAX_BYTES)
+    if data is None or data.get("schema") != STORE_SCHEMA:
         return {"schema": STORE_SCHEMA, "builds": {}}
     if not isinstance(data.get("builds"), dict):
         data["builds"] = {}

@@ -1,19 +1,32 @@
-"""Running servers recorded in the XDG state dir, so a later CLI call can find and stop them."""
+"""Running servers recorded in the XDG state dir, so a later CLI call can find and stop them.
+
+A record is written as soon as the server is spawned (``healthy_after_s`` is None while it
+loads) and read back as untrusted input: a record that is not exactly what mtpstudio writes (a
+pid that is not a number, no start time to tell the server from a later program with the same
+pid) is named in one logged sentence and never acted on.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
+from mtpstudio.core.plan import EngineFlavour, is_host
 from mtpstudio.core.server.process import pid_alive
+from mtpstudio.core.state_files import SchemaError, StateFileError, read_json
+
+log = logging.getLogger(__name__)
 
 STATE_SCHEMA = 1
+RECORD_MAX_BYTES = 256 * 1024
+PID_MAX = 1 << 22  # the kernel's pid_max ceiling
 
 
 def servers_dir() -> Path:
@@ -44,7 +57,7 @@ class ServerState:
     """What a later call needs: which process, where it listens, its log and plan.
 
     ``start_ticks`` (the process start time from /proc) tells our server from a program that got
-    the same pid after it died.
+    the same pid after it died. ``healthy_after_s`` is None while the server is still loading.
     """
 
     pid: int
@@ -86,28 +99,59 @@ def save_state(state: ServerState) -> Path:
     return path
 
 
-def _from_json(data: Any) -> ServerState | None:
-    if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
-        return None
-    try:
-        return ServerState(**data)
-    except TypeError:
-        return None
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _check(data: Any) -> ServerState:
+    """The record as mtpstudio writes it, or SchemaError saying what is wrong."""
+    names = {f.name for f in fields(ServerState)}
+    if not isinstance(data, dict) or set(data) != names or data["schema"] != STATE_SCHEMA:
+        raise SchemaError("is not a server record of this mtpstudio")
+    if not _is_int(data["pid"], 2, PID_MAX):
+        raise SchemaError("has no valid pid")
+    if not _is_int(data["start_ticks"], 0, 1 << 62):
+        raise SchemaError("has no start time to tell the server from a later program")
+    if not _is_int(data["port"], 1, 65535) or not (
+        isinstance(data["host"], str) and is_host(data["host"])
+    ):
+        raise SchemaError("has no valid address")
+    texts = ("log_path", "plan_path", "binary")
+    if not all(isinstance(data[k], str) and "\n" not in data[k] for k in texts):
+        raise SchemaError("has no valid paths")
+    if data["flavour"] not in {f.value for f in EngineFlavour}:
+        raise SchemaError("names no engine mtpstudio knows")
+    argv = data["argv"]
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise SchemaError("has no valid command line")
+    healthy = data["healthy_after_s"]
+    if not _is_number(data["started_at"]) or not (healthy is None or _is_number(healthy)):
+        raise SchemaError("has no valid times")
+    return ServerState(**data)
 
 
 def load_states() -> list[ServerState]:
-    """Every recorded server, by port; unreadable files are skipped (and left alone)."""
+    """Every recorded server, by port. A damaged record is named in one logged sentence,
+    left in place and never acted on."""
     out: list[ServerState] = []
     try:
-        files = sorted(servers_dir().glob("*.json"))
+        files = sorted(f for f in servers_dir().glob("*.json") if f.stem.isdigit())
     except OSError:
         return out
     for file in files:
         try:
-            state = _from_json(json.loads(file.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
+            state = _check(read_json(file, "server record", max_bytes=RECORD_MAX_BYTES))
+        except StateFileError as exc:
+            log.warning("mtpstudio: %s; it is ignored.", exc)
             continue
-        if state is not None and file.name == f"{state.port}.json":
+        except SchemaError as exc:
+            log.warning("mtpstudio: the server record %s %s; it is ignored.", file, exc)
+            continue
+        if file.name == f"{state.port}.json":
             out.append(state)
     return out
 
@@ -120,9 +164,11 @@ def remove_state(state: ServerState) -> None:
         plan.unlink(missing_ok=True)
 
 
-def prune_stale() -> list[ServerState]:
-    """Remove records whose process is gone or whose pid now belongs to another program."""
-    stale = [s for s in load_states() if s.liveness() is not Liveness.RUNNING]
+def prune_stale(states: list[ServerState] | None = None) -> list[ServerState]:
+    """Remove records whose process is gone or whose pid now belongs to another program
+    (of ``states``, else of every record)."""
+    stale = [s for s in (load_states() if states is None else states)
+             if s.liveness() is not Liveness.RUNNING]  # fmt: skip
     for s in stale:
         remove_state(s)
     return stale

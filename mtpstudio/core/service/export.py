@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpstudio.core.atomic import write_bytes_atomic, write_text_atomic
-from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.service.render import (
     RenderedFile,

@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 
 from mtpstudio.core import paths, quoting
-from mtpstudio.core.engines.base import LaunchSpec
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, LoadMode, Plan
 
@@ -311,6 +311,7 @@ def render_service_files(
         "notes": _notes_context(spec),
         "warnings": [*spec.warnings, *unit_warnings],
         "mlock": mlock,
+        "loopback": plan.server.is_loopback,
         "unset_variables": SESSION_VARIABLES,
         "env": sorted(spec.env.items()),
         "model_file": model_file,

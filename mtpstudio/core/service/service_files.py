@@ -14,7 +14,7 @@ from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.planning import LaunchSpec, PlanningContext, launch_spec_for, resolve_mtp
+from mtpstudio.core.planning import LaunchSpec, PlanningContext, launch_spec_for, resolve
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.render import (
     RenderedFile,
@@ -47,8 +47,9 @@ def install_files(
     """Unit, env file and script as ``mtpstudio apply unit`` installs them (the same command
     and key file as ``export-unit``)."""
     key_file, messages = export_key_file(plan, create=True)
-    plan = resolve_mtp(plan, pctx)
-    spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
+    resolved = resolve(plan, pctx)
+    plan = resolved.effective
+    spec, notes = launch_spec_for(resolved, api_key_file=key_file)
     layout = ServiceLayout.for_plan(
         plan, scope, config_dir=paths.config_home(), data_dir=paths.data_home()
     )
@@ -88,8 +89,9 @@ def export_files(
     file's path does not depend on whether it exists yet).
     """
     key_file, messages = export_key_file(plan, create=create_key)
-    plan = resolve_mtp(plan, pctx)  # the files say what the engine runs: MTP auto decided
-    spec, notes = launch_spec_for(plan, pctx, api_key_file=key_file)
+    resolved = resolve(plan, pctx)
+    plan = resolved.effective  # the files say what the engine runs: MTP auto decided
+    spec, notes = launch_spec_for(resolved, api_key_file=key_file)
     files = render_all(
         plan,
         spec,

@@ -27,6 +27,7 @@ from mtpstudio.core.planning import (
     fit_suggestions,
     follows_published_setup,
     published_setup_text,
+    resolve,
 )
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
@@ -355,7 +356,7 @@ class BudgetPage(PlanPage):
         pctx = self.state.context()
         if pctx is None:
             return []
-        return fit_suggestions(self.state.plan, pctx)
+        return fit_suggestions(resolve(self.state.plan, pctx))
 
     def apply_suggestion(self, index: int) -> FitSuggestion | None:
         """Apply the planner's answer ``index`` (0: fewest CPU expert layers, 1: largest ctx)."""

@@ -341,6 +341,8 @@ class HardwarePage(PlanPage):
                     0,
                 )
             self.detected_combo.setCurrentIndex(index)
+        elif self.state.plan.model.path is not None and report is not None:
+            self.radio_cpu.setChecked(True)  # "auto" with no GPU: a model file plans for the CPU
         else:  # "auto" with nothing detected (yet): the demo's catalogue card stands in
             self.radio_catalogue.setChecked(True)
             self.catalogue_combo.setCurrentIndex(self.catalogue_combo.findData(DEFAULT_GPU_CARD))
@@ -370,6 +372,8 @@ class HardwarePage(PlanPage):
             if candidates:
                 gpu = max(candidates, key=lambda g: g.memory.total_bytes or 0)
         if gpu is None:
+            if self.state.plan.model.path is not None:
+                return "No GPU was detected: the plan keeps every layer on the CPU."
             return ""
         return (
             f"Planning for {gpu.id} ({gpu.name}): {mib(gpu.memory.free_bytes)} free of "

@@ -1,10 +1,13 @@
 """Launch & benchmark page: start the server, watch it load, measure it, keep and compare runs.
 
-The server is a ``GuiServer`` (ui/server_process.py: QProcess over core's launch spec). The
-benchmark is core's ``run_bench`` run through the task manager, with its own cancel token (a
-cancelled or failed run keeps its finished categories) and progress relayed to the GUI thread by
-a queued signal. Every run goes to the benchmark history; the charts and the export read it.
-Diagnosis fixes and doctor remedies are buttons that change the Plan (``PlanPage.apply``).
+The page holds the server row, the problem and fix buttons, and the tabs, each its own widget:
+Benchmark (``launch_bench``), Server log (``launch_log``), Memory (``launch_memory``), Compare &
+history (``launch_history``) and Tune (``tune_panel``). The server is a ``GuiServer``
+(ui/server_process.py: QProcess over the launch use case). The benchmark is the benchmark use
+case run through the task manager, with its own cancel token (a cancelled or failed run keeps
+its finished categories) and progress relayed to the GUI thread by a queued signal. Every run
+goes to the benchmark history; the charts and the export read it. Diagnosis fixes and doctor
+remedies are buttons that change the Plan (``PlanPage.apply``).
 """
 
 from __future__ import annotations
@@ -16,73 +19,50 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QFont, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
-    QComboBox,
     QFileDialog,
-    QGridLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
-    QLineEdit,
     QMessageBox,
-    QPlainTextEdit,
-    QProgressBar,
     QPushButton,
-    QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.bench.doctor import Finding, diagnose
 from mtpstudio.core.bench.history import BenchHistory, HistoryEntry, export_entry
-from mtpstudio.core.bench.prompts import load_prompts
-from mtpstudio.core.bench.results import BenchReport, BenchSettings
-from mtpstudio.core.bench.runner import run_bench
 from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
-from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.server.diagnosis import Diagnosis
-from mtpstudio.core.server.follow_up import bench_target
 from mtpstudio.core.server.health import HealthAnswer
-from mtpstudio.core.server.launch import LaunchResult
 from mtpstudio.core.server.process import ProcessOutcome
-from mtpstudio.core.server.reconcile import Reconciliation
+from mtpstudio.core.usecases.bench import (
+    BenchReport,
+    BenchSettings,
+    Finding,
+    prompts_for,
+    run_benchmark,
+    vram_sampler,
+)
+from mtpstudio.core.usecases.launch import LaunchResult, bench_target
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
+from mtpstudio.ui.pages.launch_bench import EXPORT_FORMATS, BenchTab
+from mtpstudio.ui.pages.launch_history import CompareTab
+from mtpstudio.ui.pages.launch_log import ServerLogTab
+from mtpstudio.ui.pages.launch_memory import MemoryTab
 from mtpstudio.ui.pages.tune_panel import TunePanel
 from mtpstudio.ui.server_process import GuiServer, ServerPhase
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskManager
-from mtpstudio.ui.widgets.charts import BarChart, LineChart, Series
 from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.error_details import DetailsNotice
 
 BENCH_KEY = "bench-run"
 HISTORY_KEY = "bench-history"
-LOG_BLOCKS = 5000
-DEFAULT_N_PREDICT = 192
-RESULT_COLUMNS = (
-    "Category",
-    "Tokens",
-    "Decode tok/s",
-    "Prefill tok/s",
-    "TTFT ms",
-    "Drafts",
-    "Accepted",
-    "Accept",
-)
-EXPORT_FILTERS = {
-    "md": "Markdown (*.md)",
-    "csv": "CSV, one row per category (*.csv)",
-    "json": "JSON, everything (*.json)",
-}
 HISTORY_KINDS = ("bench", "ab-a", "ab-b")
 
 
@@ -109,12 +89,6 @@ class _ProgressRelay(QObject):
     """Emitted from the benchmark's pool thread; connected slots run on the GUI thread."""
 
     progressed = Signal(object)  # BenchProgress
-
-
-def _cell(value: float | int | None, fmt: str = "{:.1f}") -> str:
-    if value is None:
-        return "–"
-    return fmt.format(value)
 
 
 def _history_runs(history: BenchHistory) -> tuple[HistoryEntry, ...]:
@@ -175,10 +149,14 @@ class LaunchPage(PlanPage):
 
         # -- tabs
         self.tabs = QTabWidget(self)
-        self.tabs.addTab(self._build_bench_tab(), "Benchmark")
-        self.tabs.addTab(self._build_log_tab(), "Server log")
-        self.tabs.addTab(self._build_memory_tab(), "Memory")
-        self.tabs.addTab(self._build_compare_tab(), "Compare && history")
+        self.bench_tab = BenchTab(self)
+        self.log_tab = ServerLogTab(self)
+        self.memory_tab = MemoryTab(self)
+        self.compare_tab = CompareTab(self)
+        self.tabs.addTab(self.bench_tab, "Benchmark")
+        self.tabs.addTab(self.log_tab, "Server log")
+        self.tabs.addTab(self.memory_tab, "Memory")
+        self.tabs.addTab(self.compare_tab, "Compare && history")
         self.tune = TunePanel(state, tasks, self, history=self.history)
         self.add_tool_tab(self.tune, "Tune")
 
@@ -189,6 +167,10 @@ class LaunchPage(PlanPage):
         body.addWidget(self.note)
         body.addWidget(self.tabs, 1)
 
+        self.bench_tab.bench_button.clicked.connect(self._on_bench_clicked)
+        self.bench_tab.cancel_button.clicked.connect(self._on_cancel_clicked)
+        self.bench_tab.export_button.clicked.connect(self._on_export_clicked)
+        self.bench_tab.remedy_chosen.connect(self.apply_fix)
         self.start_button.clicked.connect(self._on_start_clicked)
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.server.phase_changed.connect(self._on_phase_changed)
@@ -201,143 +183,6 @@ class LaunchPage(PlanPage):
         self.server.stopped.connect(self._on_server_stopped)
         self.server.health_polled.connect(self._on_health_polled)
         self._show_phase()
-
-    # -- building the tabs -------------------------------------------------------------------------
-
-    def _build_bench_tab(self) -> QWidget:
-        tab = QWidget(self)
-        self.n_predict = QSpinBox(tab)
-        self.n_predict.setRange(1, 4096)
-        self.n_predict.setValue(DEFAULT_N_PREDICT)
-        self.n_predict.setToolTip("Tokens generated per request (the community's runs use 192).")
-        self.repeats = QSpinBox(tab)
-        self.repeats.setRange(1, 20)
-        self.repeats.setValue(1)
-        self.repeats.setToolTip("Requests per category; the table shows medians.")
-        self.bench_button = QPushButton("Run benchmark", tab)
-        self.cancel_button = QPushButton("Cancel", tab)
-        self.export_button = QPushButton("Export…", tab)
-        self.export_format = QComboBox(tab)
-        for fmt in EXPORT_FILTERS:
-            self.export_format.addItem(fmt, fmt)
-        self.progress = QProgressBar(tab)
-        self.progress.setFormat("%v / %m requests")
-        self.progress_label = QLabel(tab)
-        controls = QHBoxLayout()
-        controls.addWidget(QLabel("Tokens per request", tab))
-        controls.addWidget(self.n_predict)
-        controls.addWidget(QLabel("Repeats", tab))
-        controls.addWidget(self.repeats)
-        controls.addWidget(self.bench_button)
-        controls.addWidget(self.cancel_button)
-        controls.addStretch(1)
-        controls.addWidget(self.export_format)
-        controls.addWidget(self.export_button)
-        progress_row = QHBoxLayout()
-        progress_row.addWidget(self.progress, 1)
-        progress_row.addWidget(self.progress_label, 2)
-        self.progress.setVisible(False)
-        self.summary = QLabel(
-            "Start the server, then run the benchmark: nine prompt categories, tokens per "
-            "second and draft acceptance, one warm-up request left out.",
-            tab,
-        )
-        self.summary.setWordWrap(True)
-        self.findings = QVBoxLayout()
-        self.finding_rows: list[QWidget] = []
-        self.finding_notices: list[Notice] = []
-        self.remedy_buttons: list[QPushButton] = []
-        self.results = QTableWidget(0, len(RESULT_COLUMNS), tab)
-        self.results.setHorizontalHeaderLabels(list(RESULT_COLUMNS))
-        self.results.verticalHeader().setVisible(False)
-        self.results.horizontalHeader().setSectionResizeMode(
-            QHeaderView.ResizeMode.ResizeToContents
-        )
-        self.results.horizontalHeader().setStretchLastSection(True)
-        self.results.verticalHeader().setDefaultSectionSize(22)
-        self.results.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.tok_chart = BarChart("Decode speed per category", "tok/s", tab)
-        self.accept_chart = BarChart("Draft acceptance per category", "%", tab)
-        self.accept_chart.fixed_max = 100.0
-        charts = QWidget(tab)
-        charts.setMaximumWidth(300)
-        column = QVBoxLayout(charts)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.addWidget(self.tok_chart)
-        column.addWidget(self.accept_chart)
-        lower = QHBoxLayout()
-        lower.addWidget(self.results, 1)
-        lower.addWidget(charts)
-        layout = QVBoxLayout(tab)
-        layout.addLayout(controls)
-        layout.addLayout(progress_row)
-        layout.addWidget(self.summary)
-        layout.addLayout(self.findings)
-        layout.addLayout(lower, 1)
-        self.bench_button.clicked.connect(self._on_bench_clicked)
-        self.cancel_button.clicked.connect(self._on_cancel_clicked)
-        self.export_button.clicked.connect(self._on_export_clicked)
-        return tab
-
-    def _build_log_tab(self) -> QWidget:
-        tab = QWidget(self)
-        self.search = QLineEdit(tab)
-        self.search.setPlaceholderText("Search the log (Enter: next match)")
-        self.search.setClearButtonEnabled(True)
-        self.search_label = QLabel(tab)
-        self.log_path_label = QLabel(tab)
-        self.log_path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.log_view = QPlainTextEdit(tab)
-        self.log_view.setReadOnly(True)
-        self.log_view.setMaximumBlockCount(LOG_BLOCKS)
-        self.log_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        mono = QFont("monospace")
-        mono.setStyleHint(QFont.StyleHint.Monospace)
-        self.log_view.setFont(mono)
-        row = QHBoxLayout()
-        row.addWidget(self.search, 1)
-        row.addWidget(self.search_label)
-        layout = QVBoxLayout(tab)
-        layout.addLayout(row)
-        layout.addWidget(self.log_path_label)
-        layout.addWidget(self.log_view, 1)
-        self.search.returnPressed.connect(self.find_next)
-        self.search.textChanged.connect(self._on_search_changed)
-        return tab
-
-    def _build_memory_tab(self) -> QWidget:
-        tab = QWidget(self)
-        self.memory_label = QLabel(
-            "Start the server to compare the planned memory with what the engine reports.", tab
-        )
-        self.memory_label.setWordWrap(True)
-        self.memory = QTableWidget(0, 5, tab)
-        self.memory.setHorizontalHeaderLabels(
-            ["Segment", "Device", "Predicted MiB", "Logged MiB", "Difference"]
-        )
-        self.memory.verticalHeader().setVisible(False)
-        self.memory.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.memory.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        layout = QVBoxLayout(tab)
-        layout.addWidget(self.memory_label)
-        layout.addWidget(self.memory, 1)
-        return tab
-
-    def _build_compare_tab(self) -> QWidget:
-        tab = QWidget(self)
-        self.compare_with = QComboBox(tab)
-        self.compare_with.setToolTip("The stored run to put next to the latest one.")
-        self.compare_with.setPlaceholderText("no other stored run yet")
-        self.ab_chart = BarChart("A/B: decode speed per category", "tok/s", tab)
-        self.history_chart = LineChart("History: tokens per second per run", "tok/s", tab)
-        grid = QGridLayout(tab)
-        grid.addWidget(QLabel("Compare the latest run with", tab), 0, 0)
-        grid.addWidget(self.compare_with, 0, 1)
-        grid.setColumnStretch(1, 1)
-        grid.addWidget(self.ab_chart, 1, 0, 1, 2)
-        grid.addWidget(self.history_chart, 2, 0, 1, 2)
-        self.compare_with.currentIndexChanged.connect(lambda _: self._draw_ab())
-        return tab
 
     def add_tool_tab(self, widget: QWidget, title: str) -> None:
         """The hook for tools that drive the server from this page (the tuner's live table
@@ -394,9 +239,10 @@ class LaunchPage(PlanPage):
         )  # fmt: skip
         self.stop_button.setEnabled(self.server.busy)
         benching = self.tasks.is_running(BENCH_KEY)
-        self.bench_button.setEnabled(phase is ServerPhase.HEALTHY and not benching)
-        self.cancel_button.setEnabled(benching)
-        self.export_button.setEnabled(self.shown_run_id is not None)
+        tab = self.bench_tab
+        tab.bench_button.setEnabled(phase is ServerPhase.HEALTHY and not benching)
+        tab.cancel_button.setEnabled(benching)
+        tab.export_button.setEnabled(self.shown_run_id is not None)
         if phase is not ServerPhase.HEALTHY:
             self.health_label.setText("")
 
@@ -406,8 +252,8 @@ class LaunchPage(PlanPage):
         self.problem.show_problem(None)
         self._clear_fixes()
         self.plan_note = None
-        self.log_view.clear()
-        self.memory.setRowCount(0)
+        self.log_tab.clear()
+        self.memory_tab.clear()
         plan = self._started_from = self.state.plan
         if plan.engine.binary is None:
             shown = self.state.build()  # the build the Engine page shows for this flavour
@@ -429,9 +275,7 @@ class LaunchPage(PlanPage):
         self._note_plan_drift()
 
     def _on_lines_logged(self, lines: list[str]) -> None:
-        self.log_view.appendPlainText("\n".join(lines))
-        if self.search.text():
-            self._count_matches()
+        self.log_tab.append(lines)
 
     def _on_start_refused(self, sentence: str) -> None:
         self.problem.show_problem(sentence)
@@ -439,11 +283,11 @@ class LaunchPage(PlanPage):
 
     def _on_became_healthy(self, result: LaunchResult) -> None:
         health = result.health
-        self.log_path_label.setText(f"Log file: {result.log_path}")
+        self.log_tab.show_path(result.log_path)
         self.health_label.setText(
             f"up after {health.seconds:.1f} s · {self._base_url()} · pid {self.server.pid}"
         )
-        self.memory_label.setText("Computing the prediction for this machine…")
+        self.memory_tab.show_computing()
         if result.diagnosis is not None:
             self._show_diagnosis(result.diagnosis, Tone.WARN)
         self._show_phase()
@@ -453,7 +297,7 @@ class LaunchPage(PlanPage):
         self.health_label.setText(f"{state} · {self._base_url()} · pid {self.server.pid}")
 
     def _on_measured(self, result: LaunchResult) -> None:
-        self.show_reconciliation(result.reconciliation, result.prediction_error)
+        self.memory_tab.show_reconciliation(result.reconciliation, result.prediction_error)
 
     def _on_server_failed(self, result: LaunchResult) -> None:
         if result.diagnosis is not None:
@@ -468,37 +312,6 @@ class LaunchPage(PlanPage):
 
     def _base_url(self) -> str:
         return self.server.base_url or ""
-
-    def show_reconciliation(self, rec: Reconciliation | None, error: str | None) -> None:
-        self.memory.setRowCount(0)
-        if rec is None:
-            self.memory_label.setText(f"No prediction to compare with: {error or 'unknown'}")
-            return
-        text = (
-            f"Predicted by the plan vs logged by the engine on {rec.device}: "
-            f"{rec.predicted_total_mib:,.1f} MiB vs {rec.actual_total_mib:,.1f} MiB."
-        )
-        self.memory_label.setText(text + (f" ({error})" if error else ""))
-        rows = [(r.segment, r.device, r.predicted_mib, r.actual_mib, r.delta_mib) for r in rec.rows]
-        rows.append(
-            (
-                "total",
-                "",
-                rec.predicted_total_mib,
-                rec.actual_total_mib,
-                rec.actual_total_mib - rec.predicted_total_mib,
-            )
-        )
-        self.memory.setRowCount(len(rows))
-        for i, (segment, device, predicted, actual, delta) in enumerate(rows):
-            cells = [segment, device, f"{predicted:,.2f}", f"{actual:,.2f}", f"{delta:+,.2f}"]
-            for j, text_cell in enumerate(cells):
-                item = QTableWidgetItem(text_cell)
-                if j >= 2:
-                    item.setTextAlignment(
-                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-                    )
-                self.memory.setItem(i, j, item)
 
     # -- diagnosis and fixes -----------------------------------------------------------------------
 
@@ -549,34 +362,32 @@ class LaunchPage(PlanPage):
         if self.server.phase is not ServerPhase.HEALTHY or prepared is None or base_url is None:
             self.problem.show_problem("Start the server first; the benchmark measures it.")
             return False
-        plan = prepared.plan
         target = bench_target(prepared, base_url)
-        settings = BenchSettings(n_predict=self.n_predict.value(), repeats=self.repeats.value())
+        tab = self.bench_tab
+        settings = BenchSettings(n_predict=tab.n_predict.value(), repeats=tab.repeats.value())
         cancel = self.bench_cancel = BenchCancelToken()
         relay = self._relay
         history = self.history
         wanted = set(categories) if categories is not None else None
-        sampler_on = plan.device != "cpu"
+        sampler_on = prepared.plan.device != "cpu"
 
         def job(token: CancelToken) -> BenchOutcome:
-            prompts = [p for p in load_prompts() if wanted is None or p.category in wanted]
-            vram = VramSampler() if sampler_on else VramSampler.disabled()
-            report = run_bench(
-                target, prompts, settings, cancel=cancel, progress=relay.progressed.emit, vram=vram
-            )
-            findings = tuple(diagnose(report, plan))
-            try:
-                run_id = history.add_report(report, "bench")
-                runs = _history_runs(history)
-            except MtpStudioError as exc:
-                return BenchOutcome(report, findings, None, (), error_sentence(exc))
-            return BenchOutcome(report, findings, run_id, runs)
+            run = run_benchmark(target, prompts_for(wanted), settings, history=history,
+                                cancel=cancel, progress=relay.progressed.emit,
+                                vram=vram_sampler(sampler_on))  # fmt: skip
+            error = run.history_error
+            runs: tuple[HistoryEntry, ...] = ()
+            if error is None:
+                try:
+                    runs = _history_runs(history)
+                except MtpStudioError as exc:
+                    error = exc
+            if error is not None:
+                return BenchOutcome(run.report, run.findings, None, (), error_sentence(error))
+            return BenchOutcome(run.report, run.findings, run.run_id, runs)
 
         total = len(wanted) if wanted is not None else 9
-        self.progress.setRange(0, total * settings.repeats)
-        self.progress.setValue(0)
-        self.progress.setVisible(True)
-        self.progress_label.setText("warming up…")
+        tab.start_progress(total * settings.repeats)
         self.tasks.run(job, self._on_bench_finished, self._on_bench_failed, key=BENCH_KEY)
         self._show_phase()
         return True
@@ -587,13 +398,10 @@ class LaunchPage(PlanPage):
     def _on_cancel_clicked(self) -> None:
         if self.bench_cancel is not None:
             self.bench_cancel.cancel()
-            self.progress_label.setText("cancelling after the current request…")
+            self.bench_tab.progress_label.setText("cancelling after the current request…")
 
     def _on_bench_progressed(self, step: BenchProgress) -> None:
-        if step.total:
-            self.progress.setRange(0, step.total)
-        self.progress.setValue(step.done)
-        self.progress_label.setText(f"{step.phase}: {step.category}")
+        self.bench_tab.show_progress(step)
 
     def _on_bench_finished(self, outcome: BenchOutcome) -> None:
         self.bench_cancel = None
@@ -609,25 +417,9 @@ class LaunchPage(PlanPage):
         """Fill the table, the summary, the findings and the charts from a run."""
         self.bench = outcome
         self.shown_run_id = outcome.run_id
-        report = outcome.report
-        self._fill_rows([c.to_dict() for c in report.categories])
-        accept = report.aggregate_accept_rate
-        parts = [
-            f"<b>{_cell(report.tok_s)} tok/s</b> over {report.n_requests} requests "
-            f"({report.total_predicted} tokens)",
-            "acceptance " + ("–" if accept is None else f"{accept * 100:.0f} %"),
-        ]
-        if report.cancelled:
-            parts.append("cancelled: the finished categories are kept")
-        elif report.error:
-            parts.append(f"stopped early: {report.error}")
-        if outcome.history_error:
-            parts.append(f"not stored: {outcome.history_error}")
-        elif outcome.run_id is not None:
-            parts.append(f"stored as run {outcome.run_id}")
-        self.summary.setText(" · ".join(parts))
-        self.progress_label.setText("done" if not report.error else "stopped")
-        self._show_findings(outcome.findings)
+        self.bench_tab.show_report(
+            outcome.report, outcome.findings, outcome.run_id, outcome.history_error
+        )
         if outcome.history:
             self.show_history(outcome.history)
 
@@ -635,72 +427,7 @@ class LaunchPage(PlanPage):
         """Show a run from the history (the page opens on the latest one)."""
         self.shown_run_id = entry.id
         self._show_phase()
-        self._fill_rows(entry.rows)
-        agg = entry.aggregate
-        accept = _float(agg.get("aggregate_accept_rate"))
-        self.summary.setText(
-            f"Last stored run {entry.id} ({entry.label}, {entry.created_at[:16].replace('T', ' ')}"
-            f"): <b>{_cell(_float(agg.get('tok_s')))} tok/s</b> over {agg.get('n_requests', 0)} "
-            "requests · acceptance " + ("–" if accept is None else f"{accept * 100:.0f} %")
-        )
-        warning = entry.report.get("drafting_warning")
-        self._show_findings([Finding("drafting-off", str(warning))] if warning else [])
-
-    def _fill_rows(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Table and per-category charts from rows shaped like ``CategoryResult.to_dict``."""
-        self.results.setRowCount(len(rows))
-        acceptance = [None if (a := _float(r.get("acceptance"))) is None else a * 100 for r in rows]
-        for i, r in enumerate(rows):
-            cells = [
-                str(r["category"]),
-                str(r.get("predicted", "")),
-                _cell(_float(r.get("decode_tok_s"))),
-                _cell(_float(r.get("prefill_tok_s"))),
-                _cell(_float(r.get("ttft_ms")), "{:.0f}"),
-                str(r.get("draft", "")),
-                str(r.get("accepted", "")),
-                _cell(acceptance[i], "{:.0f} %"),
-            ]
-            for j, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if j:
-                    item.setTextAlignment(
-                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-                    )
-                self.results.setItem(i, j, item)
-        labels = [str(r["category"]) for r in rows]
-        speeds = tuple(_float(r.get("decode_tok_s")) for r in rows)
-        self.tok_chart.set_data(labels, [Series("tok/s", speeds)])
-        self.accept_chart.set_data(labels, [Series("acceptance", tuple(acceptance))])
-
-    def _show_findings(self, findings: Sequence[Finding]) -> None:
-        """One row per finding: the sentence (red for 'drafting is off'), then its remedies."""
-        for row in self.finding_rows:
-            self.findings.removeWidget(row)
-            row.deleteLater()
-        self.finding_rows, self.finding_notices, self.remedy_buttons = [], [], []
-        for finding in findings:
-            row = QWidget(self)
-            line = QHBoxLayout(row)
-            line.setContentsMargins(0, 0, 0, 0)
-            notice = Notice(row)
-            tone = Tone.BAD if finding.code == "drafting-off" else Tone.WARN
-            notice.show_text(finding.message, tone)
-            line.addWidget(notice, 1)
-            self.finding_notices.append(notice)
-            for remedy in finding.remedies:
-                button = QPushButton(remedy.label[:1].upper() + remedy.label[1:], row)
-                button.setToolTip(
-                    "Changes the plan: "
-                    + ", ".join(f"{k} = {v}" for k, v in remedy.changes.items())
-                )
-                changes = dict(remedy.changes)
-                label = remedy.label
-                button.clicked.connect(lambda _=False, t=label, c=changes: self.apply_fix(t, c))
-                line.addWidget(button)
-                self.remedy_buttons.append(button)
-            self.findings.addWidget(row)
-            self.finding_rows.append(row)
+        self.bench_tab.show_stored(entry)
 
     # -- history, A/B, export ----------------------------------------------------------------------
 
@@ -714,23 +441,8 @@ class LaunchPage(PlanPage):
 
     def show_history(self, runs: Sequence[HistoryEntry]) -> None:
         self.history_runs = tuple(runs)
-        tok_s = tuple(_float(e.aggregate.get("tok_s")) for e in self.history_runs)
-        dates = [e.created_at[:16].replace("T", " ") for e in self.history_runs]
-        self.history_chart.set_data(dates, [Series("tok/s", tok_s)])
-        latest = self._latest_id()
-        self.compare_with.blockSignals(True)
-        self.compare_with.clear()
-        for entry in reversed(self.history_runs):
-            if entry.id == latest:
-                continue
-            tok = _float(entry.aggregate.get("tok_s"))
-            text = f"run {entry.id} · {entry.label} · {entry.created_at[:16]} · {_cell(tok)} tok/s"
-            self.compare_with.addItem(text, entry.id)
-        if self.compare_with.count():
-            self.compare_with.setCurrentIndex(0)  # the newest other run
-        self.compare_with.blockSignals(False)
-        self._draw_ab()
-        if self.bench is None and self.history_runs and self.results.rowCount() == 0:
+        self.compare_tab.show_runs(self.history_runs, self._latest_id())
+        if self.bench is None and self.history_runs and self.bench_tab.results.rowCount() == 0:
             self.show_stored(self.history_runs[-1])
 
     def _latest_id(self) -> int | None:
@@ -738,30 +450,11 @@ class LaunchPage(PlanPage):
             return self.bench.run_id
         return self.history_runs[-1].id if self.history_runs else None
 
-    def _draw_ab(self) -> None:
-        by_id = {e.id: e for e in self.history_runs}
-        latest = by_id.get(self._latest_id() or -1)
-        other = by_id.get(self.compare_with.currentData() or -1)
-        if latest is None:
-            self.ab_chart.set_data([], [])
-            return
-        a = {r["category"]: _float(r["decode_tok_s"]) for r in latest.rows}
-        series = [Series(f"run {latest.id}", tuple(a.values()))]
-        labels = list(a)
-        if other is not None:
-            b = {r["category"]: _float(r["decode_tok_s"]) for r in other.rows}
-            labels += [c for c in b if c not in a]
-            series = [
-                Series(f"run {latest.id}", tuple(a.get(c) for c in labels)),
-                Series(f"run {other.id}", tuple(b.get(c) for c in labels)),
-            ]
-        self.ab_chart.set_data(labels, series)
-
     def ask_export_path(self, fmt: str) -> Path | None:
         """The save dialog (tests replace this method)."""
         start = str(Path.home() / f"mtpstudio-bench.{fmt}")
         name, _ = QFileDialog.getSaveFileName(
-            self, "Export the results", start, EXPORT_FILTERS[fmt]
+            self, "Export the results", start, EXPORT_FORMATS[fmt]
         )
         return Path(name) if name else None
 
@@ -779,44 +472,10 @@ class LaunchPage(PlanPage):
         return True
 
     def _on_export_clicked(self) -> None:
-        fmt = str(self.export_format.currentData())
+        fmt = str(self.bench_tab.export_format.currentData())
         path = self.ask_export_path(fmt)
         if path is not None:
             self.export_results(fmt, path)
-
-    # -- log search --------------------------------------------------------------------------------
-
-    def find_next(self) -> bool:
-        """Select the next match of the search text in the log (wrapping around)."""
-        text = self.search.text()
-        if not text:
-            return False
-        if self.log_view.find(text):
-            return True
-        self.log_view.moveCursor(QTextCursor.MoveOperation.Start)
-        return self.log_view.find(text)
-
-    def _on_search_changed(self, text: str) -> None:
-        self.log_view.moveCursor(QTextCursor.MoveOperation.Start)
-        self._count_matches()
-        if text:
-            self.find_next()
-
-    def _count_matches(self) -> int:
-        text = self.search.text()
-        if not text:
-            self.search_label.setText("")
-            return 0
-        doc: QTextDocument = self.log_view.document()
-        needle = text.lower()
-        count = 0
-        block = doc.begin()
-        while block.isValid():
-            if needle in block.text().lower():
-                count += 1
-            block = block.next()
-        self.search_label.setText(f"{count} matching line{'s' if count != 1 else ''}")
-        return count
 
     # -- leaving -----------------------------------------------------------------------------------
 
@@ -856,7 +515,3 @@ class LaunchPage(PlanPage):
         else:
             self.server.stop_now()
         return True
-
-
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None

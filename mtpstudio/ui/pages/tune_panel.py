@@ -8,11 +8,8 @@ changes into the wizard's Plan through ``WizardState.update``, as every page doe
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -33,20 +30,22 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.bench.launcher import PlanServerLauncher
-from mtpstudio.core.bench.prompts import load_prompts
-from mtpstudio.core.bench.results import BenchSettings
 from mtpstudio.core.bench.target import CancelToken as TuneCancelToken
-from mtpstudio.core.bench.tune import TuneConstraints, TuneProgress, TuneResult, TuneRow, run_tune
-from mtpstudio.core.bench.tune_report import save_tune
-from mtpstudio.core.bench.tune_space import default_space
-from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.model.gguf import read_model_info
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MIN_CTX, CacheType, Plan, plan_with
-from mtpstudio.core.planning import MachineFacts, PlanningContext, resolve_for
-from mtpstudio.core.server.launch import find_build
+from mtpstudio.core.planning import MachineFacts
 from mtpstudio.core.units import MIB
+from mtpstudio.core.usecases.bench import BenchSettings, prompts_for
+from mtpstudio.core.usecases.tune import (
+    TuneConstraints,
+    TuneOutcome,
+    TuneProgress,
+    TuneResult,
+    TuneRow,
+    run_tuning,
+    tune_setup,
+)
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskManager
@@ -57,14 +56,6 @@ TUNE_KEY = "tune-run"
 DEFAULT_N_PREDICT = 64  # short requests: a quick search; the community's runs use 192
 DEFAULT_MAX_CANDIDATES = 6
 TABLE_COLUMNS = ("Candidate", "Fits", "tok/s", "Accept", "VRAM peak", "Stage", "Status", "Why")
-
-
-@dataclass(frozen=True)
-class TuneOutcome:
-    """A finished (or cancelled) search: the result and where it was stored."""
-
-    result: TuneResult
-    history_error: str | None = None
 
 
 class LinkedCancel(TuneCancelToken):
@@ -369,8 +360,9 @@ class TunePanel(QWidget):
         )
         self._fill([r.to_dict() for r in result.all_rows])
         self.summary.setText(summary_text(result))
-        if outcome.history_error:
-            self.note.show_text(f"Not stored in the history: {outcome.history_error}", Tone.WARN)
+        if outcome.history_error is not None:
+            why = error_sentence(outcome.history_error)
+            self.note.show_text(f"Not stored in the history: {why}", Tone.WARN)
         self.show_state()
 
     # -- use the best ----------------------------------------------------------------------------
@@ -422,7 +414,7 @@ def summary_text(result: TuneResult) -> str:
 
 def _tune_job(
     plan: Plan,
-    info: Any,
+    info: ModelInfo,
     machine: MachineFacts,
     constraints: TuneConstraints,
     kv_types: tuple[CacheType, ...],
@@ -431,26 +423,14 @@ def _tune_job(
     cancel: LinkedCancel,
     relay: _ProgressRelay,
     history: BenchHistory,
-) -> Any:
-    """The task: probe the build, plan the space, run the search, store it (no widgets)."""
+) -> Callable[[CancelToken], TuneOutcome]:
+    """The task: the tune use case (probe, resolve, search, store), no widgets."""
 
     def job(token: CancelToken) -> TuneOutcome:
         cancel.task = token
-        build = find_build(plan)
-        facts = replace(machine, builds=(build,))
-        draft = read_model_info(Path(plan.draft.path)) if plan.draft.path is not None else None
-        pctx = PlanningContext(facts, info, draft)
-        gpu = resolve_for(plan, facts).device.is_gpu
-        space = default_space(plan, info, gpu=gpu, cpu_count=os.cpu_count(), kv_types=kv_types)
-        prompts = [p for p in load_prompts() if categories is None or p.category in categories]
-        result = run_tune(plan, pctx, space, prompts, PlanServerLauncher(measure=False),
-                          constraints=constraints, settings=settings, cancel=cancel,
-                          progress=relay.progressed.emit,
-                          vram=VramSampler if gpu else VramSampler.disabled)  # fmt: skip
-        try:
-            save_tune(result, history)
-        except MtpStudioError as exc:
-            return TuneOutcome(result, error_sentence(exc))
-        return TuneOutcome(result)
+        setup = tune_setup(plan, model=info, machine=machine, kv_types=kv_types)
+        return run_tuning(setup, prompts_for(categories), constraints=constraints,
+                          settings=settings, cancel=cancel, progress=relay.progressed.emit,
+                          history=history)  # fmt: skip
 
     return job

@@ -1,5 +1,5 @@
-"""The ServerLauncher behind ``bench --plan`` and ``tune``: a plan's server started by
-core/server/launch on a free loopback port, handed over as a BenchTarget, stopped afterwards."""
+"""The ServerLauncher behind ``bench --plan`` and ``tune``: a plan's server started through the
+launch use case on a free loopback port, handed over as a BenchTarget, stopped afterwards."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ from pathlib import Path
 
 from mtpstudio.core.bench.target import BenchTarget
 from mtpstudio.core.engines.apikey import plan_api_key
-from mtpstudio.core.engines.base import LaunchSpec, describe_build
 from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.registry import describe_build
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import ServerError
 from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.planning import MachineFacts
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S
-from mtpstudio.core.server.launch import find_build, prepare_launch, run_launch
 from mtpstudio.core.server.state import remove_state
+from mtpstudio.core.usecases.launch import find_build, launch_machine, prepare_launch, run_launch
 
 LOOPBACK = "127.0.0.1"
 # Settings whose flags mean the server drafts (MTP, or a separate draft model).
@@ -79,9 +81,10 @@ class PlanServerLauncher:
     """``launcher(plan, label=..., env=...)`` -> context yielding a BenchTarget.
 
     Each call starts the plan's server on a free loopback port through ``prepare_launch`` /
-    ``run_launch`` (preflight, health wait, diagnosis, reconciliation stored), with ``env``
-    added and ``--metrics`` on; leaving the context stops and reaps it. The servers die with
-    the thread that started them, so a killed benchmark leaves none behind.
+    ``run_launch`` (preflight, the plan resolved for this machine, health wait, diagnosis,
+    reconciliation stored), with ``env`` added and ``--metrics`` on; leaving the context stops
+    and reaps it. The servers die with the thread that started them, so a killed benchmark
+    leaves none behind. Each build is probed, and the machine detected, once per launcher.
 
     Attributes:
         timeout: seconds each server may take to become healthy.
@@ -100,6 +103,7 @@ class PlanServerLauncher:
         log_dir: Path | None = None,
         environ: Mapping[str, str] | None = None,
         measure: bool = True,
+        machine: MachineFacts | None = None,
     ) -> None:
         self.timeout = timeout
         self.log_dir = log_dir
@@ -109,6 +113,7 @@ class PlanServerLauncher:
         self.launched: list[LaunchRecord] = []
         self.events: list[str] = []
         self._builds: dict[str, EngineBuild] = {}
+        self._machine = machine
 
     def _build(self, plan: Plan) -> EngineBuild:
         """The plan's build, probed once per launcher (the tuner starts the same one often)."""
@@ -124,8 +129,10 @@ class PlanServerLauncher:
         log = None
         if self.log_dir is not None:
             log = self.log_dir / f"{label or 'server'}-{plan.server.port}.log"
+        if self._machine is None:
+            self._machine = launch_machine(build)
         prepared = prepare_launch(plan, build, environ=self.environ, log_path=log,
-                                  die_with_parent=True)  # fmt: skip
+                                  die_with_parent=True, machine=self._machine)  # fmt: skip
         extra = with_metrics(prepared.spec, build)
         process = dataclasses.replace(
             prepared.process,

@@ -1,4 +1,4 @@
-"""How each engine lays out memory: the facts the budget needs (engines.md §5-§6)."""
+"""How an engine lays out memory: the facts the budget needs (engines.md §5-§6), one per profile."""
 
 from __future__ import annotations
 
@@ -28,6 +28,16 @@ class EngineMemoryFacts:
             (``llm_arch_supports_rs_rollback``); for others ``n_rs_seq`` is clamped to 0.
         reserves_all_logits: the compute reservation keeps logits for the whole ubatch (ik),
             which selects ik's compute-buffer estimate.
+        fit_counts_mtp_block: the engine's fit counts a loaded MTP block among the layers it
+            fills from the back (upstream: ``hp_ngl += n_layer_nextn``), so its experts move first.
+        fit_splits_layers: the engine's fit brings part of the first RAM layer back to the GPU
+            (upstream: up, then gate experts; else the router and shared expert go too).
+        mtp_layers_in_main_kv: with MTP on, the main context's KV cache holds the nextn layers
+            too, beside the MTP context's own (ik since speculative stages).
+        recurrent_step_checkpoints: with MTP on, the recurrent layers keep per-step rollback
+            checkpoints for each drafted step (ik since speculative stages).
+        sliding_window_cache: sliding-window layers (gemma3) get a cache of the window plus a
+            ubatch instead of the whole context (upstream's ``llama_kv_cache_iswa``).
     """
 
     flavour: EngineFlavour
@@ -42,37 +52,8 @@ class EngineMemoryFacts:
     fit_ctx_floor: int
     rollback_architectures: frozenset[str] = frozenset()
     reserves_all_logits: bool = False
-
-
-UPSTREAM_FACTS = EngineMemoryFacts(
-    flavour=EngineFlavour.UPSTREAM,
-    kv_pad_flash=256,
-    kv_pad_plain=256,
-    per_slot_streams=True,
-    recurrent_in_kv_buffer=False,
-    recurrent_rollback_copies=True,
-    mtp_architectures=frozenset({"qwen35moe", "qwen35", "qwen3next", "glm4moe", "deepseek2"}),
-    mtp_uses_draft_cache_types=True,
-    fit_changes_ctx=True,
-    fit_ctx_floor=4096,
-    rollback_architectures=frozenset({"qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe"}),
-)
-
-IK_FACTS = EngineMemoryFacts(
-    flavour=EngineFlavour.IK,
-    kv_pad_flash=256,
-    kv_pad_plain=32,
-    per_slot_streams=False,
-    recurrent_in_kv_buffer=True,
-    recurrent_rollback_copies=False,
-    mtp_architectures=frozenset({"glm4moe"}),
-    mtp_uses_draft_cache_types=False,
-    fit_changes_ctx=False,
-    fit_ctx_floor=0,
-    reserves_all_logits=True,
-)
-
-
-def memory_facts(flavour: EngineFlavour) -> EngineMemoryFacts:
-    """The memory rules of ``flavour``."""
-    return UPSTREAM_FACTS if flavour is EngineFlavour.UPSTREAM else IK_FACTS
+    fit_counts_mtp_block: bool = False
+    fit_splits_layers: bool = False
+    mtp_layers_in_main_kv: bool = False
+    recurrent_step_checkpoints: bool = False
+    sliding_window_cache: bool = False

@@ -1,0 +1,49 @@
+"""One module per engine flavour (or era): its profile as data (``PROFILE``), and the lookups.
+
+Each flavour's profiles are listed newest era first; a build gets the first whose era marker it
+answered (``EngineProfile.matches``), else the flavour's base era. Adding a flavour or an era is
+one module here plus its line in ``PROFILES``.
+"""
+
+from __future__ import annotations
+
+from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.profile import EngineProfile
+from mtpstudio.core.engines.profiles import ik, ik_stages, upstream
+from mtpstudio.core.errors import AdapterError
+from mtpstudio.core.plan import EngineFlavour
+
+__all__ = ["PROFILES", "profile_for", "profiles_of", "spec_type_candidates"]
+
+PROFILES: tuple[EngineProfile, ...] = (upstream.PROFILE, ik_stages.PROFILE, ik.PROFILE)
+"""Every profile; within a flavour, newer eras first and the base era (no marker) last."""
+
+
+def profiles_of(flavour: EngineFlavour) -> tuple[EngineProfile, ...]:
+    """The profiles of ``flavour``, newest era first."""
+    return tuple(p for p in PROFILES if p.flavour is flavour)
+
+
+def _base(flavour: EngineFlavour) -> EngineProfile:
+    found = [p for p in profiles_of(flavour) if p.era_marker is None]
+    if not found:
+        raise AdapterError(
+            f"mtpstudio has no engine profile for {flavour.value}",
+            hint="Choose upstream or ik as the plan's engine.",
+        )
+    return found[-1]
+
+
+def profile_for(build: EngineBuild | EngineFlavour) -> EngineProfile:
+    """The profile describing a build (by what it answered), or a flavour's base era."""
+    if isinstance(build, EngineFlavour):
+        return _base(build)
+    return next((p for p in profiles_of(build.flavour) if p.matches(build)), _base(build.flavour))
+
+
+def spec_type_candidates(base: tuple[str, ...]) -> tuple[str, ...]:
+    """``base`` plus every ``--spec-type`` value syntax a profile asks builds about (its MTP
+    stage, and the marker of its era)."""
+    extra = [p.mtp.params.probe for p in PROFILES if p.mtp.params is not None]
+    markers = [p.era_marker for p in PROFILES if p.era_marker is not None]
+    return tuple(dict.fromkeys([*base, *extra, *markers]))

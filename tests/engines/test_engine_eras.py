@@ -1,0 +1,141 @@
+"""Engine eras: a build is described by what it answered, and each era gets its own spelling.
+
+Today's ik_llama.cpp (8337e4c, speculative stages) takes ``--spec-type mtp:n_max=…,p_min=…`` and
+refuses ``-mtp``/``--draft-max``/``--draft-p-min``; the pinned ik (0.1.5) is the other way round.
+The builds here carry the flags each era's profile documents; tests/engines/
+test_recorded_eras.py drives the same through the real builds' recorded answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.mtp import mtp_can_run, mtp_support
+from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream
+from mtpstudio.core.engines.registry import build_launch_spec
+from mtpstudio.core.errors import AdapterError
+from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
+
+IK = EngineFlavour.IK
+MODEL = "/models/Qwen3.6-35B-A3B-IQ4_XS.gguf"
+
+
+def ik_build(era: str, **changes: object) -> EngineBuild:
+    """A probed CUDA ik build of ``era`` ("stages": 8337e4c, "pinned": 0.1.5)."""
+    profile = ik_stages.PROFILE if era == "stages" else ik.PROFILE
+    types = ("none", "ngram-mod", ik_stages.MTP_STAGE.probe) if era == "stages" else ("none",)
+    drafts = frozenset(s for e in profile.draft.spellings.values() for s in e.spellings)
+    build = EngineBuild(
+        binary=Path(f"/opt/ik-{era}/llama-server"),
+        flavour=IK,
+        version="4840" if era == "stages" else "0",
+        backends=(Backend.CUDA, Backend.CPU),
+        accepted_flags=profile.documented_flags | drafts | {"--api-key-file"},
+        spec_types=types,
+        mtp=MtpSupport.AVAILABLE if era == "stages" else MtpSupport.UNKNOWN_UNTIL_LAUNCH,
+    )
+    return build if not changes else EngineBuild(**{**build.__dict__, **changes})  # type: ignore[arg-type]
+
+
+def qwen(arch: str = "qwen35moe", nextn: int = 1) -> ModelInfo:
+    return ModelInfo(
+        architecture=arch, name="Qwen3.6-35B-A3B", block_count=40 + nextn, n_layer=40,
+        n_nextn_layer=nextn, n_embd=2048, n_head=16, n_head_kv=2, key_length=256,
+        value_length=256, context_length=262144, vocab_size=248320, n_expert=256,
+        n_expert_used=8, full_attention_interval=4,
+    )  # fmt: skip
+
+
+def plan(**sections: dict[str, object]) -> Plan:
+    data: dict[str, object] = {"model": {"path": MODEL}, "engine": {"flavour": "ik"}}
+    data.update(sections)
+    return plan_from_dict(data)
+
+
+def test_a_build_is_described_by_what_it_answered() -> None:
+    assert profile_for(ik_build("stages")) is ik_stages.PROFILE
+    assert profile_for(ik_build("pinned")) is ik.PROFILE
+    assert profile_for(IK) is ik.PROFILE  # a flavour alone: the documented (pinned) era
+    # the value syntax decides, not the version: a "pinned" version that answers it is new
+    assert profile_for(ik_build("pinned", spec_types=("none", "mtp:n_max=1,p_min=0.0"))) is (
+        ik_stages.PROFILE
+    )
+    up = EngineBuild(Path("/u"), EngineFlavour.UPSTREAM, "1", spec_types=("mtp:n_max=1,p_min=0.0",))
+    assert profile_for(up) is upstream.PROFILE  # another flavour's marker means nothing here
+    assert mtp_support(ik_build("stages")) is MtpSupport.AVAILABLE
+    assert mtp_support(ik_build("pinned")) is MtpSupport.UNKNOWN_UNTIL_LAUNCH
+
+
+def test_todays_ik_drafts_with_an_mtp_stage_and_writes_p_min_out() -> None:
+    spec = build_launch_spec(plan(mtp={"enabled": None, "draft_max": 3, "draft_p_min": 0.6}),
+                             ik_build("stages"), qwen())  # fmt: skip
+    assert spec.args[-2:] == ("--spec-type", "mtp:n_max=3,p_min=0.6")
+    assert not spec.blockers
+    assert not {"-mtp", "--draft-max", "--draft-p-min", "--draft-min"} & set(spec.args)
+    note = spec.note_for("--spec-type")
+    assert note is not None and note.setting == "mtp.enabled" and "0.6" in note.explanation
+    p0 = build_launch_spec(plan(mtp={"draft_p_min": 0.0, "draft_min": 1}), ik_build("stages"),
+                           qwen())  # fmt: skip
+    assert p0.args[-1] == "mtp:n_max=2,n_min=1,p_min=0"  # the default would differ by era
+
+
+def test_the_pinned_ik_keeps_the_old_spelling_and_cannot_load_qwen35moe_with_mtp() -> None:
+    glm = qwen("glm4moe")
+    spec = build_launch_spec(plan(mtp={"enabled": True, "draft_max": 3}), ik_build("pinned"), glm)
+    assert spec.args[-5:] == ("-mtp", "--draft-max", "3", "--draft-p-min", "0.75")
+    refused = build_launch_spec(plan(), ik_build("pinned"), qwen())
+    assert "-mtp" not in refused.args and refused.blockers
+    assert mtp_can_run(ik_build("pinned"), qwen()) is not None
+    assert mtp_can_run(ik_build("stages"), qwen()) is None
+    assert mtp_can_run(ik_build("stages"), qwen("llama", nextn=0)) == (
+        "the model has no MTP (nextn) layer"
+    )
+
+
+def test_each_era_refuses_the_other_eras_mtp_request() -> None:
+    # today's ik without the stage syntax answered: MTP on as asked cannot be written
+    no_stage = ik_build(
+        "stages", spec_types=("none",), accepted_flags=ik_stages.PROFILE.documented_flags
+    )
+    assert profile_for(no_stage) is ik.PROFILE  # described as what it answered: no stages...
+    with pytest.raises(AdapterError, match="-mtp"):  # ...and no -mtp either
+        build_launch_spec(plan(mtp={"enabled": True}), no_stage, qwen("glm4moe"))
+
+
+def test_a_draft_model_on_todays_ik_is_a_draft_stage() -> None:
+    spec = build_launch_spec(
+        plan(mtp={"enabled": False, "draft_max": 4, "draft_p_min": 0.5},
+             draft={"path": "/m/draft.gguf"}),
+        ik_build("stages"),
+    )  # fmt: skip
+    tail = spec.args[spec.args.index("-md") :]
+    assert tail == ("-md", "/m/draft.gguf", "-ngld", "999", "--spec-type",
+                    "draft:n_max=4,p_min=0.5", "-ctkd", "f16", "-ctvd", "f16")  # fmt: skip
+
+
+def test_every_era_profile_is_probed_and_spells_only_what_it_accepts() -> None:
+    from mtpstudio.core.engines.probe import CANDIDATE_FLAGS
+
+    probed = {spec.flag for spec in CANDIDATE_FLAGS}
+    for profile in (upstream.PROFILE, ik.PROFILE, ik_stages.PROFILE):
+        for table in (profile.spellings, profile.draft.spellings):
+            spelled = {s for entry in table.values() for s in entry.spellings}
+            assert spelled <= probed, (profile.era, sorted(spelled - probed))
+    legacy = {"-mtp", "--draft-max", "--draft-p-min", "--draft-min", "--draft", "--draft-n"}
+    assert not legacy & set(ik_stages.PROFILE.documented_flags)
+
+
+def test_todays_ik_drafts_with_one_slot_only() -> None:
+    two = build_launch_spec(plan(runtime={"parallel": 2}), ik_build("stages"), qwen())
+    assert any("--parallel 2" in b for b in two.blockers)
+    assert any("--parallel 1" in a for a in two.alternatives)
+    off = build_launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": False}),
+                            ik_build("stages"), qwen())  # fmt: skip
+    assert not off.blockers  # nothing drafts: any number of slots
+    pinned = build_launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": True}),
+                               ik_build("pinned"), qwen("glm4moe"))  # fmt: skip
+    assert not pinned.blockers  # the pinned ik drafts with several slots

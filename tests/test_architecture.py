@@ -62,6 +62,7 @@ UI_MAY_IMPORT = frozenset(
 UI_MAY_IMPORT_PREFIXES = (
     "mtpstudio.core.model.",  # gguf facts, model source, catalogue
     "mtpstudio.core.usecases.",  # launch and measure, benchmark, tune (the CLI's own path)
+    "mtpstudio.core.hub.",  # the Model page's Hugging Face dialog: table and download
 )
 
 # The helper runs as root through pkexec: the standard library and these two modules only.

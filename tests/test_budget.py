@@ -199,6 +199,28 @@ def test_fewest_cpu_expert_layers_is_minimal(qwen: ModelInfo, weights: ModelWeig
     assert fewer.devices[0].fits is False
 
 
+@pytest.mark.parametrize("card_id", ["rtx-3060-12gb", "rtx-4070-super", "rtx-5060-ti-16gb"])
+@pytest.mark.parametrize("ctx", [4096, 65536, 262144])
+def test_fewest_cpu_expert_layers_bisects_to_the_linear_answer(
+    qwen: ModelInfo, weights: ModelWeights, card_id: str, ctx: int
+) -> None:
+    card = catalogue_target(gpu_card(card_id), plan().desktop)
+    p = plan(ctx=ctx)
+    got = fewest_cpu_expert_layers(p, qwen, card, UPSTREAM_FACTS, weights=weights)
+    linear = next(
+        (
+            n
+            for n in range(qwen.block_count + 1)
+            if compute_budget(
+                plan(ctx=ctx, moe="n_cpu_moe", n_cpu_moe=n), qwen, card, UPSTREAM_FACTS,
+                weights=weights,
+            ).devices[0].fits is not False
+        ),
+        None,
+    )  # fmt: skip
+    assert (got.plan.runtime.n_cpu_moe if got.fits else None) == linear
+
+
 def test_largest_context_is_maximal(qwen: ModelInfo, weights: ModelWeights) -> None:
     card = catalogue_target(gpu_card("rtx-4070-super"), plan().desktop)
     p = plan(moe="n_cpu_moe", n_cpu_moe=26)

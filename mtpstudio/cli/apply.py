@@ -58,7 +58,13 @@ def register(sub: Any) -> None:
     p_status.set_defaults(func=cmd_status)
 
     p_verify = sub.add_parser(
-        "verify-session", help="inside the new session: renderer, desktop VRAM, leaked variables"
+        "verify-session",
+        help="inside the new session: renderer, desktop VRAM, leaked variables",
+        description="Ask KWin (D-Bus) and glxinfo/eglinfo how this session renders, compare the "
+        "desktop's VRAM with the figure kept at install time, and look for software-rendering "
+        "variables left in the systemd user manager. The first line is the verdict.",
+        epilog="Exit status: 0 software rendering confirmed; 1 a GPU renderer was seen; "
+        "3 nothing could confirm it (KWin did not answer); 2 bad input.",
     )
     p_verify.add_argument("--json", action="store_true", help="print JSON")
     p_verify.add_argument("--root", type=Path, help=argparse.SUPPRESS)
@@ -91,13 +97,6 @@ def _detect(include_engines: bool = False) -> Any:
     return detect_all(DetectionSources.system(), include_engines=include_engines)
 
 
-def _sddm(root: Path | None) -> Any:
-    from mtpstudio.core.desktop.session_apply import sddm_dirs
-    from mtpstudio.core.runner import SubprocessRunner
-
-    return sddm_dirs(root, SubprocessRunner())
-
-
 # --------------------------------------------------------------------------------------------
 # output
 
@@ -127,16 +126,19 @@ def _print_changes(changes: Sequence[tuple[str, str]]) -> None:
 
 
 def cmd_apply_session(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.install import apply_plan, helper_for, session_kind
-    from mtpstudio.core.desktop.reclaim import SWITCH_BACK, default_variant
-    from mtpstudio.core.desktop.session_apply import prepare_session, session_name
+    from mtpstudio.core.desktop.install import apply_plan, helper_for
+    from mtpstudio.core.desktop.reclaim import default_variant
+    from mtpstudio.core.desktop.session_apply import desktop_facts, prepare_session, usable_variant
     from mtpstudio.core.service.render import SessionVariant
     from mtpstudio.core.units import MIB
 
     root = _root(args)
     report = _detect()
+    facts = desktop_facts(root)
     if args.variant is None:
         variant, why = default_variant(report)
+        variant, changed = usable_variant(variant, facts, chosen=False)
+        why = changed or why
     else:
         variant = {
             "llvmpipe": SessionVariant.WAYLAND_LLVMPIPE,
@@ -144,7 +146,7 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
             "x11": SessionVariant.X11_LLVMPIPE,
         }[args.variant]
         why = "chosen with --variant"
-    plan, vram = prepare_session(report, variant, _sddm(root))
+    plan, vram = prepare_session(report, variant, facts.sddm, root)
     print(f"Session: {variant.value} - {why}")
     _print_preview(plan, root, args.dry_run)
     print(
@@ -153,8 +155,6 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
         + ("" if report.gpus else " (no GPU detected)")
         + ("; kept as the 'before' figure" if not args.dry_run else "")
     )
-    name = session_name(plan)
-    back = SWITCH_BACK[session_kind(variant)]
     if args.dry_run:
         print("Dry run: nothing was written. Run without --dry-run to install (asks for an "
               "administrator's password through polkit).")  # fmt: skip
@@ -162,17 +162,17 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
         answer = apply_plan(plan, helper_for(root))
         print("Installed:")
         _print_changes(answer.changes)
+    menu = "(Breeze: 'Desktop Session', bottom left) " if facts.sddm.installed else ""
     heading = "\nAfter installing:\n" if args.dry_run else "\nNext:\n"
     print(
-        heading
-        + f"  1. Log out. At the login screen open the session menu (Breeze: 'Desktop Session', "
-        f"bottom left) and pick '{name}'.\n"
-        "  2. SDDM remembers the last session you logged in with: it stays selected for later "
-        "logins.\n"
-        f"  3. To switch back, pick '{back}' in the same menu. To remove the session: "
+        heading + f"  1. Log out. At the login screen open the session menu {menu}and pick "
+        f"'{plan.shown_name}'.\n"
+        "  2. The login screen remembers the last session you logged in with: it stays selected "
+        "for later logins.\n"
+        f"  3. To switch back, pick '{plan.switch_back}' in the same menu. To remove the session: "
         "`mtpstudio revert session`.\n"
-        "  Inside the new session, `mtpstudio verify-session` compares the desktop's VRAM with "
-        "the figure kept now."
+        "  Inside the new session, `mtpstudio verify-session` checks the renderer and compares "
+        "the desktop's VRAM with the figure kept now."
     )
     return 0
 
@@ -297,6 +297,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from mtpstudio.core import paths
     from mtpstudio.core.desktop.install import system_status, user_status
 
     root = _root(args)
@@ -306,16 +307,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
-    empty = True
+    state = root / "var/lib/mtpstudio" if root is not None else Path("/var/lib/mtpstudio")
+    titles = {
+        "system": f"System files (through the helper; record in {state})",
+        "user": f"Your account's files (record in {paths.state_dir()})",
+    }
     for where, status in data.items():
-        for group, info in sorted(status["groups"].items()):
-            empty = False
-            print(f"{group} ({where}, installed {info['installed_at']}):")
+        groups = sorted(status["groups"].items())
+        print(f"{titles[where]}: nothing installed" if not groups else f"{titles[where]}:")
+        for group, info in groups:
+            print(f"  {group} (installed {info['installed_at']}):")
             for f in info["files"]:
                 replaced = ", replaced a file (kept for revert)" if f["replaced_a_file"] else ""
-                print(f"  {f['path']}  sha256 {f['sha256'][:16]}  {f['state']}{replaced}")
-    if empty:
-        print("mtpstudio has installed nothing here.")
+                print(f"    {f['path']}  sha256 {f['sha256'][:16]}  {f['state']}{replaced}")
     return 0
 
 
@@ -333,4 +337,4 @@ def cmd_verify_session(args: argparse.Namespace) -> int:
     else:
         for line in report.lines():
             print(line)
-    return 0
+    return report.exit_code

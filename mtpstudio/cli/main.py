@@ -26,6 +26,7 @@ COMMAND_MODULES = {
     "launch": "launch",
     "server": "server",
     "tune": "tune",
+    "models": "models",
 }
 
 

@@ -24,6 +24,7 @@ def register(sub: Any) -> None:
 
 def _export_files(args: argparse.Namespace) -> Any:
     """Render the plan's files the way the GUI's Export does (service_files.export_files)."""
+    from mtpstudio.core.desktop.session_apply import desktop_facts
     from mtpstudio.core.detect.report import detect_for
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, machine_for
@@ -33,7 +34,8 @@ def _export_files(args: argparse.Namespace) -> Any:
     plan = load_plan(args.plan)
     machine = machine_for(detect_for(plan))
     pctx = PlanningContext(machine, load_model_info(plan.model))
-    return export_files(plan, pctx, UnitScope(args.scope), args.user)
+    session = desktop_facts(None).settings(machine.igpu_card)
+    return export_files(plan, pctx, UnitScope(args.scope), args.user, session=session)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

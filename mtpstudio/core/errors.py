@@ -45,3 +45,15 @@ class BenchError(MtpStudioError):
 
 class ServerError(MtpStudioError):
     """A server cannot be launched, found or stopped (port in use, bad model, crash, timeout)."""
+
+
+class HubError(MtpStudioError):
+    """A model repository cannot be listed, read or downloaded (says which file and why).
+
+    ``whole_repo`` is True when the cause stops every file of the repository alike (not found,
+    gated, rate limited, no network), False when only this file is affected.
+    """
+
+    def __init__(self, message: str, hint: str | None = None, *, whole_repo: bool = False) -> None:
+        super().__init__(message, hint)
+        self.whole_repo = whole_repo

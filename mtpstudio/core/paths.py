@@ -42,3 +42,8 @@ def data_dir() -> Path:
 def user_unit_dir() -> Path:
     """Where systemd looks for a user's own units: ``$XDG_CONFIG_HOME/systemd/user``."""
     return config_home() / "systemd" / "user"
+
+
+def models_dir() -> Path:
+    """``$XDG_DATA_HOME/mtpstudio/models``: downloaded models, one folder per repository."""
+    return data_dir() / "models"

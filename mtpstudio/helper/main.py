@@ -17,10 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from mtpstudio.helper.constants import (
-    DISTRO_SESSION_DIRS,
     ENV_DIR,
     GROUP_SUFFIX,
-    LOCAL_SESSION_DIRS,
     MAX_PAYLOAD_BYTES,
     NVIDIA_PROFILE_DIR,
     STATE_DIR,
@@ -29,8 +27,8 @@ from mtpstudio.helper.constants import (
 )
 from mtpstudio.helper.faults import Faults
 from mtpstudio.helper.safefs import Refused
-from mtpstudio.helper.sddm import session_dirs
-from mtpstudio.helper.store import Change, FileSpec, Layout, RollbackIncomplete, Store
+from mtpstudio.helper.sddm import allowed_session_dir, system_layout
+from mtpstudio.helper.store import Change, FileSpec, RollbackIncomplete, Store
 from mtpstudio.helper.validate import (
     check_env_file,
     check_name,
@@ -109,20 +107,6 @@ def measurement_name(session_file: str) -> str:
     return f"desktop-vram-{session_file.removesuffix('.desktop')}.json"
 
 
-def allowed_session_dir(root: str, sessions_dir: str) -> str:
-    """``/usr/local/share/{wayland-sessions,xsessions}``, or ``/usr/share/…`` where SDDM reads
-    nothing else; returns the kind."""
-    for kind, local in LOCAL_SESSION_DIRS.items():
-        if sessions_dir == local:
-            return kind
-        if sessions_dir == DISTRO_SESSION_DIRS[kind]:
-            dirs = session_dirs(root)
-            if dirs.installed and dirs.target(kind) == sessions_dir:
-                return kind
-            raise Refused(f"{sessions_dir} is used only where SDDM reads nothing else")
-    raise Refused(f"{sessions_dir!r} is not a session folder the helper writes")
-
-
 def session_group(root: str, name: str, data: bytes) -> list[FileSpec]:
     """The wrapper, the session file and the measurement of ``install-session NAME``."""
     payload = _json_object(data)
@@ -188,7 +172,7 @@ def execute(
     root: str, verb: str, name: str | None, stdin: IO[bytes], faults: Faults
 ) -> dict[str, Any]:
     """Run one verb; returns the JSON answer. Raises Refused or OSError."""
-    layout = Layout(root=root)
+    layout = system_layout(root)
     if verb == "status":
         with Store.open(layout, faults, write=False) as store:
             return store.status()

@@ -74,11 +74,10 @@ class Layout:
     folders: Mapping[str, tuple[FolderRule, ...]] = field(
         default_factory=lambda: SYSTEM_GROUP_FOLDERS
     )
-    """The folders each kind of group may write (``SYSTEM_GROUP_FOLDERS`` for the system)."""
-
-    @property
-    def system(self) -> bool:
-        return self.folders is SYSTEM_GROUP_FOLDERS
+    """The folders each kind of group may write (``SYSTEM_GROUP_FOLDERS`` for the system, plus
+    the session folder the installed SDDM's own configuration names: ``sddm.system_layout``)."""
+    system: bool = True
+    """The system tree (units run as a system service); False for a user's own files."""
 
     def shown(self, path: str) -> str:
         """The real path of a root-relative ``/…`` path."""

@@ -21,7 +21,7 @@ from mtpstudio.core.server.systemd import SYSTEM_UNIT_DIR
 @dataclass(frozen=True)
 class SystemAccess:
     """The root the helper writes below (None: the real / through pkexec), the command runner
-    (systemctl, journalctl, sddm --version, glxinfo) and the environment (DESKTOP_SESSION)."""
+    (systemctl, journalctl, glxinfo) and the environment (DESKTOP_SESSION)."""
 
     root: Path | None = None
     runner: Runner = field(default_factory=SubprocessRunner)

@@ -13,6 +13,9 @@ Threading contract:
 * A cancelled task's callbacks are never invoked, even if it finishes anyway. Starting a task
   with the same ``key`` as a running one cancels the older one ("latest wins"), which is how
   refresh buttons and repeated file opens stay consistent.
+* A task that reports progress calls ``token.report_progress(value)`` (from its thread);
+  ``on_progress(value)`` runs on the GUI thread, in order, and never after the task was
+  cancelled or delivered its outcome.
 * ``busy_changed(bool)`` is emitted when the manager goes from idle to busy and back; pages
   use it (or their own task handles) to show a busy indicator while the user waits.
 * ``shutdown()`` cancels everything and waits (bounded) for the pool; call it before the
@@ -42,10 +45,20 @@ class TaskCancelled(Exception):
 class CancelToken(BaseCancelToken):
     """A flag a task polls to learn it is no longer wanted; safe to use from any thread.
 
-    ``raise_if_cancelled`` stops the task with TaskCancelled."""
+    ``raise_if_cancelled`` stops the task with TaskCancelled; ``report_progress`` hands a value
+    to the task's ``on_progress`` on the GUI thread."""
+
+    def __init__(self, report: Callable[[object], None] | None = None) -> None:
+        super().__init__()
+        self._report = report
 
     def cancelled_error(self) -> Exception:
         return TaskCancelled()
+
+    def report_progress(self, value: object) -> None:
+        """Send ``value`` to ``on_progress`` (dropped once the task is cancelled)."""
+        if self._report is not None and not self.cancelled:
+            self._report(value)
 
 
 @dataclass
@@ -59,6 +72,7 @@ class TaskHandle:
     on_error: Callable[[BaseException], None] | None
     finished: bool = False
     started_at: float = field(default_factory=time.monotonic)
+    on_progress: Callable[[Any], None] | None = None
 
     def cancel(self) -> None:
         """Ask the task to stop; its callbacks will not run."""
@@ -73,6 +87,7 @@ class _Relay(QObject):
     """Lives on the GUI thread; pool threads emit on it, the slot runs on the GUI thread."""
 
     delivered = Signal(int, bool, object)  # task id, ok, result or exception
+    progressed = Signal(int, object)  # task id, the value the task reported
 
 
 class _Runnable(QRunnable):
@@ -110,6 +125,7 @@ class TaskManager(QObject):
         self._pool.setMaxThreadCount(max_threads)
         self._relay = _Relay(self)
         self._relay.delivered.connect(self._on_delivered)
+        self._relay.progressed.connect(self._on_progressed)
         self._ids = itertools.count(1)
         self._tasks: dict[int, TaskHandle] = {}
 
@@ -122,8 +138,10 @@ class TaskManager(QObject):
         on_error: Callable[[BaseException], None] | None = None,
         *,
         key: str | None = None,
+        on_progress: Callable[[Any], None] | None = None,
     ) -> TaskHandle:
-        """Start ``fn(token)`` on the pool; ``on_done(result)`` / ``on_error(exc)`` run here.
+        """Start ``fn(token)`` on the pool; ``on_done(result)`` / ``on_error(exc)`` run here,
+        and ``on_progress(value)`` for each ``token.report_progress(value)``.
 
         A running task with the same ``key`` is cancelled first.
         """
@@ -132,7 +150,10 @@ class TaskManager(QObject):
                 if handle.key == key and handle.running:
                     handle.cancel()
         was_busy = self.busy
-        handle = TaskHandle(next(self._ids), key, CancelToken(), on_done, on_error)
+        task_id = next(self._ids)
+        relay = self._relay
+        token = CancelToken(lambda value: relay.progressed.emit(task_id, value))
+        handle = TaskHandle(task_id, key, token, on_done, on_error, on_progress=on_progress)
         self._tasks[handle.task_id] = handle
         self._pool.start(_Runnable(handle.task_id, fn, handle.token, self._relay))
         if not was_busy:
@@ -167,6 +188,11 @@ class TaskManager(QObject):
         self._pool.waitForDone(timeout_ms)
 
     # -- GUI-thread side --------------------------------------------------------------------
+
+    def _on_progressed(self, task_id: int, value: object) -> None:
+        handle = self._tasks.get(task_id)
+        if handle is not None and handle.running and handle.on_progress is not None:
+            handle.on_progress(value)
 
     def _on_delivered(self, task_id: int, ok: bool, outcome: object) -> None:
         handle = self._tasks.pop(task_id, None)

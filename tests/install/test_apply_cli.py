@@ -25,12 +25,15 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+PLASMA6 = Path(__file__).resolve().parent.parent / "fixtures" / "desktop" / "arch-plasma6"
+NAME = "Plasma software rendering by mtpstudio (Wayland)"
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
+    """Plasma 6's own session files (Arch's paths), no display manager."""
     root = make_root(tmp_path / "root")
-    plasma = root / "usr/local/share/wayland-sessions/plasma.desktop"
-    plasma.parent.mkdir(parents=True)
-    plasma.write_text("[Desktop Entry]\nType=Application\nName=Plasma (Wayland)\nExec=/bin/true\n")
+    shutil.copytree(PLASMA6 / "usr/share", root / "usr/share")
     return root
 
 
@@ -39,8 +42,8 @@ def test_apply_status_revert_round_trip(root: Path, capsys: pytest.CaptureFixtur
     code, out, err = run(capsys, "apply", "session", "--variant", "llvmpipe", "--root", str(root))
     assert code == 0, err
     assert f"created: {root}/usr/local/share/wayland-sessions/{SESSION}" in out
-    assert "pick 'Plasma (Wayland, software rendering, mtpstudio)'" in out
-    assert "SDDM remembers the last session" in out
+    assert f"pick '{NAME}'" in out
+    assert "remembers the last session" in out
     assert "pick 'Plasma (Wayland)'" in out and "mtpstudio revert session" in out
     stored = json.loads(
         (root / "var/lib/mtpstudio/desktop-vram-plasmawayland-llvmpipe-mtpstudio.json").read_text()
@@ -60,47 +63,101 @@ def test_apply_status_revert_round_trip(root: Path, capsys: pytest.CaptureFixtur
     assert "removed:" in out
     assert snapshot(root) == before
     code, out, _ = run(capsys, "status", "--root", str(root))
-    assert "installed nothing" in out
+    assert "System files (through the helper; record in" in out and "nothing installed" in out
 
 
 def test_dry_run_prints_files_and_diff_and_writes_nothing(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target = root / "usr/local/share/wayland-sessions" / SESSION
+    target.parent.mkdir(parents=True)
     target.write_text("[Desktop Entry]\nName=an older copy\n")
     before = snapshot(root)
     code, out, err = run(capsys, "apply", "session", "--dry-run", "--root", str(root))
     assert code == 0, err
     assert f"/usr/local/share/wayland-sessions/{SESSION} (changed)" in out
-    assert "-Name=an older copy" in out and "+Name=Plasma (Wayland, software rendering" in out
+    assert "-Name=an older copy" in out and f"+Name={NAME}" in out
     assert "+export KWIN_COMPOSE=Q" in out  # the wrapper's content, as a new file
     assert "Dry run: nothing was written" in out and "After installing:" in out
     assert snapshot(root) == before
 
 
+def dpkg_lists_sddm(root: Path, version: str, conf: str | None = None, text: str = "") -> None:
+    """The root's dpkg database lists sddm ``version``; ``conf`` (root-relative) holds ``text``."""
+    status = root / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_text(f"Package: sddm\nStatus: install ok installed\nVersion: {version}\n")
+    if conf is not None:
+        (root / conf).parent.mkdir(parents=True, exist_ok=True)
+        (root / conf).write_text(text)
+
+
 def test_debian_sddm_puts_the_session_in_usr_share(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status = root / "var/lib/dpkg/status"
-    status.parent.mkdir(parents=True)
-    status.write_text("Package: sddm\nStatus: install ok installed\nVersion: 0.19.0-5\n")
+    dpkg_lists_sddm(root, "0.19.0-5")
+    before = snapshot(root)
     code, out, err = run(capsys, "apply", "session", "--root", str(root))
     assert code == 0, err
-    assert "sddm 0.19.0 (dpkg database) reads /usr/share/wayland-sessions" in out
+    assert "sddm 0.19.0-5 (dpkg-query) reads /usr/share/wayland-sessions" in out
     assert (root / "usr/share/wayland-sessions" / SESSION).is_file()
+    assert f"pick '{NAME}'" in out  # ends in " (Wayland)": 0.19 adds nothing
     assert run(capsys, "revert", "session", "--root", str(root))[0] == 0
-    assert not (root / "usr/share").exists()
+    assert snapshot(root) == before
 
 
-def test_sddm_reading_a_custom_folder_is_said_plainly(
+def test_sddm_reading_a_custom_folder_gets_the_session_there(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    conf = root / "etc/sddm.conf.d/10-custom.conf"
-    conf.parent.mkdir(parents=True)
-    conf.write_text("[Wayland]\nSessionDir=/opt/sessions\n")
+    dpkg_lists_sddm(root, "0.21.0-1", "etc/sddm.conf.d/10-custom.conf",
+                    "[Wayland]\nSessionDir=/opt/sessions\n")  # fmt: skip
+    code, out, err = run(capsys, "apply", "session", "--root", str(root))
+    assert code == 0, err
+    assert "SessionDir in /etc/sddm.conf.d/10-custom.conf" in out
+    assert (root / "opt/sessions" / SESSION).is_file()
+
+
+def test_a_session_folder_sddm_cannot_read_is_said_plainly(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    both = "/usr/local/share/wayland-sessions,/usr/share/foo"
+    dpkg_lists_sddm(root, "0.19.0-5", "etc/sddm.conf", f"[Wayland]\nSessionDir={both}\n")
+    before = snapshot(root)
     code, _out, err = run(capsys, "apply", "session", "--root", str(root))
-    assert code == 2
-    assert err.count("\n") == 1 and "/opt/sessions" in err and "SessionDir" in err
+    assert code == 2 and err.count("\n") == 1
+    assert "as one folder" in err and "set one folder" in err.lower() and "/etc/sddm.conf" in err
+    assert snapshot(root) == before
+
+
+def test_no_plasma_says_so_and_offers_what_applies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = make_root(tmp_path / "bare")
+    code, _out, err = run(capsys, "apply", "session", "--root", str(bare))
+    assert code == 2 and err.count("\n") == 1
+    assert "Plasma's Wayland session is not installed here" in err
+    assert "plasma-workspace-wayland" in err
+    only_x11 = make_root(tmp_path / "x11")
+    shutil.copytree(PLASMA6 / "usr/share/xsessions", only_x11 / "usr/share/xsessions")
+    code, out, err = run(capsys, "apply", "session", "--dry-run", "--root", str(only_x11))
+    assert code == 0, err
+    assert "Session: x11-llvmpipe - Plasma's Wayland session is not installed here" in out
+    code, _out, err = run(capsys, "apply", "session", "--variant", "llvmpipe", "--root",
+                          str(only_x11))  # fmt: skip
+    assert code == 2 and "--variant x11" in err
+
+
+def test_an_empty_root_folder_is_a_fine_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    shutil.copytree(PLASMA6 / "usr/share", empty / "usr/share")
+    code, out, err = run(capsys, "apply", "session", "--root", str(empty))
+    assert code == 0, err
+    assert (empty / "usr/local/share/wayland-sessions" / SESSION).is_file()
+    code, out, err = run(capsys, "status", "--root", str(tmp_path / "empty"))
+    assert code == 0 and f"session:{SESSION}" in out
 
 
 def test_igpu_variant_without_an_igpu(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,12 +266,60 @@ def test_user_unit_without_root(
 
 
 def test_verify_session_on_this_machine(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """No KDE session, GL tools or GPU here: the report says so instead of failing."""
+    """No KDE session or GPU here: the verdict says 'unknown' and why, and exits 3."""
     assert run(capsys, "apply", "session", "--root", str(root))[0] == 0
-    code, out, err = run(capsys, "verify-session", "--json", "--root", str(root))
-    assert code == 0, err
-    report = json.loads(out)
-    assert report["desktop_bytes_before"] == 0 and report["measured_before"]
-    assert [g["tool"] for g in report["gl"]] == ["glxinfo", "eglinfo"]
-    code, out, _ = run(capsys, "verify-session", "--root", str(root))
+    env = {k: v for k, v in os.environ.items() if k not in {"DBUS_SESSION_BUS_ADDRESS", "DISPLAY"}}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "environ", env)
+        code, out, err = run(capsys, "verify-session", "--json", "--root", str(root))
+        assert code == 3, err
+        report = json.loads(out)
+        assert report["software_rendering"] == "unknown" and report["exit_code"] == 3
+        assert report["desktop_bytes_before"] == 0 and report["measured_before"]
+        assert [g["tool"] for g in report["gl"]] == ["glxinfo", "eglinfo"]
+        code, out, _ = run(capsys, "verify-session", "--root", str(root))
+    lines = out.splitlines()
+    assert code == 3 and lines[0].startswith("Software rendering: unknown - ")
     assert "Desktop VRAM now: 0 MiB, before: 0 MiB" in out
+    assert not any(marker in out for marker in ("Error", "org.freedesktop", "GDBus"))
+
+
+def test_status_on_a_fresh_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new account has ~/.config but no ~/.local/state yet: status says 'nothing' for it and
+    still shows the system part; reading creates nothing."""
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    code, out, err = run(capsys, "status")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("System files (through the helper; record in /var/lib/mtpstudio)")
+    state = home / ".local/state/mtpstudio"
+    assert f"Your account's files (record in {state}): nothing installed" in lines
+    code, out, err = run(capsys, "status", "--json")
+    assert code == 0 and json.loads(out)["user"]["groups"] == {}
+    assert not (home / ".local").exists()
+
+
+def test_arch_plasma6_with_sddm_0_21(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Arch's files (recorded from sddm 0.21.0 and plasma-workspace 6.7.4): /usr/local first,
+    and the wrapper runs Plasma 6's own Exec= (/usr/lib/plasma-dbus-run-session-if-needed)."""
+    arch = make_root(tmp_path / "arch")
+    shutil.copytree(PLASMA6, arch, dirs_exist_ok=True)
+    code, out, err = run(capsys, "apply", "session", "--root", str(arch))
+    assert code == 0, err
+    assert "sddm 0.21.0-7 (pacman database) reads /usr/local/share/wayland-sessions, " in out
+    assert (arch / "usr/local/share/wayland-sessions" / SESSION).is_file()
+    wrapper = (arch / "usr/local/lib/mtpstudio/startplasma-wayland-llvmpipe-mtpstudio").read_text()
+    assert "PLASMA_SESSION=(/usr/lib/plasma-dbus-run-session-if-needed " \
+           "/usr/bin/startplasma-wayland)" in wrapper  # fmt: skip
+    assert f"pick '{NAME}'" in out and "pick 'Plasma (Wayland)'" in out
+    code, out, err = run(capsys, "apply", "session", "--variant", "x11", "--root", str(arch))
+    assert code == 0, err
+    assert (arch / "usr/local/share/xsessions/plasmax11-llvmpipe-mtpstudio.desktop").is_file()
+    assert "pick 'Plasma software rendering by mtpstudio (X11)'" in out
+    assert "pick 'Plasma (X11)'" in out

@@ -115,4 +115,4 @@ def test_without_detection_the_catalogue_card_stands_in() -> None:
 
 def test_session_display_name_reads_the_desktop_file() -> None:
     desktop = render_session_files(SessionVariant.WAYLAND_LLVMPIPE)["desktop"].text
-    assert session_display_name(desktop) == "Plasma (Wayland, software rendering, mtpstudio)"
+    assert session_display_name(desktop) == "Plasma software rendering by mtpstudio (Wayland)"

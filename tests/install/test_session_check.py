@@ -27,6 +27,7 @@ from mtpstudio.core.detect.report import DetectionReport, DetectionSources, dete
 from mtpstudio.core.runner import RunResult
 from mtpstudio.core.service.render import SessionVariant
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "desktop"
 KWIN_QPAINTER = """KWin Support Information:
 Compositing
 ===========
@@ -127,25 +128,41 @@ def test_verify_session_in_a_software_session(tmp_path: Path) -> None:
     result = check_session(
         report, runner, {"DESKTOP_SESSION": "plasmawayland-llvmpipe-mtpstudio"}, before
     )
-    assert result.compositing == "QPainter" and result.software_rendering
+    assert result.compositing == "QPainter" and result.software_rendering == "yes"
+    assert result.exit_code == 0
     assert [g.tool for g in result.gl] == ["glxinfo", "eglinfo"]
     assert result.gl[0].renderers == ("llvmpipe (LLVM 20.1.7, 256 bits)",)
-    assert result.gl[1].problem and "not installed" in result.gl[1].problem
+    assert result.gl[1].missing
     assert result.leaked == {"LIBGL_ALWAYS_SOFTWARE": "1", "KWIN_COMPOSE": "Q"}
-    text = "\n".join(result.lines())
+    lines = result.lines()
+    assert lines[0] == (
+        "Software rendering: yes - KWin composites with QPainter (on the CPU); GL clients "
+        "render with llvmpipe (LLVM 20.1.7, 256 bits) (glxinfo)"
+    )
+    assert "Not installed: eglinfo (mesa-utils)" in lines
+    text = "\n".join(lines)
     assert "before: 1024 MiB" in text and "given back" in text
     assert "Leaked into the systemd user manager: LIBGL_ALWAYS_SOFTWARE=1, KWIN_COMPOSE=Q" in text
-    assert json.loads(json.dumps(result.to_json()))["software_rendering"] is True
+    assert json.loads(json.dumps(result.to_json()))["software_rendering"] == "yes"
     assert ("systemctl", "--user", "show-environment") in runner.calls
 
 
 def test_verify_session_with_nothing_installed(tmp_path: Path) -> None:
     report = detect("single_nvidia", tmp_path)
     result = check_session(report, Scripted({}), {}, None)
-    assert result.compositing is None and not result.software_rendering
-    assert all(g.problem for g in result.gl)
-    assert result.user_manager and "could not run" in result.user_manager
-    text = "\n".join(result.lines())
+    assert result.compositing is None and result.software_rendering == "unknown"
+    assert result.exit_code == 3
+    assert all(g.missing for g in result.gl)
+    assert result.user_manager == "environment unknown (systemctl is not installed)"
+    lines = result.lines()
+    assert lines[0].startswith("Software rendering: unknown - no D-Bus tool (qdbus6, qdbus")
+    missing = [line for line in lines if line.startswith("Not installed:")]
+    assert missing == [
+        "Not installed: glxinfo and eglinfo (mesa-utils); a D-Bus tool to ask KWin "
+        "(qdbus6, qdbus, gdbus or busctl)"
+    ]
+    assert not any(line.startswith(("glxinfo:", "eglinfo:", "KWin compositing:")) for line in lines)
+    text = "\n".join(lines)
     assert "no figure stored" in text and "unknown (DESKTOP_SESSION is not set)" in text
 
 
@@ -153,10 +170,53 @@ def test_verify_session_in_the_normal_session(tmp_path: Path) -> None:
     report = detect("single_nvidia", tmp_path)
     runner = Scripted({"qdbus6": ok("qdbus6", KWIN_OPENGL_NVIDIA), "systemctl": ok("s", "A=b\n")})
     result = check_session(report, runner, {"DESKTOP_SESSION": "plasma"}, None)
-    assert result.compositing == "OpenGL" and not result.software_rendering
+    assert result.compositing == "OpenGL" and result.software_rendering == "no"
+    assert result.exit_code == 1
+    assert result.lines()[0] == (
+        "Software rendering: no - KWin composites with OpenGL on NVIDIA GeForce RTX 4070 "
+        "SUPER/PCIe/SSE2; no GL tool reached a session display"
+    )
     assert result.leaked == {} and "No software-rendering variable leaked" in "\n".join(
         result.lines()
     )
+
+
+def recorded(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_debian_12_tools_recorded_in_a_real_software_session(tmp_path: Path) -> None:
+    """Debian's eglinfo 8.5 ignores -B and exits 2 (its GBM and X11 platforms fail): its
+    Wayland platform is still read; a GPU renderer from a GL client makes the verdict 'no'."""
+    report = detect("single_nvidia", tmp_path)
+    environ = {"WAYLAND_DISPLAY": "wayland-0", "DISPLAY": ":0"}
+    runner = Scripted({
+        "qdbus": ok("qdbus", recorded("kwin-5.27.5-support-information-qpainter.txt")),
+        "glxinfo": ok("glxinfo", recorded("glxinfo-8.5.0-debian12-xwayland.txt")),
+        "eglinfo": RunResult(("eglinfo",), 2, recorded("eglinfo-8.5.0-debian12-wayland.txt")),
+    })  # fmt: skip
+    result = check_session(report, runner, environ, None)
+    assert (result.compositing, result.software_rendering) == ("QPainter", "yes")
+    assert result.gl[0].renderers == ("llvmpipe (LLVM 15.0.6, 256 bits)",)
+    assert result.gl[1].renderers == ("EGL driver swrast (Mesa Project), Wayland platform",)
+    nvidia_gl = GLXINFO_LLVMPIPE.replace("llvmpipe (LLVM 20.1.7, 256 bits)", "NVIDIA GeForce")
+    runner.answers["glxinfo"] = ok("glxinfo", nvidia_gl)
+    mixed = check_session(report, runner, environ, None)
+    assert mixed.software_rendering == "no" and mixed.exit_code == 1
+    assert mixed.verdict_reason.startswith("GL clients render on NVIDIA GeForce (glxinfo)")
+
+
+def test_a_kwin_that_does_not_answer_is_unknown_not_hardware(tmp_path: Path) -> None:
+    report = detect("single_nvidia", tmp_path)
+    no_kwin = RunResult(("qdbus",), 2, "", "Service 'org.kde.KWin' does not exist.\n")
+    runner = Scripted({"qdbus": no_kwin, "glxinfo": ok("glxinfo", GLXINFO_LLVMPIPE)})
+    result = check_session(report, runner, {"DISPLAY": ":0"}, None)
+    assert result.software_rendering == "unknown" and result.exit_code == 3
+    assert result.lines()[0] == (
+        "Software rendering: unknown - KWin is not running on this session bus (not a Plasma "
+        "session?); GL clients render with llvmpipe (LLVM 20.1.7, 256 bits) (glxinfo)"
+    )
+    assert "does not exist" not in "\n".join(result.lines())
 
 
 def test_measurement_lookup_prefers_this_session() -> None:

@@ -450,9 +450,8 @@ def fake_session_tools(tmp: Path) -> tuple[SessionSettings, Path]:
     card.symlink_to("/dev/null")  # a character device, like /dev/dri/cardN
     settings_ = SessionSettings(
         igpu_card=str(card),
-        startplasma_wayland=str(bindir / "startplasma"),
-        startplasma_x11=str(bindir / "startplasma"),
-        dbus_run_session=str(bindir / "dbus-run"),
+        wayland_command=(str(bindir / "dbus-run"), str(bindir / "startplasma")),
+        x11_command=(str(bindir / "startplasma"),),
         wrapper_dir=str(tmp / "wrappers"),
         mesa_egl_vendor_file=str(mesa),
         llvmpipe_threads=4,
@@ -512,3 +511,27 @@ def test_igpu_wrapper_falls_back_when_the_igpu_is_gone(tmp_path: Path) -> None:
     result = subprocess.run([str(path)], env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0 and "not found" in result.stderr
     assert (tmp_path / "env").read_text() == ""  # Plasma started unchanged
+
+
+def test_wrapper_says_so_when_plasma_is_gone(tmp_path: Path) -> None:
+    settings_, bindir = fake_session_tools(tmp_path)
+    (bindir / "dbus-run").unlink()  # the distribution's command is no longer installed
+    wrapper = render_session_files(SessionVariant.WAYLAND_LLVMPIPE, settings_)["wrapper"]
+    path = tmp_path / wrapper.name
+    path.write_text(wrapper.text)
+    path.chmod(wrapper.mode)
+    env = {**os.environ, "RECORD_DIR": str(tmp_path)}
+    result = subprocess.run([str(path)], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and "is missing" in result.stderr
+    assert "mtpstudio revert session" in result.stderr and not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize("variant", list(SessionVariant))
+def test_session_wrappers_pass_shellcheck(variant: SessionVariant, tmp_path: Path) -> None:
+    tool = shutil.which("shellcheck")
+    assert tool, "shellcheck is missing: scripts/test installs it"
+    wrapper = render_session_files(variant, SESSION_SETTINGS)["wrapper"]
+    path = tmp_path / wrapper.name
+    path.write_text(wrapper.text)
+    result = subprocess.run([tool, "-S", "warning", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout

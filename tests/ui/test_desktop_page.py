@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,15 @@ WRAPPER_FILE = "usr/local/lib/mtpstudio/startplasma-wayland-llvmpipe-mtpstudio"
 PROFILE_FILE = "etc/nvidia/nvidia-application-profiles-rc.d/50-mtpstudio-desktop-vram.json"
 
 
+PLASMA6 = Path(__file__).resolve().parent.parent / "fixtures" / "desktop" / "arch-plasma6"
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    return make_root(tmp_path / "root")
+    """A root with Plasma 6's own session files (Arch's paths) and no display manager."""
+    root = make_root(tmp_path / "root")
+    shutil.copytree(PLASMA6 / "usr/share", root / "usr/share")
+    return root
 
 
 def desktop_wizard(
@@ -153,7 +160,7 @@ def test_apply_llvmpipe_session_preview_install_revert(
     qtbot.mouseClick(page.preview_box.install_button, Qt.MouseButton.LeftButton)
     assert wizard.tasks.wait_idle(30)
     assert page.action.outcome.tone is Tone.GOOD, page.action.outcome.sentence
-    assert "Plasma (Wayland, software rendering, mtpstudio)" in page.action.outcome.sentence
+    assert "Plasma software rendering by mtpstudio (Wayland)" in page.action.outcome.sentence
     assert "Plasma (Wayland)" in page.action.outcome.sentence  # how to switch back
     assert (root / SESSION_FILE).is_file() and (root / WRAPPER_FILE).is_file()
     stored = json.loads((root / f"var/lib/mtpstudio/desktop-vram-{SESSION_STEM}.json").read_text())
@@ -214,9 +221,13 @@ def test_cancel_stops_waiting_and_changes_nothing(make_wizard: WizardFactory, ro
 
 
 def test_a_refusal_is_one_sentence_with_details(make_wizard: WizardFactory, root: Path) -> None:
-    # an SDDM that reads sessions only from a folder mtpstudio does not write
+    # Debian 12's SDDM 0.19 given a comma list: it reads that as one folder and lists nothing
+    (root / "var/lib/dpkg").mkdir(parents=True)
+    (root / "var/lib/dpkg/status").write_text(
+        "Package: sddm\nStatus: install ok installed\nVersion: 0.19.0-5\n"
+    )
     (root / "etc").mkdir()
-    (root / "etc/sddm.conf").write_text("[Wayland]\nSessionDir=/opt/my-sessions\n")
+    (root / "etc/sddm.conf").write_text("[Wayland]\nSessionDir=/opt/my-sessions,/usr/share/x\n")
     before = snapshot(root)
     wizard = desktop_wizard(make_wizard, root)
     page = wizard.desktop_page
@@ -229,7 +240,7 @@ def test_a_refusal_is_one_sentence_with_details(make_wizard: WizardFactory, root
     outcome.toggle.click()
     assert outcome.details.isVisibleTo(page)
     assert outcome.details.toPlainText().startswith("InstallError:")
-    assert "SessionDir" in outcome.details.toPlainText()  # the hint
+    assert "Set one folder" in outcome.details.toPlainText()  # the hint
     assert snapshot(root) == before
 
 

@@ -87,3 +87,29 @@ def test_a_newer_task_with_the_same_key_wins(qtbot: QtBot) -> None:
     assert tasks.wait_idle(5)
     assert results == ["new"]
     assert not tasks.is_running("detect")
+
+
+def test_progress_arrives_in_order_on_the_gui_thread_and_stops_at_cancel(qtbot: QtBot) -> None:
+    tasks = TaskManager()
+    gui_thread = QThread.currentThread()
+    seen: list[tuple[object, bool]] = []
+    go_on = threading.Event()
+
+    def job(token: CancelToken) -> str:
+        for i in range(5):
+            token.report_progress(i)
+        go_on.wait(5)
+        token.report_progress("after cancel")  # dropped: nobody wants it any more
+        return "done"
+
+    handle = tasks.run(
+        job,
+        lambda _: None,
+        on_progress=lambda v: seen.append((v, QThread.currentThread() is gui_thread)),
+    )
+    qtbot.waitUntil(lambda: len(seen) == 5, timeout=5000)
+    assert seen == [(i, True) for i in range(5)]
+    handle.cancel()
+    go_on.set()
+    assert tasks.wait_idle(5)
+    assert [v for v, _ in seen] == list(range(5))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mtpstudio.core import paths
+from mtpstudio.core.desktop.reclaim import session_display_name
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.runner import Runner
 from mtpstudio.core.service.render import (
@@ -30,6 +31,7 @@ from mtpstudio.core.service.render import (
 )
 from mtpstudio.helper import main as helper_main
 from mtpstudio.helper.constants import (
+    DISTRO_SESSION_DIRS,
     HELPER_INSTALL_PATH,
     USER_GROUP_FOLDERS,
     WAYLAND_SESSIONS,
@@ -37,8 +39,8 @@ from mtpstudio.helper.constants import (
 )
 from mtpstudio.helper.faults import Faults
 from mtpstudio.helper.safefs import Refused, open_root, opened_dir, read_regular
-from mtpstudio.helper.sddm import SessionDirs
-from mtpstudio.helper.store import FileSpec, Layout, RollbackIncomplete, Store
+from mtpstudio.helper.sddm import SECTIONS, SessionDirs, system_layout
+from mtpstudio.helper.store import MANIFEST, FileSpec, Layout, RollbackIncomplete, Store
 from mtpstudio.helper.validate import check_env_file, check_unit
 
 PKEXEC_TIMEOUT_S = 300.0
@@ -59,6 +61,8 @@ class InstallPlan:
     payload: bytes
     files: tuple[RenderedFile, ...]
     notes: tuple[str, ...] = ()
+    shown_name: str = ""  # a session: what the login screen's menu shows for it
+    switch_back: str = ""  # a session: the usual session to pick to go back
 
     @property
     def group(self) -> str:
@@ -97,16 +101,19 @@ def session_plan(
     settings: SessionSettings,
     sddm: SessionDirs,
     desktop_vram: Mapping[str, Any] | None = None,
+    *,
+    listed: Sequence[str] = (),
+    switch_back: str = "",
 ) -> InstallPlan:
-    """The session file + wrapper for ``variant`` in the folder the installed SDDM reads."""
+    """The session file + wrapper for ``variant`` in the folder the installed SDDM reads;
+    ``listed`` are the names of the other sessions the login screen lists."""
     kind = session_kind(variant)
     target = sddm.target(kind)
     if target is None:
         raise InstallError(
-            f"the installed SDDM reads {kind} only from {', '.join(sddm.dirs[kind])}, "
-            "where mtpstudio does not write",
-            hint="Add /usr/local/share/" + kind + " to SessionDir in /etc/sddm.conf.d/, or "
-            "use `mtpstudio render` and copy the session file yourself.",
+            sddm.explain(kind).rstrip("."),
+            hint=f"Set one folder, e.g. SessionDir={DISTRO_SESSION_DIRS[kind]}, in the "
+            f"[{SECTIONS[kind]}] section of /etc/sddm.conf.d/, then run this again.",
         )
     if kind == WAYLAND_SESSIONS:
         settings = replace(settings, wayland_sessions_dir=target)
@@ -123,9 +130,9 @@ def session_plan(
     if desktop_vram is not None:
         payload["desktop_vram"] = dict(desktop_vram)
     notes = (sddm.explain(kind), *sddm.notes)
-    return InstallPlan(
-        "install-session", desktop.name, json.dumps(payload).encode(), (wrapper, desktop), notes
-    )
+    shown = sddm.shown_name(session_display_name(desktop.text), kind, listed)
+    return InstallPlan("install-session", desktop.name, json.dumps(payload).encode(),
+                       (wrapper, desktop), notes, shown, switch_back)  # fmt: skip
 
 
 def system_unit_plan(files: Mapping[str, RenderedFile]) -> InstallPlan:
@@ -210,6 +217,9 @@ class InProcessHelper:
     def __call__(self, args: Sequence[str], payload: bytes) -> tuple[int, str, str]:
         out, err = io.StringIO(), io.StringIO()
         env = {k: v for k, v in self.environ.items() if k != "PKEXEC_UID"}
+        if args and args[0].startswith("install-"):
+            # A tree given with --root may be empty: give it the /var/lib the state lives in.
+            (self.root / "var" / "lib").mkdir(parents=True, exist_ok=True)
         code = helper_main.run(
             ["--root", str(self.root), *args], io.BytesIO(payload), out, err, env
         )
@@ -301,7 +311,7 @@ def revert_group(group: str, transport: HelperTransport) -> HelperAnswer:
 def system_status(root: Path | None = None) -> dict[str, Any]:
     """What the helper installed (read directly: the manifest is world-readable)."""
     try:
-        with Store.open(Layout(root=str(root or "/")), Faults(), write=False) as store:
+        with Store.open(system_layout(str(root or "/")), Faults(), write=False) as store:
             return store.status()
     except Refused as exc:
         raise InstallError(f"cannot read what mtpstudio installed: {exc}") from None
@@ -310,7 +320,7 @@ def system_status(root: Path | None = None) -> dict[str, Any]:
 def read_measurement(name: str, root: Path | None = None) -> dict[str, Any] | None:
     """A stored file of the helper's state folder (e.g. ``desktop-vram-….json``)."""
     try:
-        with Store.open(Layout(root=str(root or "/")), Faults(), write=False) as store:
+        with Store.open(system_layout(str(root or "/")), Faults(), write=False) as store:
             raw = store.read_state_file(name)
     except (Refused, OSError):
         return None
@@ -339,7 +349,7 @@ def user_layout() -> Layout:
     """The user-level tree: units and env files below $XDG_CONFIG_HOME, state in XDG state."""
     state = paths.state_dir()
     return Layout(root=str(paths.config_home()), state_root=str(state.parent),
-                  state_rel=state.name, folders=USER_GROUP_FOLDERS)  # fmt: skip
+                  state_rel=state.name, folders=USER_GROUP_FOLDERS, system=False)  # fmt: skip
 
 
 def _user_rel(path: Path) -> str:
@@ -400,8 +410,9 @@ def install_user_unit(files: Mapping[str, RenderedFile], runner: Runner) -> User
 
 
 def user_status() -> dict[str, Any]:
+    """What mtpstudio installed for this account (nothing yet on a fresh account)."""
     layout = user_layout()
-    if not Path(layout.root).is_dir():
+    if not (paths.state_dir() / MANIFEST).is_file():
         return {"root": layout.root, "groups": {}}
     try:
         with Store.open(layout, Faults(), write=False) as store:

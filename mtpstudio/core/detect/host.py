@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpstudio.core.detect.models import HostInfo
-from mtpstudio.core.runner import Runner
+from mtpstudio.core.runner import Runner, RunResult
 
 KWIN_TIMEOUT_S = 1.5
 # Asked in this order; the first that answers wins (qdbus6 on Plasma 6, qdbus on Plasma 5).
@@ -137,15 +137,33 @@ def detect_session(
     )
 
 
+# What D-Bus tools print when KWin is not on the bus, or when there is no session bus.
+_NOT_ON_BUS = ("does not exist", "ServiceUnknown", "was not provided by any", "not activatable")
+_NO_BUS = ("connect", "autolaunch", "bus address", "DBUS_SESSION_BUS_ADDRESS")
+
+
+def bus_failure(result: RunResult, timeout: float) -> str:
+    """Why a D-Bus tool got no answer from KWin, as one phrase (not the tool's own text)."""
+    text = result.output
+    if result.timed_out:
+        return f"KWin did not answer within {timeout:g} s"
+    if any(marker in text for marker in _NOT_ON_BUS):
+        return "KWin is not running on this session bus (not a Plasma session?)"
+    if any(marker.lower() in text.lower() for marker in _NO_BUS):
+        return "no session bus is reachable (DBUS_SESSION_BUS_ADDRESS is not set)"
+    return f"{result.argv[0]} could not ask KWin ({result.reason(timeout)})"
+
+
 def kwin_compositing(runner: Runner, timeout: float) -> tuple[str | None, str | None, str | None]:
-    """(compositing type, OpenGL renderer, problem) from KWin's supportInformation."""
+    """(compositing type, OpenGL renderer, problem) from KWin's supportInformation; the
+    problem is one phrase, and None as well when no D-Bus tool is installed."""
     reasons: list[str] = []
     for argv in KWIN_SUPPORT_INFO_COMMANDS:
         result = runner(argv, timeout)
         if result.error is not None:
             continue  # tool not installed: try the next one
         if not result.ok:
-            reasons.append(f"{argv[0]}: {result.reason(timeout)}")
+            reasons.append(bus_failure(result, timeout))
             if result.timed_out:
                 break  # KWin (or the bus) is not answering: another tool will not fare better
             continue
@@ -153,12 +171,12 @@ def kwin_compositing(runner: Runner, timeout: float) -> tuple[str | None, str | 
         comp = _COMPOSITING.search(text)
         rend = _RENDERER.search(text)
         if comp is None:
-            reasons.append(f"{argv[0]}: no 'Compositing Type' in KWin's answer")
+            reasons.append("KWin's answer has no 'Compositing Type' line")
             continue
         return comp.group(1).strip(), rend.group(1).strip() if rend else None, None
     if not reasons:
         return None, None, None  # no D-Bus tool installed: nothing to say
-    return None, None, "KWin compositing type unknown (" + "; ".join(reasons) + ")"
+    return None, None, reasons[0]
 
 
 def display_manager(etc_root: Path) -> str | None:

@@ -81,33 +81,52 @@ def fewest_cpu_expert_layers(
     host: HostSpec | None = None,
     weights: ModelWeights | None = None,
 ) -> FitSuggestion:
-    """The smallest ``--n-cpu-moe N`` that fits at this context."""
+    """The smallest ``--n-cpu-moe N`` that fits at this context.
+
+    Moving one more layer's experts never adds VRAM once some are on the CPU (the op-offload
+    buffer appears with the first), so after N = 0 the answer is found by bisection: a few
+    budgets instead of one per layer.
+    """
     host = host or HostSpec()
     weights = weights or ModelWeights.from_model(model)
     if not model.is_moe:
         b = compute_budget(plan, model, target, facts, host, weights)
         return FitSuggestion({}, plan, b, "the model has no experts to move")
-    last: tuple[Plan, Budget] | None = None
-    for n in range(model.block_count + 1):
+
+    def at(n: int) -> tuple[dict[str, Any], Plan, Budget]:
         changes: dict[str, Any] = {
             "runtime.moe": MoePlacement.N_CPU_MOE.value,
             "runtime.n_cpu_moe": n,
         }
         p = plan_with(plan, changes)
-        b = compute_budget(p, model, target, facts, host, weights)
-        last = (p, b)
-        if device_fits(b):
+        return changes, p, compute_budget(p, model, target, facts, host, weights)
+
+    found = at(0)
+    if not device_fits(found[2]):
+        lo, hi = 1, model.block_count
+        last = at(hi)
+        if not device_fits(last[2]):
+            _, p, b = last
             return FitSuggestion(
-                changes,
+                {"runtime.moe": MoePlacement.ALL_CPU.value},
                 p,
                 b,
-                f"fewest expert layers on the CPU at ctx {plan.runtime.ctx:,}: --n-cpu-moe {n}",
+                "even with every expert on the CPU it does not fit: lower the context or cache "
+                "types",
             )
-    assert last is not None
-    p, b = last
+        found = last
+        while lo < hi:
+            mid = (lo + hi) // 2
+            candidate = at(mid)
+            if device_fits(candidate[2]):
+                found, hi = candidate, mid
+            else:
+                lo = mid + 1
+    changes, p, b = found
+    n = p.runtime.n_cpu_moe
     return FitSuggestion(
-        {"runtime.moe": MoePlacement.ALL_CPU.value},
+        changes,
         p,
         b,
-        "even with every expert on the CPU it does not fit: lower the context or cache types",
+        f"fewest expert layers on the CPU at ctx {plan.runtime.ctx:,}: --n-cpu-moe {n}",
     )

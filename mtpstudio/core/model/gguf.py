@@ -30,12 +30,15 @@ __all__ = [
     "DEFAULT_LAZY_THRESHOLD",
     "GgufFile",
     "GgufFormatError",
+    "GgufHeaderIncomplete",
+    "HeaderBytes",
     "LazyArray",
     "LazyNumberArray",
     "LazyStringArray",
     "MetaValue",
     "model_info_from_gguf",
     "read_gguf",
+    "read_gguf_bytes",
     "read_model_info",
     "split_part_paths",
 ]
@@ -101,6 +104,37 @@ class GgufFormatError(GgufError):
         super().__init__(message, hint=_FORMAT_HINT)
         self.path = path
         self.offset = offset
+
+
+class GgufHeaderIncomplete(GgufError):
+    """The bytes held end inside the header of a file that goes on: more bytes please.
+
+    ``index`` is the part (of ``read_gguf_bytes``) whose bytes ran out; ``needed`` is the fewest
+    bytes from its start the parse needs next (the header may need more after those).
+    """
+
+    def __init__(self, name: str, *, index: int, needed: int, held: int) -> None:
+        super().__init__(
+            f"{name}: the header goes on past the {held:,} bytes read (the next read needs "
+            f"{needed:,})",
+            hint="Read more of the start of the file and parse it again.",
+        )
+        self.name = name
+        self.index = index
+        self.needed = needed
+        self.held = held
+
+
+@dataclass(frozen=True)
+class HeaderBytes:
+    """The first bytes of one GGUF file, as read over the network, and the file's full size.
+
+    ``name`` stands for the file in messages and in ``GgufFile.paths`` (a path in a repository).
+    """
+
+    name: str
+    data: bytes
+    file_size: int
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,13 +393,25 @@ class _Part:
 
 
 class _Parser:
-    """Walks one GGUF header held in a buffer (an mmap); copies out only what it keeps."""
+    """Walks one GGUF header held in a buffer (an mmap); copies out only what it keeps.
+
+    ``size`` bytes are held; ``file_size`` (default: ``size``) is the whole file's size. A read
+    past the bytes held but inside the file raises ``GgufHeaderIncomplete`` (more bytes please);
+    one past the end of the file is a format error.
+    """
 
     def __init__(
-        self, buf: mmap.mmap | bytes, size: int, name: str, file_index: int, lazy_threshold: int
+        self,
+        buf: mmap.mmap | bytes,
+        size: int,
+        name: str,
+        file_index: int,
+        lazy_threshold: int,
+        file_size: int | None = None,
     ) -> None:
         self.buf = buf
         self.size = size
+        self.file_size = size if file_size is None else max(file_size, size)
         self.name = name
         self.file_index = file_index
         self.lazy_threshold = lazy_threshold
@@ -382,13 +428,22 @@ class _Parser:
             f"{self.name}: {message} at byte offset {offset}", path=self.name, offset=offset
         )
 
+    def reach(self, end: int, message: str, offset: int) -> None:
+        """Bytes up to ``end`` must be held: more bytes please when the file goes on that far,
+        else the format error ``message`` at ``offset``."""
+        if end <= self.size:
+            return
+        if end <= self.file_size:
+            raise GgufHeaderIncomplete(self.name, index=self.file_index, needed=end, held=self.size)
+        raise self.fail(message, offset)
+
     def need(self, n: int, what: str) -> int:
         p = self.pos
-        if p + n > self.size:
-            raise self.fail(
-                f"truncated header: {what} needs {n} bytes but the file ends at byte {self.size}",
-                p,
-            )
+        self.reach(
+            p + n,
+            f"truncated header: {what} needs {n} bytes but the file ends at byte {self.file_size}",
+            p,
+        )
         return p
 
     def read_u32(self, what: str) -> int:
@@ -407,11 +462,13 @@ class _Parser:
         p = self.need(8, f"the length of {what}")
         (n,) = self.u64.unpack_from(self.buf, p)
         start = p + 8
-        if n > self.size - start:
+        if n > self.file_size - start:
             raise self.fail(
-                f"{what} claims {n} bytes but only {self.size - start} bytes remain in the file",
+                f"{what} claims {n} bytes but only {self.file_size - start} bytes remain in the "
+                "file",
                 p,
             )
+        self.reach(start + n, what, p)
         self.pos = start + n
         return self.buf[start : start + n].decode("utf-8", "replace")
 
@@ -442,7 +499,7 @@ class _Parser:
         etype = self.read_type(f"the element type of array {what}")
         count_at = self.pos
         count = self.read_u64(f"the element count of array {what}")
-        remaining = self.size - self.pos
+        remaining = self.file_size - self.pos
         min_bytes = count * _MIN_ELEMENT_BYTES[etype]
         if min_bytes > remaining:
             raise self.fail(
@@ -455,6 +512,7 @@ class _Parser:
         if spec is not None:
             start = self.pos
             end = start + count * spec[1]
+            self.reach(end, f"array {what}", start)
             self.pos = end
             if count > self.lazy_threshold:
                 lazy = LazyNumberArray(
@@ -467,6 +525,7 @@ class _Parser:
             if count > self.lazy_threshold:
                 start = self.pos
                 end, offsets = self.scan_strings(count, what)
+                self.reach(end, f"array {what}", start)
                 self.pos = end
                 return LazyStringArray(bytes(self.buf[start:end]), offsets), "array[string]"
             strings: list[MetaValue] = [
@@ -516,19 +575,8 @@ class _Parser:
         slow_steps = 0
 
         def slow_step(at: int, index: int) -> int:
-            if at + 8 > size:
-                raise self.fail(
-                    f"truncated header: the length of element {index} of array {what} needs 8 "
-                    f"bytes but the file ends at byte {size}",
-                    at,
-                )
+            self.check_element(at, index, what)
             (n,) = u64.unpack_from(buf, at)
-            if n > size - at - 8:
-                raise self.fail(
-                    f"element {index} of array {what} claims {n} bytes but only "
-                    f"{size - at - 8} bytes remain in the file",
-                    at,
-                )
             end: int = at + 8 + n
             return end
 
@@ -581,6 +629,23 @@ class _Parser:
         offsets -= self.pos
         return pos, offsets
 
+    def check_element(self, at: int, index: int, what: str) -> None:
+        """The length of the string element at ``at`` and its claim, checked against the file
+        (a claim past the bytes held but inside the file is left to the caller's ``reach``)."""
+        self.reach(
+            at + 8,
+            f"truncated header: the length of element {index} of array {what} needs 8 bytes but "
+            f"the file ends at byte {self.file_size}",
+            at,
+        )
+        (n,) = self.u64.unpack_from(self.buf, at)
+        if n > self.file_size - at - 8:
+            raise self.fail(
+                f"element {index} of array {what} claims {n} bytes but only "
+                f"{self.file_size - at - 8} bytes remain in the file",
+                at,
+            )
+
     def _scan_plain(
         self, pos: int, count: int, index: int, what: str, base: int
     ) -> tuple[int, array.array[int]]:
@@ -593,18 +658,10 @@ class _Parser:
         append = offsets.append
         for _ in range(count):
             if pos + 8 > size:
-                raise self.fail(
-                    f"truncated header: the length of element {index} of array {what} needs 8 "
-                    f"bytes but the file ends at byte {size}",
-                    pos,
-                )
+                self.check_element(pos, index, what)
             n = unpack(buf, pos)[0]
             if n > size - pos - 8:
-                raise self.fail(
-                    f"element {index} of array {what} claims {n} bytes but only "
-                    f"{size - pos - 8} bytes remain in the file",
-                    pos,
-                )
+                self.check_element(pos, index, what)
             append(pos - base)
             pos += 8 + n
             index += 1
@@ -614,9 +671,7 @@ class _Parser:
 
     def parse(self, path: Path) -> _Part:
         buf = self.buf
-        size = self.size
-        if size < 4:
-            raise self.fail(f"not a GGUF file: only {size} bytes, too short for the magic", 0)
+        self.reach(4, f"not a GGUF file: only {self.file_size} bytes, too short for the magic", 0)
         magic = bytes(buf[0:4])
         if magic != b"GGUF":
             raise self.fail(f"not a GGUF file: the magic is {magic!r}, expected b'GGUF'", 0)
@@ -645,7 +700,7 @@ class _Parser:
         self.pos = 8
         n_tensors = self.read_u64("the tensor count")
         n_kv = self.read_u64("the metadata entry count")
-        remaining = size - self.pos
+        remaining = self.file_size - self.pos
         if n_kv * _MIN_KV_BYTES > remaining:
             raise self.fail(
                 f"the header claims {n_kv} metadata entries (at least {n_kv * _MIN_KV_BYTES} "
@@ -754,7 +809,7 @@ class _Parser:
             tensors=tensors,
             header_size=header_size,
             data_offset=data_offset,
-            file_size=size,
+            file_size=self.file_size,
         )
 
 
@@ -873,6 +928,14 @@ def read_gguf(
                     hint="Download every part of the split model into the same folder.",
                 )
             parts.append(_read_part(part_path, i, lazy_threshold))
+    return _combined(parts)
+
+
+def _combined(parts: Sequence[_Part]) -> GgufFile:
+    """One GgufFile from a model's parts in order, checked against each other."""
+    first = parts[0]
+    if len(parts) > 1:
+        count = len(parts)
         for i, part in enumerate(parts):
             no = _split_int(part, "split.no")
             if no is not None and no != i:
@@ -880,8 +943,8 @@ def read_gguf(
             part_count = _split_int(part, "split.count")
             if part_count is not None and part_count != count:
                 raise GgufError(
-                    f"{part.path} says the model has {part_count} parts, the first part says "
-                    f"{count}"
+                    f"{part.path} says the model has {part_count} parts, but {count} parts were "
+                    "found"
                 )
     tensors = tuple(t for part in parts for t in part.tensors)
     seen: set[str] = set()
@@ -892,7 +955,7 @@ def read_gguf(
     expected = _split_int(first, "split.tensors.count")
     if len(parts) > 1 and expected is not None and expected != len(tensors):
         raise GgufError(
-            f"split model {first_path} should have {expected} tensors but its parts hold "
+            f"split model {first.path} should have {expected} tensors but its parts hold "
             f"{len(tensors)}"
         )
     return GgufFile(
@@ -907,6 +970,46 @@ def read_gguf(
         file_sizes=tuple(p.file_size for p in parts),
         header_sizes=tuple(p.header_size for p in parts),
     )
+
+
+def read_gguf_bytes(
+    parts: Sequence[HeaderBytes], *, lazy_threshold: int = DEFAULT_LAZY_THRESHOLD
+) -> GgufFile:
+    """Reads GGUF headers from the first bytes of each file (a remote file read by range).
+
+    The same reader as ``read_gguf``, over bytes in memory instead of a file: ``parts`` are a
+    model's files in order (one, or every part of a split model); metadata comes from the
+    first, tensor tables are combined.
+
+    Args:
+        parts: Each file's first bytes and full size.
+        lazy_threshold: As for ``read_gguf``.
+
+    Returns:
+        The parsed header (``paths`` are the parts' names).
+
+    Raises:
+        GgufHeaderIncomplete: A part's bytes end inside its header: read at least ``needed``
+            bytes of part ``index`` and call again.
+        GgufError: A header is malformed or the parts do not belong together.
+    """
+    if not parts:
+        raise GgufError("no GGUF file was given")
+    count = None
+    read: list[_Part] = []
+    for i, part in enumerate(parts):
+        parser = _Parser(
+            part.data, len(part.data), part.name, i, lazy_threshold, file_size=part.file_size
+        )
+        read.append(parser.parse(Path(part.name)))
+        if i == 0:
+            count = _split_int(read[0], "split.count")
+    if (count or 1) != len(parts):
+        raise GgufError(
+            f"{parts[0].name} says the model has {count or 1} parts, but {len(parts)} were given",
+            hint="Keep every part of a split model, named X-00001-of-0000N.gguf.",
+        )
+    return _combined(read)
 
 
 # --------------------------------------------------------------------------------------------

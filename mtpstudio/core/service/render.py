@@ -125,18 +125,26 @@ class SessionVariant(StrEnum):
     X11_LLVMPIPE = "x11-llvmpipe"  # X11 Plasma with software GL
 
 
+ARCH_PLASMA_WAYLAND = ("/usr/lib/plasma-dbus-run-session-if-needed", "/usr/bin/startplasma-wayland")
+"""Exec= of Plasma 6's own Wayland session on Arch/CachyOS (plasma-workspace 6.x)."""
+ARCH_PLASMA_X11 = ("/usr/bin/startplasma-x11",)
+
+
 @dataclass(frozen=True)
 class SessionSettings:
-    """Paths and choices for the session files (defaults: Arch/CachyOS Plasma 6).
+    """Paths and choices for the session files.
 
-    ``igpu_card`` is the iGPU's DRM node, preferably the stable
-    ``/dev/dri/by-path/pci-…-card`` link; the wrapper resolves it at login.
+    ``wayland_command`` / ``x11_command`` are what the distribution runs to start Plasma: the
+    ``Exec=`` of its installed session file (``plasma_source`` names that file), read with
+    ``core.desktop.session_apply.session_settings``; the defaults are Arch/CachyOS Plasma 6's,
+    for rendering on a machine without Plasma. ``igpu_card`` is the iGPU's DRM node, preferably
+    the stable ``/dev/dri/by-path/pci-…-card`` link; the wrapper resolves it at login.
     """
 
     igpu_card: str | None = None
-    startplasma_wayland: str = "/usr/bin/startplasma-wayland"
-    startplasma_x11: str = "/usr/bin/startplasma-x11"
-    dbus_run_session: str = "/usr/lib/plasma-dbus-run-session-if-needed"
+    wayland_command: tuple[str, ...] = ARCH_PLASMA_WAYLAND
+    x11_command: tuple[str, ...] = ARCH_PLASMA_X11
+    plasma_source: Mapping[str, str] | None = None  # folder kind -> the Plasma session file
     wrapper_dir: str = "/usr/local/lib/mtpstudio"
     wayland_sessions_dir: str = "/usr/local/share/wayland-sessions"
     x11_sessions_dir: str = "/usr/local/share/xsessions"
@@ -375,21 +383,21 @@ _VARIANTS: Mapping[SessionVariant, _VariantFacts] = {
     SessionVariant.WAYLAND_IGPU: _VariantFacts(
         "plasmawayland-igpu-mtpstudio",
         "startplasma-wayland-igpu-mtpstudio",
-        "Plasma (Wayland, display on the iGPU, mtpstudio)",
+        "Plasma on the iGPU by mtpstudio (Wayland)",
         "Plasma drawn by the integrated GPU, leaving the NVIDIA card's memory to llama-server",
         x11=False,
     ),
     SessionVariant.WAYLAND_LLVMPIPE: _VariantFacts(
         "plasmawayland-llvmpipe-mtpstudio",
         "startplasma-wayland-llvmpipe-mtpstudio",
-        "Plasma (Wayland, software rendering, mtpstudio)",
+        "Plasma software rendering by mtpstudio (Wayland)",
         "Plasma drawn by the CPU (llvmpipe), leaving the NVIDIA card's memory to llama-server",
         x11=False,
     ),
     SessionVariant.X11_LLVMPIPE: _VariantFacts(
         "plasmax11-llvmpipe-mtpstudio",
         "startplasmax11-llvmpipe-mtpstudio",
-        "Plasma (X11, software rendering, mtpstudio)",
+        "Plasma software rendering by mtpstudio (X11)",
         "Plasma on X11 with OpenGL drawn by the CPU (llvmpipe); Xorg keeps its framebuffers",
         x11=True,
     ),
@@ -405,6 +413,16 @@ def _plain_exec_path(path: str, what: str) -> str:
             "characters: the login manager does not honour quoting",
         )
     return path
+
+
+def _plasma_command(settings: SessionSettings, x11: bool) -> list[str]:
+    """The distribution's command that starts Plasma (its session file's Exec= words)."""
+    command = list(settings.x11_command if x11 else settings.wayland_command)
+    if not command or not command[0]:
+        raise RenderError("the command that starts Plasma is empty")
+    for word in command:
+        quoting.check_one_line(word, "the command that starts Plasma")
+    return command
 
 
 def render_session_files(
@@ -426,6 +444,7 @@ def render_session_files(
         str(Path(settings.wrapper_dir) / facts.wrapper_name), "the session wrapper path"
     )
     sessions_dir = settings.x11_sessions_dir if facts.x11 else settings.wayland_sessions_dir
+    sessions_kind = "xsessions" if facts.x11 else "wayland-sessions"
     desktop_path = Path(sessions_dir) / f"{facts.file_stem}.desktop"
     if variant is SessionVariant.WAYLAND_IGPU and not settings.igpu_card:
         raise RenderError(
@@ -449,8 +468,8 @@ def render_session_files(
         "igpu_card": settings.igpu_card or "",
         "exports": exports,
         "mesa_egl_vendor_file": settings.mesa_egl_vendor_file,
-        "startplasma": settings.startplasma_x11 if facts.x11 else settings.startplasma_wayland,
-        "dbus_run_session": settings.dbus_run_session,
+        "plasma_command": _plasma_command(settings, facts.x11),
+        "plasma_source": (settings.plasma_source or {}).get(sessions_kind),
         "wrapper_path": wrapper_path,
         "desktop_path": str(desktop_path),
         "unset_variables": SESSION_VARIABLES,

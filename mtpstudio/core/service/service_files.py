@@ -81,10 +81,13 @@ def export_files(
     scope: UnitScope,
     account: str | None = None,
     *,
+    session: SessionSettings,
     create_key: bool = True,
 ) -> ServiceFiles:
     """Every file ``mtpstudio render`` / ``export-unit`` writes (``files["unit"]`` is the unit).
 
+    ``session`` says what the desktop's session files run (the installed Plasma's own commands:
+    ``core.desktop.session_apply.desktop_facts(...).settings(...)``, read once by the caller).
     ``create_key=False`` renders a preview without writing a new API key (same text: the key
     file's path does not depend on whether it exists yet).
     """
@@ -97,7 +100,7 @@ def export_files(
         spec,
         scope=scope,
         user=account or account_for(scope, None),
-        session=SessionSettings(igpu_card=pctx.machine.igpu_card),
+        session=session,
     )
     return ServiceFiles(dict(files), spec, tuple(messages + [f"warning: {n}" for n in notes]))
 

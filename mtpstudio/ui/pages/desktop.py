@@ -36,10 +36,8 @@ from mtpstudio.core.desktop.install import (
     nvidia_profile_plan,
     preview,
     revert_group,
-    session_kind,
 )
 from mtpstudio.core.desktop.reclaim import (
-    SWITCH_BACK,
     DesktopUsage,
     ReclaimOption,
     desktop_usage,
@@ -51,6 +49,7 @@ from mtpstudio.core.desktop.session_apply import (
     sddm_dirs,
     session_name,
     stored_measurement,
+    switch_back_name,
 )
 from mtpstudio.core.desktop.session_check import SessionCheckReport, check_session
 from mtpstudio.core.detect.models import DetectionReport
@@ -102,8 +101,7 @@ class PreparedInstall:
 def _next_steps(prepared: PreparedInstall) -> str:
     if prepared.variant is None:
         return "Log out and back in (or restart Plasma) so the compositor picks the profile up."
-    name = session_name(prepared.plan)
-    back = SWITCH_BACK[session_kind(prepared.variant)]
+    name, back = session_name(prepared.plan), switch_back_name(prepared.plan)
     return (
         f"Log out; at the login screen open the session menu and pick '{name}' (it stays "
         f"selected for later logins). To switch back, pick '{back}' there."
@@ -395,14 +393,14 @@ class DesktopPage(PlanPage):
         if report is None:
             return
         option = self.rows[kind].option
-        root, runner = self.system.root, self.system.runner
+        root = self.system.root
 
         def work(token: CancelToken) -> PreparedInstall:
             notes: tuple[str, ...] = ()
             if option.variant is None:
                 plan = nvidia_profile_plan(render_nvidia_profile())
             else:
-                plan, vram = prepare_session(report, option.variant, sddm_dirs(root, runner))
+                plan, vram = prepare_session(report, option.variant, sddm_dirs(root), root)
                 notes = (
                     *plan.notes,
                     f"The desktop's VRAM now ({vram['desktop_bytes'] / MIB:,.0f} MiB) is kept "
@@ -538,11 +536,7 @@ class DesktopPage(PlanPage):
             )
         else:
             head = f"<b>Desktop VRAM now: {mib(now)}</b> (no figure was kept from before)"
-        rendering = (
-            "software rendering is on" if result.software_rendering else "hardware rendering"
-        )
-        lines = [f"Session {result.session or 'unknown'}: {rendering}."]
-        lines += [line for line in result.lines()[1:] if not line.startswith("Desktop VRAM")]
+        lines = [line for line in result.lines() if not line.startswith("Desktop VRAM")]
         return "<br>".join([head, *(html.escape(line) for line in lines)])
 
     # -- signals ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QComboBox,
+    QDialog,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -103,11 +104,16 @@ class ModelPage(PlanPage):
         super().__init__(state, parent)
         self.setTitle("Model")
         self.setSubTitle(
-            "Open a GGUF file (drop it here) or pick a demo card. Only the header is read."
+            "Open a GGUF file (drop it here), choose one on Hugging Face, or pick a demo card. "
+            "Only the header is read."
         )
         self.setAcceptDrops(True)
         self._pending: Path | None = None
         self.open_button = QPushButton("Open GGUF…", self)
+        self.hub_button = QPushButton("From Hugging Face…", self)
+        self.hub_button.setToolTip(
+            "Every GGUF of a repository planned for your card from its header, then download one"
+        )
         self.card_combo = QComboBox(self)
         self.card_combo.addItem("Choose a demo card…", None)
         for card in model_cards():
@@ -130,6 +136,7 @@ class ModelPage(PlanPage):
 
         row = QHBoxLayout()
         row.addWidget(self.open_button)
+        row.addWidget(self.hub_button)
         row.addSpacing(12)
         row.addWidget(QLabel("or a demo card:", self))
         row.addWidget(self.card_combo, 1)
@@ -141,6 +148,7 @@ class ModelPage(PlanPage):
         layout.addWidget(self.info_box, 1)
 
         self.open_button.clicked.connect(self._on_open_clicked)
+        self.hub_button.clicked.connect(self.open_hub_dialog)
         self.card_combo.currentIndexChanged.connect(self._on_card_chosen)
         state.model_changed.connect(self._on_model_changed)
         state.model_failed.connect(self._on_model_failed)
@@ -193,6 +201,15 @@ class ModelPage(PlanPage):
         self.error.show_text(None)
         self._pending = path
         self.state.load_model(choice)
+
+    def open_hub_dialog(self) -> QDialog:
+        """The Hugging Face dialog (its own module), window-modal over the wizard."""
+        from mtpstudio.ui.pages.hub_dialog import HubModelsDialog
+
+        dialog = HubModelsDialog(self.state, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
 
     def choose_card(self, card_id: str) -> None:
         self.error.show_text(None)

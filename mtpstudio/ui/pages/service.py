@@ -38,6 +38,7 @@ from mtpstudio.core.desktop.install import (
     preview,
     system_unit_plan,
 )
+from mtpstudio.core.desktop.session_apply import desktop_facts
 from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.server.systemd import (
     UnitRef,
@@ -48,7 +49,7 @@ from mtpstudio.core.server.systemd import (
     stop_unit,
     unit_status,
 )
-from mtpstudio.core.service.render import RenderedFile, UnitScope
+from mtpstudio.core.service.render import RenderedFile, SessionSettings, UnitScope
 from mtpstudio.core.service.service_files import (
     ServiceFiles,
     export_files,
@@ -98,6 +99,7 @@ class ServicePage(PlanPage):
             "files, export them, or install and start the unit."
         )
         self.rendered: ServiceFiles | None = None
+        self._session: SessionSettings | None = None  # the installed desktop's, read once
         self.pending: tuple[UnitScope, ServiceFiles, InstallPlan | None] | None = None
         self.last_export: Path | None = None
         self.last_status: UnitStatus | None = None
@@ -233,7 +235,16 @@ class ServicePage(PlanPage):
         pctx = self.state.context()
         if pctx is None:
             return None
-        return export_files(self.state.plan, pctx, self.scope, self.account, create_key=create_key)
+        return export_files(self.state.plan, pctx, self.scope, self.account,
+                            session=self.session_settings(pctx.machine.igpu_card),
+                            create_key=create_key)  # fmt: skip
+
+    def session_settings(self, igpu_card: str | None) -> SessionSettings:
+        """What exported session files run: the installed Plasma's commands, as `render` reads
+        them (the package database and session files are read once per page)."""
+        if self._session is None or self._session.igpu_card != igpu_card:
+            self._session = desktop_facts(None).settings(igpu_card)
+        return self._session
 
     # -- filling ------------------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""Hugging Face repositories: remote GGUF headers, the per-file plan table, verified downloads."""

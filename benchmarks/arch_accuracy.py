@@ -3,11 +3,12 @@
 Usage: python benchmarks/arch_accuracy.py [--binary PATH] [--subset] [--only NAME] [--workdir DIR]
 
 Loads every model of ``mtpstudio.testing.arch_table`` (llama dense and MoE, qwen2, qwen3,
-qwen3moe, gemma3, qwen35moe, qwen35; then phi3 and qwen2moe, which mtpstudio does not model)
-with a real llama-server, one load at a time, and prints predicted vs logged MiB per segment and
-the largest error per segment. Replayed architectures must be exact to 0.01 MiB and compute
-within 5 % (never more than 2 % low); unmodelled ones must plan their compute buffer at or above
-the engine's. Exit status 1 on a miss. Run it under the heavy-work lock on a shared machine.
+qwen3moe, gemma3, glm4moe with its MTP draft, qwen35moe, qwen35; then phi3 and qwen2moe, which
+mtpstudio does not model) with a real llama-server, one load at a time, and prints predicted vs
+logged MiB per segment and the largest error per segment. Replayed architectures must be exact
+to 0.01 MiB and compute within 5 % (never more than 2 % low); unmodelled ones must plan their
+compute buffer at or above the engine's. Exit status 1 on a miss. Run it under the heavy-work
+lock on a shared machine.
 """
 
 from __future__ import annotations

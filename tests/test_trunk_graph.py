@@ -30,6 +30,7 @@ from mtpstudio.core.memory.trunk_graph import (
     TrunkDims,
     TrunkShape,
     largest_reservation,
+    nextn_block_graph,
     replayed_layers,
     trunk_graph,
     trunk_replay_layers,
@@ -373,6 +374,28 @@ def test_the_trunk_graph_replays_the_engines_allocator_trace(name: str, tmp_path
     got: list[AllocEvent] = []
     reserved_bytes(*graph, events=got)
     assert len(want) > 40
+    assert got == want
+
+
+def test_the_glm4moe_draft_graph_replays_the_engines_allocator_trace(tmp_path: Path) -> None:
+    """Every allocation and free of GLM-4.5's MTP draft graph (one block on the target's
+    hidden state), at the engine's offsets.
+
+    Recorded like the trunk traces, on ``TRACES["glm4moe-3L-4k-ub512"]`` with one MTP block
+    after the trunk: ``llama-server -c 4096 -np 1 -fa on -ub 512 -ctk q8_0 -ctv q8_0
+    --spec-type draft-mtp --spec-draft-n-max 2 --spec-draft-type-k q8_0 --spec-draft-type-v
+    q8_0 --no-warmup``; the draft context's 512-token reservation (its log line: 18.09 MiB).
+    """
+    path = tmp_path / "header.gguf"
+    write_arch_header(dataclasses.replace(TRACES["glm4moe-3L-4k-ub512"][0], nextn=1), path)
+    model = read_model_info(path)
+    assert model.n_layer == 3 and model.n_nextn_layer == 1
+    k_rot, v_rot = rotation_sides(model, ComputeShape(512, 4096, 1, 1, True, True, True))
+    shape = TrunkShape(512, 1, 4096, k_rot=k_rot, v_rot=v_rot)
+    want = engine_trace(FIXTURES / "upstream-11434-mtp-alloc-glm4moe-3L-4k-ub512-q8_0.txt")
+    got: list[AllocEvent] = []
+    reserved_bytes(*nextn_block_graph(TrunkDims.of(model), shape), events=got)
+    assert len(want) > 60
     assert got == want
 
 

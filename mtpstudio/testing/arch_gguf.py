@@ -51,7 +51,8 @@ class ArchSpec:
     global layer; ``qkv_bias`` adds qwen2's Q/K/V biases. ``phi3`` fuses Q/K/V into one
     projection and the FFN's gate and up into one. ``glm4moe`` (GLM-4.5) has ``dense_lead``
     dense layers first, sigmoid routing with a selection bias, scaled normalised weights and
-    ``shared_experts`` ungated shared experts.
+    ``shared_experts`` ungated shared experts, and ``nextn`` MTP blocks after the trunk (a whole
+    MoE block plus its ``nextn.*`` projection and norms, as GLM-4.5's converter writes them).
     """
 
     architecture: str
@@ -73,6 +74,7 @@ class ArchSpec:
     qk_norm: bool = False
     tied_output: bool = False
     context_length: int = 131072
+    nextn: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -90,8 +92,12 @@ def _tensor_shapes(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
     e, hd, a = spec.n_embd, spec.head_dim, spec.architecture
     q, kv = hd * spec.n_head, hd * spec.n_head_kv
     shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (e, spec.n_vocab))]
-    for il in range(spec.n_layer):
+    for il in range(spec.n_layer + spec.nextn):
         p = f"blk.{il}."
+        if il >= spec.n_layer:  # an MTP block: its projection and norms, then a whole block
+            shapes += [(p + "nextn.eh_proj.weight", (2 * e, e))]
+            norms = ("enorm", "hnorm", "shared_head_norm")
+            shapes += [(p + f"nextn.{n}.weight", (e,)) for n in norms]
         shapes += [(p + "attn_norm.weight", (e,))]
         if a == "phi3":
             shapes += [(p + "attn_qkv.weight", (e, q + 2 * kv))]
@@ -160,7 +166,9 @@ def _tensor_shapes(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
 
 def _add_metadata(w: GGUFWriter, spec: ArchSpec) -> None:
     w.add_name("zero-weight model")  # a name with "phi3" in it asks for a llama vocabulary
-    w.add_block_count(spec.n_layer)
+    w.add_block_count(spec.n_layer + spec.nextn)
+    if spec.nextn:
+        w.add_nextn_predict_layers(spec.nextn)
     w.add_context_length(spec.context_length)
     w.add_embedding_length(spec.n_embd)
     w.add_feed_forward_length(spec.ffn_length)

@@ -92,7 +92,8 @@ MODELS: dict[str, ArchSpec | ModelCardSpec] = {
     ),
     # GLM-4.5-Air width: a dense first layer, then 128 experts (8 used, sigmoid routing with a
     # selection bias, scaled weights) and one shared expert
-    "glm4moe 4096 128x8 2L": ArchSpec(
+    # GLM-4.5-Air width, with its MTP block after the trunk as the converter writes it
+    "glm4moe 4096 128x8 2L+MTP": ArchSpec(
         "glm4moe",
         151552,
         4096,
@@ -107,6 +108,7 @@ MODELS: dict[str, ArchSpec | ModelCardSpec] = {
         dense_lead=1,
         shared_experts=1,
         qkv_bias=True,
+        nextn=1,
     ),
     # the Qwen3.6 geometries (three gated delta-net layers, one gated attention layer)
     "qwen35moe 2048 256x8 4L": hybrid_spec("moe", n_layer=4),
@@ -175,10 +177,15 @@ TABLE: dict[str, tuple[LoadConfig, ...]] = {
         _q("128k q4_0 ub1024", 131072, "q4_0", ubatch=1024),
         _c("8k fa off ub256", 8192, fa="off", ubatch=256),
     ),
-    "glm4moe 4096 128x8 2L": (
+    "glm4moe 4096 128x8 2L+MTP": (
         _c("16k f16", 16384),
         _q("64k q8_0 ub1024", 65536, "q8_0", ubatch=1024),
         _c("4k fa off ub256", 4096, fa="off", ubatch=256),
+        _c("mtp dmax1 8k", 8192, mtp=1),
+        _c("mtp dmax3 16k ub1024", 16384, mtp=3, ubatch=1024),
+        _q("mtp dmax3 32k q8_0/q8_0", 32768, "q8_0", mtp=3, draft_ctk="q8_0", draft_ctv="q8_0"),
+        _c("mtp dmax2 4k fa off ub256", 4096, mtp=2, fa="off", ubatch=256),
+        _c("mtp dmax2 8k np2", 8192, mtp=2, parallel=2),
     ),
     "qwen35moe 2048 256x8 4L": (
         _c("32k f16", 32768),

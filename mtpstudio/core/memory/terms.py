@@ -11,8 +11,10 @@ from mtpstudio.core.memory.hybrid_graph import (
 )
 from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes
 from mtpstudio.core.memory.trunk_graph import (
+    NEXTN_BLOCK_ARCHITECTURES,
     TRUNK_GRAPH_ARCHITECTURES,
     TrunkShape,
+    nextn_block_compute_bytes,
     sliding_window_layers,
     trunk_compute_bytes,
 )
@@ -215,9 +217,14 @@ def replays_nextn_graph(model: ModelInfo, shape: ComputeShape) -> bool:
     """True when the draft context's buffer is the replayed graph, not the fitted estimate.
 
     The replay covers upstream's Qwen3.5/3.6 nextn block with flash attention (one slot or
-    several: the streams split the ubatch, the sizes add up the same).
+    several: the streams split the ubatch, the sizes add up the same) and GLM-4.5's with or
+    without it.
     """
-    return model.has_mtp and model.architecture in NEXTN_GRAPH_ARCHITECTURES and shape.flash_attn
+    if not model.has_mtp:
+        return False
+    if model.architecture in NEXTN_BLOCK_ARCHITECTURES:
+        return True
+    return model.architecture in NEXTN_GRAPH_ARCHITECTURES and shape.flash_attn
 
 
 def replays_trunk_graph(model: ModelInfo) -> bool:
@@ -277,6 +284,19 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
     """
     k_rot, v_rot = rotation_sides(model, shape)
     if not recurrent and replays_nextn_graph(model, shape):
+        if model.architecture in NEXTN_BLOCK_ARCHITECTURES:
+            return nextn_block_compute_bytes(
+                model,
+                TrunkShape(
+                    pad_to(shape.n_tokens, shape.n_seq),
+                    shape.n_outputs,
+                    shape.n_kv,
+                    flash_attn=shape.flash_attn,
+                    k_rot=k_rot,
+                    v_rot=v_rot,
+                    n_seqs=shape.n_seq,
+                ),
+            )
         return nextn_compute_bytes(
             model,
             pad_to(shape.n_tokens, shape.n_seq),  # the reservation splits it evenly

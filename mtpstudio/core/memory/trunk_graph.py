@@ -6,10 +6,10 @@ walk. This module builds those graphs for the architectures whose layers are att
 feed-forward block: ``llama`` (dense, or MoE with ``ffn_*_exps``), ``qwen2`` (Q/K/V biases),
 ``qwen3`` and ``qwen3moe`` (Q/K norms), ``gemma3`` (scaled embeddings, post-norms, GELU, and
 sliding-window layers on a second, smaller cache), ``glm4moe`` (GLM-4.5: dense first layers,
-sigmoid routing with a selection bias, scaled weights, an ungated shared expert). The tensors
-follow ``src/models/<arch>.cpp`` and ``src/llama-graph.cpp`` of upstream 11434 in the order
-the engine adds them to its graph (checked against its allocator traces,
-``tests/fixtures/engine_logs``).
+sigmoid routing with a selection bias, scaled weights, an ungated shared expert; and its MTP
+draft graph, ``nextn_block_graph``). The tensors follow ``src/models/<arch>.cpp`` and
+``src/llama-graph.cpp`` of upstream 11434 in the order the engine adds them to its graph
+(checked against its allocator traces, ``tests/fixtures/engine_logs``).
 """
 
 from __future__ import annotations
@@ -240,6 +240,55 @@ def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[
     normed.is_output = True
     g.op("result_output", "MUL_MAT", F32 * dims.vocab_size * shape.n_outputs, w, normed, out=True)
     return g.leafs, g.nodes
+
+
+NEXTN_BLOCK_ARCHITECTURES = frozenset({"glm4moe"})
+"""Architectures whose MTP draft graph ``nextn_block_graph`` builds."""
+
+
+def nextn_block_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
+    """(leafs, nodes) of the MTP draft context's graph of GLM-4.5 (upstream's ``graph_mtp``):
+    the token embedding and the target's hidden state normed, concatenated and projected, one
+    decoder block with MoE like the trunk's, the head norm of every token (an output), then
+    the LM head on the output rows."""
+    g = GraphBuilder()
+    w = g.weight
+    t = shape.n_tokens
+    embd = F32 * dims.n_embd * t
+    # inputs in the order the graph reaches them: Q's rotation, the tokens, the hidden state,
+    # then the attention inputs; the output rows last
+    k_rot = g.input("attn_inp_k_rot", F32 * shape.k_rot**2) if shape.k_rot else None
+    tokens = g.input("tokens", I32 * t)
+    hidden = g.input("mtp_h_input", embd)
+    v_gqa = dims.head_v * dims.n_head_kv
+    attention = AttentionInputs(g, dataclasses.replace(shape, k_rot=0), v_gqa)
+    cache = attention.cache("", shape.n_kv)
+    cache.k_rot = k_rot
+
+    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, w, tokens)
+    h_norm = _norm(g, hidden, embd, "mtp_hnorm")
+    e_norm = _norm(g, tok, embd, "mtp_enorm")
+    concat = g.op("mtp_concat", "CONCAT", 2 * embd, e_norm, h_norm)
+    eh_proj = g.op("mtp_eh_proj", "MUL_MAT", embd, w, concat)
+    x = _layer(g, dims, shape, eh_proj, attention.position(), cache, None, dims.n_layer)
+    h_nextn = _norm(g, x, embd, "h_nextn")
+    h_nextn.is_output = True  # read back for the next draft step: never freed
+    out_ids = g.input("out_ids", I32 * shape.n_outputs)
+    rows = F32 * dims.n_embd * shape.n_outputs
+    head = g.op("mtp_shared_head_norm", "GET_ROWS", rows, h_nextn, out_ids)
+    g.op("result_output", "MUL_MAT", F32 * dims.vocab_size * shape.n_outputs, w, head, out=True)
+    return g.leafs, g.nodes
+
+
+def nextn_block_compute_bytes(model: ModelInfo, shape: TrunkShape) -> int:
+    """The MTP draft context's buffer of a ``NEXTN_BLOCK_ARCHITECTURES`` model: the largest
+    of its ubatch graph and its one-token graph."""
+    return _nextn_block_bytes(TrunkDims.of(model), shape)
+
+
+@lru_cache(maxsize=256)
+def _nextn_block_bytes(dims: TrunkDims, shape: TrunkShape) -> int:
+    return largest_reservation(lambda s: nextn_block_graph(dims, s), shape)
 
 
 def kv_attention(

@@ -430,3 +430,24 @@ def test_a_draft_graph_that_is_not_replayed_carries_the_margin_and_says_so() -> 
     shape = ComputeShape(512, 8192, 1, 1, False)
     estimate = compute_bytes(info, shape, recurrent=False)
     assert fitted.parts["mtp_compute"] == int(estimate * (1 + UNMODELLED_COMPUTE_MARGIN))
+
+
+def test_a_glm4moe_plan_with_mtp_is_replayed_and_says_nothing_is_missing(tmp_path: Path) -> None:
+    """GLM-4.5-Air width with its MTP block, MTP on (draft max 1, 8k): both compute buffers
+    are replayed (labelled exact on CPU, no margin line) and equal what upstream 11434 logged
+    for this load (``benchmarks/arch_accuracy.py``: 112.14 and 146.76 MiB)."""
+    path = tmp_path / "glm.gguf"
+    write_arch_header(MODELS["glm4moe 4096 128x8 2L+MTP"], path)
+    info = read_model_info(path)
+    config = LoadConfig("mtp dmax1 8k", 8192, mtp=1)
+    budget = compute_budget(
+        plan_from_dict(config.plan_data()),
+        info,
+        TargetDevice("CPU", "CPU", None),
+        memory_facts(EngineFlavour.UPSTREAM),
+    )
+    assert not [w for w in budget.warnings if "does not model" in w]
+    assert round(budget.parts["compute"] / 2**20, 2) == 112.14
+    assert round(budget.parts["mtp_compute"] / 2**20, 2) == 146.76
+    trust = budget.to_json()["devices"][0]["segment_trust"]  # type: ignore[index]
+    assert trust["compute"] == trust["mtp_compute"] == "exact"

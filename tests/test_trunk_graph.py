@@ -451,3 +451,15 @@ def test_a_glm4moe_plan_with_mtp_is_replayed_and_says_nothing_is_missing(tmp_pat
     assert round(budget.parts["mtp_compute"] / 2**20, 2) == 146.76
     trust = budget.to_json()["devices"][0]["segment_trust"]  # type: ignore[index]
     assert trust["compute"] == trust["mtp_compute"] == "exact"
+
+    # ik_llama.cpp builds its own draft graph (one per slot): not replayed, so the margin
+    ik = compute_budget(
+        plan_from_dict({**config.plan_data(), "engine": {"flavour": "ik"}}),
+        info,
+        TargetDevice("CPU", "CPU", None),
+        memory_facts(EngineFlavour.IK),
+    )
+    lines = [w for w in ik.warnings if "MTP draft graph" in w]
+    assert len(lines) == 1 and "ik" in lines[0] and "35 %" in lines[0]
+    assert ik.parts["mtp_compute"] > budget.parts["mtp_compute"]
+    assert ik.to_json()["devices"][0]["segment_trust"]["mtp_compute"] == "estimate"  # type: ignore[index]

@@ -35,7 +35,7 @@ from mtpstudio.core.memory.terms import (
     unmodelled_reason,
     with_safety_margin,
 )
-from mtpstudio.core.memory.trunk_graph import sliding_window_layers
+from mtpstudio.core.memory.trunk_graph import NEXTN_BLOCK_ARCHITECTURES, sliding_window_layers
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
@@ -384,12 +384,17 @@ def compute_budget(
             n_seq=max(1, eff.n_seq),
         )
         mtp_compute = compute_bytes(model, mtp_shape, recurrent=False)
-        mtp_replayed = replays_nextn_graph(model, mtp_shape)
-        if not mtp_replayed and not facts.reserves_all_logits:
+        # the replays are upstream's draft graphs; ik_llama.cpp's Qwen3.5/3.6 draft matched
+        # its log (tests/engines/test_recorded_eras.py), its GLM-4.5 draft was never checked
+        mtp_replayed = replays_nextn_graph(model, mtp_shape) and not (
+            facts.reserves_all_logits and model.architecture in NEXTN_BLOCK_ARCHITECTURES
+        )
+        if not mtp_replayed:
             mtp_compute = with_safety_margin(mtp_compute)
             warnings.append(
-                f"mtpstudio does not model {model.architecture}'s MTP draft graph here: its "
-                f"buffer is an estimate planned with a {MARGIN_PCT} % safety margin"
+                f"mtpstudio does not model {facts.flavour.value}'s {model.architecture} MTP "
+                f"draft graph here: its buffer is an estimate planned with a {MARGIN_PCT} % "
+                "safety margin"
             )
         mtp_output = output_buffer_bytes(model, eff.n_seq)
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)

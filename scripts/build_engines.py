@@ -8,7 +8,12 @@ Builds land in ``$MTPSTUDIO_ENGINE_CACHE`` or ``$XDG_CACHE_HOME/mtpstudio/engine
 build is reused on the next run. Only the standard library is used, so this runs before the
 project's own virtual environment exists.
 
-Usage: build_engines.py [upstream] [ik] [--print-paths] [--jobs N]
+``--define NAME=VALUE`` (repeatable) adds a cmake definition after the defaults, e.g.
+``--define GGML_NATIVE=ON`` for a build tuned to this CPU. Such a build belongs in a cache of its
+own (``MTPSTUDIO_ENGINE_CACHE=~/.cache/mtpstudio-extra/native-on``): the definitions are kept in
+the build's stamp, and a cached build made with other definitions is refused, not reused.
+
+Usage: build_engines.py [upstream] [ik] [--print-paths] [--jobs N] [--define NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +68,38 @@ ENGINES: dict[str, EngineSource] = {
 # Packages pip needs to read the sdists' metadata without building their build backends.
 TOOL_PACKAGES = ("setuptools>=77", "setuptools-scm>=8", "wheel", "scikit-build-core>=0.8", "ninja")
 STAMP = "build.json"
+DEFAULT_DEFINES = (
+    "CMAKE_BUILD_TYPE=Release",
+    "LLAMA_CURL=OFF",
+    "BUILD_SHARED_LIBS=OFF",
+    "GGML_NATIVE=OFF",
+    "LLAMA_BUILD_TESTS=OFF",
+    "LLAMA_BUILD_EXAMPLES=ON",
+    "LLAMA_BUILD_SERVER=ON",
+)
+_DEFINE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?\Z")
+
+
+class CachedBuildMismatchError(Exception):
+    """The cached build was made with other extra cmake definitions than those asked for."""
+
+
+def parse_define(text: str) -> str:
+    """``NAME=VALUE`` (``NAME:TYPE=VALUE`` too), checked; argparse's type for ``--define``."""
+    name, sep, _value = text.partition("=")
+    if not sep or not _DEFINE_NAME.match(name):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a cmake definition NAME=VALUE")
+    return text
+
+
+def cached_defines(stamp: Path) -> list[str]:
+    """The extra definitions a finished build was made with (none for a default build)."""
+    try:
+        data = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return []
+    defines = data.get("extra_defines", []) if isinstance(data, dict) else []
+    return [str(d) for d in defines] if isinstance(defines, list) else []
 
 
 def cache_root() -> Path:
@@ -241,11 +279,33 @@ def cc_version() -> str:
         return "cc"
 
 
-def build(engine: EngineSource, root: Path, jobs: int) -> Path:
+def configure_argv(src: Path, build_dir: Path, ninja: Path, defines: tuple[str, ...]) -> list[str]:
+    """The cmake configure command: the default definitions, then ``defines`` (which win)."""
+    return [
+        "cmake",
+        "-S",
+        str(src),
+        "-B",
+        str(build_dir),
+        "-G",
+        "Ninja",
+        f"-DCMAKE_MAKE_PROGRAM={ninja}",
+        *(f"-D{d}" for d in (*DEFAULT_DEFINES, *defines)),
+    ]
+
+
+def build(engine: EngineSource, root: Path, jobs: int, defines: tuple[str, ...] = ()) -> Path:
     home = root / engine.key
     bin_dir = home / "bin"
     stamp = home / STAMP
     if stamp.exists() and all((bin_dir / t).exists() for t in engine.targets):
+        made_with = cached_defines(stamp)
+        if made_with != list(defines):
+            shown = " ".join(made_with) or "no extra definitions"
+            raise CachedBuildMismatchError(
+                f"the build in {home} was made with {shown}; set MTPSTUDIO_ENGINE_CACHE to "
+                "another folder for this one"
+            )
         say(f"{engine.name}: reusing cached build in {bin_dir}")
         return bin_dir
     started = time.monotonic()
@@ -262,25 +322,7 @@ def build(engine: EngineSource, root: Path, jobs: int) -> Path:
     if build_dir.exists():
         shutil.rmtree(build_dir)
     say(f"{engine.name}: configuring")
-    run(
-        [
-            "cmake",
-            "-S",
-            str(src),
-            "-B",
-            str(build_dir),
-            "-G",
-            "Ninja",
-            f"-DCMAKE_MAKE_PROGRAM={ninja}",
-            "-DCMAKE_BUILD_TYPE=Release",
-            "-DLLAMA_CURL=OFF",
-            "-DBUILD_SHARED_LIBS=OFF",
-            "-DGGML_NATIVE=OFF",
-            "-DLLAMA_BUILD_TESTS=OFF",
-            "-DLLAMA_BUILD_EXAMPLES=ON",
-            "-DLLAMA_BUILD_SERVER=ON",
-        ]
-    )
+    run(configure_argv(src, build_dir, ninja, defines))
     say(
         f"{engine.name}: building {', '.join(engine.targets)} with {jobs} jobs "
         "(ninja prints [done/total])"
@@ -298,6 +340,7 @@ def build(engine: EngineSource, root: Path, jobs: int) -> Path:
                 "package": engine.package,
                 "version": engine.version,
                 "targets": list(engine.targets),
+                **({"extra_defines": list(defines)} if defines else {}),
                 "seconds": round(elapsed, 1),
             },
             indent=2,
@@ -315,6 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--print-paths", action="store_true", help="print name=bin_dir lines and exit"
     )
+    parser.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        type=parse_define,
+        metavar="NAME=VALUE",
+        help="an extra cmake definition after the defaults (repeatable), e.g. GGML_NATIVE=ON; "
+        "use a cache folder of its own (MTPSTUDIO_ENGINE_CACHE)",
+    )
     args = parser.parse_args(argv)
     root = cache_root()
     names = args.engines or list(ENGINES)
@@ -328,7 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     for name in names:
         try:
-            build(ENGINES[name], root, args.jobs)
+            build(ENGINES[name], root, args.jobs, tuple(args.define))
+        except CachedBuildMismatchError as exc:
+            say(f"{name}: {exc}")
+            return 1
         except subprocess.CalledProcessError as exc:
             say(f"{name}: build failed ({exc}); the log above says where")
             return 1

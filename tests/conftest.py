@@ -4,6 +4,7 @@ real llama-server processes (the test bench lives in tests/support/)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -24,6 +25,13 @@ from support.tiny_models import TinyModelCache  # noqa: E402
 
 # Qt runs offscreen in tests: no display is needed, and none is touched when one exists.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+# Tests press Ctrl-C (send SIGINT) to the programs they start, as a terminal would. A test run
+# started in the background of a shell without job control (`cmd &` in a script, some CI
+# runners) inherits SIGINT ignored, and so would every program it starts: Ctrl-C would do
+# nothing. Give this process, and so its children, the terminal's default back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Where scripts/build_engines.py puts the builds, computed before any test changes XDG vars.
 ENGINE_CACHE = Path(

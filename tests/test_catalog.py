@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, MIB, gpu_card, gpu_cards
+from mtpstudio.core.model.catalog.gpus import (
+    DEFAULT_GPU_CARD,
+    MIB,
+    closest_context_figure,
+    cuda_context_figures,
+    cuda_context_for,
+    gpu_card,
+    gpu_cards,
+)
 from mtpstudio.core.model.catalog.header import synthetic_vocab
 from mtpstudio.core.model.catalog.models import (
     CARD_FORMAT_VERSION,
@@ -268,3 +276,58 @@ def test_recipe_falls_back_like_llama_quantize_for_odd_rows() -> None:
     assert IQ4_XS_RECIPE.type_for("blk.0.ffn_up.weight", (96, 512), 8).name == "IQ4_NL"
     assert IQ4_XS_RECIPE.type_for("blk.0.attn_v.weight", (2048, 512), 2).name == "IQ4_XS"
     assert IQ4_XS_RECIPE.type_for("blk.0.attn_norm.weight", (2048,), 8).name == "F32"
+
+
+def test_every_nvidia_card_has_a_cuda_context_figure_with_its_source() -> None:
+    """A card's own published figure, else that of the published card closest in memory."""
+    figures = cuda_context_figures()
+    assert {f.name for f in figures} >= {"NVIDIA GeForce RTX 4060 Ti", "NVIDIA GeForce RTX 3090"}
+    for figure in figures:
+        assert re.search(r"github\.com/\S+/(issues|pull)/\d+", figure.source), figure.name
+    for card in gpu_cards():
+        if card.vendor != "nvidia":
+            continue
+        assert card.driver_overhead_bytes is not None and card.driver_overhead_source, card.id
+        own = [f for f in figures if f.name == card.name]
+        expected = own[0] if own else closest_context_figure(card.vram_bytes)
+        assert card.driver_overhead_bytes == expected.context_mib * MIB, card.id
+        assert expected.source.split(" (")[0] in card.driver_overhead_source, card.id
+    four_sixty = gpu_card("rtx-4060-ti-16gb")
+    assert four_sixty.driver_overhead_bytes == 107 * MIB  # llama.cpp #23604
+    assert "published for this card" in four_sixty.driver_overhead_source
+
+
+def test_a_detected_card_takes_its_catalogue_figure_or_the_closest_published_one() -> None:
+    assert cuda_context_for("NVIDIA GeForce RTX 4070 SUPER", 12282 * MIB) == (
+        gpu_card("rtx-4070-super").driver_overhead_bytes,
+        gpu_card("rtx-4070-super").driver_overhead_source,
+    )
+    h100, source = cuda_context_for("NVIDIA H100 80GB HBM3", 81559 * MIB)
+    assert h100 == 555 * MIB and "RTX PRO 6000 Blackwell" in source  # 96 GB: the closest
+
+
+def test_a_detected_nvidia_card_counts_its_context_and_the_reserved_memory() -> None:
+    """NVML v2 reports memory the driver reserves apart from ``used``; it is in the total and
+    never free, so the driver segment holds it beside the CUDA context."""
+    from mtpstudio.core.detect.models import GpuInfo, GpuMemory, GpuVendor
+    from mtpstudio.core.memory.machine import driver_bytes
+
+    memory = GpuMemory(
+        total_bytes=12282 * MIB,
+        used_bytes=1400 * MIB,
+        free_bytes=10538 * MIB,
+        reserved_bytes=344 * MIB,
+        source="nvml v2",
+    )
+    card = GpuInfo(
+        id="CUDA0",
+        vendor=GpuVendor.NVIDIA,
+        name="NVIDIA GeForce RTX 4070 SUPER",
+        integrated=False,
+        compute_capability="8.9",
+        memory=memory,
+    )
+    context = gpu_card("rtx-4070-super").driver_overhead_bytes or 0
+    assert driver_bytes(card) == context + 344 * MIB
+    v1 = card.model_copy(update={"memory": memory.model_copy(update={"reserved_bytes": None})})
+    assert driver_bytes(v1) == context  # NVML v1 counts it in used, i.e. in other processes

@@ -113,7 +113,8 @@ def test_plan_json_has_exactly_the_documented_shape() -> None:
     out = json.loads(result.stdout)
     assert set(out) == {
         "devices", "host", "argv", "warnings", "verdict", "target", "effective",
-        "cpu_expert_layers", "desktop_options", "demo_defaults", "effective_options",
+        "cpu_expert_layers", "desktop_options", "demo_defaults", "effective_options", "model",
+        "unloadable_files",
     }  # fmt: skip
     (device,) = out["devices"]
     assert device["id"] == "CUDA0" and "4070" in device["name"]

@@ -8,16 +8,16 @@ from pathlib import Path
 from test_cli import run_cli
 
 
-def write_header_only_model(path: Path) -> None:
-    from mtpstudio.core.model.catalog.models import model_card_path
+def write_model(path: Path) -> Path:
+    """A loadable model file: the zero-weight full-size 35B (sparse; units need a real file)."""
+    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(model_card_path("qwen3.6-35b-a3b-iq4_xs").read_bytes())
+    return zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", path)
 
 
 def test_render_writes_every_file_and_a_readme(tmp_path: Path) -> None:
     model = tmp_path / "models dir" / "Qwen 3.6 “35B” $HOME%.gguf"
-    write_header_only_model(model)
+    write_model(model)
     plan = tmp_path / "plan.json"
     # a GPU target (a machine without one would plan, and render, for the CPU)
     made = run_cli("plan", "--model", str(model), "--ctx", "65536", "--n-cpu-moe", "24",
@@ -52,7 +52,7 @@ def test_render_writes_every_file_and_a_readme(tmp_path: Path) -> None:
 
 def test_export_unit_is_the_same_unit_render_writes(tmp_path: Path) -> None:
     model = tmp_path / "m.gguf"
-    write_header_only_model(model)
+    write_model(model)
     plan = tmp_path / "plan.json"
     assert run_cli("plan", "--model", str(model), "--save", str(plan)).returncode == 0
     unit = tmp_path / "one.service"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from support.servers import EngineMissingError, engine_binary
+from test_cli_export import write_model
 
 
 def run_plan(
@@ -92,9 +93,11 @@ def test_ik_on_qwen35moe_says_it_will_not_run_and_what_works(tiny_model: Any) ->
 def test_api_key_goes_to_a_user_only_file_never_the_plan_or_argv(tmp_path: Path) -> None:
     saved = tmp_path / "plan.json"
     key = "sk-secret-123"
+    model = write_model(tmp_path / "models" / "q.gguf")  # render writes units for files only
     result = run_plan(
-        "--demo", "--host", "0.0.0.0", "--api-key", key, "--save", str(saved), home=tmp_path
-    )
+        "--model", str(model), "--host", "0.0.0.0", "--api-key", key, "--save", str(saved),
+        home=tmp_path,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     key_file = tmp_path / "config" / "mtpstudio" / "server-api-key"
     assert key_file.read_text().strip() == key

@@ -10,6 +10,7 @@ import tempfile
 import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,15 @@ from gguf_builders import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.waiting import scaled
 
 from mtpstudio.core.errors import GgufError
 from mtpstudio.core.model.gguf import GgufFormatError, model_info_from_gguf, read_gguf
 
 ARCH = raw_kv("general.architecture", VT.STRING, "llama")
+
+# Per example: far above what one takes (milliseconds), so only a runaway path fails it.
+EXAMPLE_DEADLINE = timedelta(seconds=scaled(5))
 
 
 @dataclass(frozen=True)
@@ -394,7 +399,7 @@ def _read_or_gguf_error(path: Path, lazy_threshold: int) -> None:
 
 
 @pytest.mark.timeout(120, method="thread")  # a hang fails fast, not after 600 s
-@settings(max_examples=400, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=EXAMPLE_DEADLINE, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), lazy=st.sampled_from([0, 256]))
 def test_mutated_headers_end_in_result_or_gguf_error(
     fuzz_dir: Path, data: st.DataObject, lazy: int
@@ -409,7 +414,7 @@ def test_mutated_headers_end_in_result_or_gguf_error(
 
 
 @pytest.mark.timeout(120, method="thread")  # a hang fails fast, not after 600 s
-@settings(max_examples=100, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=EXAMPLE_DEADLINE, suppress_health_check=[HealthCheck.too_slow])
 @given(cut=st.integers(0, 10_000), lazy=st.sampled_from([0, 256]))
 def test_every_truncation_ends_in_result_or_gguf_error(fuzz_dir: Path, cut: int, lazy: int) -> None:
     base_path = fuzz_dir / "base.gguf"

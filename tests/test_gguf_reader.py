@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf_builders import KV, QT, VT, TensorSpec, raw_header, raw_kv, write_gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.waiting import scaled
 
 from mtpstudio.core.errors import GgufError
 from mtpstudio.core.model.gguf import (
@@ -73,6 +75,9 @@ ARRAYS: list[KV] = [
     KV("a.nested.ints", [[1, 2, 3], [-4]], VT.ARRAY, VT.ARRAY),  # GGUFWriter: i32 inside
     KV("a.nested.deep", [[["x"], ["y", "z"]], [["w"]]], VT.ARRAY, VT.ARRAY),
 ]
+
+# Per example: far above what one takes (milliseconds), so only a runaway path fails it.
+EXAMPLE_DEADLINE = timedelta(seconds=scaled(5))
 
 
 def expected_value(item: KV) -> Any:
@@ -348,7 +353,7 @@ def scratch() -> Any:
 
 
 @pytest.mark.timeout(120, method="thread")  # a hang fails fast, not after 600 s
-@settings(max_examples=150, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=EXAMPLE_DEADLINE, suppress_health_check=[HealthCheck.too_slow])
 @given(strings=_string_lists(), big_endian=st.booleans(), tail=st.binary(max_size=16))
 def test_string_array_scanning_property(
     scratch: Path, strings: list[bytes], big_endian: bool, tail: bytes

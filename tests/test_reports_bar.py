@@ -33,3 +33,21 @@ def test_what_does_not_fit_is_marked() -> None:
     device = DeviceBudget("CUDA0", "card", 1000 * MIB, {"weights": 1500 * MIB})
     bar = text_bar(device)
     assert bar.count("!") == 20 and bar.count("W") == 40
+
+
+def test_the_ram_report_says_what_of_the_mapped_range_stays_in_ram() -> None:
+    from mtpstudio.core.detect.models import DetectionReport
+    from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
+    from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
+    from mtpstudio.core.plan import Plan
+    from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
+    from mtpstudio.core.reports import budget_report
+
+    pctx = PlanningContext(machine_for(DetectionReport()), model_card_info(DEFAULT_MODEL_CARD))
+    result = evaluate(Plan(device=DEFAULT_GPU_CARD), pctx, suggest=False)
+    parts = result.budget.parts
+    text = budget_report(result.budget)
+    kept, experts = parts["weights_cpu_tensors"], parts["weights_cpu_experts"]
+    mapped = result.budget.host.segments["weights_mapped"]
+    assert f"of them kept in RAM (CPU tensors) {kept / MIB:,.0f} MiB ({experts / MIB:,.0f}" in text
+    assert f"the rest is page cache            {(mapped - kept) / MIB:,.0f} MiB" in text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mtpstudio.core.engines.registry import documented_build, memory_facts
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.memory.trust import Trust, segment_trust
+from mtpstudio.core.memory.trust import NOTHING_MEASURED, Trust, segment_trust, weakest
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve
@@ -40,6 +40,16 @@ def test_exact_measured_and_estimated_segments() -> None:
     assert segment_trust("CUDA0", "compute", measured) is Trust.MEASURED
     assert segment_trust("CUDA1", "compute", measured) is Trust.ESTIMATE
     assert segment_trust("CUDA0", "desktop", measured) is Trust.ESTIMATE
+    sourced = frozenset({("CUDA0", "weights")})
+    assert segment_trust("CUDA0", "weights", NOTHING_MEASURED, NOTHING_MEASURED, sourced) is (
+        Trust.SOURCE
+    )
+    assert segment_trust(
+        "CUDA0", "weights", frozenset({("CUDA0", "weights")}), sourced=sourced
+    ) is (
+        Trust.MEASURED  # a measurement beats the source
+    )
+    assert segment_trust("CUDA0", "compute", sourced=sourced) is Trust.ESTIMATE
 
 
 def _demo(**changes: object) -> Plan:
@@ -121,8 +131,10 @@ def test_plan_text_and_json_carry_the_trust_of_each_segment() -> None:
 
 def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     """The trunk and MTP draft buffers replay the engine's allocator: exact where that replay
-    was checked against the engine's trace (CPU buffers), an estimate on a GPU (other
-    alignment, fused ops)."""
+    was checked against the engine's trace (CPU buffers). On a CUDA card the draft buffer
+    follows ggml-cuda's rules (other alignment, attention copies, fused ops) unmeasured:
+    ``source``, as are its weights; the trunk's (its graph_optimize not modelled) is an
+    estimate."""
     machine = MachineFacts(HostSpec(), (), (PROBED,))
     pctx = PlanningContext(machine, model_card_info(DEFAULT_MODEL_CARD))
     on_cpu = evaluate(_demo(device="cpu", **{"mtp.enabled": True}), pctx).budget
@@ -137,7 +149,14 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     on_gpu = evaluate(_demo(**{"mtp.enabled": True}), pctx).budget
     assert on_gpu.replayed == frozenset()
     gpu_trust = on_gpu.to_json()["devices"][0]["segment_trust"]
-    assert gpu_trust["mtp_compute"] == "estimate"
+    assert gpu_trust["mtp_compute"] == "source" and gpu_trust["weights"] == "source"
+    assert gpu_trust["compute"] == "estimate" and gpu_trust["driver_overhead"] == "estimate"
+    gpu_text = budget_report(on_gpu)
+    assert next(x for x in gpu_text.splitlines() if "W weights" in x).rstrip().endswith("source")
+    assert "source: follows the engine's source for this backend" in gpu_text
+    amd = evaluate(_demo(device="rx-7800-xt", **{"mtp.enabled": True}), pctx).budget
+    amd_trust = amd.to_json()["devices"][0]["segment_trust"]
+    assert amd_trust["weights"] == amd_trust["mtp_compute"] == "estimate"  # not CUDA's rules
 
     # flash attention off: the draft graph is not replayed, the figure is the fitted estimate
     plain = {"mtp.enabled": True, "runtime.flash_attn": "off"}
@@ -145,3 +164,9 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     plain |= {"mtp.cache_type_k": "f16", "mtp.cache_type_v": "f16"}
     budget = evaluate(_demo(device="cpu", **plain), pctx).budget
     assert budget.replayed == frozenset({("CPU", "compute")})
+
+
+def test_a_sum_of_figures_is_as_sure_as_its_least_sure_part() -> None:
+    assert weakest(Trust.EXACT, Trust.SOURCE) is Trust.SOURCE
+    assert weakest(Trust.MEASURED, Trust.EXACT) is Trust.EXACT
+    assert weakest(Trust.SOURCE, Trust.ESTIMATE, Trust.EXACT) is Trust.ESTIMATE

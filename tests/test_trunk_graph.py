@@ -15,8 +15,9 @@ from test_graph_alloc import FIXTURES, engine_trace
 
 from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.cuda_rules import CC_ADA_LOVELACE, CudaRules
 from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.memory.graph_alloc import AllocEvent, ModelDims, reserved_bytes
+from mtpstudio.core.memory.graph_alloc import AllocEvent, ModelDims, Tensor, reserved_bytes
 from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
 from mtpstudio.core.memory.terms import (
     UNMODELLED_COMPUTE_MARGIN,
@@ -463,3 +464,69 @@ def test_a_glm4moe_plan_with_mtp_is_replayed_and_says_nothing_is_missing(tmp_pat
     assert len(lines) == 1 and "ik" in lines[0] and "35 %" in lines[0]
     assert ik.parts["mtp_compute"] > budget.parts["mtp_compute"]
     assert ik.to_json()["devices"][0]["segment_trust"]["mtp_compute"] == "estimate"  # type: ignore[index]
+
+
+# --- under CUDA's rules (issue 28's rules through these replays) -------------------------------
+
+
+def _attention_extra(graph: tuple[list[Tensor], list[Tensor]], rules: CudaRules) -> set[int]:
+    """What CUDA's rules add to each flash-attention node of ``graph`` (bytes)."""
+    nodes = graph[1]
+    return {rules.alloc_size(n) - n.nbytes for n in nodes if n.op == "FLASH_ATTN_EXT"}
+
+
+def test_the_replays_carry_what_cudas_rules_read() -> None:
+    """The trunk, hybrid and GLM-4.5 draft graphs give their attention nodes the cache's
+    shape and types (CUDA converts a q8_0 K and V to F16 copies behind the output: 2 x 128 MiB
+    for 256-wide heads, 2 KV heads, 128k cells) and mark the token lookups as host ops."""
+    rules = CudaRules(cc=CC_ADA_LOVELACE)
+    copies = 2 * 256 * 131072 * 2 * 2  # K and V, F16
+    q8 = TrunkShape(512, 1, 131072, k_rot=256, v_rot=64, cache_types=("q8_0", "q8_0"))
+    f16 = TrunkShape(512, 1, 131072)
+    hybrid = HybridDims.of(model_card_info("qwen3.6-35b-a3b-iq4_xs"))
+    hybrid = dataclasses.replace(hybrid, n_layer=4)
+    plain = _dims("qwen3", 2, 2048, (16, 2, 256))
+    glm = _dims("glm4moe", 2, 2048, (16, 2, 256), n_expert=8, n_expert_used=2)
+    glm = dataclasses.replace(glm, expert_ffn_length=512, n_dense_lead=1)
+    for build in (
+        lambda s: hybrid_trunk_graph(hybrid, s),
+        lambda s: trunk_graph(plain, s),
+        lambda s: nextn_block_graph(glm, s),
+    ):
+        assert _attention_extra(build(f16), rules) == {0}
+        (extra,) = _attention_extra(build(q8), rules)
+        assert copies <= extra < copies + 2 * 128  # each copy 128-aligned
+        leafs, nodes = build(q8)
+        lookups = [n for n in nodes if n.op == "GET_ROWS" and n.host]
+        ids = {t.name for n in lookups for t in n.srcs if t.is_input}
+        assert ids and ids <= {"inp_tokens", "tokens", "inp_mixed_tokens"}
+        kept, _ = rules.prepare(leafs, nodes)
+        assert not {t.name for t in kept} & {"inp_tokens", "tokens", "inp_mixed_tokens"}
+
+
+def test_a_cuda_plan_replays_the_trunk_under_cudas_rules_and_calls_it_an_estimate(
+    tmp_path: Path,
+) -> None:
+    """On a CUDA card the trunk's buffer is the replay under CUDA's rules (flash attention's
+    F16 copies of a q8_0 cache in the attention node), labelled ``estimate`` (its
+    graph_optimize is not modelled); GLM-4.5's replayed draft buffer follows the source
+    (``source``); the CPU's stay ``exact``."""
+    path = tmp_path / "glm.gguf"
+    write_arch_header(MODELS["glm4moe 4096 128x8 2L+MTP"], path)
+    info = read_model_info(path)
+    q8 = {"ctk": "q8_0", "ctv": "q8_0", "draft_ctk": "q8_0", "draft_ctv": "q8_0"}
+    config = LoadConfig("mtp dmax3 32k q8_0/q8_0", 32768, mtp=3, **q8)
+    plan = plan_from_dict(config.plan_data())
+    facts = memory_facts(EngineFlavour.UPSTREAM)
+    card = TargetDevice("CUDA0", "card", 48 * 2**30, vendor="nvidia", compute_capability="8.9")
+    cpu = compute_budget(plan, info, TargetDevice("CPU", "CPU", None), facts)
+    cuda = compute_budget(plan, info, card, facts)
+    assert not [w for w in cuda.warnings if "does not model" in w]
+    grown = cuda.parts["compute"] - cpu.parts["compute"]
+    copy = 128 * 32768 * 8 * 2  # one F16 copy of K or V (128-wide, 8 KV heads)
+    # the attention node takes both copies; the buffer grows by what the walk cannot reuse
+    assert copy < grown <= 2 * copy + 2**20
+    trust = cuda.to_json()["devices"][0]["segment_trust"]  # type: ignore[index]
+    assert trust["compute"] == "estimate" and trust["mtp_compute"] == "source"
+    cpu_trust = cpu.to_json()["devices"][0]["segment_trust"]  # type: ignore[index]
+    assert cpu_trust["compute"] == cpu_trust["mtp_compute"] == "exact"

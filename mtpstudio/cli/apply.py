@@ -40,6 +40,12 @@ def register(sub: Any) -> None:
     scope.add_argument("--system", dest="scope", action="store_const", const="system",
                        help="a system unit in /etc/systemd/system (default)")  # fmt: skip
     p_unit.add_argument("--account", help="account a system unit runs as (default: you)")
+    p_unit.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace an installed unit or env file that differs (without it the diff is shown "
+        "and nothing is written)",
+    )
     _common(p_unit)
     p_unit.set_defaults(func=cmd_apply_unit, scope="system")
 
@@ -220,6 +226,7 @@ def cmd_apply_unit(args: argparse.Namespace) -> int:
         if args.dry_run:
             print("Dry run: nothing was written.")
             return 0
+        _refuse_silent_replace(preview(chosen), args.replace, "--user")
         result = install_user_unit(files, SubprocessRunner())
         print("Installed:")
         _print_changes(result.changes)
@@ -231,6 +238,7 @@ def cmd_apply_unit(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("Dry run: nothing was written.")
         return 0
+    _refuse_silent_replace(preview(plan.files, root), args.replace, "--system")
     answer = apply_plan(plan, helper_for(root))
     print("Installed:")
     _print_changes(answer.changes)
@@ -238,6 +246,25 @@ def cmd_apply_unit(args: argparse.Namespace) -> int:
         print(f"systemctl daemon-reload: {answer.extra['daemon_reload']}")
     print(f"Start it with: sudo systemctl enable --now {files['unit'].name}")
     return 0
+
+
+def _refuse_silent_replace(previews: Sequence[Any], replace: bool, scope_flag: str) -> None:
+    """An installed file that differs is replaced only with ``--replace``: show the diff first."""
+    changed = [p for p in previews if p.state == "changed"]
+    if not changed:
+        return
+    for item in changed:
+        print()
+        sys.stdout.write(item.diff if item.diff.endswith("\n") else item.diff + "\n")
+    if replace:
+        print("Replacing the installed version (`mtpstudio revert unit` puts it back).")
+        return
+    names = " and ".join(str(p.path) for p in changed)
+    raise MtpStudioError(
+        f"a different version of {names} is installed (the diff is above), so nothing was written",
+        hint=f"Run `mtpstudio apply unit --plan PLAN {scope_flag} --replace` to replace it "
+        "(`mtpstudio revert unit` puts the old one back).",
+    )
 
 
 def cmd_apply_nvidia(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from mtpstudio.core.bench.ab import (
     ABReport,
     ABVariant,
     TargetOpener,
+    drafting_off_variant,
     run_ab,
     run_ab_rounds,
 )
@@ -37,7 +38,7 @@ from mtpstudio.core.bench.runner import run_bench, utc_now
 from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import BenchError
-from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
+from mtpstudio.core.plan import EngineFlavour, Plan, load_plan
 from mtpstudio.core.usecases.bench import conclude
 
 # The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
@@ -242,17 +243,11 @@ def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
                                          env=variants[1].env))  # fmt: skip
     off = None
     if args.gate:
-        off_plan = plan_with(first.plan, {"mtp.enabled": False})
-        second = variants[1] if variants else None
-        if (
-            b is not None
-            and second is not None
-            and not second.env
-            and (second.plan.to_json() == off_plan.to_json())
-        ):
+        reference = drafting_off_variant(first, variants[1:] if variants else ())
+        if b is not None and variants is not None and reference.label == variants[1].label:
             off = b  # the A/B's B already is A with drafting off
         else:
-            off = stack.enter_context(launcher(off_plan, label="drafting-off", env={}))
+            off = stack.enter_context(launcher(reference.plan, label=reference.label, env={}))
     yield _Targets(a, b, off)
 
 
@@ -291,14 +286,14 @@ class _Output:
             self.document["history_ids"] = [outcome.run_id]
         return report
 
-    def gate(self, gate: GateReport) -> None:
+    def gate(self, gate: GateReport, started_at: str) -> None:
         _clear_progress()
         print()
         print(render_gate_text(gate))
         self.document["gate"] = gate.to_dict()
         self.gate_failed = not gate.passed
         self.failed |= gate.error is not None
-        self._store("gate", gate.on_label, gate.to_dict())
+        self._store("gate", gate.on_label, gate.to_dict(), started_at)
 
     def concurrency(self, conc: ConcurrencyReport) -> None:
         _clear_progress()
@@ -308,9 +303,12 @@ class _Output:
         self.failed |= conc.error is not None
         self._store("concurrency", conc.label, conc.to_dict())
 
-    def _store(self, kind: str, label: str, data: dict[str, Any]) -> None:
+    def _store(
+        self, kind: str, label: str, data: dict[str, Any], started_at: str | None = None
+    ) -> None:
+        """Store a document run, dated when it started (not when the command did)."""
         if self.history is not None:
-            run_id = self.history.add_document(kind, label, data, self.document["started_at"])
+            run_id = self.history.add_document(kind, label, data, started_at or utc_now())
             self.document.setdefault("history_ids", []).append(run_id)
 
 
@@ -337,8 +335,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
                 report = run_bench(t.a, prompts, settings, progress=_progress, vram=VramSampler())
                 out.bench(report, t.a.plan)
             if t.off is not None and not out.failed:
+                started = utc_now()
                 out.gate(gate_against(t.off, _on_samples(report), t.a.name, prompts,
-                                      settings.n_predict, progress=_progress))  # fmt: skip
+                                      settings.n_predict, progress=_progress), started)  # fmt: skip
             if args.concurrency > 1 and not out.failed:
                 out.concurrency(run_concurrent(t.a, prompts, args.concurrency, settings,
                                                progress=_progress))  # fmt: skip
@@ -382,10 +381,11 @@ def _run_plans_in_turn(
             out.concurrency(run_concurrent(a, prompts, args.concurrency, settings,
                                            progress=_progress))  # fmt: skip
     if args.gate and not out.failed:
-        off_plan = plan_with(first.plan, {"mtp.enabled": False})
-        with launcher(off_plan, label="drafting-off", env={}) as off:
+        started = utc_now()
+        reference = drafting_off_variant(first, variants[1:])
+        with launcher(reference.plan, label=reference.label, env={}) as off:
             out.gate(gate_against(off, _on_samples(report), first.label, prompts,
-                                  settings.n_predict, progress=_progress))  # fmt: skip
+                                  settings.n_predict, progress=_progress), started)  # fmt: skip
     return report
 
 

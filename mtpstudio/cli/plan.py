@@ -293,13 +293,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         machine_for,
         published_demo_plan,
     )
-    from mtpstudio.core.reports import budget_report, plan_report
+    from mtpstudio.core.reports import budget_report, model_summary_json, plan_report
     from mtpstudio.core.server.reconcile import last_measured_text, load_measurements
 
     if args.demo == "list":
         return _list_demo_cards()
     plan, changes = plan_and_changes(args)
     info = load_model_info(plan.model)
+    if args.plan is None and "runtime.ctx" not in changes:  # the default, not a choice
+        from mtpstudio.core.model.defaults import ctx_for_model
+
+        plan = plan_with(plan, {"runtime.ctx": ctx_for_model(plan.runtime.ctx, info)})
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
     pctx = PlanningContext(
         machine_for(detect_for(plan)), info, draft, measurements=load_measurements()
@@ -311,31 +315,66 @@ def cmd_plan(args: argparse.Namespace) -> int:
     budget = replace(result.budget, warnings=result.warnings)
     effective = result.effective or plan
     verdict = result.verdict
+    unloadable = _unloadable_files(plan, info, draft)
     if args.save:
         save_plan(plan, args.save)
     if args.json:
         fields = plan_json_fields(result, desktop_choices(plan, pctx), defaults_line)
         options = fields.pop("effective_options")
-        data = fields | budget.to_json(result.argv) | {"effective_options": options}
+        model = str(plan.model.path) if plan.model.path is not None else None
+        data = (
+            {"model": model_summary_json(info, model), "unloadable_files": unloadable}
+            | fields
+            | budget.to_json(result.argv)
+            | {"effective_options": options}
+        )
         print(json.dumps(data, indent=2))
     else:
         desktop = None
         if result.target.device.is_gpu:
             desktop = result.budget.devices[0].segments.get("desktop")
-        text = plan_report(effective, info, mtp_line=result.mtp_line, desktop_bytes=desktop)
+        text = plan_report(
+            effective,
+            info,
+            mtp_line=result.mtp_line,
+            desktop_bytes=desktop,
+            on_gpu=result.target.device.is_gpu,
+        )
         sys.stdout.write(text)
         if defaults_line:
             print(f"  {defaults_line}")
         print(f"\nTarget: {result.target.source}")
-        sys.stdout.write(budget_report(budget, result.argv, verdict.lines()))
+        verdict_lines = verdict.lines() + [f"Not loadable: {u}" for u in unloadable]
+        sys.stdout.write(budget_report(budget, result.argv, verdict_lines))
         measured = last_measured_text(pctx.machine.build_for(plan), result.target.device.id)
         if measured:
             print(f"\n{measured}")
         if args.save:
             print(f"\nPlan saved to {args.save}")
-    if args.check and not verdict.ok:
+    if args.check and (not verdict.ok or unloadable):
         return EXIT_DOES_NOT_FIT
     return 0
+
+
+def _unloadable_files(plan: Plan, info: Any, draft: Any) -> list[str]:
+    """Sentences for the model files the engine cannot load (header only, incomplete)."""
+    from mtpstudio.core.errors import GgufError
+    from mtpstudio.core.model.file_state import require_whole_model
+
+    out = []
+    for path, facts, role in (
+        (plan.model.path, info, "model"),
+        (plan.draft.path, draft, "draft model"),
+    ):
+        if path is None or facts is None:
+            continue
+        try:
+            require_whole_model(facts, path, role)
+        except GgufError as exc:
+            said = str(exc)
+            refused = "launch, apply unit and export-unit refuse it"
+            out.append(f"{said[:1].upper()}{said[1:]}; {refused}. {exc.hint}")
+    return out
 
 
 def plan_json_fields(result: Any, desktop: list[Any], defaults_line: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pydantic import (
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import PlanError
+from mtpstudio.core.file_check import refuse_model_as
 from mtpstudio.core.state_files import StateFileError, parse_json, read_json
 
 SCHEMA_VERSION: Literal[2] = 2
@@ -586,7 +587,8 @@ def plan_from_json(text: str) -> Plan:
 
 
 def load_plan(path: Path) -> Plan:
-    """Read a Plan file (a regular file of at most 1 MiB)."""
+    """Read a Plan file (a regular file of at most 1 MiB; a GGUF model is named, unread)."""
+    refuse_model_as(path, "plan file")
     try:
         data = read_json(path, "plan file", max_bytes=MAX_PLAN_BYTES)
     except StateFileError as exc:

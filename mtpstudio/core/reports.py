@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from mtpstudio.core.memory.budget import DEVICE_SEGMENTS, Budget, DeviceBudget
 from mtpstudio.core.memory.draft import DRAFT_SEGMENTS
-from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, segment_trust
+from mtpstudio.core.memory.trust import (
+    NOTHING_MEASURED,
+    TRUST_MEANINGS,
+    Measured,
+    Trust,
+    device_trust,
+    segment_trust,
+    weakest,
+)
+from mtpstudio.core.model.file_state import file_state, file_state_text
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MoePlacement, Plan
 from mtpstudio.core.units import GIB, MIB
@@ -18,8 +27,9 @@ def _size(n_bytes: int) -> str:
     return f"{n_bytes / 1e9:.2f} GB ({n_bytes / GIB:.2f} GiB)"
 
 
-def model_summary_lines(info: ModelInfo) -> list[str]:
-    """What the model is, as aligned ``label  value`` lines."""
+def model_summary_lines(info: ModelInfo, *, file_note: str | None = None) -> list[str]:
+    """What the model is, as aligned ``label  value`` lines (``file_note``: a file that is not
+    whole, see ``file_state_text``)."""
     rows: list[tuple[str, str]] = [("architecture", info.architecture)]
     if info.name:
         rows.insert(0, ("name", info.name))
@@ -70,20 +80,71 @@ def model_summary_lines(info: ModelInfo) -> list[str]:
                 ", ".join(f"{name} {100 * b / info.tensor_bytes:.1f}%" for name, b in mix[:6]),
             )
         )
+    if file_note:
+        rows.append(("file", file_note))
     width = max(len(label) for label, _ in rows)
     return [f"  {label:<{width}}  {value}" for label, value in rows]
 
 
+def model_summary_json(info: ModelInfo, path: str | None) -> dict[str, object]:
+    """What ``model_summary_lines`` shows, as fields (``plan --json``)."""
+    return {
+        "path": path,
+        "name": info.name or None,
+        "architecture": info.architecture,
+        "layers": {
+            "trunk": info.n_layer,
+            "mtp": info.n_nextn_layer,
+            "attention": len(info.attention_layers),
+            "recurrent": len(info.recurrent_layers),
+            "full_attention_interval": info.full_attention_interval or None,
+        },
+        "attention": {
+            "q_heads": info.n_head,
+            "kv_heads": info.n_head_kv,
+            "key_length": info.key_length,
+            "value_length": info.value_length,
+            "embedding": info.n_embd,
+        },
+        "experts": {
+            "routed": info.n_expert,
+            "used_per_token": info.n_expert_used,
+            "expert_ffn": info.expert_ffn_length,
+            "shared_expert_ffn": info.shared_expert_ffn_length,
+        }
+        if info.is_moe
+        else None,
+        "vocabulary": info.vocab_size,
+        "context_native": info.context_length,
+        "weights_bytes": info.tensor_bytes,
+        "bits_per_weight": round(info.bits_per_weight, 3),
+        "quant_mix_bytes": dict(sorted(info.quant_mix.items(), key=lambda kv: -kv[1])),
+        "file": {
+            "state": file_state(info).value if path is not None else None,
+            "bytes": info.file_size if path is not None else None,
+            "full_bytes": info.full_file_size if path is not None else None,
+            "note": file_state_text(info) if path is not None else None,
+        },
+    }
+
+
 def plan_option_lines(
-    plan: Plan, *, mtp_line: str | None = None, desktop_bytes: int | None = None
+    plan: Plan,
+    *,
+    mtp_line: str | None = None,
+    desktop_bytes: int | None = None,
+    on_gpu: bool = True,
 ) -> list[str]:
     """The options the Plan chose, as aligned ``label  value`` lines.
 
     ``plan`` should be the effective plan (MTP auto decided); ``mtp_line`` says why MTP is on
-    or off, ``desktop_bytes`` what the desktop keeps on the card after the reclamation.
+    or off, ``desktop_bytes`` what the desktop keeps on the card after the reclamation;
+    ``on_gpu`` False for a CPU target (no GPU layers, no expert placement, no VRAM margin).
     """
     rt, mtp, srv = plan.runtime, plan.mtp, plan.server
-    if rt.moe is MoePlacement.N_CPU_MOE and rt.n_cpu_moe == 0:
+    if not on_gpu:
+        moe = "on the CPU, like everything (CPU target)"
+    elif rt.moe is MoePlacement.N_CPU_MOE and rt.n_cpu_moe == 0:
         moe = "all experts on the GPU (--n-cpu-moe 0)"
     elif rt.moe is MoePlacement.N_CPU_MOE:
         moe = f"experts of the first {rt.n_cpu_moe} layers on the CPU"
@@ -121,7 +182,14 @@ def plan_option_lines(
         ("slots", str(rt.parallel)),
         ("threads", str(rt.threads) if rt.threads else "engine default"),
         ("experts", moe),
-        ("GPU layers", str(rt.n_gpu_layers) if rt.n_gpu_layers is not None else "all"),
+        (
+            "GPU layers",
+            "none (CPU target)"
+            if not on_gpu
+            else str(rt.n_gpu_layers)
+            if rt.n_gpu_layers is not None
+            else "all",
+        ),
         ("load mode", rt.load_mode.value),
         ("MTP", mtp_text),
         ("server", f"{srv.host}:{srv.port}, API key {key}"),
@@ -135,11 +203,18 @@ def plan_option_lines(
 
 
 def plan_report(
-    plan: Plan, info: ModelInfo, *, mtp_line: str | None = None, desktop_bytes: int | None = None
+    plan: Plan,
+    info: ModelInfo,
+    *,
+    mtp_line: str | None = None,
+    desktop_bytes: int | None = None,
+    on_gpu: bool = True,
 ) -> str:
     """The model summary and the chosen options, as printed by ``mtpstudio plan``."""
-    lines = [f"Model: {plan.model.label}", *model_summary_lines(info), "", "Options:"]
-    lines += plan_option_lines(plan, mtp_line=mtp_line, desktop_bytes=desktop_bytes)
+    note = file_state_text(info) if plan.model.path is not None else None
+    lines = [f"Model: {plan.model.label}", *model_summary_lines(info, file_note=note)]
+    lines += ["", "Options:"]
+    lines += plan_option_lines(plan, mtp_line=mtp_line, desktop_bytes=desktop_bytes, on_gpu=on_gpu)
     return "\n".join(lines) + "\n"
 
 
@@ -172,7 +247,7 @@ LABELS = {
     "output": "output",
     "desktop": "desktop",
     "other_processes": "other processes",
-    "driver_overhead": "driver/CUDA context",
+    "driver_overhead": "driver context",
     "margin": "safety margin",
     "draft_weights": "draft model weights",
     "draft_kv_cache": "draft model KV",
@@ -180,12 +255,28 @@ LABELS = {
 }
 SHOWN_SEGMENTS = (*DEVICE_SEGMENTS, *DRAFT_SEGMENTS)
 
-TRUST_LEGEND = (
-    "exact: byte formula checked against the engine's log, or the engine's graph allocator "
-    "replayed; measured: this engine build logged "
-    "this figure on this device at a launch; estimate: fitted or assumed (a compute buffer "
-    "mtpstudio does not replay carries a safety margin, said under Warnings)"
-)
+TRUST_LEGEND = "; ".join(f"{level.value}: {TRUST_MEANINGS[level]}" for level in Trust)
+
+
+def trust_meaning(level: str) -> str:
+    """``source`` -> what that level means (empty for an unknown word)."""
+    try:
+        return TRUST_MEANINGS[Trust(level)]
+    except ValueError:
+        return ""
+
+
+def budget_trust(budget: Budget, device: DeviceBudget) -> dict[str, str]:
+    """``segment -> trust`` of one device of ``budget`` (its measured, replayed and sourced
+    figures applied)."""
+    return device_trust(
+        device.id, device.segments, budget.measured, budget.replayed, budget.sourced
+    )
+
+
+def combined_trust(*levels: str) -> str:
+    """The trust of a figure made of several: the least sure of ``levels``."""
+    return weakest(*(Trust(level) for level in levels)).value
 
 
 def mib(n_bytes: int | None) -> str:
@@ -214,12 +305,14 @@ def device_table(
     device: DeviceBudget,
     measured: Measured = NOTHING_MEASURED,
     replayed: Measured = NOTHING_MEASURED,
+    sourced: Measured = NOTHING_MEASURED,
 ) -> list[str]:
-    lines = [f"{device.id}  {device.name}  total {mib(device.total_bytes)}"]
+    name = f"  {device.name}" if device.name and device.name != device.id else ""
+    lines = [f"{device.id}{name}  total {mib(device.total_bytes)}"]
     for name in SHOWN_SEGMENTS:
         value = device.segments.get(name, 0)
         if value:
-            trust = segment_trust(device.id, name, measured, replayed).value
+            trust = segment_trust(device.id, name, measured, replayed, sourced).value
             lines.append(f"  {BAR_GLYPHS[name]} {LABELS[name]:<20} {mib(value):>12}  {trust}")
     lines.append(f"    {'used':<20} {mib(device.used_bytes):>12}")
     free = device.free_bytes
@@ -237,9 +330,13 @@ def budget_report(
 
     ``verdict_lines`` replace the memory-only verdict (planning's ``PlanVerdict.lines``).
     """
-    lines: list[str] = ["VRAM budget:"]
+    on_cpu = all(d.id == "CPU" for d in budget.devices)
+    lines: list[str] = ["Memory budget (the CPU: system RAM):" if on_cpu else "VRAM budget:"]
     for device in budget.devices:
-        lines += ["  " + line for line in device_table(device, budget.measured, budget.replayed)]
+        lines += [
+            "  " + line
+            for line in device_table(device, budget.measured, budget.replayed, budget.sourced)
+        ]
     lines.append(f"  ({TRUST_LEGEND})")
     host = budget.host
     s = host.segments
@@ -254,6 +351,16 @@ def budget_report(
             lines.append(
                 f"  {label}{mib(s[key])}  {segment_trust('host', key, budget.measured).value}"
             )
+        if key == "weights_mapped" and s[key] and "weights_cpu_tensors" in budget.parts:
+            kept = min(s[key], budget.parts["weights_cpu_tensors"])
+            experts = budget.parts.get("weights_cpu_experts", 0)
+            of_them = f" ({mib(experts)} of experts)" if experts else ""
+            lines.append(f"    of them kept in RAM (CPU tensors) {mib(kept)}{of_them}")
+            if s[key] > kept:
+                lines.append(
+                    f"    the rest is page cache            {mib(s[key] - kept)} (read once at "
+                    "the load, dropped when RAM is needed)"
+                )
     lines.append(
         "  buffers (KV, state, output, ...)  "
         + mib(host.needed_bytes - s["weights_resident"] - s["weights_locked"])

@@ -1,4 +1,5 @@
-"""Start a llama-server only as far as its load log: wait for 'model loaded', then stop it."""
+"""Start a llama-server only as far as its load log: wait for 'model loaded', then stop it
+(a caller may look at the loaded server first: ``while_loaded``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 _READY = ("main: model loaded", "server is listening", "llama_server: listening")
@@ -38,13 +39,16 @@ def load_log(
     log_path: Path,
     *,
     timeout: float = 300.0,
+    while_loaded: Callable[[int, str], None] | None = None,
 ) -> tuple[str, bool]:
     """Run ``binary -m model`` on a loopback port with ``args``; return (log text, loaded).
 
     ``loaded`` is False when the server exited or timed out before its model was loaded; the
-    log then says why.
+    log then says why. ``while_loaded(pid, base_url)`` runs once the model is loaded, before
+    the server is stopped (to read its memory, send it a request).
     """
-    argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(_free_port())]
+    port = _free_port()
+    argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
     argv += [str(a) for a in args]
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV)}
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +71,8 @@ def load_log(
                     loaded = True
                     break
                 time.sleep(0.25)
+            if loaded and while_loaded is not None:
+                while_loaded(proc.pid, f"http://127.0.0.1:{port}")
         finally:
             _stop(proc)
     return log_path.read_text(errors="replace"), loaded

@@ -16,6 +16,7 @@ from pathlib import Path
 from mtpstudio.core.desktop.install import HelperTransport, helper_for
 from mtpstudio.core.runner import Runner, SubprocessRunner
 from mtpstudio.core.server.systemd import SYSTEM_UNIT_DIR
+from mtpstudio.helper.constants import HELPER_INSTALL_PATH
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,16 @@ class SystemAccess:
     root: Path | None = None
     runner: Runner = field(default_factory=SubprocessRunner)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    helper: Path = Path(HELPER_INSTALL_PATH)
 
     def transport(self) -> HelperTransport:
         return helper_for(self.root)
+
+    def helper_missing(self) -> str | None:
+        """Why system files cannot be written now (the helper is not installed), else None."""
+        if self.root is not None or self.helper.is_file():
+            return None
+        return f"mtpstudio's helper, which writes system files, is not installed at {self.helper}"
 
     def system_unit_dir(self) -> Path:
         """Where system units are, below the root."""

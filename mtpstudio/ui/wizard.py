@@ -16,14 +16,20 @@ from enum import IntEnum
 from pathlib import Path
 from types import MappingProxyType
 
-from PySide6.QtCore import QByteArray, QSize, Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QByteArray, QRect, QSize, Qt
+from PySide6.QtGui import QAction, QGuiApplication, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QApplication,
     QFileDialog,
+    QFrame,
     QLabel,
+    QLineEdit,
     QMenu,
     QMessageBox,
     QPushButton,
+    QScrollArea,
+    QVBoxLayout,
     QWidget,
     QWizard,
 )
@@ -46,8 +52,9 @@ from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.state import Detector, ModelLoader, WizardState
 from mtpstudio.ui.tasks import TaskManager
 
-MINIMUM_SIZE = QSize(960, 680)
+MINIMUM_SIZE = QSize(800, 520)
 DEFAULT_SIZE = QSize(1180, 820)
+TITLE_BAR_ALLOWANCE = 40  # the window manager's frame, before the window is shown
 PLAN_FILTER = "mtpstudio plans (*.json);;All files (*)"
 
 
@@ -74,6 +81,26 @@ PAGE_TITLES = MappingProxyType(
         PageId.LAUNCH: "Launch & benchmark",
     }
 )
+
+
+def scroll_page(page: QWidget) -> QScrollArea:
+    """Put ``page``'s content in a scroll area, so a page taller than a small screen scrolls
+    instead of pushing the wizard's buttons off it. The page's layout (and so its widgets)
+    moves onto the scrolled body; the page keeps its type and attributes."""
+    body = QWidget()
+    layout = page.layout()
+    if layout is not None:
+        body.setLayout(layout)  # takes the layout off the page, reparents its widgets
+    scroll = QScrollArea(page)
+    scroll.setObjectName("page_scroll")
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+    scroll.setWidget(body)
+    outer = QVBoxLayout(page)
+    outer.setContentsMargins(0, 0, 0, 0)
+    outer.addWidget(scroll)
+    return scroll
 
 
 def default_detector(plan: Callable[[], Plan] | None = None) -> Detector:
@@ -109,6 +136,7 @@ class MtpWizard(QWizard):
         self.remember = remember
         self.plan_file: Path | None = None
         self.last_error: str | None = None
+        self.last_finished: str | None = None
         self.tasks = TaskManager(parent=self)
         restored = self.store.load_plan() if remember and plan is None else None
         self.state = WizardState(
@@ -135,6 +163,7 @@ class MtpWizard(QWizard):
         self.service_page = ServicePage(self.state)
         self.launch_page = LaunchPage(self.state, self.tasks)
         for page_id, page in zip(PageId, self.pages(), strict=True):
+            scroll_page(page)
             self.setPage(int(page_id), page)
 
         self.steps = QLabel(self)
@@ -152,6 +181,9 @@ class MtpWizard(QWizard):
         self._on_current_id_changed(self.startId())
         if remember:
             self._restore_window()
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is not None:
+            self.fit_to(screen.availableGeometry())
         self.state.refresh_detection()
         self.state.load_model()
 
@@ -199,6 +231,9 @@ class MtpWizard(QWizard):
                 QWizard.WizardButton.FinishButton,
                 QWizard.WizardButton.CancelButton,
             ]
+        )
+        self.button(QWizard.WizardButton.FinishButton).setToolTip(
+            f"Save the plan (in {self.store.plan_path}, opened again next time) and close."
         )
         self.action_new.triggered.connect(self.new_plan)
         self.action_open.triggered.connect(self._on_open_triggered)
@@ -276,6 +311,19 @@ class MtpWizard(QWizard):
 
     # -- window state -----------------------------------------------------------------------------
 
+    def fit_to(self, available: QRect) -> None:
+        """Keep the window inside ``available`` (the screen less its panels): on a 1366x768
+        laptop the default size is taller than the screen, and Back/Next/Cancel would be cut
+        off. The pages scroll (``scroll_page``), so every control stays reachable."""
+        frame = self.frameGeometry().height() - self.geometry().height()
+        frame = frame if frame > 0 else TITLE_BAR_ALLOWANCE
+        room = QSize(available.width(), max(1, available.height() - frame))
+        self.setMinimumSize(MINIMUM_SIZE.boundedTo(room))
+        self.resize(self.size().boundedTo(room))
+        x = min(max(self.x(), available.left()), available.right() - self.width() + 1)
+        y = min(max(self.y(), available.top()), available.bottom() - self.height() - frame + 1)
+        self.move(max(x, available.left()), max(y, available.top()))
+
     def _update_title(self) -> None:
         self.setWindowTitle(f"mtpstudio — {self.plan_file.name}" if self.plan_file else "mtpstudio")
 
@@ -302,10 +350,41 @@ class MtpWizard(QWizard):
         if not self.launch_page.release_server():  # asks about a running server
             return
         self.save_state()
+        if result == QWizard.DialogCode.Accepted and self.remember:
+            self.tell_finished(self.finished_text())
         self.tasks.shutdown()
         super().done(result)
 
+    def finished_text(self) -> str:
+        """Where Finish left the plan, and how to use it from the command line."""
+        text = f"The plan is saved in {self.store.plan_path}; mtpstudio opens it next time."
+        if self.plan_file is not None:
+            text += (
+                f" {self.plan_file} holds it as of your last Save (Plan ▸ Save updates it); "
+                f"the command line takes it as `mtpstudio launch --plan {self.plan_file}`."
+            )
+        else:
+            text += (
+                " For the command line, save a copy with Plan ▸ Save plan as… and pass it as "
+                "`mtpstudio launch --plan FILE`."
+            )
+        return text
+
+    def tell_finished(self, text: str) -> None:
+        """Say where the plan went (tests replace this method)."""
+        self.last_finished = text
+        QMessageBox.information(self, "Plan saved", text)
+
     # -- navigation -------------------------------------------------------------------------------
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Enter in a number or text box commits the value and stays on the page (QDialog
+        would press Next: one Enter in page 4's Context box jumped to page 5)."""
+        editing = isinstance(QApplication.focusWidget(), QAbstractSpinBox | QLineEdit)
+        if editing and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            event.accept()
+            return
+        super().keyPressEvent(event)
 
     def _refresh_current_page(self) -> None:
         page = self.currentPage()

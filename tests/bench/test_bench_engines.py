@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.tiny_models import HUGE_KV_MODEL, HUGE_KV_PLAN
+from support.waiting import wait_for
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.bench.ab import run_ab
@@ -31,9 +33,8 @@ N = 8  # tokens per request in these tests (the CLI default stays 192)
 CTX = 4096  # the long_code_review prompt is ~1500 tokens of the tiny character vocabulary
 QUICK = BenchSettings(n_predict=N)
 
-# What the servers log per request (engines.md §4, "Server-log equivalents").
-UP_EVAL = re.compile(r"\|\s+eval time =\s+[\d.]+ ms /\s+(\d+) tokens")
-UP_ACCEPT = re.compile(r"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
+# What ik logs per request (engines.md §4, "Server-log equivalents"; ik-llama-cpp-python 0.1.5):
+# ik has no draft counters in /metrics, so its own log is the only account to check against.
 IK_ACCEPT = re.compile(r"draft acceptance rate = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
 
 
@@ -78,29 +79,38 @@ def assert_full_run(r: BenchReport) -> None:
     assert r.drafting_warning is None
 
 
-def test_upstream_mtp_totals_match_the_server_log_and_metrics(tiny_model, running_server) -> None:
+def test_upstream_mtp_totals_match_the_servers_counters(tiny_model, running_server) -> None:
     server = running_server(
         "upstream",
         tiny_model("hybrid-mtp", dtype="q8_0"),
         ["--spec-type", "draft-mtp", "--spec-draft-n-max", "2", "--metrics"],
         ctx_size=CTX,
     )
+    # The server's counters after each measured request (the runner reports each one done
+    # before it sends the next), so every category can be checked on its own.
+    after_each: list[dict[str, float]] = []
+
+    def snapshot(step: BenchProgress) -> None:
+        if step.phase == "measure":
+            after_each.append(metrics(server))
+
     before = metrics(server)
-    r = run_bench(BenchTarget(server.base_url, label="mtp"), load_prompts(), QUICK)
+    r = run_bench(BenchTarget(server.base_url, label="mtp"), load_prompts(), QUICK,
+                  progress=snapshot)  # fmt: skip
     after = metrics(server)
     assert_full_run(r)
     assert r.drafting_requested is True  # upstream echoes speculative.types: none,draft-mtp
     assert r.endpoint == "/completion"
     assert_metrics_agree(before, after, r)
-    # The server's own per-request log lines: the warm-up first, then the nine measured ones.
-    log = server.log_text()
-    evals = [int(n) for n in UP_EVAL.findall(log)]
-    accepts = [(int(a), int(g)) for a, g in UP_ACCEPT.findall(log)]
-    assert len(evals) == len(accepts) == 10
-    assert sum(evals[1:]) == r.total_predicted
-    assert sum(g for _, g in accepts[1:]) == r.total_draft
-    assert sum(a for a, _ in accepts[1:]) == r.total_draft_accepted
-    assert [g for _, g in accepts[1:]] == [c.draft for c in r.categories]
+    assert r.warmup is not None and len(after_each) == len(r.categories) == 9
+    warmup = {"predicted": r.warmup.predicted_n, "draft": r.warmup.draft_n,
+              "accepted": r.warmup.accepted_n}  # fmt: skip
+    previous = {k: before[k] + warmup[k] for k in warmup}
+    for category, counters in zip(r.categories, after_each, strict=True):
+        moved = {k: counters[k] - previous[k] for k in warmup}
+        assert moved == {"predicted": category.predicted, "draft": category.draft,
+                         "accepted": category.accepted}, category.category  # fmt: skip
+        previous = counters
     text = render_text(r)
     assert "server /metrics counters agree" in text
 
@@ -134,6 +144,8 @@ def test_ik_draft_pair_on_v1_completions(tiny_model, running_server) -> None:
     after = metrics(server)
     assert "draft" not in after  # ik has no speculative counters
     assert_metrics_agree(before, after, r)
+    # The warm-up and the nine requests; the log may trail the last response a little.
+    wait_for(lambda: len(IK_ACCEPT.findall(server.log_text())) >= 10, timeout=10)
     accepts = [(int(a), int(g)) for a, g in IK_ACCEPT.findall(server.log_text())]
     assert len(accepts) == 10
     assert sum(g for _, g in accepts[1:]) == r.total_draft
@@ -201,7 +213,9 @@ def test_gate_passes_for_self_drafting_and_catches_another_model(dense_trio) -> 
     prompts = load_prompts()
     ok = run_gate(dense_trio["self"], dense_trio["plain"], prompts, N)
     assert ok.error is None
-    assert ok.passed, [i.to_dict() for i in ok.items if not i.passed]
+    # Drafting is lossless: the same ids, except where a batched and a one-token decode round
+    # differently (which CPU kernels run decides) and flip a near tie; the gate says so.
+    assert ok.passed or ok.only_near_ties, [i.to_dict() for i in ok.items if not i.passed]
     assert len(ok.items) == 9
 
     bad = run_gate(dense_trio["self"], dense_trio["other"], prompts, N)
@@ -330,13 +344,12 @@ def test_cli_plan_that_cannot_start_is_one_sentence(
     engine, tiny_model, tmp_path: Path, private_state: Path, capsys
 ) -> None:
     """An enormous context: the KV cache cannot be allocated; the diagnosis and its first fix."""
-    wide = {"n_embd": 256, "n_head": 8, "n_head_kv": 8, "head_dim": 256, "n_layer": 2,
-            "n_ctx_train": 4194304}  # fmt: skip
+    runtime = {key.split(".")[1]: value for key, value in HUGE_KV_PLAN.items()}
     plan = plan_from_dict({
         "device": "cpu",
-        "model": {"path": str(tiny_model("dense", **wide))},
+        "model": {"path": str(tiny_model("dense", **HUGE_KV_MODEL))},
         "engine": {"flavour": "upstream", "binary": str(engine("upstream"))},
-        "runtime": {"ctx": 4194304, "cache_type_k": "f32", "cache_type_v": "f32", "threads": 2},
+        "runtime": {**runtime, "threads": 2},
         "mtp": {"enabled": False},
     })  # fmt: skip
     save_plan(plan, tmp_path / "huge.json")
@@ -363,16 +376,17 @@ def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
                  "--json", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())
-    # Rounds alternate A B, B A; then the gate's drafting-off server; never two at once.
+    # Rounds alternate A B, B A; then the gate's MTP-off server (B again); never two at once.
     assert [label for label, _, _ in launcher.started] == [
-        "mtp-on", "mtp-off", "mtp-off", "mtp-on", "drafting-off"
+        "MTP on", "MTP off", "MTP off", "MTP on", "MTP off"
     ]  # fmt: skip
     assert not any(alive(pid) for _, pid, _ in launcher.started)
     events = launcher.events  # one at a time: each server stopped before the next started
     assert events == [
         e for label, _, _ in launcher.started for e in (f"start {label}", f"stop {label}")
     ]
-    assert "A/B  A = mtp-on  B = mtp-off" in printed
+    assert "A/B  A = MTP on  B = MTP off" in printed
+    assert "correctness gate: drafting on = MTP on, drafting off = MTP off" in printed
     rows = doc["ab"]["rows"]
     assert [r["category"] for r in rows] == ["code_python", "summarize", "qa_factual"]
     a = doc["ab"]["a"]
@@ -381,7 +395,8 @@ def test_cli_plan_mtp_preset_with_gate_one_server_at_a_time(
     assert a["aggregate"]["total_draft"] > 0
     assert a["metrics_check"]["matches"] is True
     assert doc["ab"]["b"]["aggregate"]["total_draft"] == 0
-    assert doc["gate"]["drafting_on"] == "mtp-on" and len(doc["gate"]["items"]) == 3
+    assert doc["gate"]["drafting_on"] == "MTP on" and len(doc["gate"]["items"]) == 3
+    assert doc["gate"]["drafting_off"] == "MTP off"
     assert code == (0 if doc["gate"]["passed"] else 1)
     finding_codes = [f["code"] for f in doc["findings"]]
     assert "p-min-low" in finding_codes
@@ -399,9 +414,9 @@ def test_cli_plan_together_interleaves(
                  "--n-predict", str(N), "--categories", "code_python,qa_factual"])  # fmt: skip
     printed = capsys.readouterr().out
     labels = [label for label, _, _ in launcher.started]
-    assert labels == ["mtp-on", "mtp-off"]  # the gate reuses B, which is MTP off
+    assert labels == ["MTP on", "MTP off"]  # the gate reuses B, which is MTP off
     assert not any(alive(pid) for _, pid, _ in launcher.started)
-    assert "A/B  A = mtp-on  B = mtp-off" in printed and "correctness gate" in printed
+    assert "A/B  A = MTP on  B = MTP off" in printed and "correctness gate" in printed
     assert code in (0, 1)
 
 

@@ -1,5 +1,5 @@
 """The tuner with the real upstream llama-server on tiny models: the table, the memory-model
-filter on a small (fake) GPU budget, a crashing candidate, cancel, and the saved best plan."""
+filter on a small (fake) GPU budget, a failing candidate, cancel, and the saved best plan."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.waiting import scaled
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.bench.history import BenchHistory
@@ -139,10 +140,12 @@ def test_cli_prints_the_full_table_saves_the_best_and_the_history(
 def test_memory_model_skips_what_a_small_gpu_cannot_hold_without_launching(
     tiny_model: Callable[..., Path], engine: Callable[[str], Path]
 ) -> None:
-    """A fake 12-MiB-of-KV GPU: the f16 cache does not fit it, q8_0 and q4_0 do."""
+    """A fake GPU between the two largest cache types' needs: the largest is skipped without a
+    launch, the others start. (Which type needs most depends on the backend's rules: on CUDA,
+    flash attention's F16 copies of a quantized cache can make q8_0 need more than f16.)"""
     plan = start_plan(engine("upstream"), tiny_model("dense"), **{
-        "device": "CUDA0", "runtime.ctx": 16384, "runtime.cache_type_k": "q8_0",
-        "runtime.cache_type_v": "q8_0", "runtime.moe": "gpu", "runtime.fit_margin_mib": 0,
+        "device": "CUDA0", "runtime.ctx": 16384, "runtime.moe": "gpu",
+        "runtime.fit_margin_mib": 0,
     })  # fmt: skip
     probe = context(plan, (TargetDevice("CUDA0", "probe", 64 * GIB),))
 
@@ -150,43 +153,51 @@ def test_memory_model_skips_what_a_small_gpu_cannot_hold_without_launching(
         changed = plan_with(plan, {"runtime.cache_type_k": kv, "runtime.cache_type_v": kv})
         return evaluate(changed, probe, suggest=False).budget.devices[0].used_bytes
 
-    assert need("f16") > need("q8_0") > need("q4_0")
-    total = (need("f16") + need("q8_0")) // 2
-    pctx = context(plan, (TargetDevice("CUDA0", "small fake GPU", total),))
+    needs = {kv: need(kv) for kv in ("f16", "q8_0", "q4_0")}
+    largest, middle, smallest = sorted(needs, key=lambda kv: needs[kv], reverse=True)
+    assert needs[largest] > needs[middle] > needs[smallest]
+    total = (needs[largest] + needs[middle]) // 2
+    start = plan_with(plan, {"runtime.cache_type_k": smallest, "runtime.cache_type_v": smallest})
+    pctx = context(start, (TargetDevice("CUDA0", "small fake GPU", total),))
     # the candidates launch on the machine they were planned for (here: with the fake GPU)
-    launcher = PlanServerLauncher(timeout=60, measure=False, machine=pctx.machine)
-    space = TuneSpace(kv_cache=(CacheType.Q8_0, CacheType.F16, CacheType.Q4_0))
-    result = run_tune(plan, pctx, space, PROMPTS[:2], launcher, settings=QUICK)
-    f16 = row(result, "kv=f16")
-    assert f16.status is RowStatus.SKIPPED and f16.fits is False and not f16.runs
-    assert f"{total / MIB:,.0f} MiB" in f16.reason and "short" in f16.reason
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False, machine=pctx.machine)
+    space = TuneSpace(kv_cache=tuple(CacheType(kv) for kv in (smallest, largest, middle)))
+    result = run_tune(start, pctx, space, PROMPTS[:2], launcher, settings=QUICK)
+    skipped = row(result, f"kv={largest}")
+    assert skipped.status is RowStatus.SKIPPED and skipped.fits is False and not skipped.runs
+    assert f"{total / MIB:,.0f} MiB" in skipped.reason and "short" in skipped.reason
     assert result.skipped_by_memory == 1
-    q4 = row(result, "kv=q4_0")
-    assert q4.fits is True and q4.full is not None
+    fitting = row(result, f"kv={middle}")
+    assert fitting.fits is True and fitting.full is not None
     launched = [rec.argv for rec in launcher.launched]
-    assert len(launched) == 2  # the baseline and q4_0; f16 never started
-    assert not any("f16" in argv[argv.index("-ctk") + 1] for argv in launched)
+    assert len(launched) == 2  # the baseline and the middle one; the largest never started
+    assert not any(argv[argv.index("-ctk") + 1] == largest for argv in launched)
 
 
-def test_a_crashing_candidate_is_recorded_and_the_search_goes_on(
+def test_a_failing_candidate_is_recorded_and_the_search_goes_on(
     tiny_model: Callable[..., Path], engine: Callable[[str], Path]
 ) -> None:
-    """100000 threads makes llama-server crash at start-up (it segfaults creating them)."""
-    plan = start_plan(engine("upstream"), tiny_model("dense"))
-    space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0), threads=(2, 100000))
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    """Heads of 16: the engine refuses a quantized K cache (block size 32) at start-up, on every
+    machine; f16 and f32 caches start. (How an engine dies of a resource it cannot get, such
+    as 100000 threads, depends on the machine: it may crash, exit or just be slow.)"""
+    model = tiny_model("dense", n_head=4, n_head_kv=2, head_dim=16)
+    plan = start_plan(engine("upstream"), model)
+    space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0, CacheType.F32, CacheType.Q4_0))
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS, launcher, settings=QUICK,
                       constraints=TuneConstraints(finalists=2))  # fmt: skip
-    crashed = [r for r in result.rows if r.changes.get("runtime.threads") == 100000]
-    assert len(crashed) == 2
-    for r in crashed:
+    refused = [r for r in result.rows if r.label in ("kv=q8_0", "kv=q4_0")]
+    assert len(refused) == 2
+    for r in refused:
         assert r.status is RowStatus.FAILED and not r.runs
         assert "launch failed" in r.reason
-        assert r.diagnosis is not None and r.diagnosis["kind"] in ("crashed", "exited")
-    good = row(result, "kv=q8_0")
+        # how the engine ends after refusing is its own affair: an exit status or a signal
+        assert r.diagnosis is not None and r.diagnosis["kind"] in ("exited", "crashed")
+        assert r.diagnosis["evidence"], "the diagnosis carries the engine's error lines"
+    good = row(result, "kv=f32")
     assert good.full is not None and good.status in (RowStatus.FINALIST, RowStatus.BEST)
     assert result.best is not None and result.best.full is not None
-    assert len(launcher.launched) == 5  # baseline, round 1 (all three), the final of q8_0
+    assert len(launcher.launched) == 5  # baseline, round 1 (all three), the final of f32
 
 
 def test_cancel_keeps_what_was_measured(
@@ -202,7 +213,7 @@ def test_cancel_keeps_what_was_measured(
         if step.done == 3:  # the baseline and two candidates of round 1
             cancel.cancel()
 
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS, launcher,
                       settings=QUICK, cancel=cancel, progress=progress)  # fmt: skip
     assert result.cancelled
@@ -236,7 +247,7 @@ def test_the_saved_best_plan_relaunches_with_the_same_command(
     model = tiny_model("hybrid-mtp", dtype="q8_0")
     plan = start_plan(engine("upstream"), model, **{"mtp.enabled": True, "mtp.draft_p_min": 0.0})
     space = TuneSpace(draft_max=(1, 3), draft_cache=(CacheType.F16, CacheType.Q8_0))
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK)
     assert result.best is not None and result.best_plan is not None
     save_plan(result.best_plan, tmp_path / "best.json")
@@ -294,7 +305,7 @@ def test_the_time_budget_stops_launching_and_keeps_the_baseline(
 ) -> None:
     plan = start_plan(engine("upstream"), tiny_model("dense"))
     space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0))
-    launcher = PlanServerLauncher(timeout=60, measure=False)
+    launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK,
                       constraints=TuneConstraints(time_budget_s=0.001))  # fmt: skip
     assert result.budget_reached and not result.cancelled

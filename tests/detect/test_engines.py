@@ -45,6 +45,7 @@ IK_VERSION = (
     "version: 0 (unknown)\n"
     "built with cc (Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0 for x86_64-linux-gnu\n"
 )
+HANG_S = 30  # a fake that hangs sleeps this long; a probe that waited for it took as long
 
 
 def _script(path: Path, body: str) -> Path:
@@ -251,10 +252,10 @@ def test_unknown_version_output_is_reported_not_raised(tmp_path: Path) -> None:
 
 
 def test_version_that_hangs_times_out(tmp_path: Path) -> None:
-    fake = _script(tmp_path / "llama-server", "sleep 30\n")
+    fake = _script(tmp_path / "llama-server", f"sleep {HANG_S}\n")
     start = time.monotonic()
     info = identify_engine(EngineCandidate(fake, "added"), SubprocessRunner(), timeout=0.5)
-    assert time.monotonic() - start < 5  # the sleeping child was killed with its group
+    assert time.monotonic() - start < HANG_S / 2  # the sleeping child was killed with its group
     assert info.flavour is None
     assert info.problems == ["--version failed: did not finish within 0.5 s"]
 
@@ -263,7 +264,7 @@ def test_flag_probe_that_hangs_times_out(tmp_path: Path) -> None:
     fake = _script(
         tmp_path / "llama-server",
         'case "$1" in\n'
-        "  --mlock) sleep 30 ;;\n"
+        f"  --mlock) sleep {HANG_S} ;;\n"
         '  --nope) echo "error: invalid argument: --nope" >&2; exit 1 ;;\n'
         "  --list-devices) exit 1 ;;\n"
         "esac\n"
@@ -276,7 +277,7 @@ def test_flag_probe_that_hangs_times_out(tmp_path: Path) -> None:
     ]
     start = time.monotonic()
     info = identify_engine(EngineCandidate(fake, "added"), SubprocessRunner(), 0.5, flags)
-    assert time.monotonic() - start < 8
+    assert time.monotonic() - start < HANG_S / 2
     assert info.flavour is EngineFlavour.UPSTREAM
     by_flag = {f.flag: f for f in info.flags}
     assert by_flag["-c"].accepted and by_flag["-c"].args == ["4096"]
@@ -446,16 +447,13 @@ def test_real_builds_cached_with_no_subprocess(
         len(c) >= 2 and c[-1] in ("--version", "--help", "--list-devices") for c in cold.calls
     )
     warm = CountingRunner()
-    start = time.monotonic()
     second = detect_engines(env, warm, cache_path=cache, system_dirs=(), opt_root=None)
-    elapsed = time.monotonic() - start
-    assert warm.calls == []
+    assert warm.calls == []  # nothing run: answered from the cache
     assert [e.from_cache for e in second.engines] == [True, True]
     assert [e.mtp for e in second.engines] == [
         MtpSupport.AVAILABLE,
         MtpSupport.UNKNOWN_UNTIL_LAUNCH,
     ]
-    assert elapsed < 2.0
     # a copy elsewhere is a different path: probed again, then cached too
     copy = tmp_path / "copy" / "llama-server"
     copy.parent.mkdir()

@@ -130,9 +130,11 @@ def test_no_gpu_one_sentence(tmp_path: Path) -> None:
 def test_a_source_that_hangs_is_cut_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import mtpstudio.core.detect.report as report_mod
 
+    hang_s = 30
+
     class HangingNvml(FakeNvml):
         def nvmlInit(self) -> None:
-            time.sleep(30)
+            time.sleep(hang_s)
 
     monkeypatch.setattr(report_mod, "NVIDIA_TIMEOUT_S", 0.3)
     sources = DetectionSources(
@@ -147,7 +149,7 @@ def test_a_source_that_hangs_is_cut_off(monkeypatch: pytest.MonkeyPatch, tmp_pat
     )
     start = time.monotonic()
     report = detect_all(sources, include_engines=False)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < hang_s / 2  # it did not wait for NVML
     assert "NVIDIA (NVML): no answer within 0.3 s" in report.problems
 
 

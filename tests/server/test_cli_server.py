@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.tiny_models import HUGE_KV_MIB, HUGE_KV_MODEL, HUGE_KV_PLAN
+from support.waiting import scaled, wait_for
 
 from mtpstudio.core.plan import Plan, save_plan
 from mtpstudio.core.server.state import load_states
@@ -99,16 +103,13 @@ def test_missing_model_is_one_line_before_launch(
 def test_failed_launch_exits_non_zero_with_the_diagnosis(
     plan_for: Callable[..., Plan], tmp_path: Path
 ) -> None:
-    wide = {"n_embd": 256, "n_head": 8, "n_head_kv": 8, "head_dim": 256, "n_layer": 2,
-            "n_ctx_train": 4194304}  # fmt: skip
-    huge = {"runtime.ctx": 4194304, "runtime.cache_type_k": "f32", "runtime.cache_type_v": "f32"}
-    plan = plan_for("upstream", model_params=wide, **huge)
+    plan = plan_for("upstream", model_params=HUGE_KV_MODEL, **HUGE_KV_PLAN)
     result = cli("launch", "--plan", str(saved(plan, tmp_path)))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(
         "mtpstudio: the server did not start. The server ran out of memory allocating the KV "
-        "cache (131,072.00 MiB) in system RAM."
+        f"cache ({HUGE_KV_MIB:,.2f} MiB) in system RAM."
     )
     assert "1. halve the context to 2097152 tokens (runtime.ctx=2097152)" in result.stderr
     assert processes_with(str(plan.model.path)) == []
@@ -124,9 +125,7 @@ def test_sigkilled_server_shows_as_gone_and_its_record_is_removed(
     assert launched.returncode == 0, launched.stderr
     pid = json.loads(launched.stdout)["pid"]
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while processes_with(str(plan.model.path)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_for(lambda: not processes_with(str(plan.model.path)), timeout=10)
     status = cli("server", "status", "--json")
     assert status.returncode == 3
     report = json.loads(status.stdout)
@@ -142,29 +141,37 @@ def test_foreground_stays_attached_until_ctrl_c(
 ) -> None:
     plan = plan_for("upstream")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT makes a hung CLI print where it hangs
+    start_s, stop_s = scaled(120), scaled(30)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mtpstudio.cli.main", "launch", "--foreground",
-         "--timeout", "120", "--plan", str(saved(plan, tmp_path))],
+         "--timeout", f"{start_s:.0f}", "--plan", str(saved(plan, tmp_path))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
         # the CLI must flush while it stays attached (no PYTHONUNBUFFERED in a user's shell)
-        ready, _, _ = select.select([proc.stdout], [], [], 120)
-        assert ready, "nothing on stdout within 120 s: the healthy line was not flushed"
+        ready, _, _ = select.select([proc.stdout], [], [], start_s)
+        assert ready, f"nothing on stdout within {start_s:.0f} s: the healthy line was not flushed"
         first = proc.stdout.readline()
         assert "is healthy at" in first
         assert len(load_states()) == 1
         time.sleep(0.3)
         assert proc.poll() is None  # still attached
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=30)
+        try:
+            _out, err = proc.communicate(timeout=stop_s)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _out, err = proc.communicate(timeout=30)
+            pytest.fail(f"still running {stop_s:.0f} s after Ctrl-C; its threads:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
-    assert "Stopped the server (stopped (exit 0))." in err
+    # stopped by its SIGTERM within the grace; the engine's own exit status is its affair
+    assert re.search(r"Stopped the server \(stopped \(exit -?\d+\)\)\.", err), err
     assert processes_with(str(plan.model.path)) == []
     assert state_files() == []
 
@@ -219,15 +226,24 @@ def test_logs_follow_ends_when_the_server_stops(
         [sys.executable, "-m", "mtpstudio.cli.main", "server", "logs", "-n", "2", "--follow"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in follow.stdout or ():
+            lines.append(line)
+
     try:
-        time.sleep(1.0)
-        assert follow.poll() is None  # still following
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        assert wait_for(lambda: len(lines) >= 2, timeout=30), lines  # the last two lines
+        time.sleep(0.3)
+        assert follow.poll() is None  # and it keeps following
         assert cli("server", "stop").returncode == 0
-        out, _err = follow.communicate(timeout=20)
+        follow.wait(timeout=scaled(20))
+        reader.join(timeout=scaled(20))
     finally:
         if follow.poll() is None:
             follow.kill()
             follow.wait()
     assert follow.returncode == 0
-    assert len(out.splitlines()) >= 2
     assert processes_with(str(plan.model.path)) == []

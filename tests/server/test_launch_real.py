@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.tiny_models import HUGE_KV_MIB, HUGE_KV_MODEL, HUGE_KV_PLAN
+from support.waiting import scaled
 
 from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.errors import ServerError
@@ -18,7 +20,12 @@ from mtpstudio.core.server.diagnosis import CauseKind, diagnose
 from mtpstudio.core.server.health import HealthState, probe_health
 from mtpstudio.core.server.launch import PreparedLaunch, new_log_path
 from mtpstudio.core.server.load_log import parse_load_log
-from mtpstudio.core.server.process import ProcessSpec, ServerProcess, process_spec
+from mtpstudio.core.server.process import (
+    ProcessOutcome,
+    ProcessSpec,
+    ServerProcess,
+    process_spec,
+)
 from mtpstudio.core.server.reconcile import HOST, last_measured
 from mtpstudio.core.server.state import (
     Liveness,
@@ -50,11 +57,12 @@ def test_start_health_reconcile_stop(
 ) -> None:
     plan = plan_for(flavour)
     build = find_build(plan)
-    result, proc = run_launch(prepare_launch(plan, build), timeout=120)
+    timeout = scaled(120)
+    result, proc = run_launch(prepare_launch(plan, build), timeout=timeout)
     assert proc is not None
     launched.append(proc)
     assert result.ok, result.diagnosis
-    assert result.health.seconds <= result.seconds < 120
+    assert result.health.seconds <= result.seconds < timeout
     assert probe_health(plan.server.host, plan.server.port).status == 200
     assert [s.pid for s in load_states()] == [proc.pid]
 
@@ -78,8 +86,10 @@ def test_start_health_reconcile_stop(
     stored = last_measured(rec.build_key, "CPU")
     assert stored is not None and stored.to_json() == rec.to_json()
 
-    outcome = proc.stop()
-    assert outcome.stopped and not outcome.killed and outcome.returncode == 0
+    # SIGTERM reaches the engine (its process group) and it ends within the grace, which
+    # stretches with the machine's load; its exit status is its own affair.
+    outcome = proc.stop(grace=scaled(10))
+    assert outcome.stopped and not outcome.killed and outcome.returncode is not None
     assert result.state is not None and result.state.liveness() is Liveness.GONE
     remove_state(result.state)
     assert processes_with(str(result.log_path.name)) == []
@@ -90,7 +100,7 @@ def test_sigkill_mid_run_is_reported_and_leaves_nothing(
     flavour: str, plan_for: Callable[..., Plan], launched: list[ServerProcess]
 ) -> None:
     plan = plan_for(flavour)
-    result, proc = run_launch(prepare_launch(plan, find_build(plan)), timeout=120)
+    result, proc = run_launch(prepare_launch(plan, find_build(plan)), timeout=scaled(120))
     assert proc is not None and result.state is not None
     launched.append(proc)
     os.kill(proc.pid, signal.SIGKILL)  # from outside, as the kernel's OOM killer would
@@ -124,11 +134,18 @@ def test_missing_and_corrupt_models_are_refused_before_launch(
     assert processes_with(str(tmp_path)) == []
 
 
-def test_ik_segfault_after_unable_to_load_model_reads_as_a_load_failure(
-    plan_for: Callable[..., Plan], tmp_path: Path
+@pytest.mark.parametrize("flavour", ENGINES)
+def test_an_engine_that_cannot_load_its_model_reads_as_a_load_failure(
+    flavour: str, plan_for: Callable[..., Plan], tmp_path: Path
 ) -> None:
-    """Bypass the preflight to see the engine's own failure: ik crashes (SIGSEGV)."""
-    plan = plan_for("ik")
+    """Bypass the preflight to see the engine's own failure on a missing model.
+
+    How the engine then ends is not its contract: upstream exits with status 1; ik 0.1.5
+    returns from main while its threads still run and dies of SIGABRT or SIGSEGV, from run to
+    run. Whatever the ending, mtpstudio reads a load failure: the cause in one sentence, the
+    log lines that say why, and the same fixes.
+    """
+    plan = plan_for(flavour)
     build = find_build(plan)
     good = prepare_launch(plan, build)
     gone = tmp_path / "gone.gguf"
@@ -137,16 +154,22 @@ def test_ik_segfault_after_unable_to_load_model_reads_as_a_load_failure(
         spec, new_log_path(plan.server.port), os.environ, cwd=run_dir()
     )
     prepared = PreparedLaunch(plan, build, good.model, spec, pspec)
-    result, proc = run_launch(prepared, timeout=60, predict=False)
+    result, proc = run_launch(prepared, timeout=scaled(60), predict=False)
     assert proc is None and not result.ok
-    assert result.health.state is HealthState.EXITED
-    assert result.outcome.signal_name == "SIGSEGV"
-    assert result.diagnosis is not None
-    assert result.diagnosis.kind is CauseKind.MODEL_LOAD
-    assert result.diagnosis.cause == (
-        "The engine could not load the model and crashed with SIGSEGV (exit 139)."
+    assert result.health.state is HealthState.EXITED  # it ended by itself, not by a timeout
+    outcome = result.outcome
+    assert outcome.returncode not in (None, 0) and not outcome.stopped
+    d = result.diagnosis
+    assert d is not None and d.kind is CauseKind.MODEL_LOAD, result.log_path.read_text()[-2000:]
+    assert d.cause == (
+        f"The engine could not load the model and {outcome.describe()}; the log below says why "
+        "(check the model file with `mtpstudio plan --model FILE`)."
     )
-    assert any("unable to load model" in e for e in result.diagnosis.evidence)
+    assert any(str(gone) in e for e in d.evidence), d.evidence  # the line that says why
+    # the same diagnosis (less the ending) as for any other way the engine could have ended
+    for other in (ProcessOutcome(-11), ProcessOutcome(-6), ProcessOutcome(1)):
+        again = diagnose(result.report, plan, other, result.health, model=good.model)
+        assert (again.kind, again.evidence, again.fixes) == (d.kind, d.evidence, d.fixes)
 
 
 @pytest.mark.parametrize("flavour", ENGINES)
@@ -172,17 +195,19 @@ def _comm() -> str:
 def test_real_out_of_memory_is_diagnosed(
     flavour: str, plan_for: Callable[..., Plan], launched: list[ServerProcess]
 ) -> None:
-    """An enormous context: the KV cache cannot be allocated in system RAM (128 GiB)."""
-    wide = {"n_embd": 256, "n_head": 8, "n_head_kv": 8, "head_dim": 256, "n_layer": 2,
-            "n_ctx_train": 4194304}  # fmt: skip
-    huge = {"runtime.ctx": 4194304, "runtime.cache_type_k": "f32", "runtime.cache_type_v": "f32"}
-    plan = plan_for(flavour, model_params=wide, **huge)
-    result, proc = run_launch(prepare_launch(plan, find_build(plan)), timeout=120, predict=False)
+    """An enormous context: the KV cache (2 TiB) cannot be allocated in system RAM."""
+    plan = plan_for(flavour, model_params=HUGE_KV_MODEL, **HUGE_KV_PLAN)
+    result, proc = run_launch(
+        prepare_launch(plan, find_build(plan)), timeout=scaled(120), predict=False
+    )
     if proc is not None:
         launched.append(proc)
     assert not result.ok
     d = result.diagnosis
     assert d is not None and d.kind is CauseKind.OUT_OF_MEMORY, result.log_path.read_text()[-2000:]
-    assert d.cause.startswith("The server ran out of memory allocating the KV cache")
+    assert d.cause == (
+        f"The server ran out of memory allocating the KV cache ({HUGE_KV_MIB:,.2f} MiB) in "
+        "system RAM."
+    )
     assert d.fixes[0].changes == {"runtime.ctx": 2097152}
     assert processes_with(str(plan.model.path)) == []

@@ -66,6 +66,6 @@ def test_plan_shows_measured_after_a_launch_of_the_same_build(
     assert _trust(path, capsys)["kv_cache"] == "exact"
     text_code = main(["plan", "--plan", str(path)])
     assert text_code == 0
-    budget = capsys.readouterr().out.split("VRAM budget:")[1]
+    budget = capsys.readouterr().out.split("Memory budget (the CPU: system RAM):")[1]
     weights_line = next(x for x in budget.splitlines() if " W weights " in x)
     assert weights_line.rstrip().endswith("measured")

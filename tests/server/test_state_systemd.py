@@ -84,8 +84,8 @@ def test_log_ring_joins_chunks_and_keeps_the_last_lines() -> None:
         (-11, False, "crashed with SIGSEGV (exit 139)"),
         (139, False, "crashed with SIGSEGV (exit 139)"),
         (-9, False, "was killed by SIGKILL (exit 137)"),
-        (1, False, "exit status 1"),
-        (None, False, "still running"),
+        (1, False, "exited with status 1"),
+        (None, False, "is still running"),
     ],
 )
 def test_outcome_descriptions(code: int | None, stopped: bool, text: str) -> None:

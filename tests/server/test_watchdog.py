@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.waiting import scaled, wait_for
 
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.watchdog import Watchdog
@@ -19,12 +20,7 @@ def session_sleep() -> subprocess.Popen[bytes]:
 
 
 def wait_gone(pid: int, start: int, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while procfs.is_running(pid, start):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    return wait_for(lambda: not procfs.is_running(pid, start), timeout)
 
 
 def close_without_release(dog: Watchdog) -> None:
@@ -53,7 +49,7 @@ def test_the_server_dies_with_the_launch_unless_released(tmp_path: Path, release
             time.sleep(0.5)
             assert server.poll() is None and record.exists()
         else:
-            server.wait(10)
+            server.wait(scaled(10))
             assert not record.exists()
     finally:
         server.kill()

@@ -15,11 +15,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support import waiting
 from support.helper_bench import Entry, make_root, snapshot
 
 MARKER_ENV = "MTPSTUDIO_TAMPER_CASE"
@@ -223,13 +223,11 @@ def marked_processes(case: str) -> list[int]:
     return found
 
 
-def wait_for(predicate: object, timeout: float, what: str) -> None:
-    """Poll ``predicate()`` until true; AssertionError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``predicate()`` until true; AssertionError naming ``what`` after ``timeout`` (which
+    stretches with the machine's load, see ``support.waiting``)."""
+    if not waiting.wait_for(predicate, timeout):
+        raise AssertionError(f"timed out waiting for {what}")
 
 
 @dataclass(frozen=True)

@@ -319,8 +319,9 @@ class TinyModelParams:
         n_embd: hidden size.
         n_layer: trunk layers (the MTP block of ``hybrid-mtp`` comes on top).
         n_head / n_head_kv: query / key-value heads (GQA when different).
-        head_dim: per-head size (key_length = value_length); a multiple of 32 so quantized K/V
-            caches work (64 or 128 also suit flash attention and ik's fused delta-net).
+        head_dim: per-head size (key_length = value_length); a multiple of 16. Quantized K/V
+            caches need a multiple of 32 (64 or 128 also suit flash attention and ik's fused
+            delta-net): with 16 the engines refuse them, which tests use as a sure start failure.
         n_ff: dense feed-forward size.
         n_vocab: vocabulary size (models that must pair as draft/target need the same value).
         n_ctx_train: ``context_length`` in the header.
@@ -386,8 +387,8 @@ class TinyModelParams:
         problems = []
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {', '.join(DTYPES)}")
-        if self.head_dim % 32:
-            problems.append("head_dim must be a multiple of 32 (quantized K/V caches need it)")
+        if self.head_dim % 16:
+            problems.append("head_dim must be a multiple of 16 (32 for quantized K/V caches)")
         if self.n_head % self.n_head_kv:
             problems.append("n_head must be a multiple of n_head_kv")
         if self.n_rot is None or self.n_rot > self.head_dim or self.n_rot % 2:
@@ -429,6 +430,23 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "hybrid-mtp": dict(n_embd=128, n_layer=2, n_head=2, n_head_kv=1, head_dim=64, n_ff=256),
     "hybrid": dict(n_embd=128, n_layer=2, n_head=2, n_head_kv=1, head_dim=64, n_ff=256),
 }
+
+# A dense model whose f32 K/V cache at the largest context a Plan allows is 2 TiB: more than any
+# machine's RAM and swap, so the engine's allocation fails wherever the tests run (Linux's
+# default overcommit heuristic refuses an allocation larger than RAM + swap). The 128 GiB these
+# tests asked for before fit in a large workstation, where the server then simply started.
+HUGE_KV_MODEL: dict[str, Any] = dict(
+    n_embd=32, n_layer=2, n_head=128, n_head_kv=128, head_dim=256, n_ctx_train=4194304
+)
+HUGE_KV_PLAN: dict[str, Any] = {
+    "runtime.ctx": 4194304,
+    "runtime.cache_type_k": "f32",
+    "runtime.cache_type_v": "f32",
+}
+HUGE_KV_MIB = (
+    HUGE_KV_PLAN["runtime.ctx"] * HUGE_KV_MODEL["n_layer"] * 2  # K and V
+    * HUGE_KV_MODEL["n_head_kv"] * HUGE_KV_MODEL["head_dim"] * 4 / 2**20
+)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

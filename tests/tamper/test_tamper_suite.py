@@ -29,6 +29,7 @@ from support.tamper import (
 )
 
 from mtpstudio.core.plan import plan_from_dict, save_plan
+from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
 UNIT = "mtpstudio-llama.service"
 MANIFEST = "var/lib/mtpstudio/manifest.json"
@@ -311,7 +312,9 @@ def plan_file(box: Sandbox) -> Path:
     binary = box.work / "llama-server"
     binary.write_text("#!/bin/sh\nexit 0\n")
     binary.chmod(0o755)
-    plan = plan_from_dict({"model": {"card": "qwen3.6-35b-a3b-iq4_xs"},
+    # a unit is only written for a model file: the card's full-size zero-weight GGUF (sparse)
+    model = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", box.work / "Qwen3.6-35B-A3B-IQ4_XS.gguf")
+    plan = plan_from_dict({"model": {"path": str(model), "card": None},
                            "engine": {"binary": str(binary)}})  # fmt: skip
     path = box.work / "plan.json"
     save_plan(plan, path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -162,7 +164,8 @@ def store(tmp_path: Path) -> StateStore:
 
 @pytest.fixture
 def make_wizard(qtbot: QtBot, store: StateStore) -> Iterator[WizardFactory]:
-    """``make_wizard(plan=None, report=gpu_report(), remember=True) -> MtpWizard``, settled."""
+    """``make_wizard(plan=None, report=gpu_report(), remember=True) -> MtpWizard``, settled, at
+    the default 1180 x 820 (``default_size=False``: as the wizard sized itself)."""
     made: list[MtpWizard] = []
 
     def make(
@@ -170,6 +173,7 @@ def make_wizard(qtbot: QtBot, store: StateStore) -> Iterator[WizardFactory]:
         report: DetectionReport | None = None,
         remember: bool = True,
         detector: Callable[[], DetectionReport] | None = None,
+        default_size: bool = True,
     ) -> MtpWizard:
         canned = report if report is not None else gpu_report()
         wizard = MtpWizard(
@@ -179,6 +183,9 @@ def make_wizard(qtbot: QtBot, store: StateStore) -> Iterator[WizardFactory]:
             remember=remember,
         )
         qtbot.addWidget(wizard)
+        wizard.tell_finished = lambda text: setattr(wizard, "last_finished", text)  # type: ignore[method-assign]
+        if default_size:  # the offscreen screen is 800 px wide: keep the tests' window size
+            wizard.resize(1180, 820)
         made.append(wizard)
         assert wizard.tasks.wait_idle(30)
         return wizard
@@ -196,3 +203,24 @@ def go_to(wizard: MtpWizard, page_id: int) -> None:
         wizard.next()
         wizard.tasks.wait_idle(30)
         assert wizard.currentId() != before, f"stuck on page {before}"
+
+
+FULLSIZE_NAME = "Qwen3.6-35B-A3B-IQ4_XS.gguf"
+
+
+@pytest.fixture
+def fullsize_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A home folder holding the full-size zero-weight Qwen3.6-35B-A3B IQ4_XS (sparse, 17.9 GiB
+    apparent) at ``~/models/Qwen3.6-35B-A3B-IQ4_XS.gguf``; HOME points at it.
+
+    The folder is a short one in the temp dir (``/tmp/mtpstudio-XXXXXXXX/home/alice``), so
+    paths are as long as a user's, not as long as pytest's.
+    """
+    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
+
+    scratch = Path(tempfile.mkdtemp(prefix="mtpstudio-"))
+    home = scratch / "home" / "alice"
+    zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", home / "models" / FULLSIZE_NAME)
+    monkeypatch.setenv("HOME", str(home))
+    yield home
+    shutil.rmtree(scratch, ignore_errors=True)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import shlex
 
+from PySide6.QtCore import QPointF
 from PySide6.QtGui import QGuiApplication
 
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import evaluate, fit_suggestions, resolve
+from mtpstudio.core.reports import budget_trust
 from mtpstudio.ui.widgets.common import Tone
 from mtpstudio.ui.widgets.vram_bar import device_row
 
@@ -39,7 +41,8 @@ def test_bar_shows_the_planners_budget_per_device_and_host(make_wizard: WizardFa
         "CUDA0 · NVIDIA GeForce RTX 4070 SUPER (catalogue)",
         "System RAM",
     ]
-    assert rows[0] == device_row(expected.budget.devices[0])
+    device = expected.budget.devices[0]
+    assert rows[0] == device_row(device, budget_trust(expected.budget, device))
     assert rows[0].total_bytes == gpu_card(DEFAULT_GPU_CARD).vram_bytes
     assert page.target_label.text() == f"Planning for {expected.target.source}."
     assert page.host_label.text().startswith("System RAM: the engine needs ")
@@ -131,3 +134,47 @@ def test_the_command_line_is_copyable(make_wizard: WizardFactory) -> None:
     page.copy_button.click()
     assert QGuiApplication.clipboard().text() == page.command_line()
     assert page.command_line().startswith("/opt/llama.cpp/build/bin/llama-server -m ")
+
+
+def test_system_ram_agrees_with_the_experts_in_ram_warning(make_wizard: WizardFactory) -> None:
+    """Issue 25 item 6: the RAM bar counted the whole mapped file (17,877 MiB) as used while
+    the warning said 10,744 MiB of experts stay in RAM."""
+    wizard = make_wizard(_demo())  # the engine's fit: experts of many layers on the CPU
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    evaluation = wizard.state.evaluation()
+    budget = evaluation.budget
+    experts = budget.parts["weights_cpu_experts"]
+    assert experts > 5000 * MIB
+    warning = next(w for w in evaluation.warnings if "of experts stay in system RAM" in w)
+    assert f"{experts / MIB:,.0f} MiB of experts" in warning
+    mapped = budget.host.segments["weights_mapped"]  # the engine's CPU_Mapped range
+    shown = next(s for s in page.bar.rows[-1].segments if s.key == "host_mapped")
+    assert shown.n_bytes == budget.parts["weights_cpu_tensors"]
+    assert experts <= shown.n_bytes < mapped  # what stays in RAM, not the whole range
+    assert f"experts {experts / MIB:,.0f} MiB" in shown.detail
+    assert f"{(mapped - shown.n_bytes) / MIB:,.0f} MiB of the mapped range is page cache" in (
+        shown.detail
+    )
+    text = page.host_label.text()
+    assert f"keeps {shown.n_bytes / MIB:,.0f} MiB of memory-mapped weights in RAM" in text
+    assert f"({experts / MIB:,.0f} MiB of them experts)" in text
+    assert "page cache" in text
+
+
+def test_the_legend_says_how_sure_each_figure_is(make_wizard: WizardFactory) -> None:
+    """On a CUDA card the weights and the MTP draft follow ggml-cuda's source (``source``), the
+    KV cache is an exact formula, the compute buffer an estimate; the page explains the words."""
+    wizard = make_wizard(plan_with(_demo(), {"mtp.enabled": True}))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    legend = page.bar.legend_entries()
+    assert next(e for e in legend if e.startswith("weights ")).endswith(" · source")
+    assert next(e for e in legend if e.startswith("KV cache ")).endswith(" · exact")
+    assert next(e for e in legend if e.startswith("MTP draft ")).endswith(" · source")
+    assert next(e for e in legend if e.startswith("compute ")).endswith(" · estimate")
+    assert "source: follows the engine's source for this backend" in page.trust_label.text()
+    bar = page.bar
+    weights = next(s for s in bar.segment_spans(0) if s.key == "weights")
+    tip = bar.tooltip_at(QPointF((weights.x0 + weights.x1) / 2, bar.bar_rect(0).center().y()))
+    assert tip is not None and "How sure: source — follows the engine's source" in tip

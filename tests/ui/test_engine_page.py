@@ -39,7 +39,12 @@ def test_builds_are_listed_with_capability_badges(make_wizard: WizardFactory) ->
     assert upstream["draft cache types"] is Tone.GOOD
     assert any(name.endswith("flags probed") for name in upstream)
     ik = _badges(page, 1)
-    assert ik["MTP"] is Tone.WARN  # decided when the model loads
+    # issue 25 item 8: this ik build drafts with MTP only for glm4moe, the model is qwen35moe
+    assert ik["MTP"] is Tone.OFF
+    widget = page.build_list.itemWidget(page.build_list.item(1))
+    mtp = next(b for b in widget.findChildren(Badge) if b.text().endswith("MTP"))
+    assert mtp.text() == "✗ MTP"
+    assert mtp.toolTip().startswith("For this model: ik_llama.cpp runs MTP only for glm4moe")
     assert ik["draft cache types"] is Tone.OFF
 
 

@@ -10,7 +10,7 @@ from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan
 
-from .conftest import WizardFactory, gpu_report, no_gpu_report
+from .conftest import WizardFactory, go_to, gpu_report, no_gpu_report
 
 
 def _tree_rows(tree) -> list[list[str]]:  # type: ignore[no-untyped-def]
@@ -39,7 +39,7 @@ def test_shows_gpus_vram_users_host_and_session(make_wizard: WizardFactory) -> N
     assert groups["compositor (2)"].child(0).text(0) == "kwin_wayland"
     assert "7800X3D" in page.cpu_label.text() and "8 cores / 16 threads" in page.cpu_label.text()
     assert page.ram_label.text().startswith("64.00 GiB RAM, 50.00 GiB available")
-    assert page.session_label.text() == "wayland · KDE · sddm · KWin OpenGL"
+    assert page.session_label.text() == "wayland · KDE · login screen sddm · KWin OpenGL"
     assert page.display_label.text() == "driven by CUDA0 (NVIDIA GeForce RTX 4070 SUPER) on DP-1"
     assert page.notice.isHidden()
 
@@ -111,3 +111,16 @@ def test_refresh_runs_detection_again_with_a_busy_indicator(
     assert len(calls) == 2
     assert page.busy.isHidden() and page.refresh_button.isEnabled()
     assert page.no_gpu_label.text().startswith("No GPU found")
+
+
+def test_a_display_manager_alone_is_not_called_a_session(make_wizard: WizardFactory) -> None:
+    """Issue 25 item 8: a headless box with sddm installed showed 'Session: sddm'."""
+    from mtpstudio.core.detect.models import DisplayInfo
+
+    report = no_gpu_report()
+    report.display = DisplayInfo(display_manager="sddm")
+    wizard = make_wizard(Plan(), report=report)
+    go_to(wizard, 0)
+    assert wizard.hardware_page.session_label.text() == (
+        "no graphical session here (login screen: sddm)"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
@@ -109,3 +110,25 @@ def test_opening_and_dropping_a_gguf_file(make_wizard: WizardFactory, tmp_path: 
     assert wizard.tasks.wait_idle(30)
     assert wizard.plan.model.path == dropped
     assert page.info_labels["architecture"].text().startswith("qwen35moe")
+
+
+def test_an_unfinished_download_is_said_to_be_incomplete(
+    make_wizard: WizardFactory, tmp_path: Path
+) -> None:
+    """Issue 25 item 5: an unfinished download planned as 'fits' without a word."""
+    from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD as CARD
+    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
+    from mtpstudio.ui.widgets.common import Tone
+
+    partial = zero_gguf_for_card(CARD, tmp_path / "Downloads" / "Qwen3.6-35B-A3B-IQ4_XS.gguf")
+    os.truncate(partial, 9 * 1024**3)
+    wizard = make_wizard(Plan())
+    go_to(wizard, 1)
+    page = wizard.model_page
+    page.open_path(partial)
+    assert wizard.tasks.wait_idle(30)
+    assert wizard.plan.model.path == partial  # planning works ...
+    assert page.error.tone is Tone.WARN  # ... and the page says what the file is
+    assert page.error.text().startswith("This file is incomplete: 9.00 of 17.86 GiB")
+    assert "Launch, Export and Install need the whole file" in page.error.text()
+    assert "incomplete: 9.00 of 17.86 GiB" in page.info_labels["size"].text()

@@ -14,6 +14,7 @@ from test_cli import run_cli
 
 from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
 from mtpstudio.core.service.render import UnitScope
+from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
@@ -25,16 +26,23 @@ FILES = {"unit": "mtpstudio-llama.service", "env": "mtpstudio-llama.env",
 PLANS = ("moe-card", "dense-card", "tiny-gguf", "cpu-target", "draft-model")
 
 
-def make_plan(kind: str, tiny_model: Callable[..., Path], engine: Callable[[str], Path]) -> Plan:
-    """Five plans: catalogue cards (MoE, dense), a real tiny GGUF on a probed build (device
-    auto, as `gui --plan tiny.json` opens it), an explicit CPU target with fit asked for, and a
-    separate draft model."""
+def make_plan(
+    kind: str, tiny_model: Callable[..., Path], engine: Callable[[str], Path], folder: Path
+) -> Plan:
+    """Five plans: catalogue cards as full-size zero-weight files (MoE, dense: units are written
+    only for model files), a real tiny GGUF on a probed build (device auto, as `gui --plan
+    tiny.json` opens it), an explicit CPU target with fit asked for, and a separate draft
+    model."""
     base = Plan()
     if kind == "moe-card":
-        return plan_with(base, {"device": "rtx-4070-super", "runtime.ctx": 65536,
+        model = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", folder / "Qwen3.6-35B-A3B.gguf")
+        return plan_with(base, {"model.path": str(model), "model.card": None,
+                                "device": "rtx-4070-super", "runtime.ctx": 65536,
                                 "runtime.moe": "n_cpu_moe", "runtime.n_cpu_moe": 20})  # fmt: skip
     if kind == "dense-card":
-        return plan_with(base, {"model.card": "qwen3.6-27b-iq4_xs", "device": "rtx-4060-ti-16gb",
+        model = zero_gguf_for_card("qwen3.6-27b-iq4_xs", folder / "Qwen3.6-27B.gguf")
+        return plan_with(base, {"model.path": str(model), "model.card": None,
+                                "device": "rtx-4060-ti-16gb",
                                 "engine.flavour": "ik", "runtime.moe": "gpu"})  # fmt: skip
     if kind == "tiny-gguf":
         model = tiny_model("hybrid-mtp", dtype="q8_0")
@@ -88,7 +96,7 @@ def test_cli_and_gui_give_the_same_command_and_files(
     engine: Callable[[str], Path],
     tmp_path: Path,
 ) -> None:
-    plan = make_plan(kind, tiny_model, engine)
+    plan = make_plan(kind, tiny_model, engine, tmp_path / "models")
     plan_file = tmp_path / f"{kind}.json"
     save_plan(plan, plan_file)
     cli_argv, cli_files = cli_side(plan_file, tmp_path / "cli")

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 from support.helper_bench import make_root, snapshot
-from test_cli_export import write_header_only_model
+from test_cli_export import write_model
 
 from mtpstudio.core import paths
 from mtpstudio.core.desktop.install import revert_user_group, user_status
@@ -53,7 +54,7 @@ class RecordedSystemctl:
 @pytest.fixture
 def model_plan(tmp_path: Path) -> Plan:
     model = tmp_path / "models" / "Qwen 3.6 35B.gguf"
-    write_header_only_model(model)
+    write_model(model)
     return Plan(model=ModelChoice(path=model))
 
 
@@ -269,3 +270,107 @@ def test_a_slow_action_shows_progress_and_can_be_cancelled(
     assert page.action.outcome.sentence.startswith("Cancelled")
     assert page.last_status is None  # the late answer was dropped
     assert page.output.toPlainText() == ""
+
+
+# -- issue 25: units only for real files, no silent replace, a readable preview -----------------
+
+
+def test_the_demo_card_gets_no_unit_and_is_told_what_to_do(
+    make_wizard: WizardFactory, tmp_path: Path
+) -> None:
+    wizard = service_wizard(make_wizard, Plan())  # the demo card
+    page = wizard.service_page
+    assert "[Service]" in page.views["unit"].toPlainText()  # still shown, to read
+    assert "demo card qwen3.6-35b-a3b-iq4_xs" in page.notice.text()
+    target = tmp_path / "demo.service"
+    page.ask_export_path = lambda: target  # type: ignore[method-assign]
+    page.export_button.click()
+    assert not target.exists()
+    assert page.action.outcome.tone is Tone.BAD
+    assert "demo card" in page.action.outcome.sentence
+    assert "Open the GGUF file first" in page.action.outcome.sentence
+    page.set_scope(UnitScope.USER)
+    page.install_button.click()
+    assert not page.preview_box.isVisibleTo(page)
+    assert "Cannot install: The plan uses the demo card" in page.action.outcome.sentence
+    assert not (paths.user_unit_dir() / "mtpstudio-llama.service").exists()
+
+
+def test_a_different_installed_user_unit_is_replaced_only_after_asking(
+    make_wizard: WizardFactory, model_plan: Plan
+) -> None:
+    system = SystemAccess(runner=SubprocessRunner())
+    wizard = service_wizard(make_wizard, model_plan, system)
+    page = wizard.service_page
+    page.set_scope(UnitScope.USER)
+    unit_path = paths.user_unit_dir() / "mtpstudio-llama.service"
+    asked: list[str] = []
+    answer = [False]
+
+    def ask(replaced: list) -> bool:  # type: ignore[type-arg]
+        asked.append("\n".join(p.diff for p in replaced))
+        return answer[0]
+
+    page.ask_replace = ask  # type: ignore[method-assign]
+    try:
+        page.install_button.click()
+        page.preview_box.install_button.click()  # nothing installed yet: no question
+        assert wizard.tasks.wait_idle(30)
+        assert asked == [] and unit_path.is_file()
+        installed = unit_path.read_text()
+
+        wizard.state.update({"runtime.ctx": 8192})  # another plan for the same unit
+        page.refresh()
+        page.install_button.click()
+        assert page.preview_box.install_button.text().startswith("Replace")
+        assert "A different mtpstudio-llama.service is installed" in (page.preview_box.notes.text())
+        page.preview_box.install_button.click()  # asks, with the diff; the answer is no
+        assert wizard.tasks.wait_idle(30)
+        assert len(asked) == 1 and "-c 8192" in asked[0] and "-c 32768" in asked[0]
+        assert unit_path.read_text() == installed
+        assert "Nothing was installed" in page.action.outcome.sentence
+
+        answer[0] = True
+        page.preview_box.install_button.click()
+        assert wizard.tasks.wait_idle(30)
+        assert page.action.outcome.tone is Tone.GOOD, page.action.outcome.sentence
+        assert "-c 8192" in unit_path.read_text()
+    finally:
+        for group in user_status()["groups"]:
+            revert_user_group(group, SubprocessRunner())
+
+
+def test_a_missing_helper_is_said_before_any_preview_and_cleared_for_a_user_unit(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    system = SystemAccess(runner=RecordedSystemctl(), helper=tmp_path / "no-helper")
+    page = service_wizard(make_wizard, model_plan, system).service_page
+    page.install_button.click()
+    assert not page.preview_box.isVisibleTo(page)
+    said = page.action.outcome.sentence
+    assert "helper, which writes system files, is not installed" in said
+    assert "User unit" in said and "--root" not in said and "--dry-run" not in said
+    page.set_scope(UnitScope.USER)
+    assert page.action.outcome.sentence == ""
+
+
+def test_the_preview_is_readable_on_a_laptop_screen(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    root = make_root(tmp_path / "root")
+    wizard = service_wizard(make_wizard, model_plan, SystemAccess(root=root))
+    wizard.resize(1366, 768)
+    page = wizard.service_page
+    page.install_button.click()
+    QApplication.processEvents()
+    box = page.preview_box
+    assert box.isVisibleTo(page)
+    lines = box.diff.fontMetrics().lineSpacing()
+    assert box.diff.viewport().height() >= 8 * lines  # the diff, not two lines of it
+    rows = box.files.topLevelItemCount()
+    assert rows == 2
+    last = box.files.visualItemRect(box.files.topLevelItem(rows - 1))
+    assert last.bottom() <= box.files.viewport().height()  # every file row shown
+    assert box.notes.isVisibleTo(page) and box.notes.height() >= box.notes.heightForWidth(
+        box.notes.width()
+    )  # the explanation not clipped

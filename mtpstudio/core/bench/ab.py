@@ -39,17 +39,35 @@ class ABVariant:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+MTP_ON = "MTP on"
+MTP_OFF = "MTP off"
+
+
 def preset_graphs_control(plan: Plan) -> tuple[ABVariant, ABVariant]:
     """A = the plan as is, B = the same plan with CUDA graphs disabled (re-capture control)."""
-    return ABVariant("graphs-on", plan), ABVariant("graphs-off", plan, dict(GRAPHS_OFF_ENV))
+    return (
+        ABVariant("CUDA graphs on", plan),
+        ABVariant("CUDA graphs off", plan, dict(GRAPHS_OFF_ENV)),
+    )
 
 
 def preset_mtp_on_off(plan: Plan) -> tuple[ABVariant, ABVariant]:
-    """A = MTP on, B = MTP off, otherwise the same plan."""
+    """A = MTP on, B = MTP off, otherwise the same plan (the runs are named by what they are)."""
     return (
-        ABVariant("mtp-on", plan_with(plan, {"mtp.enabled": True})),
-        ABVariant("mtp-off", plan_with(plan, {"mtp.enabled": False})),
+        ABVariant(MTP_ON, plan_with(plan, {"mtp.enabled": True})),
+        ABVariant(MTP_OFF, plan_with(plan, {"mtp.enabled": False})),
     )
+
+
+def drafting_off_variant(first: ABVariant, others: Sequence[ABVariant] = ()) -> ABVariant:
+    """The gate's reference: ``first`` with MTP off, named like the A/B side that already is
+    exactly that (so one run is never called two names), else by what it is."""
+    off = plan_with(first.plan, {"mtp.enabled": False})
+    for variant in others:
+        if not variant.env and variant.plan.to_json() == off.to_json():
+            return replace(variant, env={})
+    label = MTP_OFF if first.label == MTP_ON else f"{first.label} with MTP off"
+    return ABVariant(label, off)
 
 
 PRESETS = {"graphs": preset_graphs_control, "mtp": preset_mtp_on_off}
@@ -112,7 +130,28 @@ class ABReport:
 
     @property
     def tok_s_delta_pct(self) -> float | None:
+        """B relative to A, in percent (+: B is faster)."""
         return pct_delta(self.a.tok_s, self.b.tok_s)
+
+    def verdict(self) -> str | None:
+        """One sentence naming the faster side: 'MTP off (B) ran 17.1× as fast as MTP on (A)…'."""
+        a, b = self.a.tok_s, self.b.tok_s
+        if a is None or b is None or a <= 0 or b <= 0:
+            return None
+        fast, slow = (self.b, self.a) if b >= a else (self.a, self.b)
+        fast_side, slow_side = ("B", "A") if b >= a else ("A", "B")
+        ratio = max(a, b) / min(a, b)
+        how = (
+            f"{ratio:.1f}× as fast as" if ratio >= 1.5 else f"{(ratio - 1) * 100:.1f} % faster than"
+        )
+        if ratio < 1.005:
+            return (
+                f"{self.a.label} (A) and {self.b.label} (B) ran at the same speed ({a:.2f} tok/s)."
+            )
+        return (
+            f"{fast.label} ({fast_side}) ran {how} {slow.label} ({slow_side}): "
+            f"{fast.tok_s:.2f} vs {slow.tok_s:.2f} tok/s."
+        )
 
     @property
     def error(self) -> str | None:

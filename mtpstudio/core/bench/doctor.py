@@ -162,6 +162,47 @@ def check_graphs_control(ab: ABReport, plan: Plan | None) -> Finding | None:
     )
 
 
+MTP_SLOWER_PCT = 10.0
+
+
+def check_mtp_slower(ab: ABReport, plan: Plan | None) -> Finding | None:
+    """One side drafts and the other does not: speak up when drafting is clearly slower."""
+    drafting = [side for side in (ab.a, ab.b) if side.total_draft > 0]
+    plain = [side for side in (ab.a, ab.b) if side.total_draft == 0 and side.categories]
+    if len(drafting) != 1 or len(plain) != 1:
+        return None
+    on, off = drafting[0], plain[0]
+    if on.tok_s is None or off.tok_s is None or on.tok_s <= 0:
+        return None
+    slower_pct = (off.tok_s - on.tok_s) / off.tok_s * 100.0
+    if slower_pct <= MTP_SLOWER_PCT:
+        return None
+    ratio = off.tok_s / on.tok_s
+    how = f"{ratio:.1f}× slower than" if ratio >= 1.5 else f"{slower_pct:.0f} % slower than"
+    rate = on.aggregate_accept_rate
+    accepted = f", {rate:.0%} of the drafts accepted" if rate is not None else ""
+    remedies: list[Remedy] = []
+    draft_max = plan.mtp.draft_max if plan is not None else None
+    if draft_max is not None and draft_max > 1:
+        remedies.append(Remedy(f"draft fewer tokens ({draft_max} -> 1)", {"mtp.draft_max": 1}))
+    remedies.append(Remedy("turn MTP off", {"mtp.enabled": False}))
+    return Finding(
+        "mtp-slower",
+        f"Drafting made it slower: {on.label} ran {how} {off.label} ({on.tok_s:.2f} vs "
+        f"{off.tok_s:.2f} tok/s{accepted}). Every drafted token costs a verification pass; "
+        "here that costs more than the accepted tokens save (typical on a CPU or with a "
+        "draft that rarely matches).",
+        _valid(plan, remedies),
+    )
+
+
+def check_noise(report: BenchReport) -> Finding | None:
+    text = report.spread_text() if report.noisy else None
+    if text is None:
+        return None
+    return Finding("noisy", text[:1].upper() + text[1:] + ".")
+
+
 def check_p_min(report: BenchReport, plan: Plan | None) -> Finding | None:
     if plan is None or plan.mtp.draft_p_min >= P_MIN_FLOOR:
         return None
@@ -199,6 +240,8 @@ def diagnose(
         check_vram(report.vram, plan),
         check_p_min(report, plan),
     ]
+    findings += [check_noise(side) for side in ((ab.a, ab.b) if ab is not None else (report,))]
     if ab is not None:
         findings.append(check_graphs_control(ab, plan))
+        findings.append(check_mtp_slower(ab, plan))
     return [f for f in findings if f is not None]

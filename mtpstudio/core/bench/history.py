@@ -215,11 +215,12 @@ class BenchHistory:
             return int(cur.lastrowid or 0)
 
     def entries(self) -> list[HistoryEntry]:
-        """Every readable run, oldest first; a damaged one is named in one logged sentence,
-        kept in the file and skipped."""
+        """Every readable run, oldest first (by when it started; runs stored together keep
+        their order); a damaged one is named in one logged sentence, kept in the file and
+        skipped."""
         out: list[HistoryEntry] = []
         with self._db() as con:
-            ids = [r[0] for r in con.execute("SELECT id FROM runs ORDER BY id")]
+            ids = [r[0] for r in con.execute("SELECT id FROM runs ORDER BY created_at, id")]
             for i in ids:
                 try:
                     out.append(self._entry(con, i))

@@ -65,6 +65,9 @@ def render_text(report: BenchReport, findings: Sequence[Finding] = ()) -> str:
         f"{_f(report.tok_s, '.2f', 8)}"
     )
     lines.append(json.dumps(report.aggregate()))
+    spread = report.spread_text()
+    if spread and not report.noisy:  # a noisy one is the doctor's
+        lines.append(spread)
     if report.metrics is not None:
         m = report.metrics
         verdict = "agree" if m.matches else "DISAGREE"
@@ -101,10 +104,13 @@ def render_ab_text(ab: ABReport, findings: Sequence[Finding] = ()) -> str:
     """Side by side: decode tok/s and acceptance of A and B per category, with deltas."""
     a, b = ab.a.label, ab.b.label
     head = (
-        f"{'category':<18} {'A tok/s':>8} {'B tok/s':>8} {'Δ tok/s':>8} "
-        f"{'A rate':>7} {'B rate':>7} {'Δ rate':>7}"
+        f"{'category':<18} {'A tok/s':>8} {'B tok/s':>8} {'B vs A':>8} "
+        f"{'A rate':>7} {'B rate':>7} {'B - A':>7}"
     )
-    lines = [f"A/B  A = {a}  B = {b}  (interleaved per category)"]
+    lines = [
+        f"A/B  A = {a}  B = {b}  (interleaved per category)",
+        f"'B vs A' is B's tok/s relative to A's: + means {b} (B) was faster, - that {a} (A) was.",
+    ]
     for side in (ab.a, ab.b):
         if side.drafting_warning:
             lines.append(f"!! {side.label}: {side.drafting_warning}")
@@ -124,8 +130,15 @@ def render_ab_text(ab: ABReport, findings: Sequence[Finding] = ()) -> str:
         f"{_pct(ab.tok_s_delta_pct)} {_f(ab.a.aggregate_accept_rate, '.3f', 7)} "
         f"{_f(ab.b.aggregate_accept_rate, '.3f', 7)} {_f(rate_delta, '+.3f', 7)}"
     )
-    lines.append("A " + json.dumps(ab.a.aggregate()))
-    lines.append("B " + json.dumps(ab.b.aggregate()))
+    verdict = ab.verdict()
+    if verdict:
+        lines.append(f"Result: {verdict}")
+    for side in (ab.a, ab.b):
+        spread = side.spread_text()
+        if spread and not side.noisy:  # a noisy one is the doctor's
+            lines.append(spread)
+    lines.append(f"A ({a}) " + json.dumps(ab.a.aggregate()))
+    lines.append(f"B ({b}) " + json.dumps(ab.b.aggregate()))
     lines += render_findings(findings)
     for side in (ab.a, ab.b):
         if side.error:

@@ -20,6 +20,10 @@ AGGREGATE_FIELDS = (
 )
 
 
+NOISY_SPREAD = 0.20
+"""Repeats whose tok/s differ by more than this fraction of their median are a noisy measure."""
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -191,6 +195,47 @@ class BenchReport:
         """Predicted tokens per wall-clock second over the measured requests."""
         return self.total_predicted / self.wall_s_total if self.wall_s_total > 0 else None
 
+    def repeat_tok_s(self) -> list[float]:
+        """Tokens per second of each repeat (every category's n-th sample), in run order."""
+        n = max((len(c.samples) for c in self.categories), default=0)
+        out = []
+        for r in range(n):
+            round_samples = [c.samples[r] for c in self.categories if len(c.samples) > r]
+            wall = sum(s.wall_ms for s in round_samples) / 1000.0
+            if wall > 0:
+                out.append(sum(s.predicted_n for s in round_samples) / wall)
+        return out
+
+    @property
+    def spread(self) -> float | None:
+        """(fastest - slowest repeat) / their median; None with fewer than two repeats."""
+        speeds = self.repeat_tok_s()
+        if len(speeds) < 2:
+            return None
+        middle = statistics.median(speeds)
+        return (max(speeds) - min(speeds)) / middle if middle > 0 else None
+
+    @property
+    def noisy(self) -> bool:
+        return self.spread is not None and self.spread > NOISY_SPREAD
+
+    def spread_text(self) -> str | None:
+        """'tok/s over 3 repeats: 36.0 … 1,179.0 (spread 97 %)' (+ a warning when noisy)."""
+        speeds = self.repeat_tok_s()
+        spread = self.spread
+        if spread is None:
+            return None
+        text = (
+            f"{self.label}: tok/s over {len(speeds)} repeats "
+            f"{' / '.join(f'{v:,.1f}' for v in speeds)} (spread {spread:.0%} of the median)"
+        )
+        if self.noisy:
+            text += (
+                ": a NOISY measurement (something else used the machine, or the server was "
+                "still settling); medians are shown: run it again before trusting the figures"
+            )
+        return text
+
     @property
     def decode_tps_median(self) -> float | None:
         return _median([c.decode_tps for c in self.categories if c.decode_tps is not None])
@@ -228,6 +273,9 @@ class BenchReport:
             "drafting_warning": self.drafting_warning,
             "categories": [c.to_dict() for c in self.categories],
             "aggregate": self.aggregate(),
+            "repeat_tok_s": [round(v, 2) for v in self.repeat_tok_s()],
+            "spread": _round(self.spread, 4),
+            "noisy": self.noisy,
             "warmup": None if self.warmup is None else self.warmup.to_dict(),
             "metrics_check": None if self.metrics is None else self.metrics.to_dict(),
             "vram_peak": [v.to_dict() for v in self.vram],

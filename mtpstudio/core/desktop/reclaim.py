@@ -142,7 +142,7 @@ def _connector_advice(igpu: GpuInfo) -> str:
     if lit:
         return (
             f"The monitor is already on the iGPU ({', '.join(lit)}): install the iGPU session "
-            "so Plasma renders there and leaves the NVIDIA card alone."
+            "so Plasma renders there and leaves the graphics card alone."
         )
     if names:
         return (
@@ -191,7 +191,7 @@ def reclaim_options(
             2,
             "Display on the iGPU",
             "Move the monitor cable; the integrated GPU draws the desktop (hardware "
-            "rendering, no CPU cost) and the NVIDIA card keeps nothing.",
+            "rendering, no CPU cost) and the graphics card keeps nothing.",
             saved(DesktopReclaim.IGPU),
             bool(igpus),
             _connector_advice(igpus[0]) if igpus else "No integrated GPU was detected.",

@@ -7,6 +7,7 @@ from typing import Any
 
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.mtp import model_mtp_blocker
+from mtpstudio.core.memory.cuda_rules import cuda_overhead_bytes, device_rules
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
@@ -101,14 +102,17 @@ class DeviceBudget:
         return None if free is None else free >= 0
 
     def to_json(
-        self, measured: Measured = NOTHING_MEASURED, replayed: Measured = NOTHING_MEASURED
+        self,
+        measured: Measured = NOTHING_MEASURED,
+        replayed: Measured = NOTHING_MEASURED,
+        sourced: Measured = NOTHING_MEASURED,
     ) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
             "total_bytes": self.total_bytes,
             "segments": dict(self.segments),
-            "segment_trust": device_trust(self.id, self.segments, measured, replayed),
+            "segment_trust": device_trust(self.id, self.segments, measured, replayed, sourced),
             "free_bytes": self.free_bytes,
             "fits": self.fits,
         }
@@ -175,7 +179,8 @@ class Budget:
     ``parts`` holds the engine-side totals per buffer kind (all devices together), the figures
     the engine's own load log reports. ``measured`` names the (device, segment) figures a
     stored measurement of the same build on the same device confirmed; ``replayed`` those that
-    replay the engine's graph allocator on a backend where the replay matched its trace.
+    replay the engine's graph allocator on a backend where the replay matched its trace;
+    ``sourced`` those that follow the engine's source for this backend, unmeasured here.
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -186,6 +191,7 @@ class Budget:
     parts: dict[str, int] = field(default_factory=dict)
     measured: Measured = NOTHING_MEASURED
     replayed: Measured = NOTHING_MEASURED
+    sourced: Measured = NOTHING_MEASURED
 
     @property
     def fits(self) -> bool | None:
@@ -196,7 +202,9 @@ class Budget:
 
     def to_json(self, argv: list[str] | None = None) -> dict[str, Any]:
         return {
-            "devices": [d.to_json(self.measured, self.replayed) for d in self.devices],
+            "devices": [
+                d.to_json(self.measured, self.replayed, self.sourced) for d in self.devices
+            ],
             "host": self.host.to_json(self.measured),
             "argv": list(argv or []),
             "warnings": list(self.warnings),
@@ -382,8 +390,18 @@ def compute_budget(
             quantized_k=quantized(dk),
             quantized_v=quantized(dv),
             n_seq=max(1, eff.n_seq),
+            type_k=dk,
+            type_v=dv,
         )
-        mtp_compute = compute_bytes(model, mtp_shape, recurrent=False)
+        mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
+        # experts in RAM: a reservation of 32+ tokens runs them on the GPU, weights copied in
+        offloaded = _offloads(plan, mtp_shape.n_tokens, target) and mtp_on_gpu
+        experts_in_ram = model.n_layer in placement.cpu_expert_layers and model.is_moe
+        experts_here = mtp_on_gpu and (not experts_in_ram or offloaded)
+        nextn = weights.layers[model.n_layer] if model.n_layer < len(weights.layers) else None
+        ffn = nextn.ffn_tensors if nextn is not None else ()
+        mtp_rules = device_rules(target, model, ffn, experts_on_device=experts_here)
+        mtp_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=mtp_rules)
         # the replays are upstream's draft graphs; ik_llama.cpp's Qwen3.5/3.6 draft matched
         # its log (tests/engines/test_recorded_eras.py), its GLM-4.5 draft was never checked
         mtp_replayed = replays_nextn_graph(model, mtp_shape) and not (
@@ -396,8 +414,9 @@ def compute_budget(
                 f"draft graph here: its buffer is an estimate planned with a {MARGIN_PCT} % "
                 "safety margin"
             )
+        if offloaded and experts_in_ram and nextn is not None:
+            mtp_compute += nextn.expert_gpu_bytes
         mtp_output = output_buffer_bytes(model, eff.n_seq)
-        mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
         if facts.mtp_layers_in_main_kv:  # the main context keeps the nextn layers' KV as well
             nextn_kv = kv_bytes_per_cell(model, model.n_nextn_layer, tk, tv) * cells
             if mtp_on_gpu:
@@ -420,12 +439,17 @@ def compute_budget(
         quantized_v=quantized(tv),
         n_seq=max(1, eff.n_seq),
         n_rs_seq=eff.n_rs_seq if eff.mtp_active else 0,
+        type_k=tk,
+        type_v=tv,
     )
     main_replayed = False
     if facts.reserves_all_logits:
         main_compute = compute_bytes_ik(model, main_shape)
     else:
-        main_compute = compute_bytes(model, main_shape)
+        # on a CUDA card the trunk's replay takes CUDA's alignment, flash attention's F16
+        # copies and the host token lookup; not its graph_optimize (an estimate there)
+        rules = device_rules(target, model, experts_on_device=False)
+        main_compute = compute_bytes(model, main_shape, rules=rules)
         main_replayed = replays_trunk(model, main_shape)
         reason = unmodelled_reason(model, main_shape)
         if reason is not None:
@@ -452,7 +476,8 @@ def compute_budget(
             "output": 0,
             "desktop": target.desktop_bytes,
             "other_processes": target.other_bytes,
-            "driver_overhead": target.driver_overhead_bytes,
+            "driver_overhead": target.driver_overhead_bytes
+            + cuda_overhead_bytes(target, contexts=1 + mtp_on_gpu),
             "margin": margin,
         }
         devices = (DeviceBudget(target.id, target.name, target.total_bytes, gpu_segments),)
@@ -512,6 +537,8 @@ def compute_budget(
         "weights_total": split.gpu_bytes + cpu_weights,
         "weights_gpu": split.gpu_bytes,
         "weights_cpu": cpu_weights,
+        "weights_cpu_tensors": split.cpu_bytes,  # what stays in RAM of the mapped range
+        "weights_cpu_experts": split.cpu_expert_bytes,
         "kv_cache": kv_gpu + kv_cpu,
         "recurrent_state": rs_gpu + rs_cpu,
         "mtp_kv_cache": mtp_kv,
@@ -522,6 +549,7 @@ def compute_budget(
         "op_offload_compute": op_offload,
     }
     replayed: Measured = NOTHING_MEASURED
+    sourced: Measured = NOTHING_MEASURED
     if devices[0].id == "CPU":
         # the graph replays matched the engine's allocator traces on the CPU backend only
         replayed = frozenset(
@@ -529,7 +557,22 @@ def compute_budget(
             for segment, replay in (("mtp_compute", mtp_replayed), ("compute", main_replayed))
             if replay
         )
-    return Budget(devices, host_budget, eff, placement, tuple(warnings), parts, replayed=replayed)
+    elif target.is_cuda:
+        # CUDA's padding and alignment, and the draft graph replayed under CUDA's rules: from
+        # the source (the trunk's stays an estimate: its graph_optimize is not modelled)
+        sourced = frozenset({(target.id, "weights")})
+        if mtp_replayed and mtp_on_gpu:
+            sourced |= {(target.id, "mtp_compute")}
+    return Budget(
+        devices,
+        host_budget,
+        eff,
+        placement,
+        tuple(warnings),
+        parts,
+        replayed=replayed,
+        sourced=sourced,
+    )
 
 
 _PARTIAL_WORDS = {
@@ -542,6 +585,11 @@ OP_OFFLOAD_MIN_BATCH = 32
 """ggml-cuda offloads an op on host weights to the GPU from this batch size on."""
 
 
+def _offloads(plan: Plan, n_tokens: int, target: TargetDevice) -> bool:
+    """Whether ops on host-resident weights run on the GPU for a batch of ``n_tokens``."""
+    return target.is_gpu and plan.runtime.op_offload and n_tokens >= OP_OFFLOAD_MIN_BATCH
+
+
 def op_offload_bytes(
     plan: Plan, weights: ModelWeights, placement: Placement, n_tokens: int, target: TargetDevice
 ) -> int:
@@ -551,7 +599,7 @@ def op_offload_bytes(
     host memory on the GPU when the batch has 32+ tokens, copying the weights into the GPU
     compute buffer; the reservation holds about one layer's expert tensors (engines.md §5d).
     """
-    if not (target.is_gpu and plan.runtime.op_offload and n_tokens >= OP_OFFLOAD_MIN_BATCH):
+    if not _offloads(plan, n_tokens, target):
         return 0
     if not placement.gpu_layers and not placement.output_on_gpu:
         return 0

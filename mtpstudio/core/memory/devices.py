@@ -18,6 +18,7 @@ class TargetDevice:
         driver_overhead_bytes: the engine's own driver/CUDA context, outside its buffers.
         vendor: ``nvidia``, ``amd``, ``intel`` … (None: the CPU, or not known); decides which
             desktop reclamations apply.
+        compute_capability: ``8.9``-style, for NVIDIA cards (CUDA's rules depend on it).
     """
 
     id: str
@@ -27,10 +28,16 @@ class TargetDevice:
     other_bytes: int = 0
     driver_overhead_bytes: int = 0
     vendor: str | None = None
+    compute_capability: str | None = None
 
     @property
     def is_gpu(self) -> bool:
         return self.id != "CPU"
+
+    @property
+    def is_cuda(self) -> bool:
+        """An NVIDIA card the engine drives through its CUDA backend."""
+        return self.is_gpu and (self.vendor == "nvidia" or self.id.startswith("CUDA"))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ not a smooth function of the shapes: a hole left by the attention mask may or ma
 next large activation. Replaying the same walk over the same tensor sizes gives the same size.
 
 This module is that walk over an abstract graph; the graphs themselves are built elsewhere
-(``nextn_graph``).
+(``nextn_graph``). What differs between backends (the buffer alignment, how many bytes a tensor
+takes, what the scheduler and the backend do to the graph before it is allocated) is a
+``BackendRules`` parameter: the CPU's here, CUDA's in ``cuda_rules``.
 """
 
 from __future__ import annotations
@@ -63,10 +65,80 @@ class Tensor:
     is_input: bool = False
     is_output: bool = False
     external: bool = False
+    ne: tuple[int, ...] = ()
+    """ggml's element counts, where a backend's rules read them (attention operands)."""
+    dtype: str = ""
+    """The element type where it is not F32 (``f16``, ``q8_0``, ...); read by backend rules."""
+    host: bool = False
+    """Runs on the host whatever the backend (a lookup into weights kept in system memory)."""
 
 
 AllocEvent = tuple[str, int, int]
 """(``"alloc"`` or ``"free"``, bytes, offset): what ggml-alloc's debug trace prints."""
+
+Graph = tuple[list[Tensor], list[Tensor]]
+"""(leafs, nodes) in the engine's order."""
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """A flash-attention node's operands: Q ``(D, n_tokens, n_head)``, K and V
+    ``(D, n_kv, n_head_kv)`` of the cache types, and whether a mask is given."""
+
+    head_dim: int
+    head_dim_v: int
+    n_tokens: int
+    n_head: int
+    n_head_kv: int
+    n_kv: int
+    type_k: str = "f16"
+    type_v: str = "f16"
+    has_mask: bool = True
+
+    @property
+    def gqa_ratio(self) -> int:
+        return self.n_head // max(1, self.n_head_kv)
+
+    @property
+    def k_elements(self) -> int:
+        return self.head_dim * self.n_kv * self.n_head_kv
+
+    @property
+    def v_elements(self) -> int:
+        return self.head_dim_v * self.n_kv * self.n_head_kv
+
+
+@dataclass(frozen=True)
+class BackendRules:
+    """How one backend's buffer type sizes tensors, and what reaches its allocator.
+
+    The base class is the CPU backend: ``TENSOR_ALIGNMENT`` (32 bytes), every tensor its
+    ``ggml_nbytes``, the graph as built. Other backends override ``alloc_size`` (the buffer
+    type's ``get_alloc_size``) and ``prepare`` (what the scheduler and the backend's
+    ``graph_optimize`` do to the graph first). Frozen and hashable: replays are cached by it.
+    """
+
+    name: str = "CPU"
+    alignment: int = CPU_ALIGNMENT
+
+    def alloc_size(self, t: Tensor) -> int:
+        """Bytes the buffer type asks for ``t`` (before alignment)."""
+        return t.nbytes
+
+    def srcs(self, t: Tensor) -> tuple[Tensor, ...]:
+        """What ``t`` reads from this buffer (an op run elsewhere arrives as a copy: nothing)."""
+        return t.srcs
+
+    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Graph:
+        """The graph as this backend's allocator walks it."""
+        return leafs, nodes
+
+    def attention_extra(self, shape: AttentionShape, out_bytes: int) -> int:
+        """Bytes a flash-attention node takes beyond its ``out_bytes`` output (none here)."""
+        return 0
+
+
+CPU_RULES = BackendRules()
 
 
 @dataclass
@@ -126,16 +198,20 @@ def reserved_bytes(
     leafs: Sequence[Tensor],
     nodes: Sequence[Tensor],
     *,
-    alignment: int = CPU_ALIGNMENT,
+    rules: BackendRules = CPU_RULES,
     events: list[AllocEvent] | None = None,
 ) -> int:
     """The compute buffer one graph reserves: ggml_gallocr_alloc_graph_impl, replayed.
 
     ``leafs`` in the graph's leaf order (its inputs are placed first, in that order), ``nodes``
-    in execution order, views included. ``events``, when given, receives every allocation and
-    every freed tensor in order, as the engine's allocator trace lists them.
+    in execution order, views included. ``rules``: the backend whose buffer it is (CPU unless
+    said). ``events``, when given, receives every allocation and every freed tensor in order,
+    as the engine's allocator trace lists them.
     """
-    blocks = _Blocks(alignment, events=events)
+    leafs, nodes = rules.prepare(list(leafs), list(nodes))
+    size = rules.alloc_size
+    srcs_of = rules.srcs
+    blocks = _Blocks(rules.alignment, events=events)
     owned: dict[int, bool] = {}
     offset: dict[int, int] = {}
     children: dict[int, int] = {}
@@ -149,42 +225,43 @@ def reserved_bytes(
             return
         owned[id(t)] = True
         if t.op in INPLACE_OPS:
-            for parent in t.srcs:
+            for parent in srcs_of(t):
                 if not own(parent) or parent.is_output or parent.layout != t.layout:
                     continue
                 if children.get(id(parent), 0) == 1 and views.get(id(parent), 0) == 0:
                     offset[id(t)] = offset[id(parent)]
                     owned[id(parent)] = False
-                    extra = blocks._aligned(parent.nbytes) - blocks._aligned(t.nbytes)
+                    extra = blocks._aligned(size(parent)) - blocks._aligned(size(t))
                     if extra > 0:
-                        blocks.release(offset[id(t)] + blocks._aligned(t.nbytes), extra)
+                        blocks.release(offset[id(t)] + blocks._aligned(size(t)), extra)
                     return
-        offset[id(t)] = blocks.alloc(t.nbytes)
+        offset[id(t)] = blocks.alloc(size(t))
 
     def release(t: Tensor) -> None:
         if t.is_output:
             return
         if events is not None:
-            events.append(("free", t.nbytes, offset[id(t)]))
-        blocks.release(offset[id(t)], t.nbytes)
+            events.append(("free", size(t), offset[id(t)]))
+        blocks.release(offset[id(t)], size(t))
         owned[id(t)] = False
 
     for leaf in leafs:
         allocate(leaf)
     for node in nodes:
-        if node.view_of is not None:
+        # a dependency the scheduler adds (op NONE) is a view that does not count as one
+        if node.view_of is not None and node.op != "NONE":
             views[id(node.view_of)] = views.get(id(node.view_of), 0) + 1
         if node.is_input:
             allocate(node)
-        for src in node.srcs:
+        for src in srcs_of(node):
             children[id(src)] = children.get(id(src), 0) + 1
             if src.is_input:
                 allocate(src)
     for node in nodes:
-        for src in node.srcs:
+        for src in srcs_of(node):
             allocate(src)
         allocate(node)
-        for parent in node.srcs:
+        for parent in srcs_of(node):
             children[id(parent)] -= 1
             if children[id(parent)] or views.get(id(parent), 0):
                 continue
@@ -211,15 +288,31 @@ class GraphBuilder:
         self.leafs.append(t)
         return t
 
-    def op(self, name: str, op: str, nbytes: int, *srcs: Tensor, out: bool = False) -> Tensor:
-        t = Tensor(name, op, nbytes, srcs, layout=("contiguous", nbytes), is_output=out)
+    def op(
+        self, name: str, op: str, nbytes: int, *srcs: Tensor, out: bool = False, host: bool = False
+    ) -> Tensor:
+        """A node; ``host``: it runs on the host whatever the backend (see ``Tensor.host``)."""
+        t = Tensor(name, op, nbytes, srcs, layout=("contiguous", nbytes), is_output=out, host=host)
         self.nodes.append(t)
         return t
 
-    def view(self, name: str, src: Tensor, nbytes: int, *, contiguous: bool = False) -> Tensor:
+    def view(
+        self,
+        name: str,
+        src: Tensor,
+        nbytes: int,
+        *,
+        contiguous: bool = False,
+        op: str = "VIEW",
+        ne: tuple[int, ...] = (),
+        dtype: str = "",
+    ) -> Tensor:
+        """A view of ``src``; ``op`` names ggml's view op (``VIEW``, ``RESHAPE``, ``PERMUTE``)
+        where a backend's graph rules match on it, ``ne``/``dtype`` where its size rules read
+        them."""
         layout: tuple[object, ...] = ("contiguous", nbytes) if contiguous else ("view", name)
         base = src.view_of or src  # ggml points every view at the tensor that owns the memory
-        t = Tensor(name, "VIEW", nbytes, (src,), layout=layout, view_of=base)
+        t = Tensor(name, op, nbytes, (src,), layout=layout, view_of=base, ne=ne, dtype=dtype)
         self.nodes.append(t)
         return t
 

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from mtpstudio.core.memory.graph_alloc import (
+    CPU_RULES,
     F32,
     I32,
     I64,
+    BackendRules,
     GraphBuilder,
     ModelDims,
     Tensor,
@@ -68,10 +70,12 @@ def hybrid_trunk_graph(dims: HybridDims, shape: TrunkShape) -> tuple[list[Tensor
     mixed_slots = g.input("inp_mixed_slots", I64 * t)
     mixed_embd = g.input("inp_mixed_embd", embd)
     rs_copy = g.input("rs_s_copy", I32 * shape.n_seqs)
-    attention = AttentionInputs(g, shape, m.key_length * m.n_head_kv, pos_per_token=4)
+    heads = (m.key_length, m.key_length, m.n_head_kv)
+    attention = AttentionInputs(g, shape, m.key_length * m.n_head_kv, 4, head_dims=heads)
 
-    x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens)
-    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
+    # the lookups into the token embedding (kept in system memory) run on the host
+    x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens, host=True)
+    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens, host=True)
     mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
     # one branch of the input select: the written rows keep `mixed` alive
     g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
@@ -193,17 +197,20 @@ def _gated_attention(
     return g.op("attn_output", "MUL_MAT", F32 * m.n_embd * t, w, gated)
 
 
-def hybrid_compute_bytes(model: ModelInfo, shape: TrunkShape) -> int:
-    """The trunk's compute buffer: the largest of its ubatch graph and its one-token graph."""
-    return _hybrid_bytes(HybridDims.of(model), shape)
+def hybrid_compute_bytes(
+    model: ModelInfo, shape: TrunkShape, rules: BackendRules = CPU_RULES
+) -> int:
+    """The trunk's compute buffer: the largest of its ubatch graph and its one-token graph,
+    on the backend ``rules`` describe."""
+    return _hybrid_bytes(HybridDims.of(model), shape, rules)
 
 
 @lru_cache(maxsize=512)
-def _hybrid_bytes(dims: HybridDims, shape: TrunkShape) -> int:
+def _hybrid_bytes(dims: HybridDims, shape: TrunkShape, rules: BackendRules) -> int:
     period = _period(dims)
     n = replayed_layers(dims.n_layer, period, 2 * period)
     short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
-    return largest_reservation(lambda s: hybrid_trunk_graph(short, s), shape)
+    return largest_reservation(lambda s: hybrid_trunk_graph(short, s), shape, rules)
 
 
 def _period(dims: HybridDims) -> int:

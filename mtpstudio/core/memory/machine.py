@@ -9,12 +9,10 @@ from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
+from mtpstudio.core.model.catalog.gpus import cuda_context_for
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.units import MIB
 
 DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})
-# The engine's own CUDA context: not in its buffers, not yet in nvidia-smi (peers.md: 300-500 MB).
-CUDA_CONTEXT_BYTES = 400 * MIB
 # Other GPUs (ROCm/HIP, Vulkan): the runtime overhead other calculators assume, "about 0.5 GB
 # fixed, real usage may be 200-800 MB" (peers.md §4.3, ggufvram.radicchio.page).
 GPU_RUNTIME_BYTES = 500_000_000
@@ -54,11 +52,20 @@ def gpu_target(gpu: GpuInfo, report: DetectionReport) -> TargetDevice:
         total_bytes=gpu.memory.total_bytes,
         desktop_bytes=desktop,
         other_bytes=other,
-        driver_overhead_bytes=(
-            CUDA_CONTEXT_BYTES if gpu.vendor is GpuVendor.NVIDIA else GPU_RUNTIME_BYTES
-        ),
+        driver_overhead_bytes=driver_bytes(gpu),
         vendor=gpu.vendor.value,
+        compute_capability=gpu.compute_capability,
     )
+
+
+def driver_bytes(gpu: GpuInfo) -> int:
+    """What the driver holds on ``gpu`` outside every process: the engine's CUDA context (the
+    catalogue's figure for the card, or the closest published one) and the memory NVML v2
+    reports reserved (counted in the total, never free)."""
+    if gpu.vendor is not GpuVendor.NVIDIA:
+        return GPU_RUNTIME_BYTES
+    context, _source = cuda_context_for(gpu.name, gpu.memory.total_bytes)
+    return context + (gpu.memory.reserved_bytes or 0)
 
 
 def machine_facts(report: DetectionReport) -> MachineFacts:

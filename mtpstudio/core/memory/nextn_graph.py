@@ -15,10 +15,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from mtpstudio.core.memory.graph_alloc import (
+    CPU_RULES,
     F16,
     F32,
     I32,
     I64,
+    BackendRules,
     GraphBuilder,
     GraphSizes,
     ModelDims,
@@ -28,11 +30,20 @@ from mtpstudio.core.memory.graph_alloc import (
 
 
 def nextn_graph(
-    model: GraphSizes, n_tokens: int, n_kv: int, n_outputs: int, *, k_rot: int = 0, v_rot: int = 0
+    model: GraphSizes,
+    n_tokens: int,
+    n_kv: int,
+    n_outputs: int,
+    *,
+    k_rot: int = 0,
+    v_rot: int = 0,
+    cache_types: tuple[str, str] = ("f16", "f16"),
 ) -> tuple[list[Tensor], list[Tensor]]:
     """(leafs, nodes) of the draft context's graph for one ``n_tokens`` ubatch.
 
     ``k_rot``/``v_rot``: the side of the Hadamard rotation a quantized K/V cache adds (0: none).
+    ``cache_types``: the draft cache's K and V types (a backend's attention rules read them).
+    The token embedding lookup reads weights kept in system memory: it is marked ``host``.
     """
     g = GraphBuilder()
     w = g.weight
@@ -55,7 +66,7 @@ def nextn_graph(
     mask = g.input("attn_inp_kq_mask", F16 * n_kv * t)
     out_ids = g.input("out_ids", I32 * n_outputs)
 
-    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, w, tokens)
+    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, w, tokens, host=True)
     e_norm = g.op("mtp_enorm", "MUL", embd, g.op("norm", "RMS_NORM", embd, tok), w)
     h_norm = g.op("mtp_hnorm", "MUL", embd, g.op("norm", "RMS_NORM", embd, hidden), w)
     concat = g.op("mtp_concat", "CONCAT", 2 * embd, e_norm, h_norm)
@@ -73,9 +84,10 @@ def nextn_graph(
     k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, pos), k_rot_in)
     g.write("cache_k_set", "SET_ROWS", cache_k, g.view("k_rows", k_rope, kv), k_idxs, cache_k)
     g.write("cache_v_set", "SET_ROWS", cache_v, g.view("v_rows", v_cur, kv), v_idxs, cache_v)
-    k_view = g.view("k_view", cache_k, 0)
-    v_view = g.view("v_view", cache_v, 0)
-    q_perm = g.view("q_perm", q_rope, q)
+    type_k, type_v = cache_types
+    k_view = g.view("k_view", cache_k, 0, ne=(d, n_kv, model.n_head_kv), dtype=type_k)
+    v_view = g.view("v_view", cache_v, 0, ne=(d, n_kv, model.n_head_kv), dtype=type_v)
+    q_perm = g.view("q_perm", q_rope, q, ne=(d, t, model.n_head))
     attn = g.op("attn", "FLASH_ATTN_EXT", q, q_perm, k_view, v_view, mask)
     attn_2d = g.view("kqv_out", attn, q, contiguous=True)
     pregate = g.view("mtp_attn_pregate", _rotated(g, attn_2d, v_rot_in), q, contiguous=True)
@@ -141,21 +153,21 @@ def _moe_ffn(
     router = F32 * model.n_expert * t
     logits = g.op("ffn_moe_logits", "MUL_MAT", router, w, x)
     probs = g.op("ffn_moe_probs", "SOFT_MAX", router, logits)  # or a sigmoid: in place too
-    probs_rows = g.view("ffn_moe_probs_rows", probs, router)
+    probs_rows = g.view("ffn_moe_probs_rows", probs, router, op="RESHAPE")
     selection = g.op("ffn_moe_probs_biased", "ADD", router, probs, w) if biased else probs
     argsort = g.op("ffn_moe_argsort", "ARGSORT", I32 * model.n_expert * t, selection)
     topk = g.view("ffn_moe_topk", argsort, I32 * n_used * t)
     weights = g.op("ffn_moe_weights", "GET_ROWS", F32 * n_used * t, probs_rows, topk)
     if normalized:
-        weights_2d = g.view("ffn_moe_weights_2d", weights, F32 * n_used * t)
+        weights_2d = g.view("ffn_moe_weights_2d", weights, F32 * n_used * t, op="RESHAPE")
         weights_sum = g.op("ffn_moe_weights_sum", "SUM_ROWS", F32 * t, weights_2d)
         clamped = g.op("ffn_moe_weights_sum_clamped", "CLAMP", F32 * t, weights_sum)
         norm = g.op("ffn_moe_weights_norm", "DIV", F32 * n_used * t, weights_2d, clamped)
-        weights = g.view("ffn_moe_weights_norm_3d", norm, F32 * n_used * t)
+        weights = g.view("ffn_moe_weights_norm_3d", norm, F32 * n_used * t, op="RESHAPE")
     if scaled:
         weights = g.op("ffn_moe_weights_scaled", "SCALE", F32 * n_used * t, weights)
     norm_3d = weights
-    x_3d = g.view("ffn_moe_input", x, embd)
+    x_3d = g.view("ffn_moe_input", x, embd, op="RESHAPE")
     act = F32 * model.expert_ffn_length * n_used * t
     gate = g.op("ffn_moe_gate", "MUL_MAT_ID", act, w, x_3d, topk)
     up = g.op("ffn_moe_up", "MUL_MAT_ID", act, w, x_3d, topk)
@@ -194,17 +206,41 @@ def nextn_compute_bytes(
     k_rot: int = 0,
     v_rot: int = 0,
     n_seqs: int = 1,
+    rules: BackendRules = CPU_RULES,
+    cache_types: tuple[str, str] = ("f16", "f16"),
 ) -> int:
     """The draft context's compute buffer: the largest of its ubatch graph and its graph of
-    one token per sequence (``n_seqs`` slots split the ubatch; sizes add up the same)."""
-    return _nextn_bytes(ModelDims.of(model), n_tokens, n_kv, n_outputs, k_rot, v_rot, n_seqs)
+    one token per sequence (``n_seqs`` slots split the ubatch; sizes add up the same), on the
+    backend ``rules`` describe (``cache_types``: the draft cache's K and V types)."""
+    dims = ModelDims.of(model)
+    args = (dims, n_tokens, n_kv, n_outputs, k_rot, v_rot, n_seqs)
+    return _nextn_bytes(*args, rules, cache_types)
 
 
 @lru_cache(maxsize=256)
 def _nextn_bytes(
-    dims: ModelDims, n_tokens: int, n_kv: int, n_outputs: int, k_rot: int, v_rot: int, n_seqs: int
+    dims: ModelDims,
+    n_tokens: int,
+    n_kv: int,
+    n_outputs: int,
+    k_rot: int,
+    v_rot: int,
+    n_seqs: int,
+    rules: BackendRules,
+    cache_types: tuple[str, str],
 ) -> int:
     return max(
-        reserved_bytes(*nextn_graph(dims, n, n_kv, min(n_outputs, n), k_rot=k_rot, v_rot=v_rot))
+        reserved_bytes(
+            *nextn_graph(
+                dims,
+                n,
+                n_kv,
+                min(n_outputs, n),
+                k_rot=k_rot,
+                v_rot=v_rot,
+                cache_types=cache_types,
+            ),
+            rules=rules,
+        )
         for n in {n_tokens, n_seqs}
     )

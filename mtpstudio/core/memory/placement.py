@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mtpstudio.core.memory.cuda_rules import aligned, is_quantized, padded_size
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
 
 EXPERT_TENSOR = re.compile(r"^blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps\b")
@@ -40,13 +41,6 @@ class PartialLayer:
 
 OUTPUT_TENSORS = frozenset({"output.weight", "output_norm.weight", "output_norm.bias"})
 INPUT_TENSORS = frozenset({"token_embd.weight", "token_embd_norm.weight", "token_types.weight"})
-
-# CUDA pads quantized rows to a multiple of 512 elements and aligns tensors to 128 bytes
-# (ggml-cuda's get_alloc_size / buffer alignment).
-CUDA_ROW_PADDING = 512
-CUDA_ALIGNMENT = 128
-CPU_ALIGNMENT = 32
-UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
 
 
 # Where a group of tensors lies in the model file(s): (file index, first byte, end byte) per file,
@@ -155,15 +149,13 @@ class ModelWeights:
 
 
 def cuda_alloc_size(t: TensorInfo) -> int:
-    """Bytes a CUDA buffer takes for ``t``: quantized rows padded to 512 elements, 128-aligned."""
-    size = t.n_bytes
-    if t.type_name not in UNQUANTIZED and t.shape and t.shape[0] % CUDA_ROW_PADDING:
-        pad_elems = CUDA_ROW_PADDING - t.shape[0] % CUDA_ROW_PADDING
-        rows = t.n_elements // t.shape[0]
-        if rows:
-            per_row = t.n_bytes // rows
-            size += per_row * pad_elems // t.shape[0]
-    return -(-size // CUDA_ALIGNMENT) * CUDA_ALIGNMENT
+    """Bytes a CUDA buffer takes for ``t``: a quantized tensor's last row padded to 512
+    elements, then 128-aligned (``cuda_rules``)."""
+    if not t.shape:
+        return aligned(t.n_bytes)
+    rows = t.n_elements // t.shape[0] if t.shape[0] else 0
+    quantized = is_quantized(t.type_name.lower())
+    return aligned(padded_size(t.n_bytes, t.shape[0], rows, quantized=quantized))
 
 
 @dataclass(frozen=True)

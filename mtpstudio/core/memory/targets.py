@@ -78,6 +78,7 @@ def catalogue_target(card: GpuCard, reclaim: DesktopReclaim) -> TargetDevice:
         ),
         driver_overhead_bytes=card.driver_overhead_bytes or 0,
         vendor=card.vendor,
+        compute_capability=card.compute_capability,
     )
 
 

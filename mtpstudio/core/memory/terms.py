@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from mtpstudio.core.memory.graph_alloc import CPU_RULES, AttentionShape, BackendRules
 from mtpstudio.core.memory.hybrid_graph import (
     HYBRID_GRAPH_ARCHITECTURES,
     hybrid_compute_bytes,
@@ -100,6 +101,8 @@ class ComputeShape:
     quantized_v: bool = False
     n_seq: int = 1
     n_rs_seq: int = 0  # recurrent-state copies per sequence MTP keeps (its draft depth)
+    type_k: str = "f16"  # the cache types, where a backend's attention rules need more than
+    type_v: str = "f16"  # quantized or not (CUDA's F16 conversion copies)
 
     @property
     def quantized_kv(self) -> bool:
@@ -274,15 +277,24 @@ def swa_cells(model: ModelInfo, n_ctx_seq: int, n_ubatch: int) -> int:
     return min(n_ctx_seq, pad_to(model.sliding_window + n_ubatch, 256))
 
 
-def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = True) -> int:
+def compute_bytes(
+    model: ModelInfo,
+    shape: ComputeShape,
+    *,
+    recurrent: bool = True,
+    rules: BackendRules = CPU_RULES,
+) -> int:
     """Estimate one context's compute buffer: the mask plus the largest activation peak.
 
     ``recurrent=False`` is the MTP draft context: it only runs the nextn layer (full attention
     + FFN, no delta-net), and its mask is live only during attention. For the Qwen3.5/3.6 nextn
     block the draft buffer is not estimated but replayed (``nextn_graph``). The logits are computed
     after the last FFN has been freed, so they are a peak of their own, not an addition.
+    ``rules``: the backend the buffer is on; the replays follow them, and the fitted peaks take
+    their attention node's extra bytes (CUDA's F16 copies of a converted K/V).
     """
     k_rot, v_rot = rotation_sides(model, shape)
+    cache_types = (shape.type_k, shape.type_v)
     if not recurrent and replays_nextn_graph(model, shape):
         if model.architecture in NEXTN_BLOCK_ARCHITECTURES:
             return nextn_block_compute_bytes(
@@ -295,7 +307,9 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
                     k_rot=k_rot,
                     v_rot=v_rot,
                     n_seqs=shape.n_seq,
+                    cache_types=cache_types,
                 ),
+                rules,
             )
         return nextn_compute_bytes(
             model,
@@ -305,6 +319,8 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
             k_rot=k_rot,
             v_rot=v_rot,
             n_seqs=shape.n_seq,
+            rules=rules,
+            cache_types=cache_types,
         )
     if recurrent and replays_trunk(model, shape):
         graph = TrunkShape(
@@ -317,16 +333,19 @@ def compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool = Tr
             v_rot,
             shape.n_rs_seq,
             shape.n_seq,
+            cache_types,
         )
         if replays_trunk_graph(model):
-            return trunk_compute_bytes(model, graph)
-        return hybrid_compute_bytes(model, graph)
+            return trunk_compute_bytes(model, graph, rules)
+        return hybrid_compute_bytes(model, graph, rules)
     # the rotation matrices are inputs, read by every attention layer: live all along
     rotation = F32 * (k_rot * k_rot + v_rot * v_rot)
-    return rotation + _fitted_compute_bytes(model, shape, recurrent=recurrent)
+    return rotation + _fitted_compute_bytes(model, shape, recurrent=recurrent, rules=rules)
 
 
-def _fitted_compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: bool) -> int:
+def _fitted_compute_bytes(
+    model: ModelInfo, shape: ComputeShape, *, recurrent: bool, rules: BackendRules = CPU_RULES
+) -> int:
     """The fitted estimate: the mask plus the largest activation peak (see ``compute_bytes``)."""
     family = model_family(model)
     fa = shape.flash_attn
@@ -350,6 +369,18 @@ def _fitted_compute_bytes(model: ModelInfo, shape: ComputeShape, *, recurrent: b
     if fa and shape.quantized_kv and recurrent:
         # a quantized K/V cache adds about 8 bytes per query element to the attention peak
         attn += _QUANT_KV_EXTRA[family] * t * q_dim
+    if fa:
+        operands = AttentionShape(
+            model.key_length,
+            model.value_length,
+            t,
+            model.n_head,
+            model.n_head_kv,
+            shape.n_kv,
+            shape.type_k,
+            shape.type_v,
+        )
+        attn += rules.attention_extra(operands, F32 * t * q_dim)
     logits = F32 * shape.n_outputs * model.vocab_size
     if mtp:
         return int(max(mask + attn, ffn, logits))

@@ -9,7 +9,10 @@ sliding-window layers on a second, smaller cache), ``glm4moe`` (GLM-4.5: dense f
 sigmoid routing with a selection bias, scaled weights, an ungated shared expert; and its MTP
 draft graph, ``nextn_block_graph``). The tensors follow ``src/models/<arch>.cpp`` and
 ``src/llama-graph.cpp`` of upstream 11434 in the order the engine adds them to its graph
-(checked against its allocator traces, ``tests/fixtures/engine_logs``).
+(checked against its allocator traces, ``tests/fixtures/engine_logs``). The replays take a
+backend's ``BackendRules`` (the CPU's unless said; CUDA's in ``cuda_rules``): the tensors carry
+what those rules read (the attention operands' shapes and cache types, the token lookups that
+run on the host).
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from mtpstudio.core.memory.graph_alloc import (
+    CPU_RULES,
     F16,
     F32,
     I32,
     I64,
+    BackendRules,
+    Graph,
     GraphBuilder,
     Tensor,
     reserved_bytes,
@@ -35,7 +41,8 @@ TRUNK_GRAPH_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "g
 """Architectures whose trunk graph this module builds."""
 
 MAX_ALIGNMENT = 256
-"""At least any backend's tensor alignment (CPU 32 bytes): a block is at most this larger."""
+"""At least any backend's tensor alignment (CPU 32 bytes, CUDA 128): a block is at most this
+larger."""
 
 GEMMA3_SWA_PATTERN = 6
 """gemma3: five sliding-window layers, then one global layer (``set_swa_pattern(6)``)."""
@@ -129,7 +136,8 @@ class TrunkShape:
     """One worst-case graph: a ubatch of ``n_tokens`` (split evenly over ``n_seqs`` sequences)
     with ``n_outputs`` logits rows against ``n_kv`` cache cells (``n_kv_swa`` on a
     sliding-window cache); ``n_rs_seq`` recurrent-state copies MTP keeps per sequence; the
-    sides of the Hadamard rotations of a quantized cache."""
+    sides of the Hadamard rotations of a quantized cache; the cache's K and V types (a
+    backend's attention rules read them)."""
 
     n_tokens: int
     n_outputs: int
@@ -140,6 +148,7 @@ class TrunkShape:
     v_rot: int = 0
     n_rs_seq: int = 0
     n_seqs: int = 1
+    cache_types: tuple[str, str] = ("f16", "f16")
 
     def one_token(self) -> TrunkShape:
         """The same graph for one token per sequence (the second reservation)."""
@@ -171,6 +180,7 @@ class AttentionInputs:
     shape: TrunkShape
     v_gqa: int
     pos_per_token: int = 1  # four with multi-section RoPE
+    head_dims: tuple[int, int, int] = (0, 0, 0)  # K and V head sizes, KV heads: the cache's ne
     pos: Tensor | None = None
     caches: dict[str, KvInputs] = field(default_factory=dict)
 
@@ -184,6 +194,8 @@ class AttentionInputs:
         if tag in self.caches:
             return self.caches[tag]
         g, s, t = self.g, self.shape, self.shape.n_tokens
+        d_k, d_v, n_head_kv = self.head_dims
+        type_k, type_v = s.cache_types
         k_rot = g.input(f"attn_inp_k_rot{tag}", F32 * s.k_rot**2) if s.k_rot else None
         self.position()
         v_rot = g.input(f"attn_inp_v_rot{tag}", F32 * s.v_rot**2) if s.v_rot else None
@@ -192,8 +204,12 @@ class AttentionInputs:
             g.input(f"attn_inp_v_idxs{tag}", I64 * t * (1 if s.flash_attn else self.v_gqa)),
             g.input(f"attn_inp_kq_mask{tag}", (F16 if s.flash_attn else F32) * t * n_kv),
             n_kv,
-            Tensor(f"cache_k{tag}", "NONE", 0, external=True),
-            Tensor(f"cache_v{tag}", "NONE", 0, external=True),
+            Tensor(
+                f"cache_k{tag}", "NONE", 0, external=True, ne=(d_k, n_kv, n_head_kv), dtype=type_k
+            ),
+            Tensor(
+                f"cache_v{tag}", "NONE", 0, external=True, ne=(d_v, n_kv, n_head_kv), dtype=type_v
+            ),
             k_rot,
             v_rot,
         )
@@ -217,11 +233,13 @@ def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[
     mixed_slots = g.input("inp_mixed_slots", I64 * t)
     mixed_embd = g.input("inp_mixed_embd", embd)
     scale_rows = g.input("inp_scale_rows", F32 * t) if dims.architecture == "gemma3" else None
-    attention = AttentionInputs(g, shape, v_gqa)
+    heads = (dims.key_length, dims.head_v, dims.n_head_kv)
+    attention = AttentionInputs(g, shape, v_gqa, head_dims=heads)
 
-    # the embeddings: the token rows, and the mixed-batch branch the input select keeps
-    x = g.op("inp_embd_rows", "GET_ROWS", embd, w, tokens)
-    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens)
+    # the embeddings: the token rows, and the mixed-batch branch the input select keeps (the
+    # lookups into the token embedding, kept in system memory, run on the host)
+    x = g.op("inp_embd_rows", "GET_ROWS", embd, w, tokens, host=True)
+    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens, host=True)
     mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
     g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
     if scale_rows is not None:
@@ -261,11 +279,12 @@ def nextn_block_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor],
     tokens = g.input("tokens", I32 * t)
     hidden = g.input("mtp_h_input", embd)
     v_gqa = dims.head_v * dims.n_head_kv
-    attention = AttentionInputs(g, dataclasses.replace(shape, k_rot=0), v_gqa)
+    heads = (dims.key_length, dims.head_v, dims.n_head_kv)
+    attention = AttentionInputs(g, dataclasses.replace(shape, k_rot=0), v_gqa, head_dims=heads)
     cache = attention.cache("", shape.n_kv)
     cache.k_rot = k_rot
 
-    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, w, tokens)
+    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, w, tokens, host=True)
     h_norm = _norm(g, hidden, embd, "mtp_hnorm")
     e_norm = _norm(g, tok, embd, "mtp_enorm")
     concat = g.op("mtp_concat", "CONCAT", 2 * embd, e_norm, h_norm)
@@ -280,15 +299,17 @@ def nextn_block_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor],
     return g.leafs, g.nodes
 
 
-def nextn_block_compute_bytes(model: ModelInfo, shape: TrunkShape) -> int:
+def nextn_block_compute_bytes(
+    model: ModelInfo, shape: TrunkShape, rules: BackendRules = CPU_RULES
+) -> int:
     """The MTP draft context's buffer of a ``NEXTN_BLOCK_ARCHITECTURES`` model: the largest
-    of its ubatch graph and its one-token graph."""
-    return _nextn_block_bytes(TrunkDims.of(model), shape)
+    of its ubatch graph and its one-token graph, on the backend ``rules`` describe."""
+    return _nextn_block_bytes(TrunkDims.of(model), shape, rules)
 
 
 @lru_cache(maxsize=256)
-def _nextn_block_bytes(dims: TrunkDims, shape: TrunkShape) -> int:
-    return largest_reservation(lambda s: nextn_block_graph(dims, s), shape)
+def _nextn_block_bytes(dims: TrunkDims, shape: TrunkShape, rules: BackendRules) -> int:
+    return largest_reservation(lambda s: nextn_block_graph(dims, s), shape, rules)
 
 
 def kv_attention(
@@ -315,7 +336,7 @@ def kv_attention(
     g.write("cache_v_set", "SET_ROWS", cache.v, v_rows, cache.v_idxs, cache.v)
     # the query split into streams and permuted (one view stands for both); the cache's
     # views, outside the compute buffer, are left out
-    q_perm = g.view("q_perm", q, q.nbytes)
+    q_perm = g.view("q_perm", q, q.nbytes, ne=(q.nbytes // (F32 * t * n_head), t, n_head))
     k_perm, v_perm = cache.k, cache.v
     if shape.flash_attn:
         attn = g.op("fattn", "FLASH_ATTN_EXT", out_bytes, q_perm, k_perm, v_perm, cache.mask)
@@ -438,36 +459,40 @@ def trunk_replay_layers(dims: TrunkDims) -> int:
     return lead + replayed_layers(dims.n_layer - lead, 1, 4)
 
 
-def trunk_compute_bytes(model: ModelInfo, shape: TrunkShape) -> int:
+def trunk_compute_bytes(
+    model: ModelInfo, shape: TrunkShape, rules: BackendRules = CPU_RULES
+) -> int:
     """The trunk's compute buffer: the largest of its ubatch graph and its one-token graph
-    (both reserved at load, ``llama_context::sched_reserve``)."""
-    return _trunk_bytes(TrunkDims.of(model), shape)
+    (both reserved at load, ``llama_context::sched_reserve``), on the backend ``rules``
+    describe."""
+    return _trunk_bytes(TrunkDims.of(model), shape, rules)
 
 
 @lru_cache(maxsize=512)
-def _trunk_bytes(dims: TrunkDims, shape: TrunkShape) -> int:
+def _trunk_bytes(dims: TrunkDims, shape: TrunkShape, rules: BackendRules) -> int:
     n = trunk_replay_layers(dims)
     swa = frozenset(i for i in dims.swa_layers if i < n)
     dims = dataclasses.replace(dims, n_layer=n, swa_layers=swa)
-    return largest_reservation(lambda s: trunk_graph(dims, s), shape)
+    return largest_reservation(lambda s: trunk_graph(dims, s), shape, rules)
 
 
-Graph = tuple[list[Tensor], list[Tensor]]
-
-
-def largest_reservation(build: Callable[[TrunkShape], Graph], shape: TrunkShape) -> int:
+def largest_reservation(
+    build: Callable[[TrunkShape], Graph], shape: TrunkShape, rules: BackendRules = CPU_RULES
+) -> int:
     """The buffer of the ubatch graph and the one-token graph together (their largest).
 
     The one-token graph is replayed only when it could be the larger: a walk never reaches
     past the sum of the blocks it allocates, so when that sum is below the ubatch graph's
     buffer the second walk cannot change the answer (the budget slider skips it).
     """
-    whole = reserved_bytes(*build(shape))
+    whole = reserved_bytes(*build(shape), rules=rules)
     single = shape.one_token()
     if single == shape:
         return whole
     leafs, nodes = build(single)
     ceiling = sum(
-        t.nbytes + MAX_ALIGNMENT for t in (*leafs, *nodes) if not t.external and t.view_of is None
+        rules.alloc_size(t) + MAX_ALIGNMENT
+        for t in (*leafs, *nodes)
+        if not t.external and t.view_of is None
     )
-    return whole if ceiling <= whole else max(whole, reserved_bytes(leafs, nodes))
+    return whole if ceiling <= whole else max(whole, reserved_bytes(leafs, nodes, rules=rules))

@@ -1,4 +1,4 @@
-"""How far each budget figure can be trusted: exact formula, measured on this build, or estimate."""
+"""How sure each budget figure is: exact, measured, from the engine's source, or estimate."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ class Trust(StrEnum):
     or a compute buffer from a replay of the engine's graph allocator (``graph_alloc``)."""
     MEASURED = "measured"
     """This engine build logged this very figure on this device (a stored reconciliation)."""
+    SOURCE = "source"
+    """Follows the engine's source for this backend (the pinned ggml-cuda: alignment, padding,
+    attention copies, graph rewrites), but was not measured on this kind of device."""
     ESTIMATE = "estimate"
     """A fitted or assumed figure: CUDA context, desktop, other processes, a replayed compute
     buffer on a backend where its replay was never checked, and the compute buffer of a graph
@@ -26,7 +29,7 @@ _EXACT_ANYWHERE = frozenset(
     {"kv_cache", "recurrent_state", "mtp_kv_cache", "output", "margin", "prompt_cache_max"}
 )
 # Weights are exact where they were checked: CPU buffers. CUDA adds row padding and alignment
-# from ggml-cuda's source, not yet compared with a CUDA log.
+# from ggml-cuda's source (``source`` where the budget says so), not yet compared with a log.
 _EXACT_ON_CPU = frozenset({"weights", "weights_mapped", "weights_resident", "weights_locked"})
 
 Measured = frozenset[tuple[str, str]]
@@ -41,11 +44,13 @@ def segment_trust(
     segment: str,
     measured: Collection[tuple[str, str]] = NOTHING_MEASURED,
     replayed: Collection[tuple[str, str]] = NOTHING_MEASURED,
+    sourced: Collection[tuple[str, str]] = NOTHING_MEASURED,
 ) -> Trust:
     """How far ``segment`` on ``device_id`` (``CPU``, ``CUDA0``, ``host``) can be trusted;
     ``measured`` lists the (device, segment) pairs a stored measurement confirms, ``replayed``
     the pairs whose figure replays the engine's own allocator on a backend where that replay
-    was checked against the engine's trace."""
+    was checked against the engine's trace, ``sourced`` the pairs whose figure follows the
+    engine's source for that backend without a check on such a device."""
     if (device_id, segment) in measured:
         return Trust.MEASURED
     if (device_id, segment) in replayed or segment in _EXACT_ANYWHERE:
@@ -53,6 +58,8 @@ def segment_trust(
     on_cpu = device_id in {"CPU", "host"}
     if on_cpu and segment in _EXACT_ON_CPU:
         return Trust.EXACT
+    if (device_id, segment) in sourced:
+        return Trust.SOURCE
     return Trust.ESTIMATE
 
 
@@ -61,6 +68,29 @@ def device_trust(
     segments: Mapping[str, int],
     measured: Collection[tuple[str, str]] = NOTHING_MEASURED,
     replayed: Collection[tuple[str, str]] = NOTHING_MEASURED,
+    sourced: Collection[tuple[str, str]] = NOTHING_MEASURED,
 ) -> dict[str, str]:
     """``segment -> trust`` for every segment of one device (JSON-ready)."""
-    return {name: segment_trust(device_id, name, measured, replayed).value for name in segments}
+    return {
+        name: segment_trust(device_id, name, measured, replayed, sourced).value for name in segments
+    }
+
+
+TRUST_MEANINGS = {
+    Trust.EXACT: "byte formula checked against the engine's log, or the engine's graph "
+    "allocator replayed",
+    Trust.MEASURED: "this engine build logged this figure on this device at a launch",
+    Trust.SOURCE: "follows the engine's source for this backend (CUDA), not measured on such a "
+    "device",
+    Trust.ESTIMATE: "fitted or assumed (a compute buffer mtpstudio does not replay carries a "
+    "safety margin, said under Warnings)",
+}
+"""What each level means, in the words the plan report and the GUI legend use."""
+
+TRUST_ORDER = (Trust.MEASURED, Trust.EXACT, Trust.SOURCE, Trust.ESTIMATE)
+"""From the most to the least sure; a sum of figures is as sure as its least sure part."""
+
+
+def weakest(*levels: Trust) -> Trust:
+    """The least sure of ``levels`` (what a segment made of several figures can claim)."""
+    return max(levels, key=TRUST_ORDER.index)

@@ -363,6 +363,21 @@ class GgufFile:
         return arch if isinstance(arch, str) else None
 
     @property
+    def full_size(self) -> int:
+        """Bytes of all parts together once every tensor's data is in its file."""
+        return sum(
+            max(
+                [size]
+                + [
+                    self.data_offsets[t.file_index] + t.offset + t.n_bytes
+                    for t in self.tensors
+                    if t.file_index == index
+                ]
+            )
+            for index, size in enumerate(self.file_sizes)
+        )
+
+    @property
     def has_tensor_data(self) -> bool:
         """Whether every tensor's bytes lie inside its file (False for header-only files)."""
         return all(
@@ -674,7 +689,10 @@ class _Parser:
         self.reach(4, f"not a GGUF file: only {self.file_size} bytes, too short for the magic", 0)
         magic = bytes(buf[0:4])
         if magic != b"GGUF":
-            raise self.fail(f"not a GGUF file: the magic is {magic!r}, expected b'GGUF'", 0)
+            error = self.fail(f"not a GGUF file: the magic is {magic!r}, expected b'GGUF'", 0)
+            if magic.lstrip()[:1] == b"{":
+                error.hint = "It is JSON, perhaps a plan file: give plan files with --plan."
+            raise error
         self.pos = 4
         self.need(4, "the version")
         v_le: int = struct.unpack_from("<I", buf, 4)[0]
@@ -1218,6 +1236,8 @@ def model_info_from_gguf(g: GgufFile) -> ModelInfo:
         expert_weights_norm=g.metadata.get(f"{arch}.expert_weights_norm") is True,
         expert_weights_scale=_number(g.metadata.get(f"{arch}.expert_weights_scale")),
         file_size=g.file_size,
+        full_file_size=g.full_size,
+        data_start=sum(g.data_offsets),
         n_params=sum(t.n_elements for t in tensors),
         tensor_bytes=sum(t.n_bytes for t in tensors),
         tensors=tensors,

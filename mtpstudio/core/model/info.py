@@ -75,6 +75,8 @@ class ModelInfo:
     expert_weights_norm: bool = False
     expert_weights_scale: float = 0.0
     file_size: int = 0
+    full_file_size: int = 0  # what file_size is once every tensor's data is there (0: unknown)
+    data_start: int = 0  # bytes of header before the tensor data (all parts together)
     n_params: int = 0
     tensor_bytes: int = 0
     tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)

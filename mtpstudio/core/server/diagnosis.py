@@ -17,6 +17,7 @@ from mtpstudio.core.server.process import ProcessOutcome
 MARGIN_STEP_MIB = 256
 EXPERT_LAYER_STEP = 4
 _QUANTIZED_KV = CacheType.Q8_0
+_TRUNCATED = "data is not within the file bounds"  # both engines' llama_model_load, recorded
 
 
 class CauseKind(StrEnum):
@@ -307,10 +308,20 @@ def diagnose(
         None,
     )
     code = outcome.describe() if outcome is not None else "stopped"
+    truncated = next((e for e in report.error_lines if _TRUNCATED in e), None)
+    if truncated is not None:
+        return Diagnosis(
+            CauseKind.MODEL_LOAD,
+            f"The engine could not load the model because the file is incomplete (its tensor "
+            f"data runs past the end of the file: an unfinished download?), and it {code}; "
+            "finish the download or download it again.",
+            (truncated,),
+        )
     if load_error is not None:
         return Diagnosis(
             CauseKind.MODEL_LOAD,
-            f"The engine could not load the model and {code}.",
+            f"The engine could not load the model and {code}; the log below says why "
+            "(check the model file with `mtpstudio plan --model FILE`).",
             tuple(report.error_lines[-4:]),
         )
     if bad_arg is not None and not report.contexts:

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 from mtpstudio.core.errors import GgufError, ServerError
+from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.server import procfs
@@ -30,7 +31,8 @@ def check_binary(path: Path) -> None:
 
 
 def check_model(path: Path, role: str = "model") -> ModelInfo:
-    """The GGUF exists, can be read and has a valid header; returns its facts.
+    """The GGUF exists, can be read, has a valid header and all its tensor data; returns its
+    facts.
 
     Raises:
         ServerError: one sentence naming the file and what is wrong with it.
@@ -48,12 +50,17 @@ def check_model(path: Path, role: str = "model") -> ModelInfo:
             hint="Give your user read access to it (chmod a+r, or check its folder).",
         )
     try:
-        return read_model_info(path)
+        info = read_model_info(path)
     except GgufError as exc:
         raise ServerError(
             f"the {role} file {path} is not a usable GGUF model: {exc}",
             hint=exc.hint or "Download the file again; it may be truncated or not a GGUF.",
         ) from None
+    try:
+        require_whole_model(info, path, role)
+    except GgufError as exc:
+        raise ServerError(str(exc), hint=exc.hint) from None
+    return info
 
 
 def port_owner(port: int) -> str | None:

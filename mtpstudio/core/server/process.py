@@ -92,10 +92,11 @@ class ProcessOutcome:
         return not self.stopped and self.signal_name is not None
 
     def describe(self) -> str:
-        """A phrase: 'still running', 'exit status 1', 'crashed with SIGSEGV (exit 139)'."""
+        """A verb phrase for "The server …": 'is still running', 'exited with status 1',
+        'crashed with SIGSEGV (exit 139)', 'stopped (exit 0)'."""
         code = self.returncode
         if code is None:
-            return "still running"
+            return "is still running"
         if self.stopped:
             how = "killed after it ignored SIGTERM" if self.killed else "stopped"
             return f"{how} (exit {code})"
@@ -104,7 +105,7 @@ class ProcessOutcome:
             shown = 128 - code if code < 0 else code
             verb = "was killed by" if name in ("SIGKILL", "SIGTERM", "SIGINT") else "crashed with"
             return f"{verb} {name} (exit {shown})"
-        return f"exit status {code}"
+        return f"exited with status {code}"
 
 
 class LogRing:

@@ -7,12 +7,15 @@ bytes as the CLI (``mtpstudio export-unit``) and installs the same unit (``apply
 from __future__ import annotations
 
 import getpass
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
+from mtpstudio.core.errors import RenderError
+from mtpstudio.core.model.file_state import require_whole_model
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.planning import LaunchSpec, PlanningContext, launch_spec_for, resolve
 from mtpstudio.core.service.export import render_all
@@ -41,11 +44,66 @@ def account_for(scope: UnitScope, account: str | None) -> str | None:
     return account or getpass.getuser()
 
 
+def require_model_files(plan: Plan, pctx: PlanningContext) -> None:
+    """A unit is written only for model files on this computer that the engine can load: not
+    for a demo card, nor a missing, header-only or unfinished file (model and draft model).
+
+    Raises:
+        RenderError: one sentence saying why and what to do instead.
+    """
+    if plan.model.path is None:
+        raise RenderError(
+            f"the plan uses the demo card {plan.model.card}, not a model file on this computer, "
+            "so a unit for it would start nothing",
+            hint="Open the GGUF file first (Model page → Open GGUF…, or `mtpstudio plan "
+            "--model FILE --save plan.json`), then export or install.",
+        )
+    _require_file(Path(plan.model.path), pctx.model, "model")
+    if plan.draft.path is not None and pctx.draft_model is not None:
+        _require_file(Path(plan.draft.path), pctx.draft_model, "draft model")
+
+
+def _require_file(path: Path, info: ModelInfo, role: str) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise RenderError(
+            f"the {role} file {path} is not there, so the unit could not start it",
+            hint="Check the path on the Model page (a moved or renamed download?).",
+        ) from None
+    if len(info.paths) <= 1:  # the size now: a download may have gone on since it was read
+        info = replace(info, file_size=size)
+    require_whole_model(info, path, role)
+
+
+PRIVATE_TMP_DIRS = (Path("/tmp"), Path("/var/tmp"))
+
+
+def hidden_by_private_tmp(plan: Plan, unit_text: str) -> list[str]:
+    """Warnings for model files under /tmp or /var/tmp when the unit has ``PrivateTmp=yes``
+    (the service gets its own empty /tmp and /var/tmp, so it would not find them)."""
+    if "\nPrivateTmp=yes" not in unit_text:
+        return []
+    out = []
+    for role, path in (("model", plan.model.path), ("draft model", plan.draft.path)):
+        if path is None:
+            continue
+        where = next((d for d in PRIVATE_TMP_DIRS if Path(path).is_relative_to(d)), None)
+        if where is not None:
+            out.append(
+                f"the {role} {path} is under {where}, which this system unit cannot see "
+                f"(PrivateTmp=yes gives it its own empty {where}): move the file, e.g. into "
+                "your home folder, before installing the unit"
+            )
+    return out
+
+
 def install_files(
     plan: Plan, pctx: PlanningContext, scope: UnitScope, account: str | None = None
 ) -> ServiceFiles:
     """Unit, env file and script as ``mtpstudio apply unit`` installs them (the same command
-    and key file as ``export-unit``)."""
+    and key file as ``export-unit``); refused unless the model files can be loaded."""
+    require_model_files(plan, pctx)
     key_file, messages = export_key_file(plan, create=True)
     resolved = resolve(plan, pctx)
     plan = resolved.effective
@@ -56,6 +114,7 @@ def install_files(
     files = render_service_files(
         plan, spec, scope=scope, user=account_for(scope, account), layout=layout
     )
+    notes += hidden_by_private_tmp(plan, files["unit"].text)
     return ServiceFiles(files, spec, tuple(messages + notes))
 
 
@@ -82,16 +141,19 @@ def export_files(
     account: str | None = None,
     *,
     session: SessionSettings,
-    create_key: bool = True,
+    preview: bool = False,
 ) -> ServiceFiles:
-    """Every file ``mtpstudio render`` / ``export-unit`` writes (``files["unit"]`` is the unit).
+    """Every file ``mtpstudio render`` / ``export-unit`` writes (``files["unit"]`` is the unit);
+    refused unless the model files can be loaded.
 
     ``session`` says what the desktop's session files run (the installed Plasma's own commands:
     ``core.desktop.session_apply.desktop_facts(...).settings(...)``, read once by the caller).
-    ``create_key=False`` renders a preview without writing a new API key (same text: the key
-    file's path does not depend on whether it exists yet).
+    ``preview=True`` renders the files to read them: no new API key is written (same text: the
+    key file's path does not depend on whether it exists yet) and the model file is not checked.
     """
-    key_file, messages = export_key_file(plan, create=create_key)
+    if not preview:
+        require_model_files(plan, pctx)
+    key_file, messages = export_key_file(plan, create=not preview)
     resolved = resolve(plan, pctx)
     plan = resolved.effective  # the files say what the engine runs: MTP auto decided
     spec, notes = launch_spec_for(resolved, api_key_file=key_file)
@@ -102,6 +164,7 @@ def export_files(
         user=account or account_for(scope, None),
         session=session,
     )
+    notes += hidden_by_private_tmp(plan, files["unit"].text)
     return ServiceFiles(dict(files), spec, tuple(messages + [f"warning: {n}" for n in notes]))
 
 

@@ -29,13 +29,14 @@ from mtpstudio.core.planning import (
     published_setup_text,
     resolve,
 )
+from mtpstudio.core.reports import TRUST_LEGEND
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
 from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
-from mtpstudio.ui.widgets.vram_bar import VramBar
+from mtpstudio.ui.widgets.vram_bar import VramBar, mapped_in_ram
 
 CTX_STEP = 256
 MARGIN_STEP = 64
@@ -70,6 +71,9 @@ class BudgetPage(PlanPage):
         self.target_label = QLabel(self)
         self.target_label.setWordWrap(True)
         self.bar = VramBar(self)
+        self.trust_label = QLabel(f"How sure each figure in the legend is — {TRUST_LEGEND}.", self)
+        self.trust_label.setWordWrap(True)
+        self.trust_label.setStyleSheet("color: #4b5563;")
         self.verdict = Notice(self)
 
         self.rows: dict[str, SliderRow] = {}
@@ -116,6 +120,7 @@ class BudgetPage(PlanPage):
         layout = QVBoxLayout(self)
         layout.addWidget(self.target_label)
         layout.addWidget(self.bar)
+        layout.addWidget(self.trust_label)
         layout.addWidget(self.verdict)
         layout.addWidget(self.host_label)
         layout.addLayout(grid)
@@ -177,8 +182,12 @@ class BudgetPage(PlanPage):
 
     def _show_values(self, plan: Plan, budget: Budget | None) -> None:
         cpu_layers = plan.runtime.n_cpu_moe
+        info = self.state.model_info
         if budget is not None and plan.runtime.moe is not MoePlacement.N_CPU_MOE:
-            cpu_layers = len(budget.effective.cpu_expert_layers)
+            trunk = info.n_layer if info is not None else None  # the MTP block is not a layer
+            cpu_layers = len(
+                [n for n in budget.effective.cpu_expert_layers if trunk is None or n < trunk]
+            )
         values = {
             "runtime.ctx": plan.runtime.ctx,
             "mtp.draft_max": plan.mtp.draft_max,
@@ -240,7 +249,15 @@ class BudgetPage(PlanPage):
         why_no_experts = None
         if info is not None and not info.is_moe:
             why_no_experts = "the model has no experts"
+        on_gpu = evaluation is not None and evaluation.target is not None
+        on_gpu = on_gpu and evaluation.target.device.is_gpu  # type: ignore[union-attr]
+        if why_no_experts is None and evaluation is not None and not on_gpu:
+            why_no_experts = "this plan is for the CPU: every expert is there"
         self._enable(self.cpu_layers, why_no_experts)
+        self._enable(
+            self.margin,
+            None if on_gpu else "the margin is VRAM kept free on a GPU; this plan is for the CPU",
+        )
         if why_no_experts is None and plan.runtime.moe is MoePlacement.FIT:
             self.cpu_layers.note.setText("engine fit (drag to fix)")
         elif why_no_experts is None and plan.runtime.moe is MoePlacement.ALL_CPU:
@@ -248,9 +265,9 @@ class BudgetPage(PlanPage):
         elif why_no_experts is None:
             self.cpu_layers.note.setText("")
         self.ctx.note.setText(f"native {info.context_length:,}" if info is not None else "")
-        self.margin.note.setText("")
-        on_gpu = evaluation is not None and evaluation.target is not None
-        on_gpu = on_gpu and evaluation.target.device.is_gpu  # type: ignore[union-attr]
+        if on_gpu:
+            self.margin.note.setText("")
+        self.setTitle("VRAM budget" if on_gpu or evaluation is None else "Memory budget (CPU)")
         for button in (self.fit_offload_button, self.fit_context_button):
             button.setEnabled(on_gpu and self.state.context() is not None)
         if not on_gpu:
@@ -286,21 +303,25 @@ class BudgetPage(PlanPage):
                     "types or move expert layers to the CPU (or press a Fit button)."
                 )
                 tone = Tone.BAD
+            elif device.id == "CPU":
+                parts.append(f"The CPU fits, with {mib(free)} of RAM to spare.")
             else:
                 margin = device.segments.get("margin", 0)
-                parts.append(
-                    f"{device.id} fits with {mib(free)} to spare beyond the {mib(margin)} margin."
-                )
+                beyond = f" beyond the {mib(margin)} margin" if margin else " (no margin kept)"
+                parts.append(f"{device.id} fits with {mib(free)} to spare{beyond}.")
         self.verdict.show_text(" ".join(parts), tone)
 
     def _show_host(self, budget: Budget) -> None:
         host = budget.host
-        mapped = host.segments["weights_mapped"]
-        text = f"System RAM: the engine needs {mib(host.needed_bytes)} resident"
-        if mapped:
-            text += (
-                f", plus {mib(mapped)} of memory-mapped expert weights read through the page cache"
-            )
+        kept, cache = mapped_in_ram(host, budget.parts)
+        experts = budget.parts.get("weights_cpu_experts", 0)
+        text = f"System RAM: the engine needs {mib(host.needed_bytes)} for its buffers"
+        if kept:
+            text += f", and keeps {mib(kept)} of memory-mapped weights in RAM"
+            if experts:
+                text += f" ({mib(experts)} of them experts)"
+        if cache:
+            text += f"; the other {mib(cache)} it maps are page cache, dropped when RAM is needed"
         if host.available_bytes is not None:
             text += f"; {gib(host.available_bytes)} of {gib(host.total_bytes)} available now"
         else:
@@ -372,6 +393,11 @@ class BudgetPage(PlanPage):
         self.state.set_plan(suggestion.plan)
         self.refresh()  # also when the page is driven while not shown
         message = suggestion.message[:1].upper() + suggestion.message[1:] + "."
+        if index > 0 and "suggested above" in message:  # the page shows one answer: say which
+            first = suggestions[0].message
+            message = message.replace(
+                "with the offload suggested above", f"with the offload of the other Fit ({first})"
+            )
         self.fit_label.setText(message if suggestion.fits else f"{message} It still does not fit.")
         self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
         return suggestion

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
@@ -35,6 +35,7 @@ from mtpstudio.core.engines.capabilities import (
     build_capabilities,
     disabled_reasons,
     engine_name,
+    mtp_reason,
 )
 from mtpstudio.core.plan import (
     CacheType,
@@ -130,6 +131,7 @@ class EnginePage(PlanPage):
         self.draft_picked: Path | None = None  # the last draft file the user chose
         self.draft_error: str | None = None
         self.choices: list[BuildChoice] = []
+        self._badged_for: tuple[str, bool] | None = None  # the model the MTP badges speak of
         self.reasons: dict[str, str] = {}
 
         self.build_list = QListWidget(self)
@@ -385,7 +387,12 @@ class EnginePage(PlanPage):
         path.setStyleSheet("color: #6b7280;")
         badges = QHBoxLayout()
         badges.setSpacing(4)
+        info = self.state.model_info
         for cap in build_capabilities(build):
+            if cap.name == "MTP" and cap.available and info is not None:
+                why_not = mtp_reason(build, info)  # the build may draft, but not this model
+                if why_not is not None:
+                    cap = replace(cap, available=False, detail=f"For this model: {why_not}.")
             tone = Tone.GOOD if cap.available else Tone.OFF
             if cap.available and cap.uncertain:
                 tone = Tone.WARN
@@ -410,8 +417,11 @@ class EnginePage(PlanPage):
 
     def _fill_builds(self) -> None:
         choices = self.build_choices()
-        if choices != self.choices:  # rebuilt only when detection changed what is there
+        info = self.state.model_info
+        model = (info.architecture, info.has_mtp) if info is not None else None
+        if choices != self.choices or model != self._badged_for:  # detection or model changed
             self.choices = choices
+            self._badged_for = model
             self.build_list.clear()
             for choice in choices:
                 item = QListWidgetItem(self.build_list)

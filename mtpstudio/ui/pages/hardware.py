@@ -293,10 +293,15 @@ class HardwarePage(PlanPage):
             or "unknown"
         )
         d = report.display
-        session = [x for x in (d.session_type, d.desktop, d.display_manager) if x]
+        session = [x for x in (d.session_type, d.desktop) if x]
+        if session and d.display_manager:
+            session.append(f"login screen {d.display_manager}")
         if d.kwin_compositing:
             session.append(f"KWin {d.kwin_compositing}")
-        self.session_label.setText(" · ".join(session) or "no graphical session")
+        if not session:  # a display manager alone is not a session
+            dm = f" (login screen: {d.display_manager})" if d.display_manager else ""
+            session = [f"no graphical session here{dm}"]
+        self.session_label.setText(" · ".join(session))
         if d.display_gpu_ids:
             names = {g.id: g.name for g in report.gpus}
             shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in d.display_gpu_ids)

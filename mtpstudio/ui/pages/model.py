@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.model.catalog.models import model_cards
+from mtpstudio.core.model.defaults import ctx_for_model
+from mtpstudio.core.model.file_state import file_state_text
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import ModelChoice, describe_validation_error
 from mtpstudio.core.reports import model_summary_lines
@@ -90,6 +92,9 @@ def model_facts(info: ModelInfo, choice: ModelChoice | None) -> dict[str, str]:
     size = f"{gb_gib(info.tensor_bytes)} of weights, {info.bits_per_weight:.2f} bits per weight"
     if choice is not None and choice.path is not None and info.file_size:
         size += f"; file {gb_gib(info.file_size)}"
+        note = file_state_text(info)
+        if note:
+            size += f", {note}"
     facts["size"] = size
     facts["context"] = f"{info.context_length:,} tokens"
     return facts
@@ -179,6 +184,13 @@ class ModelPage(PlanPage):
             self.error.show_text(
                 f"{plan.model.label} cannot be read: {self.state.model_error}", Tone.BAD
             )
+        note = file_state_text(info) if info is not None and plan.model.path else None
+        if note:
+            self.error.show_text(
+                f"This file is {note}. Planning works; Launch, Export and Install need the "
+                "whole file.",
+                Tone.WARN,
+            )
 
     # -- actions ----------------------------------------------------------------------------------
 
@@ -246,6 +258,11 @@ class ModelPage(PlanPage):
     def _on_model_changed(self, info: object) -> None:
         if info is not None:
             self.error.show_text(None)
+        if isinstance(info, ModelInfo) and self._pending is not None:  # the user opened it
+            self._pending = None
+            ctx = ctx_for_model(self.state.plan.runtime.ctx, info)
+            if ctx != self.state.plan.runtime.ctx:
+                self.apply({"runtime.ctx": ctx})
         self.refresh()
         self.completeChanged.emit()
 

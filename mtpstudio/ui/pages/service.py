@@ -21,7 +21,9 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPushButton,
+    QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -30,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.desktop.install import (
+    FilePreview,
     HelperAnswer,
     InstallPlan,
     UserInstallResult,
@@ -100,7 +103,9 @@ class ServicePage(PlanPage):
         )
         self.rendered: ServiceFiles | None = None
         self._session: SessionSettings | None = None  # the installed desktop's, read once
-        self.pending: tuple[UnitScope, ServiceFiles, InstallPlan | None] | None = None
+        self.pending: (
+            tuple[UnitScope, ServiceFiles, InstallPlan | None, list[FilePreview]] | None
+        ) = None
         self.last_export: Path | None = None
         self.last_status: UnitStatus | None = None
 
@@ -146,6 +151,7 @@ class ServicePage(PlanPage):
         )
         self.install_button = QPushButton("Install unit…", self)
         self.preview_box = InstallPreview(self)
+        self.preview_box.visibility_changed.connect(self._on_preview_shown)
         self.start_button = QPushButton("Start", self)
         self.stop_button = QPushButton("Stop", self)
         self.status_button = QPushButton("Status", self)
@@ -178,9 +184,13 @@ class ServicePage(PlanPage):
         form.addRow("Runs as", self.account_edit)
         form.addRow("Service name", self.name_edit)
 
+        # The preview takes the place of the files while it is shown: room for its diff.
+        self.files_stack = QStackedWidget(self)
+        self.files_stack.addWidget(self.tabs)
+        self.files_stack.addWidget(self.preview_box)
         files = QVBoxLayout()
         files.addLayout(form)
-        files.addWidget(self.tabs, 1)
+        files.addWidget(self.files_stack, 1)
         files.addWidget(self.where_label)
 
         out_box = QGroupBox("Export and install", self)
@@ -203,7 +213,6 @@ class ServicePage(PlanPage):
 
         side = QVBoxLayout()
         side.addWidget(out_box)
-        side.addWidget(self.preview_box, 2)
         side.addWidget(unit_box, 1)
         side.addWidget(self.action)
 
@@ -230,14 +239,14 @@ class ServicePage(PlanPage):
     def unit_ref(self) -> UnitRef:
         return UnitRef.of(self.state.plan.outputs.service_name, self.scope is UnitScope.USER)
 
-    def render_files(self, *, create_key: bool = False) -> ServiceFiles | None:
+    def render_files(self, *, preview: bool = True) -> ServiceFiles | None:
         """The files of the current Plan (export's rendering; None until the model is read)."""
         pctx = self.state.context()
         if pctx is None:
             return None
         return export_files(self.state.plan, pctx, self.scope, self.account,
                             session=self.session_settings(pctx.machine.igpu_card),
-                            create_key=create_key)  # fmt: skip
+                            preview=preview)  # fmt: skip
 
     def session_settings(self, igpu_card: str | None) -> SessionSettings:
         """What exported session files run: the installed Plasma's commands, as `render` reads
@@ -282,12 +291,16 @@ class ServicePage(PlanPage):
                 self.flags.setItem(row, column, item)
         self._fit_flag_rows()
         warnings = [m.removeprefix("warning: ") for m in rendered.messages]
-        self.notice.show_text(
-            ("Note: " + " ".join(w[:1].upper() + w[1:] + "." for w in warnings))
-            if warnings
-            else None,
-            Tone.WARN,
-        )
+        notes = " ".join(w[:1].upper() + w[1:] + "." for w in warnings)
+        if self.state.plan.model.path is None:
+            notes = (
+                f"The plan uses the demo card {self.state.plan.model.card}: these files show "
+                "what its unit would look like. Export and Install need a model file on this "
+                "computer: open your GGUF on the Model page. " + notes
+            ).strip()
+            self.notice.show_text(notes, Tone.INFO)
+        else:
+            self.notice.show_text(f"Note: {notes}" if notes else None, Tone.WARN)
         where = [f"{f.name} → {f.install_path}" for f in self._shown_files(rendered)]
         self.where_label.setText("Installs as: " + " · ".join(where))
         unit = self.unit_ref()
@@ -317,6 +330,7 @@ class ServicePage(PlanPage):
     def _on_scope_changed(self) -> None:
         self.preview_box.hide_preview()
         self.pending = None
+        self.action.outcome.clear()  # what was said about the other scope no longer applies
         self.refresh()
 
     def _on_account_changed(self) -> None:
@@ -342,7 +356,7 @@ class ServicePage(PlanPage):
     def export_unit(self, path: Path) -> bool:
         """Write the unit to ``path`` exactly as ``mtpstudio export-unit -o PATH`` does."""
         try:
-            out = self.render_files(create_key=True)
+            out = self.render_files(preview=False)
             if out is None:
                 return False
             unit = write_unit_file(out, path)
@@ -370,6 +384,16 @@ class ServicePage(PlanPage):
         if pctx is None:
             return
         scope = self.scope
+        self.action.outcome.clear()
+        missing = self.system.helper_missing() if scope is UnitScope.SYSTEM else None
+        if missing:
+            self.action.outcome.show_outcome(
+                f"Cannot install a system unit: {missing}. Install mtpstudio's package (it ships "
+                "the helper), choose 'User unit' under Install as (no password needed), or "
+                "Export the unit file and install it yourself.",
+                Tone.BAD,
+            )
+            return
         try:
             out = install_files(self.state.plan, pctx, scope, self.account)
         except MtpStudioError as exc:
@@ -390,8 +414,14 @@ class ServicePage(PlanPage):
             action = "Install (asks for a password)" if root is None else "Install"
             notes = [f"Written {self.system.via}."]
         notes += [m[:1].upper() + m[1:] + "." for m in out.messages]
-        self.pending = (scope, out, plan)
-        self.preview_box.show_preview(title, preview(shown, root), notes, action)
+        previews = preview(shown, root)
+        replaced = [p for p in previews if p.state == "changed"]
+        if replaced:
+            names = ", ".join(p.path.name for p in replaced)
+            notes.insert(0, f"A different {names} is installed: the diff below is what changes.")
+            action = action.replace("Install", "Replace", 1)
+        self.pending = (scope, out, plan, replaced)
+        self.preview_box.show_preview(title, previews, notes, action)
 
     def _on_preview_dismissed(self) -> None:
         self.pending = None
@@ -402,7 +432,12 @@ class ServicePage(PlanPage):
         """Install the previewed files: a user unit directly, a system unit via the helper."""
         if self.pending is None:
             return
-        scope, out, plan = self.pending
+        scope, out, plan, replaced = self.pending
+        if replaced and not self.ask_replace(replaced):
+            self.action.outcome.show_outcome(
+                "Nothing was installed: the installed version stays.", Tone.INFO
+            )
+            return
         self.pending = None
         runner, transport = self.system.runner, self.system.transport()
         unit_name = out.files["unit"].name
@@ -431,6 +466,28 @@ class ServicePage(PlanPage):
         self.preview_box.hide_preview()
         self._enable(False)
         self.action.run(f"Installing the {scope.value} unit…", work, done, key=ACTION_KEY)
+
+    def ask_replace(self, replaced: list[FilePreview]) -> bool:
+        """Ask before an installed file that differs is replaced, with its diff (tests replace
+        this method)."""
+        box = QMessageBox(self)
+        box.setIcon(QMessageBox.Icon.Warning)
+        box.setWindowTitle("Replace the installed unit?")
+        names = " and ".join(str(p.path) for p in replaced)
+        box.setText(f"A different version of {names} is installed. Replace it?")
+        box.setInformativeText(
+            "The unit that runs now is overwritten by this plan's (Show Details… has the diff). "
+            "The old version is kept: reverting the unit puts it back."
+        )
+        box.setDetailedText("\n".join(p.diff for p in replaced))
+        replace = box.addButton("Replace", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is replace
+
+    def _on_preview_shown(self, shown: bool) -> None:
+        self.files_stack.setCurrentWidget(self.preview_box if shown else self.tabs)
 
     # -- the installed unit --------------------------------------------------------------------
 

@@ -4,13 +4,14 @@ Each row is a ``BarRow`` of ``BarSegment``s (bytes per kind); ``layout_row`` tur
 pixel spans (pure arithmetic, tested directly). The scale of a row is its total, or what is
 used when that is more: the part beyond the total is painted red and a marker shows where the
 total ends. The safety margin is hatched; free memory is a light, outlined span. Hovering a
-segment shows its exact size in MiB and bytes.
+segment shows its exact size in MiB and bytes and how sure the figure is (the plan report's
+trust levels); the legend names that level beside each kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
@@ -28,6 +29,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from mtpstudio.core.planning import Budget, DeviceBudget, HostBudget
+from mtpstudio.core.reports import budget_trust, combined_trust, trust_meaning
 from mtpstudio.core.units import MIB
 
 
@@ -72,7 +74,10 @@ SEGMENT_STYLES = MappingProxyType(
             "compute", "#76b7b2", description="Compute and output buffers of the main context."
         ),
         "driver": SegmentStyle(
-            "CUDA context", "#9c755f", description="The engine's own driver/CUDA context."
+            "driver context",
+            "#9c755f",
+            description="The engine's own GPU runtime context (CUDA on NVIDIA, ROCm/HIP on AMD), "
+            "outside its buffers.",
         ),
         "desktop": SegmentStyle(
             "desktop", "#edc948", description="The desktop (compositor, shell) on this GPU."
@@ -100,10 +105,12 @@ SEGMENT_STYLES = MappingProxyType(
             description="KV cache, state, compute and output buffers kept in RAM.",
         ),
         "host_mapped": SegmentStyle(
-            "memory-mapped weights",
+            "mapped weights kept in RAM",
             "#a0cbe8",
             hatched=True,
-            description="Weights read from the file through the page cache (reclaimable).",
+            description="The CPU's weights (experts moved to the CPU, token embeddings …), "
+            "memory-mapped from the file: they stay in RAM while the server runs. The GPU's "
+            "weights also pass through the page cache at the load; the kernel drops those.",
         ),
         "free": SegmentStyle("free", "#f3f4f6", description="Not used."),
         "overflow": SegmentStyle(
@@ -118,11 +125,13 @@ DRAFT_SEGMENT_KEYS = ("draft_weights", "draft_kv_cache", "draft_compute")  # the
 
 @dataclass(frozen=True)
 class BarSegment:
-    """``n_bytes`` of one kind (a key of SEGMENT_STYLES); ``detail`` adds tooltip lines."""
+    """``n_bytes`` of one kind (a key of SEGMENT_STYLES); ``detail`` adds tooltip lines;
+    ``trust`` is how sure the figure is (``exact``, ``source`` …; empty: not said)."""
 
     key: str
     n_bytes: int
     detail: str = ""
+    trust: str = ""
 
 
 @dataclass(frozen=True)
@@ -197,37 +206,73 @@ def draft_segments(s: Mapping[str, int]) -> tuple[BarSegment, ...]:
     return tuple(BarSegment(key, s[key]) for key in DRAFT_SEGMENT_KEYS if key in s)
 
 
-def device_row(device: DeviceBudget) -> BarRow:
-    """A device budget as a bar: the budget's segments, MTP draft and compute merged."""
+def device_row(device: DeviceBudget, trust: Mapping[str, str] | None = None) -> BarRow:
+    """A device budget as a bar: the budget's segments, MTP draft and compute merged.
+
+    ``trust``: the budget's ``segment -> trust`` for this device; a merged segment is as sure
+    as the least sure of its parts.
+    """
     s = device.segments
+    t = trust or {}
     mtp_kv, mtp_compute = s.get("mtp_kv_cache", 0), s.get("mtp_compute", 0)
     compute, output = s.get("compute", 0), s.get("output", 0)
+
+    def sure(*names: str) -> str:
+        levels = [t[n] for n in names if n in t and s.get(n, 0)]
+        return combined_trust(*levels) if levels else ""
+
     segments = (
-        BarSegment("weights", s.get("weights", 0)),
-        BarSegment("kv_cache", s.get("kv_cache", 0)),
-        BarSegment("recurrent_state", s.get("recurrent_state", 0)),
+        BarSegment("weights", s.get("weights", 0), trust=sure("weights")),
+        BarSegment("kv_cache", s.get("kv_cache", 0), trust=sure("kv_cache")),
+        BarSegment("recurrent_state", s.get("recurrent_state", 0), trust=sure("recurrent_state")),
         BarSegment(
             "mtp_draft",
             mtp_kv + mtp_compute,
             f"draft KV cache {_mib(mtp_kv)} + draft compute {_mib(mtp_compute)}",
+            trust=sure("mtp_kv_cache", "mtp_compute"),
         ),
-        *draft_segments(s),
+        *(replace(seg, trust=sure(seg.key)) for seg in draft_segments(s)),
         BarSegment(
             "compute",
             compute + output,
             f"compute {_mib(compute)} + output {_mib(output)}" if output else "",
+            trust=sure("compute", "output"),
         ),
-        BarSegment("driver", s.get("driver_overhead", 0)),
-        BarSegment("desktop", s.get("desktop", 0)),
-        BarSegment("other_processes", s.get("other_processes", 0)),
-        BarSegment("margin", s.get("margin", 0)),
+        BarSegment("driver", s.get("driver_overhead", 0), trust=sure("driver_overhead")),
+        BarSegment("desktop", s.get("desktop", 0), trust=sure("desktop")),
+        BarSegment("other_processes", s.get("other_processes", 0), trust=sure("other_processes")),
+        BarSegment("margin", s.get("margin", 0), trust=sure("margin")),
     )
-    return BarRow(f"{device.id} · {device.name}", device.total_bytes, segments)
+    same = not device.name or device.name == device.id
+    title = device.id if same else f"{device.id} · {device.name}"
+    return BarRow(title, device.total_bytes, segments)
 
 
-def host_row(host: HostBudget) -> BarRow:
-    """System RAM: what other programs use now, then the engine's CPU side."""
+def mapped_in_ram(host: HostBudget, parts: dict[str, int]) -> tuple[int, int]:
+    """(bytes of the memory-mapped range that stay in RAM, the rest: page cache).
+
+    The engine maps the file from its first to its last CPU tensor; only the CPU tensors are
+    read while it serves (they stay resident), the GPU tensors in between were read once at
+    the load and are page cache the kernel drops when it needs the room.
+    """
+    mapped = host.segments["weights_mapped"]
+    kept = min(mapped, parts.get("weights_cpu_tensors", mapped))
+    return kept, mapped - kept
+
+
+def host_row(host: HostBudget, parts: dict[str, int] | None = None) -> BarRow:
+    """System RAM: what other programs use now, then the engine's CPU side (``parts``: the
+    budget's totals, which say how much of the mapped range stays in RAM)."""
     s = host.segments
+    kept, cache = mapped_in_ram(host, parts or {})
+    experts = (parts or {}).get("weights_cpu_experts", 0)
+    mapped_detail = []
+    if experts:
+        mapped_detail.append(f"experts {_mib(experts)}, other CPU tensors {_mib(kept - experts)}")
+    if cache:
+        mapped_detail.append(
+            f"another {_mib(cache)} of the mapped range is page cache (not counted)"
+        )
     other = 0
     if host.total_bytes is not None and host.available_bytes is not None:
         other = max(0, host.total_bytes - host.available_bytes)
@@ -243,7 +288,7 @@ def host_row(host: HostBudget) -> BarRow:
             f"output {_mib(s['output'])}; the prompt cache may grow to "
             f"{_mib(s['prompt_cache_max'])}",
         ),
-        BarSegment("host_mapped", s["weights_mapped"]),
+        BarSegment("host_mapped", kept, "; ".join(mapped_detail)),
         *draft_segments(s),
     )
     return BarRow("System RAM", host.total_bytes, segments)
@@ -251,9 +296,9 @@ def host_row(host: HostBudget) -> BarRow:
 
 def budget_rows(budget: Budget, include_host: bool = True) -> list[BarRow]:
     """One row per device of the budget, then (optionally) the host RAM row."""
-    rows = [device_row(d) for d in budget.devices]
+    rows = [device_row(d, budget_trust(budget, d)) for d in budget.devices]
     if include_host:
-        rows.append(host_row(budget.host))
+        rows.append(host_row(budget.host, budget.parts))
     return rows
 
 
@@ -338,7 +383,15 @@ class VramBar(QWidget):
         if key in {"free", "overflow"}:
             return label
         total = sum(s.n_bytes for row in self._rows for s in row.segments if s.key == key)
-        return f"{label} {_mib(total)}"
+        trust = self.legend_trust(key)
+        return f"{label} {_mib(total)}" + (f" · {trust}" if trust else "")
+
+    def legend_trust(self, key: str) -> str:
+        """How sure the figures of kind ``key`` are, over all rows (the least sure of them)."""
+        levels = [
+            s.trust for row in self._rows for s in row.segments if s.key == key and s.n_bytes > 0
+        ]
+        return combined_trust(*levels) if levels and all(levels) else ""
 
     def legend_entries(self) -> list[str]:
         """The legend's texts in order (what a reader sees under the bars)."""
@@ -408,7 +461,11 @@ class VramBar(QWidget):
         for key, rect in self._legend_items(self.width()):
             if rect.contains(pos):
                 style = SEGMENT_STYLES[key]
-                return f"{style.label}: {style.description}"
+                text = f"{style.label}: {style.description}"
+                trust = self.legend_trust(key)
+                if trust:
+                    text += f"\nHow sure: {trust} — {trust_meaning(trust)}"
+                return text
         return None
 
     @staticmethod
@@ -418,6 +475,9 @@ class VramBar(QWidget):
         detail = next((s.detail for s in row.segments if s.key == span.key and s.detail), "")
         if detail:
             text += f"\n{detail}"
+        trust = next((s.trust for s in row.segments if s.key == span.key and s.trust), "")
+        if trust:
+            text += f"\nHow sure: {trust} — {trust_meaning(trust)}"
         if style.description:
             text += f"\n{style.description}"
         return text

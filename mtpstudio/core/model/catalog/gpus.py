@@ -28,8 +28,9 @@ class GpuCard(BaseModel):
     ``mem_info_vram_total``), which is a little under the nominal size on many cards.
     ``desktop_vram_bytes`` is a typical KDE Plasma Wayland session on this card and
     ``llvmpipe_desktop_vram_bytes`` the same desktop rendered in software.
-    ``driver_overhead_bytes`` estimates the compute runtime's own context (CUDA), or is
-    ``None`` where no source gives a figure.
+    ``driver_overhead_bytes`` is the compute runtime's own context: for NVIDIA the CUDA
+    context published for this card or the card closest in memory (``driver_overhead_source``
+    says which), for AMD the runtime overhead others assume; ``None`` where nothing gives one.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,6 +53,7 @@ class GpuCard(BaseModel):
     desktop_vram_bytes: int = Field(ge=0)
     llvmpipe_desktop_vram_bytes: int = Field(ge=0)
     driver_overhead_bytes: int | None = Field(default=None, ge=0)
+    driver_overhead_source: str = ""
     desktop_note: str = ""
 
     @property
@@ -90,8 +92,7 @@ def _card_from_record(record: dict[str, Any], defaults: dict[str, dict[str, Any]
 
 
 @cache
-def gpu_cards() -> tuple[GpuCard, ...]:
-    """All catalogue GPUs, in catalogue order (read once from the packaged JSON)."""
+def _document() -> dict[str, Any]:
     try:
         text = resources.files("mtpstudio.resources").joinpath(_RESOURCE).read_text("utf-8")
         document = json.loads(text)
@@ -102,6 +103,56 @@ def gpu_cards() -> tuple[GpuCard, ...]:
         ) from None
     if not isinstance(document, dict) or document.get("schema") != _SCHEMA:
         raise CatalogError(f"the GPU catalogue is not schema {_SCHEMA}")
+    return document
+
+
+class ContextFigure(BaseModel):
+    """A published CUDA context size: the card, its memory, the figure and where it is from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    vram_mib: int = Field(gt=0)
+    context_mib: int = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+@cache
+def cuda_context_figures() -> tuple[ContextFigure, ...]:
+    """The published CUDA context figures the catalogue's NVIDIA cards take theirs from."""
+    section = _document().get("cuda_context", {})
+    try:
+        return tuple(ContextFigure.model_validate(f) for f in section.get("published", []))
+    except ValidationError as exc:
+        raise CatalogError(f"the GPU catalogue's CUDA context figures are invalid: {exc}") from None
+
+
+def closest_context_figure(vram_bytes: int | None) -> ContextFigure:
+    """The published figure of the card closest in memory (the larger figure on a tie)."""
+    figures = cuda_context_figures()
+    if not figures:
+        raise CatalogError("the GPU catalogue lists no CUDA context figure")
+    vram_mib = (vram_bytes or 0) // MIB
+    return min(figures, key=lambda f: (abs(f.vram_mib - vram_mib), -f.context_mib))
+
+
+def cuda_context_for(name: str, vram_bytes: int | None) -> tuple[int, str]:
+    """(bytes, source) of the CUDA context for an NVIDIA card called ``name``: the catalogue
+    card's figure when the name is a catalogue card's, else the closest published figure."""
+    for card in gpu_cards():
+        if card.name == name and card.driver_overhead_bytes is not None:
+            return card.driver_overhead_bytes, card.driver_overhead_source
+    figure = closest_context_figure(vram_bytes)
+    return figure.context_mib * MIB, (
+        f"the published figure of the card closest in memory: {figure.name}, "
+        + figure.source.split(" (")[0]
+    )
+
+
+@cache
+def gpu_cards() -> tuple[GpuCard, ...]:
+    """All catalogue GPUs, in catalogue order (read once from the packaged JSON)."""
+    document = _document()
     defaults = document.get("defaults", {})
     cards = tuple(_card_from_record(record, defaults) for record in document.get("gpus", []))
     ids = [card.id for card in cards]

@@ -1,0 +1,362 @@
+"""The GPU kit's archive, read back: predicted vs logged per segment, the CUDA context against
+NVML, ``detect`` against ``nvidia-smi``, and the fixture folder the tests keep.
+
+Predictions come from the product's own path: ``mtpstudio detect --json`` from the archive
+turned into the target device (``machine_facts``), the budget for each configuration on it.
+A CPU archive (the kit's dry run) is compared the way the CPU accuracy table is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tarfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mtpstudio.core.detect.models import DetectionReport
+from mtpstudio.core.engines.registry import memory_facts
+from mtpstudio.core.memory.budget import Budget, compute_budget
+from mtpstudio.core.memory.devices import TargetDevice
+from mtpstudio.core.memory.machine import machine_facts
+from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.plan import EngineFlavour, plan_from_dict
+from mtpstudio.core.server.load_log import LoadReport, parse_load_log
+from mtpstudio.core.units import MIB
+from mtpstudio.testing.budget_check import LoadConfig, SegmentRow, render_table, rows_for
+from mtpstudio.testing.kit_runs import ARCHIVE_NAME, ARCHIVE_TOP
+
+CONTEXT_TARGET = 0.10
+"""The CUDA context figure is a published one: within 10 % of what the process holds."""
+DEVICE = "CUDA0"
+
+
+@dataclass
+class TruthArchive:
+    """An archive's files by their path below ``cuda-truth/``."""
+
+    files: dict[str, bytes]
+
+    @classmethod
+    def read(cls, path: Path) -> TruthArchive:
+        files: dict[str, bytes] = {}
+        with tarfile.open(path) as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                name = member.name.split("/", 1)[1] if "/" in member.name else member.name
+                data = tar.extractfile(member)
+                if data is not None:
+                    files[name] = data.read()
+        if "manifest.json" not in files:
+            raise ValueError(f"{path} is no kit archive: it has no {ARCHIVE_TOP}/manifest.json")
+        return cls(files)
+
+    def json(self, name: str) -> Any:
+        return json.loads(self.files[name].decode())
+
+    def text(self, name: str) -> str:
+        return self.files.get(name, b"").decode(errors="replace")
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        manifest: dict[str, Any] = self.json("manifest.json")
+        return manifest
+
+    def records(self) -> list[dict[str, Any]]:
+        names = sorted(n for n in self.files if n.startswith("loads/") and n.endswith(".json"))
+        return [self.json(n) for n in names]
+
+    def log(self, record: dict[str, Any]) -> str:
+        stem = next(
+            n[: -len(".json")]
+            for n in self.files
+            if n.startswith(f"loads/{record['index']:02d}-") and n.endswith(".json")
+        )
+        return self.text(stem + ".log")
+
+    def detection(self) -> DetectionReport | None:
+        raw = self.files.get("detect.json", b"{}").decode()
+        try:
+            return DetectionReport.model_validate_json(raw)
+        except ValueError:
+            return None
+
+
+@dataclass
+class Comparison:
+    """Everything the converter says about one archive."""
+
+    backend: str
+    rows: list[SegmentRow] = field(default_factory=list)
+    context_rows: list[SegmentRow] = field(default_factory=list)
+    fit_lines: list[str] = field(default_factory=list)
+    device_lines: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def table_lines(self) -> list[str]:
+        lines = render_table(self.rows) if self.rows else ["(no load to compare)"]
+        if self.context_rows:
+            lines.append("CUDA context (process's NVML use - its CUDA buffers; target 10 %):")
+            for r in self.context_rows:
+                flag = "" if context_ok(r) else "  MISS"
+                lines.append(
+                    f"  {r.model:24} {r.config:30} {r.segment:22} {r.predicted:8.1f}"
+                    f" {r.logged:8.1f} {100 * context_error(r):+6.1f}%{flag}"
+                )
+        if self.fit_lines:
+            lines.append("--fit (the engine's choice vs the planner's for the same free memory):")
+            lines += [f"  {line}" for line in self.fit_lines]
+        if self.device_lines:
+            lines.append("mtpstudio detect vs nvidia-smi (MiB):")
+            lines += [f"  {line}" for line in self.device_lines]
+        lines += [f"did not load: {x}" for x in self.failed]
+        return lines
+
+
+def context_error(row: SegmentRow) -> float:
+    return (row.predicted - row.logged) / row.logged if row.logged else 0.0
+
+
+def context_ok(row: SegmentRow) -> bool:
+    return abs(context_error(row)) <= CONTEXT_TARGET
+
+
+def _config(record: dict[str, Any]) -> LoadConfig:
+    data = dict(record["config"])
+    data["extra"] = tuple(data.get("extra", ()))
+    return LoadConfig(**data)
+
+
+def budget_on(config: LoadConfig, target: TargetDevice, card: str) -> Budget:
+    """The budget of ``config`` for catalogue ``card`` on ``target``."""
+    plan = plan_from_dict(config.plan_data())
+    info = model_card_info(card)
+    return compute_budget(plan, info, target, memory_facts(EngineFlavour(config.engine)))
+
+
+def _on(buffers: dict[str, float], device: str) -> float:
+    return sum(v for k, v in buffers.items() if k == device)
+
+
+def _off(buffers: dict[str, float], device: str) -> float:
+    return sum(v for k, v in buffers.items() if k != device)
+
+
+def device_rows(
+    card: str, config: LoadConfig, report: LoadReport, budget: Budget
+) -> list[SegmentRow]:
+    """Per segment, the buffers the log puts on the GPU against the budget's GPU segments (and
+    the host's share of the weights, KV and compute against the budget's host side)."""
+    gpu = budget.devices[0].segments
+    host = budget.host.segments
+    main = report.context("main")
+    mtp = report.context("mtp")
+    if main is None:
+        raise ValueError("no context lines in the log")
+    logged: dict[str, float] = {
+        "weights": _on(report.model, DEVICE),
+        "kv_cache": _on(main.kv, DEVICE),
+        "recurrent_state": _on(main.recurrent, DEVICE),
+        "compute": _on(main.compute, DEVICE),
+        "output": sum(main.output.values()),
+        "weights_host": _off(report.model, DEVICE),
+        "kv_cache_host": _off(main.kv, DEVICE) + _off(main.recurrent, DEVICE),
+    }
+    predicted: dict[str, float] = {
+        "weights": gpu["weights"] / MIB,
+        "kv_cache": gpu["kv_cache"] / MIB,
+        "recurrent_state": gpu["recurrent_state"] / MIB,
+        "compute": gpu["compute"] / MIB,
+        "output": budget.parts["output"] / MIB,
+        "weights_host": budget.parts["weights_cpu"] / MIB,
+        "kv_cache_host": (host["kv_cache"] + host["recurrent_state"]) / MIB,
+    }
+    if config.mtp and mtp is not None:
+        logged["mtp_kv_cache"] = _on(mtp.kv, DEVICE)
+        logged["mtp_compute"] = _on(mtp.compute, DEVICE)
+        predicted["mtp_kv_cache"] = gpu["mtp_kv_cache"] / MIB
+        predicted["mtp_compute"] = gpu["mtp_compute"] / MIB
+    return [SegmentRow(card, config.name, k, predicted[k], logged[k]) for k in logged]
+
+
+def cuda_buffers_mib(report: LoadReport) -> float:
+    """Every buffer the log puts on the GPU: weights, caches, compute of all contexts."""
+    total = _on(report.model, DEVICE)
+    for ctx in report.contexts:
+        for buffers in (ctx.kv, ctx.recurrent, ctx.output, ctx.compute):
+            total += _on(buffers, DEVICE)
+    return total
+
+
+def context_rows(
+    card: str,
+    config: LoadConfig,
+    record: dict[str, Any],
+    report: LoadReport,
+    budget: Budget,
+    reserved_bytes: int,
+) -> list[SegmentRow]:
+    """What the server process holds beyond its logged GPU buffers (after the load, and after
+    the first prompt, when cuBLAS and the kernels it ran are there too) against the budget's
+    driver segment less the reserved memory NVML does not put on any process."""
+    predicted = (budget.devices[0].segments["driver_overhead"] - reserved_bytes) / MIB
+    buffers = cuda_buffers_mib(report)
+    rows = []
+    for moment in ("loaded", "after_prompt"):
+        used = (record.get("process_used_bytes") or {}).get(moment)
+        if isinstance(used, int) and used > 0:
+            rows.append(
+                SegmentRow(card, config.name, f"context {moment}", predicted, used / MIB - buffers)
+            )
+    return rows
+
+
+def smi_memory(xml_text: str) -> dict[str, float]:
+    """nvidia-smi's FB memory of the first GPU (MiB): total, reserved, used, free."""
+    try:
+        root = ET.fromstring(xml_text)
+    except ET.ParseError:
+        return {}
+    fb = root.find("./gpu/fb_memory_usage")
+    out: dict[str, float] = {}
+    for key in ("total", "reserved", "used", "free"):
+        node = fb.find(key) if fb is not None else None
+        if node is not None and node.text and (m := re.match(r"\s*([\d.]+)", node.text)):
+            out[key] = float(m[1])
+    return out
+
+
+def device_lines(archive: TruthArchive) -> list[str]:
+    """``detect``'s first GPU beside ``nvidia-smi -q -x``'s, in MiB."""
+    detection = archive.detection()
+    smi = smi_memory(archive.text("nvidia-smi.xml"))
+    if detection is None or not detection.gpus:
+        return [f"detect found no GPU; nvidia-smi: {smi or archive.text('nvidia-smi.txt').strip()}"]
+    gpu = detection.gpus[0]
+    mem = gpu.memory
+    ours = {
+        "total": mem.total_bytes,
+        "reserved": mem.reserved_bytes,
+        "used": mem.used_bytes,
+        "free": mem.free_bytes,
+    }
+    lines = [f"{gpu.name} (compute capability {gpu.compute_capability}, {mem.source})"]
+    for key, value in ours.items():
+        mine = f"{value / MIB:,.0f}" if isinstance(value, int) else "-"
+        theirs = f"{smi[key]:,.0f}" if key in smi else "-"
+        lines.append(f"{key:9} detect {mine:>10}   nvidia-smi {theirs:>10}")
+    return lines
+
+
+def compare(archive: TruthArchive) -> Comparison:
+    """The whole comparison of one archive."""
+    backend = str(archive.manifest.get("backend", "cuda"))
+    result = Comparison(backend)
+    detection = archive.detection()
+    target: TargetDevice | None = None
+    reserved = 0
+    if backend == "cuda" and detection is not None:
+        gpus = machine_facts(detection).gpus
+        target = gpus[0] if gpus else None
+        if detection.gpus:
+            reserved = detection.gpus[0].memory.reserved_bytes or 0
+    for record in archive.records():
+        config = _config(record)
+        card = record["card"]
+        log = archive.log(record)
+        if not record.get("loaded"):
+            result.failed.append(f"{card} / {config.name}")
+            continue
+        if backend != "cuda":
+            result.rows += rows_for(card, config, model_card_info(card), log)
+            continue
+        if target is None:
+            raise ValueError("a CUDA archive without a detected GPU: detect.json is missing")
+        report = parse_load_log(log)
+        emulate = record.get("emulate_mib")
+        if emulate:
+            result.fit_lines += fit_comparison(card, config, record, report, target)
+            continue
+        budget = budget_on(config, target, card)
+        result.rows += device_rows(card, config, report, budget)
+        result.context_rows += context_rows(card, config, record, report, budget, reserved)
+    if backend == "cuda":
+        result.device_lines = device_lines(archive)
+    return result
+
+
+def fit_comparison(
+    card: str, config: LoadConfig, record: dict[str, Any], report: LoadReport, target: TargetDevice
+) -> list[str]:
+    """The engine's ``--fit`` on a card emulated by ``--fit-target`` against the planner's fit
+    on a card of that size: the GPU weights each keeps (equal when both move the same layers)."""
+    emulate = int(record["emulate_mib"])
+    margin = int(record.get("fit_target_mib", 1024)) - (target.total_bytes or 0) // MIB + emulate
+    small = replace(target, total_bytes=emulate * MIB, desktop_bytes=0, other_bytes=0)
+    data = config.plan_data()
+    data["runtime"]["fit_margin_mib"] = max(0, margin)
+    budget = compute_budget(
+        plan_from_dict(data),
+        model_card_info(card),
+        small,
+        memory_facts(EngineFlavour(config.engine)),
+    )
+    logged = _on(report.model, DEVICE)
+    predicted = budget.devices[0].segments["weights"] / MIB
+    ours = next((w for w in budget.warnings if "fit is expected" in w), "keeps every layer")
+    engine = [line for line in report.fit_lines if "set ngl" in line or "successfully" in line]
+    return [
+        f"{card} / {config.name} (as a {emulate:,} MiB card): GPU weights logged {logged:,.2f}"
+        f" MiB, planned {predicted:,.2f} MiB ({predicted - logged:+.2f})",
+        f"  planner: {ours}",
+        *(f"  engine: {line}" for line in engine[-3:]),
+    ]
+
+
+def fixture_tag(archive: TruthArchive) -> str:
+    """``upstream-11434-<backend>-<gpu>-<date>``: what the fixture folder is called."""
+    manifest = archive.manifest
+    detection = archive.detection()
+    gpu = detection.gpus[0].name if detection is not None and detection.gpus else "no-gpu"
+    started = (manifest.get("calls") or [{}])[0].get("started", "")[:10] or "undated"
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
+    return f"upstream-11434-{manifest.get('backend', 'cuda')}-{slug}-{started}"
+
+
+def write_fixture(archive_path: Path, fixtures: Path) -> tuple[Path, Comparison]:
+    """``fixtures/<tag>/``: the archive itself, ``table.txt`` and ``summary.json``."""
+    archive = TruthArchive.read(archive_path)
+    comparison = compare(archive)
+    folder = fixtures / fixture_tag(archive)
+    folder.mkdir(parents=True, exist_ok=True)
+    if archive_path.resolve() != (folder / ARCHIVE_NAME).resolve():
+        shutil.copyfile(archive_path, folder / ARCHIVE_NAME)
+    (folder / "table.txt").write_text("\n".join(comparison.table_lines()) + "\n")
+    summary = {
+        "backend": comparison.backend,
+        "rows": [_row_json(r) for r in comparison.rows],
+        "context_rows": [_row_json(r) for r in comparison.context_rows],
+        "failed": comparison.failed,
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return folder, comparison
+
+
+def _row_json(r: SegmentRow) -> dict[str, Any]:
+    return {
+        "model": r.model,
+        "config": r.config,
+        "segment": r.segment,
+        "predicted_mib": round(r.predicted, 3),
+        "logged_mib": round(r.logged, 3),
+    }
+
+
+def all_within_targets(comparison: Comparison) -> bool:
+    rows: Iterable[SegmentRow] = comparison.rows
+    return all(r.ok for r in rows) and all(context_ok(r) for r in comparison.context_rows)

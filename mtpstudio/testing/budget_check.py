@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,9 @@ from mtpstudio.core.units import MIB
 EXACT_MIB = 0.01
 """The engine prints two decimals: an exact term is within this."""
 COMPUTE_TARGET = 0.05
-"""Compute buffers are estimates: the full-size target is within 5 %."""
+"""Compute buffers: the full-size target is within 5 %..."""
+COMPUTE_LOW_LIMIT = -0.02
+"""...and never more than 2 % below the engine's buffer (the dangerous side)."""
 SEGMENTS = (
     "weights",
     "kv_cache",
@@ -155,8 +158,16 @@ class SegmentRow:
     @property
     def ok(self) -> bool:
         if self.is_compute:
-            return abs(self.error) <= COMPUTE_TARGET
+            return abs(self.error) <= COMPUTE_TARGET and self.error >= COMPUTE_LOW_LIMIT
         return abs(self.error) <= EXACT_MIB
+
+    @property
+    def safe(self) -> bool:
+        """Exact terms within 0.01 MiB, compute buffers not below the engine's (for figures
+        planned with a safety margin, which are not meant to be within 5 %)."""
+        if self.is_compute:
+            return self.error >= 0
+        return self.ok
 
 
 def rows_for(model: str, config: LoadConfig, info: ModelInfo, log: str) -> list[SegmentRow]:
@@ -168,15 +179,21 @@ def rows_for(model: str, config: LoadConfig, info: ModelInfo, log: str) -> list[
     ]
 
 
-def render_table(rows: list[SegmentRow]) -> list[str]:
-    """The predicted-vs-logged table and the largest error per segment."""
+def render_table(
+    rows: list[SegmentRow], is_ok: Callable[[SegmentRow], bool] | None = None
+) -> list[str]:
+    """The predicted-vs-logged table and the largest error per segment.
+
+    ``is_ok`` decides a row's MISS flag (default: ``SegmentRow.ok``).
+    """
+    check = is_ok or (lambda r: r.ok)
     lines = [
         f"{'model':24} {'configuration':30} {'segment':16} {'predicted':>10} {'logged':>10}"
         f" {'error':>9}",
     ]
     for r in rows:
         err = f"{100 * r.error:+.1f}%" if r.is_compute else f"{r.error:+.2f}"
-        flag = "" if r.ok else "  MISS"
+        flag = "" if check(r) else "  MISS"
         lines.append(
             f"{r.model:24} {r.config:30} {r.segment:16} {r.predicted:10.2f} {r.logged:10.2f}"
             f" {err:>9}{flag}"
@@ -187,10 +204,13 @@ def render_table(rows: list[SegmentRow]) -> list[str]:
         if not seg_rows:
             continue
         worst = max(seg_rows, key=lambda r: abs(r.error))
-        shown = (
-            f"{100 * abs(worst.error):.2f}% (target 5%)"
-            if worst.is_compute
-            else f"{abs(worst.error):.3f} MiB (target 0.01)"
-        )
-        lines.append(f"  {seg:16} {shown:26} at {worst.model} / {worst.config}")
+        if worst.is_compute:
+            low = min(seg_rows, key=lambda r: r.error)
+            shown = (
+                f"{100 * abs(worst.error):.2f}% (target 5%)    at {worst.model} / {worst.config};"
+                f" lowest {100 * low.error:+.2f}% (limit -2%)"
+            )
+        else:
+            shown = f"{abs(worst.error):.3f} MiB (target 0.01) at {worst.model} / {worst.config}"
+        lines.append(f"  {seg:16} {shown}")
     return lines

@@ -110,15 +110,17 @@ def run_fullsize(
     configs: dict[str, tuple[LoadConfig, ...]],
     *,
     progress: Callable[[str], None] | None = None,
+    write: Callable[[str, Path], Path] = zero_gguf_for_card,
 ) -> tuple[list[SegmentRow], list[LoadFailure]]:
-    """Write each card's zero-weight GGUF into ``workdir``, load every config, compare.
+    """Write each model's zero-weight GGUF into ``workdir``, load every config, compare.
 
-    The GGUF is deleted after its card's runs (it is sparse, but its page cache is not).
+    ``write(name, path)`` makes the model (default: a catalogue card of that id). The GGUF is
+    deleted after its runs (it is sparse, but its page cache is not).
     """
     rows: list[SegmentRow] = []
     failures: list[LoadFailure] = []
     for card, card_configs in configs.items():
-        model = zero_gguf_for_card(card, workdir / f"{card}-zero.gguf")
+        model = write(card, workdir / f"{card}-zero.gguf")
         try:
             info = read_model_info(model)
             for i, config in enumerate(card_configs):

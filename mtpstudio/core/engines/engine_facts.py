@@ -40,6 +40,8 @@ class EngineMemoryFacts:
             too, beside the MTP context's own (ik since speculative stages).
         recurrent_step_checkpoints: with MTP on, the recurrent layers keep per-step rollback
             checkpoints for each drafted step (ik since speculative stages).
+        sliding_window_cache: sliding-window layers (gemma3) get a cache of the window plus a
+            ubatch instead of the whole context (upstream's ``llama_kv_cache_iswa``).
     """
 
     flavour: EngineFlavour
@@ -59,3 +61,4 @@ class EngineMemoryFacts:
     fit_moves_layers_of_moe: bool = False
     mtp_layers_in_main_kv: bool = False
     recurrent_step_checkpoints: bool = False
+    sliding_window_cache: bool = False

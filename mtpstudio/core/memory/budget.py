@@ -20,16 +20,23 @@ from mtpstudio.core.memory.placement import (
     split_weights,
 )
 from mtpstudio.core.memory.terms import (
+    UNMODELLED_COMPUTE_MARGIN,
     ComputeShape,
     compute_bytes,
     compute_bytes_ik,
     kv_bytes_per_cell,
+    kv_cache_bytes,
     output_buffer_bytes,
     pad_to,
     recurrent_row_bytes,
     recurrent_step_bytes,
     replays_nextn_graph,
+    replays_trunk,
+    swa_cells,
+    unmodelled_reason,
+    with_safety_margin,
 )
+from mtpstudio.core.memory.trunk_graph import NEXTN_BLOCK_ARCHITECTURES, sliding_window_layers
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
@@ -69,6 +76,7 @@ HOST_SEGMENTS = (
     "prompt_cache_max",
 )
 PROMPT_CACHE_DEFAULT = 8192 * MIB  # upstream --cache-ram default
+MARGIN_PCT = round(100 * UNMODELLED_COMPUTE_MARGIN)
 
 
 @dataclass(frozen=True)
@@ -332,14 +340,17 @@ def compute_budget(
     elif target.is_gpu and plan.runtime.n_gpu_layers is not None:
         warnings.append(f"-ngl {plan.runtime.n_gpu_layers}: {layer_words(model, placement)}")
 
-    attn_layers = model.attention_layers
-    gpu_attn = sum(1 for i in attn_layers if i in placement.gpu_layers)
-    cpu_attn = len(attn_layers) - gpu_attn
+    gpu_attn = [i for i in model.attention_layers if i in placement.gpu_layers]
+    cpu_attn = [i for i in model.attention_layers if i not in placement.gpu_layers]
     rt = plan.runtime
     tk, tv = rt.cache_type_k.value, rt.cache_type_v.value
     cells = eff.n_ctx_seq * eff.n_stream
-    kv_gpu = kv_bytes_per_cell(model, gpu_attn, tk, tv) * cells
-    kv_cpu = kv_bytes_per_cell(model, cpu_attn, tk, tv) * cells
+    # upstream gives sliding-window layers a cache of the window plus a ubatch (per stream)
+    swa = cells
+    if facts.sliding_window_cache and sliding_window_layers(model):
+        swa = swa_cells(model, eff.n_ctx_seq, min(eff.n_ctx, rt.ubatch)) * eff.n_stream
+    kv_gpu = kv_cache_bytes(model, gpu_attn, tk, tv, cells, swa)
+    kv_cpu = kv_cache_bytes(model, cpu_attn, tk, tv, cells, swa)
 
     rows = max(1, eff.n_seq) * (1 + eff.n_rs_seq)
     if facts.recurrent_in_kv_buffer:
@@ -365,6 +376,7 @@ def compute_budget(
             flash_attn=eff.flash_attn,
             quantized_k=quantized(dk),
             quantized_v=quantized(dv),
+            n_seq=max(1, eff.n_seq),
             type_k=dk,
             type_v=dv,
         )
@@ -377,9 +389,20 @@ def compute_budget(
         ffn = nextn.ffn_tensors if nextn is not None else ()
         mtp_rules = device_rules(target, model, ffn, experts_on_device=experts_here)
         mtp_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=mtp_rules)
+        # the replays are upstream's draft graphs; ik_llama.cpp's Qwen3.5/3.6 draft matched
+        # its log (tests/engines/test_recorded_eras.py), its GLM-4.5 draft was never checked
+        mtp_replayed = replays_nextn_graph(model, mtp_shape) and not (
+            facts.reserves_all_logits and model.architecture in NEXTN_BLOCK_ARCHITECTURES
+        )
+        if not mtp_replayed:
+            mtp_compute = with_safety_margin(mtp_compute)
+            warnings.append(
+                f"mtpstudio does not model {facts.flavour.value}'s {model.architecture} MTP "
+                f"draft graph here: its buffer is an estimate planned with a {MARGIN_PCT} % "
+                "safety margin"
+            )
         if offloaded and experts_in_ram and nextn is not None:
             mtp_compute += nextn.expert_gpu_bytes
-        mtp_replayed = replays_nextn_graph(model, mtp_shape)
         mtp_output = output_buffer_bytes(model, eff.n_seq)
         if facts.mtp_layers_in_main_kv:  # the main context keeps the nextn layers' KV as well
             nextn_kv = kv_bytes_per_cell(model, model.n_nextn_layer, tk, tv) * cells
@@ -406,11 +429,22 @@ def compute_budget(
         type_k=tk,
         type_v=tv,
     )
+    main_replayed = False
     if facts.reserves_all_logits:
         main_compute = compute_bytes_ik(model, main_shape)
     else:
+        # on a CUDA card the trunk's replay takes CUDA's alignment, flash attention's F16
+        # copies and the host token lookup; not its graph_optimize (an estimate there)
         rules = device_rules(target, model, experts_on_device=False)
         main_compute = compute_bytes(model, main_shape, rules=rules)
+        main_replayed = replays_trunk(model, main_shape)
+        reason = unmodelled_reason(model, main_shape)
+        if reason is not None:
+            main_compute = with_safety_margin(main_compute)
+            warnings.append(
+                f"{reason}: its compute buffer is an estimate planned with a {MARGIN_PCT} % "
+                "safety margin"
+            )
     output = output_buffer_bytes(model, eff.n_seq)
     op_offload = op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
     cpu_layers = any(i not in placement.gpu_layers for i in placement.loaded_layers)
@@ -506,11 +540,16 @@ def compute_budget(
     }
     replayed: Measured = NOTHING_MEASURED
     sourced: Measured = NOTHING_MEASURED
-    if mtp_replayed and devices[0].id == "CPU":
-        # the draft graph's replay matched the engine's allocator trace on the CPU backend only
-        replayed = frozenset({("CPU", "mtp_compute")})
+    if devices[0].id == "CPU":
+        # the graph replays matched the engine's allocator traces on the CPU backend only
+        replayed = frozenset(
+            ("CPU", segment)
+            for segment, replay in (("mtp_compute", mtp_replayed), ("compute", main_replayed))
+            if replay
+        )
     elif target.is_cuda:
-        # CUDA's padding and alignment, and the draft graph under CUDA's rules: from the source
+        # CUDA's padding and alignment, and the draft graph replayed under CUDA's rules: from
+        # the source (the trunk's stays an estimate: its graph_optimize is not modelled)
         sourced = frozenset({(target.id, "weights")})
         if mtp_replayed and mtp_on_gpu:
             sourced |= {(target.id, "mtp_compute")}

@@ -399,6 +399,10 @@ def _weighted_reduction(nodes: list[Tensor], i: int) -> tuple[Tensor, Tensor, in
         previous, n_adds = n, n_adds + 1
     if previous is None or len(views) != n_used or n_adds != n_used - 1:
         return None
+    # a graph may fold the blocks past the second into one view (``nextn_graph._moe_ffn``):
+    # the experts are counted by their rows
+    if first.nbytes // max(1, views[0].nbytes) > MOE_WEIGHTED_REDUCTION_MAX_EXPERTS:
+        return None
     return experts, weights, i + count - 1
 
 

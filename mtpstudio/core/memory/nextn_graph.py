@@ -129,23 +129,44 @@ def _dense_ffn(g: GraphBuilder, model: GraphSizes, x: Tensor, t: int) -> Tensor:
     return _swiglu_ffn(g, x, model.ffn_length, t, F32 * model.n_embd * t)
 
 
-def _moe_ffn(g: GraphBuilder, model: GraphSizes, x: Tensor, t: int) -> Tensor:
-    """Routed experts (softmax gating, normalised top-k weights) plus the gated shared expert."""
+def _moe_ffn(
+    g: GraphBuilder,
+    model: GraphSizes,
+    x: Tensor,
+    t: int,
+    *,
+    biased: bool = False,
+    normalized: bool = True,
+    scaled: bool = False,
+    gated_shared: bool = True,
+) -> Tensor:
+    """Routed experts (softmax or sigmoid gating, top-k weights) plus the shared expert.
+
+    ``biased``: the experts are chosen on the probabilities plus a bias (``exp_probs_b``, a new
+    tensor); ``normalized``: the top-k weights are divided by their sum; ``scaled``: then
+    multiplied by ``expert_weights_scale``; ``gated_shared``: the shared expert's output is
+    gated by its own sigmoid (Qwen3.5/3.6) instead of added as it is (GLM-4.5).
+    """
     w = g.weight
     n_used = model.n_expert_used
     embd = F32 * model.n_embd * t
     router = F32 * model.n_expert * t
     logits = g.op("ffn_moe_logits", "MUL_MAT", router, w, x)
-    probs = g.op("ffn_moe_probs", "SOFT_MAX", router, logits)
+    probs = g.op("ffn_moe_probs", "SOFT_MAX", router, logits)  # or a sigmoid: in place too
     probs_rows = g.view("ffn_moe_probs_rows", probs, router, op="RESHAPE")
-    argsort = g.op("ffn_moe_argsort", "ARGSORT", I32 * model.n_expert * t, probs)
+    selection = g.op("ffn_moe_probs_biased", "ADD", router, probs, w) if biased else probs
+    argsort = g.op("ffn_moe_argsort", "ARGSORT", I32 * model.n_expert * t, selection)
     topk = g.view("ffn_moe_topk", argsort, I32 * n_used * t)
     weights = g.op("ffn_moe_weights", "GET_ROWS", F32 * n_used * t, probs_rows, topk)
-    weights_2d = g.view("ffn_moe_weights_2d", weights, F32 * n_used * t, op="RESHAPE")
-    weights_sum = g.op("ffn_moe_weights_sum", "SUM_ROWS", F32 * t, weights_2d)
-    clamped = g.op("ffn_moe_weights_sum_clamped", "CLAMP", F32 * t, weights_sum)
-    norm = g.op("ffn_moe_weights_norm", "DIV", F32 * n_used * t, weights_2d, clamped)
-    norm_3d = g.view("ffn_moe_weights_norm_3d", norm, F32 * n_used * t, op="RESHAPE")
+    if normalized:
+        weights_2d = g.view("ffn_moe_weights_2d", weights, F32 * n_used * t, op="RESHAPE")
+        weights_sum = g.op("ffn_moe_weights_sum", "SUM_ROWS", F32 * t, weights_2d)
+        clamped = g.op("ffn_moe_weights_sum_clamped", "CLAMP", F32 * t, weights_sum)
+        norm = g.op("ffn_moe_weights_norm", "DIV", F32 * n_used * t, weights_2d, clamped)
+        weights = g.view("ffn_moe_weights_norm_3d", norm, F32 * n_used * t, op="RESHAPE")
+    if scaled:
+        weights = g.op("ffn_moe_weights_scaled", "SCALE", F32 * n_used * t, weights)
+    norm_3d = weights
     x_3d = g.view("ffn_moe_input", x, embd, op="RESHAPE")
     act = F32 * model.expert_ffn_length * n_used * t
     gate = g.op("ffn_moe_gate", "MUL_MAT_ID", act, w, x_3d, topk)
@@ -153,13 +174,23 @@ def _moe_ffn(g: GraphBuilder, model: GraphSizes, x: Tensor, t: int) -> Tensor:
     swiglu = g.op("ffn_moe_swiglu", "GLU", act, gate, up)
     down = g.op("ffn_moe_down", "MUL_MAT_ID", F32 * model.n_embd * n_used * t, w, swiglu, topk)
     weighted = g.op("ffn_moe_weighted", "MUL", down.nbytes, down, norm_3d)
-    slices = [g.view(f"ffn_moe_expert_{i}", weighted, embd) for i in range(n_used)]
-    moe_out = g.op("ffn_moe_sum", "ADD", embd, slices[0], slices[1]) if n_used > 1 else slices[0]
-    for s in slices[2:]:
-        moe_out = g.op("ffn_moe_sum", "ADD", embd, moe_out, s)
+    # one row block per expert (views of `weighted`, all taken before the sums); the first sum
+    # allocates, the next ones add in place into it and the last frees `weighted`: one view and
+    # one sum stand for the blocks past the second (the same allocations, fewer nodes to walk)
+    first = g.view("ffn_moe_expert_0", weighted, embd)
+    if n_used == 1:  # a single expert's rows are copied out (ggml_cont)
+        moe_out = g.op("ffn_moe_out", "CONT", embd, first)
+    else:
+        second = g.view("ffn_moe_expert_1", weighted, embd)
+        rest = g.view("ffn_moe_experts_2_on", weighted, embd) if n_used > 2 else None
+        moe_out = g.op("ffn_moe_sum", "ADD", embd, first, second)
+        if rest is not None:
+            moe_out = g.op("ffn_moe_sum", "ADD", embd, moe_out, rest)
     if not model.shared_expert_ffn_length:
         return moe_out
     shared = _swiglu_ffn(g, x, model.shared_expert_ffn_length, t, embd)
+    if not gated_shared:
+        return g.op("ffn_out", "ADD", embd, moe_out, shared)
     gate_logit = g.op("shexp_gate_inp", "MUL_MAT", F32 * t, w, x)
     shared_gate = g.op("shexp_gate", "UNARY", F32 * t, gate_logit)
     gated = g.op("mtp_ffn_shexp_gated", "MUL", embd, shared, shared_gate)
@@ -174,13 +205,16 @@ def nextn_compute_bytes(
     *,
     k_rot: int = 0,
     v_rot: int = 0,
+    n_seqs: int = 1,
     rules: BackendRules = CPU_RULES,
     cache_types: tuple[str, str] = ("f16", "f16"),
 ) -> int:
-    """The draft context's compute buffer: the largest of its ubatch and one-token graphs, on
-    the backend ``rules`` describe."""
+    """The draft context's compute buffer: the largest of its ubatch graph and its graph of
+    one token per sequence (``n_seqs`` slots split the ubatch; sizes add up the same), on the
+    backend ``rules`` describe (``cache_types``: the draft cache's K and V types)."""
     dims = ModelDims.of(model)
-    return _nextn_bytes(dims, n_tokens, n_kv, n_outputs, k_rot, v_rot, rules, cache_types)
+    args = (dims, n_tokens, n_kv, n_outputs, k_rot, v_rot, n_seqs)
+    return _nextn_bytes(*args, rules, cache_types)
 
 
 @lru_cache(maxsize=256)
@@ -191,6 +225,7 @@ def _nextn_bytes(
     n_outputs: int,
     k_rot: int,
     v_rot: int,
+    n_seqs: int,
     rules: BackendRules,
     cache_types: tuple[str, str],
 ) -> int:
@@ -207,5 +242,5 @@ def _nextn_bytes(
             ),
             rules=rules,
         )
-        for n in {n_tokens, 1}
+        for n in {n_tokens, n_seqs}
     )

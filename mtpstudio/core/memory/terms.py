@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from mtpstudio.core.memory.delta_net_graph import delta_net_peak_bytes
 from mtpstudio.core.memory.graph_alloc import CPU_RULES, AttentionShape, BackendRules
+from mtpstudio.core.memory.hybrid_graph import (
+    HYBRID_GRAPH_ARCHITECTURES,
+    hybrid_compute_bytes,
+)
 from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes
+from mtpstudio.core.memory.trunk_graph import (
+    NEXTN_BLOCK_ARCHITECTURES,
+    TRUNK_GRAPH_ARCHITECTURES,
+    TrunkShape,
+    nextn_block_compute_bytes,
+    sliding_window_layers,
+    trunk_compute_bytes,
+)
 from mtpstudio.core.model.info import ModelInfo
 
 # (block size, bytes per block) of the K/V cache types (ggml-common.h).
@@ -41,6 +53,15 @@ def kv_bytes_per_cell(model: ModelInfo, layers: int, type_k: str, type_v: str) -
     k = row_bytes(type_k, model.key_length * model.n_head_kv)
     v = row_bytes(type_v, model.value_length * model.n_head_kv)
     return layers * (k + v)
+
+
+def kv_cache_bytes(
+    model: ModelInfo, layers: Collection[int], type_k: str, type_v: str, cells: int, swa: int
+) -> int:
+    """K plus V bytes of ``layers``: ``cells`` each, or ``swa`` on sliding-window layers."""
+    windowed = sum(1 for i in layers if i in sliding_window_layers(model))
+    full = len(layers) - windowed
+    return kv_bytes_per_cell(model, 1, type_k, type_v) * (full * cells + windowed * swa)
 
 
 def recurrent_state_parts(model: ModelInfo) -> tuple[int, int]:
@@ -157,8 +178,16 @@ def model_family(model: ModelInfo) -> str:
 def ffn_width(model: ModelInfo) -> int:
     """Feed-forward activations per token: routed experts used plus the shared expert."""
     if model.is_moe:
-        return model.n_expert_used * model.expert_ffn_length + model.shared_expert_ffn_length
+        experts = model.expert_ffn_length or _expert_width(model)
+        return model.n_expert_used * experts + model.shared_expert_ffn_length
     return model.ffn_length
+
+
+def _expert_width(model: ModelInfo) -> int:
+    """The expert FFN width from the first layer's expert tensor (llama-style MoE files keep
+    it in ``feed_forward_length``)."""
+    up = next((t for t in model.tensors if t.name.endswith("ffn_up_exps.weight")), None)
+    return up.shape[1] if up is not None and len(up.shape) > 1 else model.ffn_length
 
 
 def recurrent_width(model: ModelInfo) -> int:
@@ -184,22 +213,68 @@ def moe_peak_floats(model: ModelInfo, *, mtp: bool = False) -> int:
 
 
 NEXTN_GRAPH_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})
-"""Architectures whose MTP draft graph (``nextn_graph``) and first delta-net block
-(``delta_net_graph``) are built tensor by tensor."""
+"""Architectures whose MTP draft graph (``nextn_graph``) is built tensor by tensor."""
 
 
 def replays_nextn_graph(model: ModelInfo, shape: ComputeShape) -> bool:
     """True when the draft context's buffer is the replayed graph, not the fitted estimate.
 
-    The replay covers upstream's Qwen3.5/3.6 nextn block with flash attention on one stream
-    (the mask and cache views of several streams are not modelled).
+    The replay covers upstream's Qwen3.5/3.6 nextn block with flash attention (one slot or
+    several: the streams split the ubatch, the sizes add up the same) and GLM-4.5's with or
+    without it.
     """
-    return (
-        model.has_mtp
-        and model.architecture in NEXTN_GRAPH_ARCHITECTURES
-        and shape.flash_attn
-        and shape.n_stream == 1
-    )
+    if not model.has_mtp:
+        return False
+    if model.architecture in NEXTN_BLOCK_ARCHITECTURES:
+        return True
+    return model.architecture in NEXTN_GRAPH_ARCHITECTURES and shape.flash_attn
+
+
+def replays_trunk_graph(model: ModelInfo) -> bool:
+    """True when the trunk's compute buffer is the replayed graph (``trunk_graph``)."""
+    return model.architecture in TRUNK_GRAPH_ARCHITECTURES
+
+
+UNMODELLED_COMPUTE_MARGIN = 0.35
+"""Safety term on a compute buffer mtpstudio cannot replay: the fitted estimate plus 35 %.
+
+Against the replays (which match the engine's log allocation by allocation) the fitted
+formula comes out at most 17.3 % low on the model widths of the accuracy table (llama,
+qwen2, qwen3, qwen3moe, gemma3, glm4moe, qwen35, qwen35moe; ubatch 128-2048, ctx 4k-128k,
+flash attention on and off, f16 and quantized caches: ``tests/test_trunk_graph.py``); on
+architectures it does not model, loaded by the real engine, at most 19.5 % low (phi3;
+``benchmarks/arch_accuracy.py``).
+35 % keeps at least 8 % above the worst of them."""
+
+
+def replays_trunk(model: ModelInfo, shape: ComputeShape) -> bool:
+    """True when upstream's trunk buffer for ``shape`` is replayed, not fitted."""
+    return replays_trunk_graph(model) or replays_hybrid_graph(model, shape)
+
+
+def unmodelled_reason(model: ModelInfo, shape: ComputeShape) -> str | None:
+    """Why the trunk buffer is not replayed (``None`` when it is)."""
+    if replays_trunk(model, shape):
+        return None
+    return f"mtpstudio does not model {model.architecture}'s compute graph"
+
+
+def with_safety_margin(fitted: int) -> int:
+    """A fitted compute buffer plus the safety term for graphs that are not replayed."""
+    return int(fitted * (1 + UNMODELLED_COMPUTE_MARGIN))
+
+
+def replays_hybrid_graph(model: ModelInfo, shape: ComputeShape) -> bool:
+    """True when the hybrid trunk's buffer is replayed (``hybrid_graph``: Qwen3.5/3.6)."""
+    return model.architecture in HYBRID_GRAPH_ARCHITECTURES and bool(model.recurrent_layers)
+
+
+def swa_cells(model: ModelInfo, n_ctx_seq: int, n_ubatch: int) -> int:
+    """Cells of the sliding-window cache (0 without one): the window plus a ubatch, padded
+    to 256, at most the full cache (``llama_kv_cache_iswa``)."""
+    if not sliding_window_layers(model):
+        return 0
+    return min(n_ctx_seq, pad_to(model.sliding_window + n_ubatch, 256))
 
 
 def compute_bytes(
@@ -219,40 +294,53 @@ def compute_bytes(
     their attention node's extra bytes (CUDA's F16 copies of a converted K/V).
     """
     k_rot, v_rot = rotation_sides(model, shape)
+    cache_types = (shape.type_k, shape.type_v)
     if not recurrent and replays_nextn_graph(model, shape):
+        if model.architecture in NEXTN_BLOCK_ARCHITECTURES:
+            return nextn_block_compute_bytes(
+                model,
+                TrunkShape(
+                    pad_to(shape.n_tokens, shape.n_seq),
+                    shape.n_outputs,
+                    shape.n_kv,
+                    flash_attn=shape.flash_attn,
+                    k_rot=k_rot,
+                    v_rot=v_rot,
+                    n_seqs=shape.n_seq,
+                    cache_types=cache_types,
+                ),
+                rules,
+            )
         return nextn_compute_bytes(
             model,
-            shape.n_tokens,
+            pad_to(shape.n_tokens, shape.n_seq),  # the reservation splits it evenly
             shape.n_kv,
             shape.n_outputs,
             k_rot=k_rot,
             v_rot=v_rot,
+            n_seqs=shape.n_seq,
             rules=rules,
-            cache_types=(shape.type_k, shape.type_v),
+            cache_types=cache_types,
         )
+    if recurrent and replays_trunk(model, shape):
+        graph = TrunkShape(
+            pad_to(shape.n_tokens, shape.n_seq),  # the reservation splits it evenly
+            shape.n_outputs,
+            shape.n_kv,
+            swa_cells(model, shape.n_kv, shape.n_tokens),
+            shape.flash_attn,
+            k_rot,
+            v_rot,
+            shape.n_rs_seq,
+            shape.n_seq,
+            cache_types,
+        )
+        if replays_trunk_graph(model):
+            return trunk_compute_bytes(model, graph, rules)
+        return hybrid_compute_bytes(model, graph, rules)
     # the rotation matrices are inputs, read by every attention layer: live all along
     rotation = F32 * (k_rot * k_rot + v_rot * v_rot)
-    fitted = rotation + _fitted_compute_bytes(model, shape, recurrent=recurrent, rules=rules)
-    if (
-        recurrent
-        and model.recurrent_layers
-        and model.architecture in NEXTN_GRAPH_ARCHITECTURES
-        and shape.n_seq == 1
-    ):
-        # at a small ubatch the first delta-net block, replayed, is the larger peak
-        prefix = delta_net_peak_bytes(
-            model,
-            shape.n_tokens,
-            shape.n_kv,
-            shape.n_outputs,
-            n_rs_seq=shape.n_rs_seq,
-            k_rot=k_rot,
-            v_rot=v_rot,
-            flash_attn=shape.flash_attn,
-            rules=rules,
-        )
-        return max(fitted, prefix)
-    return fitted
+    return rotation + _fitted_compute_bytes(model, shape, recurrent=recurrent, rules=rules)
 
 
 def _fitted_compute_bytes(

@@ -18,7 +18,9 @@ class Trust(StrEnum):
     """Follows the engine's source for this backend (the pinned ggml-cuda: alignment, padding,
     attention copies, graph rewrites), but was not measured on this kind of device."""
     ESTIMATE = "estimate"
-    """A fitted or assumed figure (compute buffers, CUDA context, desktop, other processes)."""
+    """A fitted or assumed figure: CUDA context, desktop, other processes, a replayed compute
+    buffer on a backend where its replay was never checked, and the compute buffer of a graph
+    mtpstudio does not replay (planned with ``terms.UNMODELLED_COMPUTE_MARGIN`` on top)."""
 
 
 # Byte formulas that do not depend on the backend: verified to 0.01 MiB on the upstream CPU
@@ -80,7 +82,8 @@ TRUST_MEANINGS = {
     Trust.MEASURED: "this engine build logged this figure on this device at a launch",
     Trust.SOURCE: "follows the engine's source for this backend (CUDA), not measured on such a "
     "device",
-    Trust.ESTIMATE: "fitted or assumed",
+    Trust.ESTIMATE: "fitted or assumed (a compute buffer mtpstudio does not replay carries a "
+    "safety margin, said under Warnings)",
 }
 """What each level means, in the words the plan report and the GUI legend use."""
 

@@ -1094,6 +1094,13 @@ class _Keys:
         return max(values)
 
 
+def _number(value: MetaValue | None) -> float:
+    """A float key's value (0 when absent or not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value)
+
+
 def _short(value: MetaValue) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -1224,6 +1231,10 @@ def model_info_from_gguf(g: GgufFile) -> ModelInfo:
         ssm_state_size=keys.integer(f"{arch}.ssm.state_size"),
         ssm_time_step_rank=keys.integer(f"{arch}.ssm.time_step_rank"),
         ssm_group_count=keys.integer(f"{arch}.ssm.group_count"),
+        sliding_window=keys.integer(f"{arch}.attention.sliding_window"),
+        n_dense_lead=keys.integer(f"{arch}.leading_dense_block_count"),
+        expert_weights_norm=g.metadata.get(f"{arch}.expert_weights_norm") is True,
+        expert_weights_scale=_number(g.metadata.get(f"{arch}.expert_weights_scale")),
         file_size=g.file_size,
         full_file_size=g.full_size,
         data_start=sum(g.data_offsets),

@@ -70,6 +70,10 @@ class ModelInfo:
     ssm_state_size: int = 0
     ssm_time_step_rank: int = 0
     ssm_group_count: int = 0
+    sliding_window: int = 0
+    n_dense_lead: int = 0  # leading layers with a dense FFN before the MoE ones (GLM-4.5)
+    expert_weights_norm: bool = False
+    expert_weights_scale: float = 0.0
     file_size: int = 0
     full_file_size: int = 0  # what file_size is once every tensor's data is there (0: unknown)
     data_start: int = 0  # bytes of header before the tensor data (all parts together)

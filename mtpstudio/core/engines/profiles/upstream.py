@@ -90,6 +90,7 @@ MEMORY = EngineMemoryFacts(
     fit_changes_ctx=True,
     fit_ctx_floor=4096,
     rollback_architectures=frozenset({"qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe"}),
+    sliding_window_cache=True,
     fit_counts_mtp_block=True,
     fit_splits_layers=True,
     fit_moves_layers_of_moe=True,

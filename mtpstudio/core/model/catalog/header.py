@@ -177,6 +177,12 @@ def write_card_header(spec: ModelCardSpec, path: Path) -> None:
             tensor.n_bytes,
             raw_dtype=tensor.ggml_type,
         )
+    write_header_only(writer, path)
+
+
+def write_header_only(writer: GGUFWriter, path: Path) -> None:
+    """Write ``writer``'s metadata and tensor table to ``path``, padded to where the tensor
+    data would start, and close it."""
     try:
         writer.write_header_to_file(path)
         writer.write_kv_data_to_file()

@@ -1,0 +1,223 @@
+"""The trunk's worst-case graph of the Qwen3.5/3.6 hybrids (``qwen35``, ``qwen35moe``).
+
+Every ``full_attention_interval``-th layer is gated full attention (a query with its output
+gate, Q/K norms, multi-section RoPE); the others are gated delta-nets: the QKV projection runs
+through a short causal convolution whose window starts with the stored conv state, the gated
+delta-net op reads the stored recurrent state and writes the attention rows followed by one
+final state per kept copy (with MTP, one per draft position), and the output is normed, gated
+by a second projection and projected back. The FFN is routed experts plus a gated shared expert
+(``qwen35moe``) or a dense SwiGLU (``qwen35``). With several slots the ubatch is split over
+their sequences, each with its own states. The tensors follow upstream 11434's
+``src/models/qwen35{,moe}.cpp`` and ``delta-net-base.cpp`` in the engine's order (checked
+against its allocator traces, ``tests/fixtures/engine_logs``); ``graph_alloc`` replays them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from mtpstudio.core.memory.graph_alloc import (
+    CPU_RULES,
+    F32,
+    I32,
+    I64,
+    BackendRules,
+    GraphBuilder,
+    ModelDims,
+    Tensor,
+)
+from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
+from mtpstudio.core.memory.trunk_graph import (
+    AttentionInputs,
+    KvInputs,
+    TrunkShape,
+    kv_attention,
+    largest_reservation,
+    replayed_layers,
+)
+from mtpstudio.core.model.info import ModelInfo
+
+HYBRID_GRAPH_ARCHITECTURES = frozenset({"qwen35", "qwen35moe"})
+
+
+@dataclass(frozen=True)
+class HybridDims:
+    """The model sizes the hybrid trunk reads, and which layers are recurrent."""
+
+    sizes: ModelDims
+    n_layer: int
+    recurrent_layers: frozenset[int]
+
+    @classmethod
+    def of(cls, model: ModelInfo) -> HybridDims:
+        return cls(ModelDims.of(model), model.n_layer, frozenset(model.recurrent_layers))
+
+
+def hybrid_trunk_graph(dims: HybridDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
+    """(leafs, nodes) of the trunk's graph for one ubatch, in the engine's order."""
+    m = dims.sizes
+    g = GraphBuilder()
+    w = g.weight
+    t = shape.n_tokens
+    embd = F32 * m.n_embd * t
+
+    # inputs, in the order the engine's graph reaches them (its leaf order): the attention
+    # inputs with the first attention layer, the output rows after the last layer
+    tokens = g.input("inp_tokens", I32 * t)
+    g.input("inp_embd", embd)
+    mixed_tokens = g.input("inp_mixed_tokens", I32 * t)
+    mixed_slots = g.input("inp_mixed_slots", I64 * t)
+    mixed_embd = g.input("inp_mixed_embd", embd)
+    rs_copy = g.input("rs_s_copy", I32 * shape.n_seqs)
+    heads = (m.key_length, m.key_length, m.n_head_kv)
+    attention = AttentionInputs(g, shape, m.key_length * m.n_head_kv, 4, head_dims=heads)
+
+    # the lookups into the token embedding (kept in system memory) run on the host
+    x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens, host=True)
+    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens, host=True)
+    mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
+    # one branch of the input select: the written rows keep `mixed` alive
+    g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
+
+    for il in range(dims.n_layer):
+        attn_norm = g.op("attn_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, x), w)
+        if il in dims.recurrent_layers:
+            cur = _delta_net(g, m, shape, attn_norm, rs_copy)
+        else:
+            cache = attention.cache("", shape.n_kv)
+            cur = _gated_attention(g, m, shape, attn_norm, attention.position(), cache)
+        residual = g.op("attn_residual", "ADD", embd, cur, x)
+        post = g.op("attn_post_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, residual), w)
+        ffn = _moe_ffn(g, m, post, t) if m.is_moe else _swiglu_ffn(g, post, m.ffn_length, t, embd)
+        x = g.op("l_out", "ADD", embd, ffn, residual)
+
+    # the post-norm hidden state of every token is an output (the MTP seed), then the rows
+    # of the outputs go through the LM head
+    h = g.op("h_nextn", "MUL", embd, g.op("norm", "RMS_NORM", embd, x), w, out=True)
+    out_ids = g.input("out_ids", I32 * shape.n_outputs)
+    rows_out = F32 * m.n_embd * shape.n_outputs
+    head = g.op("result_norm", "GET_ROWS", rows_out, h, out_ids, out=True)
+    g.op("result_output", "MUL_MAT", F32 * m.vocab_size * shape.n_outputs, w, head, out=True)
+    return g.leafs, g.nodes
+
+
+def _copy_to_cache(g: GraphBuilder, src: Tensor, cache: Tensor) -> None:
+    """A CPY of ``src`` into a view of the recurrent cache (no memory here; the cache's view,
+    outside the compute buffer, is left out)."""
+    g.write("cache_copy", "CPY", cache, src)
+
+
+def _delta_net(
+    g: GraphBuilder, m: ModelDims, shape: TrunkShape, attn_norm: Tensor, rs_copy: Tensor
+) -> Tensor:
+    """build_layer_attn_linear: conv window, gated delta-net, gated norm, output projection."""
+    w = g.weight
+    t = shape.n_tokens
+    seqs = shape.n_seqs
+    conv_width = 2 * m.ssm_state_size * m.ssm_group_count + m.ssm_inner_size
+    heads = m.ssm_inner_size // m.ssm_state_size
+    state = F32 * m.ssm_state_size * m.ssm_inner_size * seqs  # one per sequence
+    inner = F32 * m.ssm_inner_size * t
+    cache_r = Tensor("cache_r", "NONE", 0, external=True)
+    cache_s = Tensor("cache_s", "NONE", 0, external=True)
+
+    # conv window: the stored conv states of the sequence, then this ubatch's QKV
+    kept = F32 * (m.ssm_conv_kernel - 1) * conv_width * seqs
+    conv_states = g.op("conv_states", "GET_ROWS", kept, cache_r, rs_copy)
+    states_3d = g.view("conv_states_3d", conv_states, kept)
+    _copy_to_cache(g, g.view("conv_states_saved", conv_states, kept), cache_r)
+    qkv = g.op("qkv_mixed", "MUL_MAT", F32 * conv_width * t, w, attn_norm)
+    qkv_t = g.view("qkv_mixed_transposed", qkv, qkv.nbytes)
+    window = F32 * conv_width * (t + (m.ssm_conv_kernel - 1) * seqs)
+    conv_input = g.op("conv_input", "CONCAT", window, states_3d, qkv_t)
+    for i in range(1 + shape.n_rs_seq):  # the conv state each kept copy starts from
+        _copy_to_cache(g, g.view(f"conv_input_tail_{i}", conv_input, 0), cache_r)
+    ssm_states = g.op("ssm_states", "GET_ROWS", state, cache_s, rs_copy)
+    state_in = g.view("state_predelta", ssm_states, ssm_states.nbytes)
+    _copy_to_cache(g, g.view("ssm_states_saved", ssm_states, ssm_states.nbytes), cache_s)
+
+    conv_out = g.op("conv_output_raw", "SSM_CONV", F32 * conv_width * t, conv_input, w)
+    conv_act = g.op("conv_output_silu", "UNARY", conv_out.nbytes, conv_out)
+    qk = F32 * m.ssm_state_size * m.ssm_group_count * t
+    q_norm = g.op("q_norm", "RMS_NORM", qk, g.view("q_conv", conv_act, qk))
+    q = g.op("q_conv_predelta", "SCALE", qk, q_norm)
+    k_norm = g.op("k_norm", "RMS_NORM", qk, g.view("k_conv", conv_act, qk))
+    k = g.op("k_conv_predelta", "SCALE", qk, k_norm)
+    v = g.view("v_conv_predelta", conv_act, inner)
+    per_head = F32 * heads * t
+    alpha = g.view("alpha", g.op("alpha_proj", "MUL_MAT", per_head, w, attn_norm), per_head)
+    biased = g.op("alpha_biased", "ADD", per_head, alpha, w)
+    softplus = g.op("a_softplus", "UNARY", per_head, biased)
+    gate = g.view("gate_3d", g.op("gate", "MUL", per_head, softplus, w), per_head)
+    beta_raw = g.view("beta", g.op("beta_proj", "MUL_MAT", per_head, w, attn_norm), per_head)
+    beta = g.op("beta_sigmoid", "UNARY", per_head, beta_raw)
+    # the output: the attention rows, then the final state and one per draft position
+    out = inner + state * (1 + shape.n_rs_seq)
+    gdn = g.op("delta_net_out", "GATED_DELTA_NET", out, q, k, v, gate, beta, state_in)
+    rows = g.view("attn_output", gdn, inner)
+    _copy_to_cache(g, g.view("new_states", gdn, 0), cache_s)
+
+    # gated norm: norm(rows) * silu(z), z projected from the block input only now
+    normed = g.op("ssm_norm", "MUL", inner, g.op("norm", "RMS_NORM", inner, rows), w)
+    z = g.view("z_4d", g.op("z", "MUL_MAT", inner, w, attn_norm), inner)
+    gated = g.op("gated", "MUL", inner, normed, g.op("z_silu", "UNARY", inner, z))
+    final = g.view("final_output", gated, inner)
+    out_proj = g.op("linear_attn_out", "MUL_MAT", F32 * m.n_embd * t, w, final)
+    return g.view("linear_attn_out_2d", out_proj, out_proj.nbytes)
+
+
+def _gated_attention(
+    g: GraphBuilder,
+    m: ModelDims,
+    shape: TrunkShape,
+    attn_norm: Tensor,
+    pos: Tensor,
+    cache: KvInputs,
+) -> Tensor:
+    """build_layer_attn: the query with its output gate, Q/K norms, RoPE, attention, gate."""
+    w = g.weight
+    t = shape.n_tokens
+    d = m.key_length
+    q = F32 * d * m.n_head * t
+    kv = F32 * d * m.n_head_kv * t
+    q_full = g.op("Qcur_full", "MUL_MAT", 2 * q, w, attn_norm)
+    q_view = g.view("Qcur", q_full, q)
+    q_cur = g.op("Qcur_normed", "MUL", q, g.op("norm", "RMS_NORM", q, q_view), w)
+    q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, pos), cache.k_rot)
+    v_cur = g.view("Vcur", g.op("Vcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
+    v_cur = _rotated(g, v_cur, cache.v_rot)
+    k_raw = g.view("Kcur", g.op("Kcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
+    k_cur = g.op("Kcur_normed", "MUL", kv, g.op("norm", "RMS_NORM", kv, k_raw), w)
+    k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, pos), cache.k_rot)
+    attn = kv_attention(g, cache, q_rope, k_rope, v_cur, q, m.n_head, shape)
+    pregate = _rotated(g, attn, cache.v_rot)  # a view with flash attention, else the CONT
+    gate = g.op("gate_reshaped", "CONT", q, g.view("gate", q_full, q))
+    gated = g.op("attn_gated", "MUL", q, pregate, g.op("gate_sigmoid", "UNARY", q, gate))
+    return g.op("attn_output", "MUL_MAT", F32 * m.n_embd * t, w, gated)
+
+
+def hybrid_compute_bytes(
+    model: ModelInfo, shape: TrunkShape, rules: BackendRules = CPU_RULES
+) -> int:
+    """The trunk's compute buffer: the largest of its ubatch graph and its one-token graph,
+    on the backend ``rules`` describe."""
+    return _hybrid_bytes(HybridDims.of(model), shape, rules)
+
+
+@lru_cache(maxsize=512)
+def _hybrid_bytes(dims: HybridDims, shape: TrunkShape, rules: BackendRules) -> int:
+    period = _period(dims)
+    n = replayed_layers(dims.n_layer, period, 2 * period)
+    short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
+    return largest_reservation(lambda s: hybrid_trunk_graph(short, s), shape, rules)
+
+
+def _period(dims: HybridDims) -> int:
+    """The layer pattern's period (the attention interval), or the layer count if the
+    pattern does not repeat."""
+    rec = dims.recurrent_layers
+    attn = [i for i in range(dims.n_layer) if i not in rec]
+    period = attn[0] + 1 if attn else 1
+    repeats = all((i in rec) == (i + period in rec) for i in range(dims.n_layer - period))
+    return period if repeats else dims.n_layer

@@ -25,6 +25,13 @@ def gb_gib(n_bytes: int) -> str:
     return f"{n_bytes / 1e9:.2f} GB ({n_bytes / GIB:.2f} GiB)"
 
 
+def signed_mib(delta_mib: float) -> str:
+    """A difference in MiB to two decimals with its sign; one that rounds to zero is "0.00"
+    (not "-0.00" or "+0.00")."""
+    rounded = round(delta_mib, 2)
+    return "0.00" if rounded == 0 else f"{rounded:+,.2f}"
+
+
 def error_sentence(exc: BaseException) -> str:
     """One readable sentence for an exception (core errors carry their own wording)."""
     if isinstance(exc, MtpStudioError):

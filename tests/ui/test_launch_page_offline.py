@@ -30,6 +30,7 @@ def page(make_wizard: WizardFactory, tmp_path: Path) -> LaunchPage:
 
 def outcome_for(page: LaunchPage, **kw: object) -> BenchOutcome:
     report = sample_report(**kw)  # type: ignore[arg-type]
+    report.plan_json = page.state.plan.to_json()  # a run of the wizard's plan
     run_id = page.history.add_report(report, "bench")
     runs = tuple(e for e in page.history.entries() if e.kind == "bench")
     return BenchOutcome(report, tuple(diagnose(report, None)), run_id, runs)
@@ -129,3 +130,49 @@ def test_the_page_opens_on_the_latest_stored_run(page: LaunchPage) -> None:
     assert page.bench_tab.tok_chart.series[0].values == (70.0, 60.0)
     assert [n.tone for n in page.bench_tab.finding_notices] == [Tone.BAD]  # drafts asked, none came
     assert page.shown_run_id == latest.run_id and page.bench_tab.export_button.isEnabled()
+
+
+def _stored(page: LaunchPage, label: str, plan: Plan) -> int:
+    report = sample_report(label=label)
+    report.plan_json = plan.to_json()
+    return page.history.add_report(report, "bench")
+
+
+def test_the_page_opens_on_this_plans_latest_run_never_another_plans(page: LaunchPage) -> None:
+    """Issue 25 item 8: page 7 opened on the latest stored run, whatever plan it measured."""
+    mine = page.state.plan
+    other = plan_with(mine, {"runtime.ctx": 8192})
+    assert other != mine
+    first = _stored(page, "mine", mine)
+    _stored(page, "other", other)  # the newest run is another plan's
+    page.bench_tab.results.setRowCount(0)
+    page.show_history(tuple(e for e in page.history.entries() if e.kind == "bench"))
+    assert page.shown_run_id == first
+    assert f"Last stored run {first} (mine," in page.bench_tab.summary.text()
+
+
+def test_with_only_other_plans_runs_the_page_says_so_and_shows_none(page: LaunchPage) -> None:
+    other = plan_with(page.state.plan, {"runtime.ctx": 8192})
+    _stored(page, "other", other)
+    _stored(page, "other 2", other)
+    page.bench_tab.results.setRowCount(0)
+    page.show_history(tuple(e for e in page.history.entries() if e.kind == "bench"))
+    assert page.shown_run_id is None and page.bench_tab.results.rowCount() == 0
+    text = page.bench_tab.summary.text()
+    assert text.startswith("No stored run of this plan yet (2 runs of other plans under Compare")
+    assert page.compare_tab.history_chart.series[0].values  # they stay listed there
+
+
+def test_a_difference_that_rounds_to_zero_is_not_negative() -> None:
+    """Issue 25 item 8: the Memory tab showed "-0.00" for a segment logged 0.004 MiB under."""
+    from mtpstudio.core.server.reconcile import ReconcileRow, Reconciliation
+    from mtpstudio.ui.pages.launch_memory import MemoryTab
+
+    tab = MemoryTab()
+    rows = (
+        ReconcileRow("weights", "CPU", 81.084, 81.080),
+        ReconcileRow("kv_cache", "CPU", 4.0, 6.5),
+    )
+    tab.show_reconciliation(Reconciliation("b", "CPU", rows), None)
+    cells = [tab.memory.item(r, 4).text() for r in range(tab.memory.rowCount())]
+    assert cells == ["0.00", "+2.50", "+2.50"]

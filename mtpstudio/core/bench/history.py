@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +15,7 @@ from mtpstudio.core.bench.report import render_csv, render_markdown
 from mtpstudio.core.bench.results import BenchReport
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.paths import data_dir
+from mtpstudio.core.plan import Plan
 from mtpstudio.core.state_files import StateFileError, parse_json
 
 log = logging.getLogger(__name__)
@@ -308,3 +309,10 @@ def export_entry(entry: HistoryEntry, fmt: str) -> str:
             f"benchmark run {entry.id} in the history has a report that cannot be shown as {fmt}",
             hint=f"`mtpstudio bench show {entry.id} --format json` prints what is stored.",
         ) from None
+
+
+def runs_of_plans(entries: Sequence[HistoryEntry], plans: Sequence[Plan]) -> list[HistoryEntry]:
+    """The stored runs (oldest first) that benchmarked one of ``plans`` — the wizard's plan and
+    the plan it resolves to (a run stores what was launched, e.g. with MTP auto decided)."""
+    wanted = [plan.model_dump(mode="json") for plan in plans]
+    return [entry for entry in entries if entry.plan is not None and entry.plan in wanted]

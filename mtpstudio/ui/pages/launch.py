@@ -31,11 +31,12 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.bench.history import BenchHistory, HistoryEntry, export_entry
+from mtpstudio.core.bench.history import BenchHistory, HistoryEntry, export_entry, runs_of_plans
 from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.planning import resolve
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import HealthAnswer
 from mtpstudio.core.server.process import ProcessOutcome
@@ -442,8 +443,28 @@ class LaunchPage(PlanPage):
     def show_history(self, runs: Sequence[HistoryEntry]) -> None:
         self.history_runs = tuple(runs)
         self.compare_tab.show_runs(self.history_runs, self._latest_id())
-        if self.bench is None and self.history_runs and self.bench_tab.results.rowCount() == 0:
-            self.show_stored(self.history_runs[-1])
+        if self.bench is not None or self.bench_tab.results.rowCount() != 0:
+            return
+        mine = runs_of_plans(self.history_runs, self._plan_forms())
+        if mine:  # the page opens on the latest run of this plan, never on another plan's
+            self.show_stored(mine[-1])
+        elif self.history_runs:
+            n = len(self.history_runs)
+            self.bench_tab.summary.setText(
+                f"No stored run of this plan yet ({n} run{'s' if n != 1 else ''} of other plans "
+                "under Compare & history). Start the server, then run the benchmark."
+            )
+
+    def _plan_forms(self) -> list[Plan]:
+        """The wizard's plan and the plan it launches as (what a stored run records)."""
+        plan = self.state.plan
+        pctx = self.state.context()
+        if pctx is None:
+            return [plan]
+        try:
+            return [plan, resolve(plan, pctx).effective]
+        except MtpStudioError:
+            return [plan]
 
     def _latest_id(self) -> int | None:
         if self.bench is not None and self.bench.run_id is not None:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.server.reconcile import Reconciliation
+from mtpstudio.ui.formatting import signed_mib
 
 MEMORY_COLUMNS = ("Segment", "Device", "Predicted MiB", "Logged MiB", "Difference")
 
@@ -63,7 +64,7 @@ class MemoryTab(QWidget):
         )
         self.memory.setRowCount(len(rows))
         for i, (segment, device, predicted, actual, delta) in enumerate(rows):
-            cells = [segment, device, f"{predicted:,.2f}", f"{actual:,.2f}", f"{delta:+,.2f}"]
+            cells = [segment, device, f"{predicted:,.2f}", f"{actual:,.2f}", signed_mib(delta)]
             for j, text_cell in enumerate(cells):
                 item = QTableWidgetItem(text_cell)
                 if j >= 2:

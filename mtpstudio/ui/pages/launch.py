@@ -36,7 +36,6 @@ from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan, plan_with
-from mtpstudio.core.planning import resolve
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import HealthAnswer
 from mtpstudio.core.server.process import ProcessOutcome
@@ -456,15 +455,12 @@ class LaunchPage(PlanPage):
             )
 
     def _plan_forms(self) -> list[Plan]:
-        """The wizard's plan and the plan it launches as (what a stored run records)."""
-        plan = self.state.plan
-        pctx = self.state.context()
-        if pctx is None:
-            return [plan]
-        try:
-            return [plan, resolve(plan, pctx).effective]
-        except MtpStudioError:
-            return [plan]
+        """The wizard's plan and the plan it launches as (what a stored run records), the latter
+        from the page's cached evaluation."""
+        evaluation = self.state.evaluation()
+        result = evaluation.result if evaluation is not None else None
+        effective = result.effective if result is not None else None
+        return [self.state.plan] + ([effective] if effective is not None else [])
 
     def _latest_id(self) -> int | None:
         if self.bench is not None and self.bench.run_id is not None:

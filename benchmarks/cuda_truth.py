@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--budget", type=float, default=570.0, help="seconds this call may take")
         p.add_argument("--out", help="where the archive and logs go (default $OUT)")
         p.add_argument("--cpu", action="store_true", help="no CUDA: the dry run")
-        p.add_argument("--table", choices=("full", "short", "dry"), help="which loads")
+        p.add_argument("--table", choices=("full", "short", "growth", "dry"), help="which loads")
         p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
         p.add_argument("--sdist", type=Path, help="the pinned sdist (default .cuda-kit/)")
         p.add_argument("--binary", help="use this llama-server instead of building one")

@@ -44,12 +44,26 @@ Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class Probe:
+    """A request sent after the first prompt, with the GPU read after it: ``fill`` sends a
+    prompt of ``tokens`` token ids (the cache filled that far), ``decode`` generates ``tokens``
+    tokens from a short prompt (tokens/s, and draft acceptance under MTP)."""
+
+    kind: str
+    tokens: int
+
+
+@dataclass(frozen=True)
 class KitLoad:
-    """One load of the kit: a card, a configuration, and for ``--fit`` the card it emulates."""
+    """One load of the kit: a card, a configuration, for ``--fit`` the card it emulates, the
+    engine switches set in the server's environment, and the probes sent after the first
+    prompt."""
 
     card: str
     config: LoadConfig
     emulate_mib: int | None = None  # --fit on as if the card had this many MiB
+    env: tuple[tuple[str, str], ...] = ()
+    probes: tuple[Probe, ...] = ()
 
     @property
     def slug(self) -> str:
@@ -78,10 +92,50 @@ def _fit(name: str, ctx: int, emulate_mib: int) -> KitLoad:
     return KitLoad(CARD_35B, config, emulate_mib)
 
 
+NO_GRAPHS = (("GGML_CUDA_DISABLE_GRAPHS", "1"),)
+FILLS = (Probe("fill", 8192), Probe("fill", 32768), Probe("fill", 100_000))
+DECODES = (Probe("decode", 256), Probe("decode", 256))  # the first one captures the graphs
+
+
+def _growth(name: str, ctx: int, **kw: Any) -> LoadConfig:
+    return _gpu(LoadConfig(name, ctx, **kw))
+
+
+def growth_loads() -> tuple[KitLoad, ...]:
+    """What the first GPU run could not answer about the growth after the load, the loads that
+    decide the rules first: the 35B at 4k with ``-ub 512`` (the baseline on this card) and
+    ``-ub 16`` (no batch reaches cuBLAS), without CUDA graphs, with every kernel loaded at
+    init; MTP on with a 256-token decode twice (tokens/s and acceptance, graphs on and off);
+    then 8k/32k/100k of a 128k context filled, flash attention on and off."""
+    c = CARD_35B
+    return (
+        KitLoad(c, _growth("off 4k f16", 4096)),
+        KitLoad(c, _growth("off 4k f16 ub16", 4096, ubatch=16)),
+        KitLoad(c, _growth("off 4k f16 no graphs", 4096), env=NO_GRAPHS),
+        KitLoad(c, _growth("off 4k f16 eager", 4096), env=(("CUDA_MODULE_LOADING", "EAGER"),)),
+        KitLoad(c, _growth("on dmax3 4k f16 decode", 4096, mtp=3), probes=DECODES),
+        KitLoad(
+            c,
+            _growth("on dmax3 4k f16 decode no graphs", 4096, mtp=3),
+            env=NO_GRAPHS,
+            probes=DECODES,
+        ),
+        KitLoad(c, _growth("off 128k q8_0 fills", 131072, ctk="q8_0", ctv="q8_0"), probes=FILLS),
+        KitLoad(
+            c,
+            _growth("off 128k q8_0 fills fa off", 131072, ctk="q8_0", ctv="q8_0", fa="off"),
+            probes=FILLS,
+        ),
+        KitLoad(c, _growth("on dmax3 4k f16 ub16", 4096, mtp=3, ubatch=16)),
+        KitLoad(CARD_27B, _growth("on dmax3 4k f16 decode", 4096, mtp=3), probes=DECODES),
+    )
+
+
 def table(name: str) -> tuple[KitLoad, ...]:
     """The loads of table ``name``: ``full`` (every full-size row on the GPU, two ``--fit``
-    rows emulating a 12 and a 16 GB card), ``short`` (five of them), ``dry`` (two CPU loads of
-    the 35B card, MTP off and on: the whole path on any machine)."""
+    rows emulating a 12 and a 16 GB card), ``short`` (five of them), ``growth`` (the growth
+    loads, then the fit rows, then the rest of ``full`` not loaded already), ``dry`` (two CPU
+    loads of the 35B card, MTP off and on: the whole path on any machine)."""
     full = tuple(KitLoad(CARD_35B, _gpu(c)) for c in FULLSIZE[CARD_35B])
     fits = (
         _fit("fit 12 GB dmax3 32k q8_0/q8_0", 32768, 12282),
@@ -90,6 +144,11 @@ def table(name: str) -> tuple[KitLoad, ...]:
     full += fits + tuple(KitLoad(CARD_27B, _gpu(c)) for c in FULLSIZE[CARD_27B])
     if name == "full":
         return full
+    if name == "growth":
+        first = growth_loads()
+        taken = {x.slug for x in first}
+        rest = fits + tuple(x for x in full if x not in fits and x.slug not in taken)
+        return first + rest
     if name == "short":
         picks = ("off 4k f16", "on dmax2 16k q8_0/q8_0", "on dmax3 128k q8_0/q8_0")
         return tuple(x for x in full if x.card == CARD_35B and x.config.name in picks) + fits
@@ -235,11 +294,49 @@ def _first_prompt(base_url: str, words: int) -> dict[str, Any]:
     return info
 
 
+def _probe(base_url: str, probe: Probe) -> dict[str, Any]:
+    """Send ``probe``: token ids, so a fill is exactly ``tokens`` cells whatever the vocabulary;
+    greedy and without end of text, so a decode always runs ``tokens`` tokens."""
+    if probe.kind == "fill":
+        body: dict[str, Any] = {"prompt": [1000 + i % 4096 for i in range(probe.tokens)]}
+        body["n_predict"] = 4
+    else:
+        body = {"prompt": [1000 + i for i in range(32)], "n_predict": probe.tokens}
+        body |= {"ignore_eos": True, "temperature": 0.0}
+    body["cache_prompt"] = False
+    started = time.monotonic()
+    info: dict[str, Any] = {"kind": probe.kind, "tokens": probe.tokens}
+    try:
+        r = httpx.post(f"{base_url}/completion", json=body, timeout=400.0)
+        info |= {"ok": r.status_code == 200, "status": r.status_code}
+        if r.status_code == 200:
+            info["timings"] = r.json().get("timings", {})
+        else:
+            info["error"] = r.text[:500]
+    except httpx.HTTPError as exc:
+        info |= {"ok": False, "error": str(exc)}
+    info["seconds"] = round(time.monotonic() - started, 2)
+    return info
+
+
 def fit_target_mib(total_mib: int, emulate_mib: int, margin_mib: int = 1024) -> int:
     """``--fit-target`` that leaves a ``total_mib`` card as much as a card of ``emulate_mib``
     would have: the fit keeps ``free - target`` for itself, and the context, reserved memory
     and desktop-free state of the lent card are the same either way."""
     return max(margin_mib, total_mib - emulate_mib + margin_mib)
+
+
+def _probe_line(result: dict[str, Any]) -> str:
+    used = result.get("process_used_bytes")
+    text = f"process {used / 2**20:,.0f} MiB" if isinstance(used, int) else "process ? MiB"
+    timings = result.get("timings") or {}
+    if result.get("kind") == "decode" and timings:
+        text += f", {timings.get('predicted_per_second') or 0:.1f} tok/s"
+        if timings.get("draft_n"):
+            text += f", accepted {timings.get('draft_n_accepted')}/{timings.get('draft_n')}"
+    elif timings:
+        text += f", prompt {timings.get('prompt_per_second') or 0:.0f} tok/s"
+    return text if result.get("ok") else f"FAILED ({result.get('error', '')[:120]})"
 
 
 def run_one(
@@ -255,6 +352,8 @@ def run_one(
     before = nvml_reading()
     args = load.config.server_args()
     record: dict[str, Any] = {"index": index, "card": load.card, "config": asdict(load.config)}
+    if load.env:
+        record["env"] = dict(load.env)
     if load.emulate_mib is not None:
         gpus = before.get("gpus") or []
         total_bytes = (gpus[0].get("memory") or {}).get("total_bytes") if gpus else None
@@ -272,10 +371,30 @@ def run_one(
         record["process_used_bytes"] = {
             k: process_used_bytes(readings[k], pid) for k in ("loaded", "after_prompt")
         }
+        probes = []
+        for probe in load.probes:
+            try:
+                result = _probe(base_url, probe)
+            except Exception as exc:  # a probe never ends the run
+                result = {"kind": probe.kind, "tokens": probe.tokens, "ok": False}
+                result["error"] = f"{type(exc).__name__}: {exc}"
+            reading = nvml_reading()
+            result["process_used_bytes"] = process_used_bytes(reading, pid)
+            result["nvml"] = reading
+            probes.append(result)
+            say(f"  probe {probe.kind} {probe.tokens}: {_probe_line(result)}")
+        if probes:
+            record["probes"] = probes
 
     started = time.monotonic()
     _text, loaded = load_log(
-        binary, model, args, place.log(index, load), timeout=420.0, while_loaded=look
+        binary,
+        model,
+        args,
+        place.log(index, load),
+        timeout=420.0,
+        while_loaded=look,
+        env_extra=load.env,
     )
     record |= {
         "argv": [binary.name, "-m", model.name, *args],

@@ -40,17 +40,21 @@ def load_log(
     *,
     timeout: float = 300.0,
     while_loaded: Callable[[int, str], None] | None = None,
+    env_extra: Sequence[tuple[str, str]] = (),
 ) -> tuple[str, bool]:
     """Run ``binary -m model`` on a loopback port with ``args``; return (log text, loaded).
 
     ``loaded`` is False when the server exited or timed out before its model was loaded; the
     log then says why. ``while_loaded(pid, base_url)`` runs once the model is loaded, before
-    the server is stopped (to read its memory, send it a request).
+    the server is stopped (to read its memory, send it a request). ``env_extra`` is set for
+    the server after the caller's ``LLAMA_*``/``GGML_*`` variables are dropped (an engine switch
+    a load asks for on purpose, such as ``GGML_CUDA_DISABLE_GRAPHS=1``).
     """
     port = _free_port()
     argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
     argv += [str(a) for a in args]
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV)}
+    env.update(dict(env_extra))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     loaded = False
     with open(log_path, "wb") as log:

@@ -11,12 +11,14 @@ from mtpstudio.core.memory.cuda_rules import cuda_overhead_bytes, device_rules
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
+    LayerWeights,
     ModelWeights,
     PartialKind,
     PartialLayer,
     Placement,
     cuda_alloc_size,
     place,
+    residency_for,
     split_weights,
 )
 from mtpstudio.core.memory.terms import (
@@ -38,7 +40,7 @@ from mtpstudio.core.memory.terms import (
 )
 from mtpstudio.core.memory.trunk_graph import NEXTN_BLOCK_ARCHITECTURES, sliding_window_layers
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
-from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo, TensorInfo
 from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
 from mtpstudio.core.units import MIB
 
@@ -362,6 +364,9 @@ def compute_budget(
 
     mtp_kv = mtp_compute = mtp_output = 0
     mtp_on_gpu = mtp_replayed = False
+    # upstream's scheduler on a CUDA card is replayed; elsewhere (other GPU backends,
+    # ik_llama.cpp's scheduler) the copies of RAM weights are estimated
+    scheduled = target.is_cuda and not facts.reserves_all_logits
     if eff.mtp_active:
         if facts.mtp_uses_draft_cache_types:
             dk, dv = plan.mtp.cache_type_k.value, plan.mtp.cache_type_v.value
@@ -379,15 +384,19 @@ def compute_budget(
             n_seq=max(1, eff.n_seq),
             type_k=dk,
             type_v=dv,
+            top_k=facts.draft_sampler_top_k,
         )
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
-        # experts in RAM: a reservation of 32+ tokens runs them on the GPU, weights copied in
-        offloaded = _offloads(plan, mtp_shape.n_tokens, target) and mtp_on_gpu
-        experts_in_ram = model.n_layer in placement.cpu_expert_layers and model.is_moe
-        experts_here = mtp_on_gpu and (not experts_in_ram or offloaded)
         nextn = weights.layers[model.n_layer] if model.n_layer < len(weights.layers) else None
         ffn = nextn.ffn_tensors if nextn is not None else ()
-        mtp_rules = device_rules(target, model, ffn, experts_on_device=experts_here)
+        # upstream on CUDA: the scheduler's splits and copies replayed (what the MTP block
+        # reads from RAM is copied in for 32+ tokens); elsewhere the copy is estimated below
+        mtp_residency = (
+            residency_for(weights, placement, op_offload=rt.op_offload, layers=[model.n_layer])
+            if scheduled
+            else None
+        )
+        mtp_rules = device_rules(target, model, ffn, residency=mtp_residency)
         mtp_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=mtp_rules)
         # the replays are upstream's draft graphs; ik_llama.cpp's Qwen3.5/3.6 draft matched
         # its log (tests/engines/test_recorded_eras.py), its GLM-4.5 draft was never checked
@@ -401,7 +410,9 @@ def compute_budget(
                 f"draft graph here: its buffer is an estimate planned with a {MARGIN_PCT} % "
                 "safety margin"
             )
-        if offloaded and experts_in_ram and nextn is not None:
+        offloaded = _offloads(plan, mtp_shape.n_tokens, target) and mtp_on_gpu
+        experts_in_ram = model.n_layer in placement.cpu_expert_layers and model.is_moe
+        if not scheduled and offloaded and experts_in_ram and nextn is not None:
             mtp_compute += nextn.expert_gpu_bytes
         mtp_output = output_buffer_bytes(model, eff.n_seq)
         if facts.mtp_layers_in_main_kv:  # the main context keeps the nextn layers' KV as well
@@ -433,9 +444,15 @@ def compute_budget(
     if facts.reserves_all_logits:
         main_compute = compute_bytes_ik(model, main_shape)
     else:
-        # on a CUDA card the trunk's replay takes CUDA's alignment, flash attention's F16
-        # copies and the host token lookup; not its graph_optimize (an estimate there)
-        rules = device_rules(target, model, experts_on_device=False)
+        # on a CUDA card the trunk's replay follows the scheduler (splits, input copies,
+        # weights copied in from RAM) and graph_optimize on each of the card's splits
+        trunk_residency = None
+        if scheduled:
+            trunk = range(model.n_layer)
+            trunk_residency = residency_for(
+                weights, placement, op_offload=rt.op_offload, layers=trunk
+            )
+        rules = device_rules(target, model, _moe_ffn_tensors(weights), residency=trunk_residency)
         main_compute = compute_bytes(model, main_shape, rules=rules)
         main_replayed = replays_trunk(model, main_shape)
         reason = unmodelled_reason(model, main_shape)
@@ -446,7 +463,9 @@ def compute_budget(
                 "safety margin"
             )
     output = output_buffer_bytes(model, eff.n_seq)
-    op_offload = op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
+    op_offload = (
+        0 if scheduled else op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
+    )
     cpu_layers = any(i not in placement.gpu_layers for i in placement.loaded_layers)
 
     load_mode = rt.load_mode
@@ -612,6 +631,12 @@ def op_offload_bytes(
             if EXPERT_TENSOR.match(t.name) and partial.kind.moves(t.name)
         )
     return max(split, max(per_layer, default=0))
+
+
+def _moe_ffn_tensors(weights: ModelWeights) -> tuple[TensorInfo, ...]:
+    """The FFN tensors of the first block with routed experts (the fusions' weight checks)."""
+    first: LayerWeights | None = next((lw for lw in weights.layers if lw.expert_bytes), None)
+    return first.ffn_tensors if first is not None else ()
 
 
 def device_fits(budget: Budget) -> bool:

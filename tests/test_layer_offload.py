@@ -88,7 +88,8 @@ def test_layers_on_the_cpu_take_their_kv_state_and_compute_to_ram(dense: ModelIn
     assert host["kv_cache"] == round(full.parts["kv_cache"] * share)
     assert gpu["kv_cache"] + host["kv_cache"] == full.devices[0].segments["kv_cache"]
     assert gpu["recurrent_state"] + host["recurrent_state"] == full.parts["recurrent_state"]
-    assert host["compute"] > 0 == full.host.segments["compute"]  # the CPU's own graph buffer
+    # the CPU runs its layers' graph too: the host buffer (CUDA_Host) grows beyond the inputs
+    assert host["compute"] > full.host.segments["compute"] > 0
     assert gpu["weights"] < full.devices[0].segments["weights"]
     assert "-ngl 40: layers 26-63, the MTP block and the output layer on the GPU" in " ".join(
         part.warnings
@@ -120,8 +121,9 @@ def test_moe_that_does_not_fit_with_every_expert_in_ram_loses_whole_layers(
     plan = _plan(**{"mtp.enabled": False})
     fit = engine_fit_placement(plan, moe, small, UPSTREAM_FACTS, HOST, w)
     assert fit.n_gpu_layers is not None and 0 < fit.n_gpu_layers < moe.n_layer
-    assert fit.cpu_expert_layers == frozenset(range(moe.block_count))
     budget = compute_budget(plan, moe, small, UPSTREAM_FACTS, HOST, w)
+    # with MTP off upstream's layout (ngl, ngl - 1) leaves no trunk block's experts on the GPU
+    assert frozenset(range(moe.n_layer)) <= budget.placement.cpu_expert_layers
     assert budget.fits
     assert "with every expert in system RAM" in " ".join(budget.warnings)
     # ik's fit moves only experts: it stops instead, and the planner says so

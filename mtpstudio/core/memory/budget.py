@@ -7,8 +7,15 @@ from typing import Any
 
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.mtp import model_mtp_blocker
-from mtpstudio.core.memory.cuda_rules import cuda_overhead_bytes, device_rules
+from mtpstudio.core.memory.cuda_rules import (
+    CC_HOPPER,
+    CudaHostRules,
+    CudaRules,
+    device_rules,
+    parse_cc,
+)
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
+from mtpstudio.core.memory.engine_fit import FitSearch, Layout, layout_placement, upstream_fit
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
     LayerWeights,
@@ -20,6 +27,13 @@ from mtpstudio.core.memory.placement import (
     place,
     residency_for,
     split_weights,
+)
+from mtpstudio.core.memory.runtime_growth import (
+    MEASURED_ON,
+    NO_GROWTH,
+    ContextRun,
+    RuntimeGrowth,
+    runtime_growth,
 )
 from mtpstudio.core.memory.terms import (
     UNMODELLED_COMPUTE_MARGIN,
@@ -64,6 +78,7 @@ DEVICE_SEGMENTS = (
     "desktop",
     "other_processes",
     "driver_overhead",
+    "runtime_growth",
     "margin",
 )
 HOST_SEGMENTS = (
@@ -108,13 +123,14 @@ class DeviceBudget:
         measured: Measured = NOTHING_MEASURED,
         replayed: Measured = NOTHING_MEASURED,
         sourced: Measured = NOTHING_MEASURED,
+        kit: Measured = NOTHING_MEASURED,
     ) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
             "total_bytes": self.total_bytes,
             "segments": dict(self.segments),
-            "segment_trust": device_trust(self.id, self.segments, measured, replayed, sourced),
+            "segment_trust": device_trust(self.id, self.segments, measured, replayed, sourced, kit),
             "free_bytes": self.free_bytes,
             "fits": self.fits,
         }
@@ -182,7 +198,9 @@ class Budget:
     the engine's own load log reports. ``measured`` names the (device, segment) figures a
     stored measurement of the same build on the same device confirmed; ``replayed`` those that
     replay the engine's graph allocator on a backend where the replay matched its trace;
-    ``sourced`` those that follow the engine's source for this backend, unmeasured here.
+    ``sourced`` those that follow the engine's source for this backend, unmeasured here;
+    ``kit`` those the GPU kit measured on a CUDA card of the same kind (``Trust.CUDA``).
+    ``growth``: what the engine process adds after the load (its ``runtime_growth`` segment).
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -194,6 +212,10 @@ class Budget:
     measured: Measured = NOTHING_MEASURED
     replayed: Measured = NOTHING_MEASURED
     sourced: Measured = NOTHING_MEASURED
+    kit: Measured = NOTHING_MEASURED
+    growth: RuntimeGrowth = NO_GROWTH
+    fit: FitPlacement | None = None
+    """What the engine's own fit was expected to decide, where it places the weights."""
 
     @property
     def fits(self) -> bool | None:
@@ -203,11 +225,36 @@ class Budget:
         return None if any(v is None for v in verdicts) else True
 
     def to_json(self, argv: list[str] | None = None) -> dict[str, Any]:
+        growth = self.growth
+        search = self.fit.search if self.fit is not None else None
         return {
             "devices": [
-                d.to_json(self.measured, self.replayed, self.sourced) for d in self.devices
+                d.to_json(self.measured, self.replayed, self.sourced, self.kit)
+                for d in self.devices
             ],
             "host": self.host.to_json(self.measured),
+            "runtime_growth": {
+                "bytes": growth.bytes,
+                "load_bytes": growth.load_bytes,
+                "trust": growth.trust,
+                "parts": [
+                    {"name": p.name, "bytes": p.bytes, "trust": p.trust, "why": p.why}
+                    for p in growth.parts
+                ],
+            },
+            "engine_fit": None
+            if search is None
+            else {
+                "layout": None
+                if search.layout is None
+                else {
+                    "n_layer": search.layout.n_layer,
+                    "n_part": search.layout.n_part,
+                    "overflow": search.layout.overflow,
+                },
+                "target_bytes": search.target,
+                "projected_bytes": search.projected,
+            },
             "argv": list(argv or []),
             "warnings": list(self.warnings),
         }
@@ -310,12 +357,15 @@ def compute_budget(
     weights: ModelWeights | None = None,
     cpu_expert_layers: frozenset[int] | None = None,
     partial: PartialLayer | None = None,
+    *,
+    host_buffers: bool = True,
 ) -> Budget:
     """Predict what the engine allocates for ``plan`` on ``target``.
 
     ``weights`` (from ``ModelWeights.from_model``) makes repeated calls cheap; ``cpu_expert_layers``
     overrides the plan's MoE placement (the fit planner uses it). With ``moe = fit`` the engine's
-    own fit is simulated (see ``engine_fit_layers`` below).
+    own fit is simulated (see ``engine_fit_layers`` below). ``host_buffers=False`` leaves the
+    replays of the ``CUDA_Host`` buffers out (the fit's projections do not count them).
     """
     weights = weights or ModelWeights.from_model(model)
     host = host or HostSpec()
@@ -363,6 +413,7 @@ def compute_budget(
     rs_cpu = rs_row * rows * sum(1 for i in rec if i not in placement.gpu_layers)
 
     mtp_kv = mtp_compute = mtp_output = 0
+    host_compute = mtp_host_compute = 0  # the CUDA_Host buffers (pinned), where replayed
     mtp_on_gpu = mtp_replayed = False
     # upstream's scheduler on a CUDA card is replayed; elsewhere (other GPU backends,
     # ik_llama.cpp's scheduler) the copies of RAM weights are estimated
@@ -398,6 +449,9 @@ def compute_budget(
         )
         mtp_rules = device_rules(target, model, ffn, residency=mtp_residency)
         mtp_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=mtp_rules)
+        if isinstance(mtp_rules, CudaRules) and host_buffers:
+            host_rules = CudaHostRules(device=mtp_rules)
+            mtp_host_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=host_rules)
         # the replays are upstream's draft graphs; ik_llama.cpp's Qwen3.5/3.6 draft matched
         # its log (tests/engines/test_recorded_eras.py), its GLM-4.5 draft was never checked
         mtp_replayed = replays_nextn_graph(model, mtp_shape) and not (
@@ -454,6 +508,8 @@ def compute_budget(
             )
         rules = device_rules(target, model, _moe_ffn_tensors(weights), residency=trunk_residency)
         main_compute = compute_bytes(model, main_shape, rules=rules)
+        if scheduled and isinstance(rules, CudaRules) and host_buffers:
+            host_compute = compute_bytes(model, main_shape, rules=CudaHostRules(device=rules))
         main_replayed = replays_trunk(model, main_shape)
         reason = unmodelled_reason(model, main_shape)
         if reason is not None:
@@ -471,8 +527,13 @@ def compute_budget(
     load_mode = rt.load_mode
     # mmap maps the whole file range of the CPU tensors (the MTP block too, with MTP off)
     cpu_weights = split.cpu_mapped_bytes if load_mode is LoadMode.MMAP else split.cpu_bytes
+    growth = _growth(plan, model, target, facts, eff, placement, mtp_on_gpu, main_shape)
     if target.is_gpu:
         margin = plan.runtime.fit_margin_mib * MIB
+        if fit is not None:
+            # the engine's fit leaves the margin free at the load; what the process adds
+            # after it (and its warm-up) grows into that room
+            margin = max(0, margin - growth.load_bytes - growth.bytes)
         gpu_segments = {
             "weights": split.gpu_bytes,
             "kv_cache": kv_gpu,
@@ -483,8 +544,8 @@ def compute_budget(
             "output": 0,
             "desktop": target.desktop_bytes,
             "other_processes": target.other_bytes,
-            "driver_overhead": target.driver_overhead_bytes
-            + cuda_overhead_bytes(target, contexts=1 + mtp_on_gpu),
+            "driver_overhead": target.driver_overhead_bytes + growth.load_bytes,
+            "runtime_growth": growth.bytes,
             "margin": margin,
         }
         devices = (DeviceBudget(target.id, target.name, target.total_bytes, gpu_segments),)
@@ -495,8 +556,10 @@ def compute_budget(
             "kv_cache": kv_cpu,
             "recurrent_state": rs_cpu,
             "mtp_kv_cache": 0 if mtp_on_gpu else mtp_kv,
-            # the CPU runs the graph of its layers too: its own compute buffer (estimate)
-            "compute": (0 if mtp_on_gpu else mtp_compute) + (main_compute if cpu_layers else 0),
+            # the CPU runs the graph of its layers too: its own compute buffer (estimate), or
+            # on CUDA the replayed CUDA_Host buffers (inputs, host ops, what the CPU runs)
+            "compute": (0 if mtp_on_gpu else mtp_compute)
+            + (host_compute + mtp_host_compute if scheduled else main_compute if cpu_layers else 0),
             "output": output + mtp_output,
             "prompt_cache_max": PROMPT_CACHE_DEFAULT,
         }
@@ -517,6 +580,7 @@ def compute_budget(
             "desktop": 0,
             "other_processes": 0,
             "driver_overhead": 0,
+            "runtime_growth": 0,
             "margin": 0,
         }
         total = target.total_bytes if target.total_bytes is not None else host.total_bytes
@@ -534,7 +598,19 @@ def compute_budget(
         }
     host_budget = HostBudget(host.total_bytes, host.available_bytes, host_segments)
     for d in devices:
-        if d.fits is False and d.free_bytes is not None:
+        if d.fits is False and d.free_bytes is not None and fit is not None and not fit.fails:
+            remedy = surviving_fit_margin(plan, model, target, facts, host, weights)
+            warnings.append(
+                f"the engine's fit with --fit-target {plan.runtime.fit_margin_mib} loads, but "
+                f"the process grows by {(growth.load_bytes + growth.bytes) / MIB:,.0f} MiB after "
+                f"the load and {d.id} is then {-d.free_bytes / MIB:,.0f} MiB short: "
+                + (
+                    f"use --fit-target {remedy} (mtpstudio: fit margin {remedy} MiB)"
+                    if remedy is not None
+                    else "no --fit-target up to 8 GiB more makes it fit: lower the context"
+                )
+            )
+        elif d.fits is False and d.free_bytes is not None:
             warnings.append(
                 f"{d.id} is {-d.free_bytes / MIB:,.0f} MiB short: lower ctx, use a smaller cache "
                 f"type, or move more {'expert layers' if model.is_moe else 'layers'} to the CPU "
@@ -556,9 +632,12 @@ def compute_budget(
         "compute": main_compute,
         "mtp_compute": mtp_compute,
         "op_offload_compute": op_offload,
+        "compute_host": host_compute,
+        "mtp_compute_host": mtp_host_compute,
     }
     replayed: Measured = NOTHING_MEASURED
     sourced: Measured = NOTHING_MEASURED
+    kit: Measured = NOTHING_MEASURED
     if devices[0].id == "CPU":
         # the graph replays matched the engine's allocator traces on the CPU backend only
         replayed = frozenset(
@@ -567,11 +646,26 @@ def compute_budget(
             if replay
         )
     elif target.is_cuda:
-        # CUDA's padding and alignment, and the draft graph replayed under CUDA's rules: from
-        # the source (the trunk's stays an estimate: its graph_optimize is not modelled)
-        sourced = frozenset({(target.id, "weights")})
-        if mtp_replayed and mtp_on_gpu:
-            sourced |= {(target.id, "mtp_compute")}
+        # upstream's CUDA padding and the scheduler's replays were checked on Hopper cards by
+        # the GPU kit; on other cards the replays follow the same source (the attention kernel
+        # chosen differs by card); ik_llama.cpp's CUDA code is its own: from the source at most
+        cc = parse_cc(target.compute_capability)
+        hopper = cc is not None and cc >= CC_HOPPER and scheduled
+        checked = {"weights"} if scheduled else set()
+        unchecked = set() if scheduled else {"weights"}
+        for segment, replay in (
+            ("compute", main_replayed and scheduled),
+            ("mtp_compute", mtp_replayed and mtp_on_gpu),
+            ("driver_overhead", scheduled),
+        ):
+            if replay:
+                (checked if hopper else unchecked).add(segment)
+        if growth.trust == MEASURED_ON:
+            checked.add("runtime_growth")
+        elif growth.trust == "source":
+            unchecked.add("runtime_growth")
+        kit = frozenset((target.id, name) for name in checked)
+        sourced = frozenset((target.id, name) for name in unchecked)
     return Budget(
         devices,
         host_budget,
@@ -581,6 +675,9 @@ def compute_budget(
         parts,
         replayed=replayed,
         sourced=sourced,
+        kit=kit,
+        growth=growth,
+        fit=fit,
     )
 
 
@@ -633,6 +730,48 @@ def op_offload_bytes(
     return max(split, max(per_layer, default=0))
 
 
+def _growth(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    eff: EffectiveSettings,
+    placement: Placement,
+    draft_on_gpu: bool,
+    shape: ComputeShape,
+) -> RuntimeGrowth:
+    """What the engine process on ``target`` adds after the load (``runtime_growth``)."""
+    offload = _offloads(plan, shape.n_tokens, target)
+
+    def runs_experts(layers: list[int]) -> bool:
+        if not model.is_moe or not layers:
+            return False
+        on_card = any(
+            i in placement.gpu_layers and i not in placement.cpu_expert_layers for i in layers
+        )
+        return on_card or offload
+
+    trunk = [i for i in placement.loaded_layers if i < model.n_layer]
+    contexts = [
+        ContextRun(
+            False, runs_experts(trunk), shape.n_tokens, eff.flash_attn, eff.n_ctx_seq, model.n_head
+        )
+    ]
+    if eff.mtp_active and draft_on_gpu:
+        nextn = [i for i in placement.loaded_layers if i >= model.n_layer]
+        contexts.append(
+            ContextRun(
+                True,
+                runs_experts(nextn),
+                shape.n_tokens,
+                eff.flash_attn,
+                eff.n_ctx_seq,
+                model.n_head,
+            )
+        )
+    return runtime_growth(target, tuple(contexts), graphs=True, ik=not facts.cuda_measured)
+
+
 def _moe_ffn_tensors(weights: ModelWeights) -> tuple[TensorInfo, ...]:
     """The FFN tensors of the first block with routed experts (the fusions' weight checks)."""
     first: LayerWeights | None = next((lw for lw in weights.layers if lw.expert_bytes), None)
@@ -680,6 +819,8 @@ class FitPlacement:
     partial: PartialLayer | None = None
     n_gpu_layers: int | None = None
     fails: bool = False
+    search: FitSearch | None = None
+    """Upstream's own search (its layout, target and projections), where it was replayed."""
 
 
 def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts) -> int:
@@ -726,6 +867,8 @@ def engine_fit_placement(
     common/fit.cpp step 3; ik's "Setting layer N to device" from the output layer down for a
     dense model). ik's fit does not do this for a MoE model: it stops.
     """
+    if facts.fit_splits_layers:  # upstream: its own arithmetic (common/fit.cpp)
+        return upstream_fit_placement(plan, model, target, facts, host, weights)
     n = _fit_layers_from_back(plan, model, facts)
 
     def fits(
@@ -777,6 +920,100 @@ def engine_fit_placement(
     return FitPlacement(every, None, hi)
 
 
+def upstream_fit_placement(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+) -> FitPlacement:
+    """Upstream's fit on one device, with the engine's own arithmetic (``engine_fit``).
+
+    Its projection of a layout is what the engine counts: the weights, KV cache, recurrent
+    state and compute buffer it would put on the card, plus the MTP draft context measured as
+    if all on the card; against what the card has free when the fit measures: the total less
+    the driver's context at init, the desktop and other processes, and the recurrent state
+    the measurement really allocated; less ``--fit-target``.
+    """
+    hp_ngl = _fit_layers_from_back(plan, model, facts)
+    slots = hp_ngl + 1
+
+    def budget_of(layout: Layout) -> Budget:
+        lp = layout_placement(layout, hp_ngl, model.block_count)
+        ngl = None if lp.n_gpu_layers >= model.block_count + 1 else lp.n_gpu_layers
+        return compute_budget(
+            with_gpu_layers(plan, ngl),
+            model,
+            target,
+            facts,
+            host,
+            weights,
+            cpu_expert_layers=lp.cpu_expert_layers,
+            partial=lp.partial,
+            host_buffers=False,
+        )
+
+    whole = budget_of(Layout(slots, 0)).devices[0].segments
+    draft = whole["mtp_kv_cache"] + whole["mtp_compute"]  # its own parameters: all on the card
+
+    def project(layout: Layout) -> int:
+        s = budget_of(layout).devices[0].segments
+        return s["weights"] + s["kv_cache"] + s["recurrent_state"] + s["compute"] + draft
+
+    at_init = target.driver_overhead_bytes  # the context at init (and NVML's reserved)
+    free = (target.total_bytes or 0) - at_init - target.desktop_bytes - target.other_bytes
+    if target.is_cuda:  # allocated for real while the fit measures (a card's true free)
+        free -= whole["recurrent_state"]
+    search = upstream_fit(
+        project,
+        hp_ngl=hp_ngl,
+        moe=model.is_moe,
+        free=free,
+        margin=plan.runtime.fit_margin_mib * MIB,
+    )
+    if search.layout is None:
+        return FitPlacement(frozenset(), search=search)
+    lp = layout_placement(search.layout, hp_ngl, model.block_count)
+    ngl = None if lp.n_gpu_layers >= model.block_count + 1 else lp.n_gpu_layers
+    return FitPlacement(lp.cpu_expert_layers, lp.partial, ngl, search=search)
+
+
+FIT_TARGET_STEP_MIB = 64
+FIT_TARGET_SEARCH_MIB = 8192
+
+
+def surviving_fit_margin(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+) -> int | None:
+    """The smallest ``--fit-target`` (MiB, in steps of 64) with which the engine's own fit
+    leaves room for what the process grows by after the load; None when up to 8 GiB more
+    than the plan's is not enough."""
+
+    def survives(margin: int) -> bool:
+        runtime = plan.runtime.model_copy(update={"fit_margin_mib": margin})
+        trial = plan.model_copy(update={"runtime": runtime})
+        return device_fits(compute_budget(trial, model, target, facts, host, weights))
+
+    lo = plan.runtime.fit_margin_mib  # does not survive
+    hi = lo + FIT_TARGET_SEARCH_MIB
+    if not survives(hi):
+        return None
+    while hi - lo > FIT_TARGET_STEP_MIB:
+        mid = lo + (hi - lo) // 2 // FIT_TARGET_STEP_MIB * FIT_TARGET_STEP_MIB
+        mid = max(mid, lo + FIT_TARGET_STEP_MIB)
+        if survives(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def gpu_layer_count(model: ModelInfo, placement: Placement) -> int:
     """``-ngl`` of a placement: GPU blocks (loaded or not) plus the output layer."""
     if not placement.gpu_layers:
@@ -819,27 +1056,32 @@ def fit_words(
             "auto-fit model' (lower the context or cache types, or set GPU layers yourself)"
         ]
     out = []
-    trunk = sorted(i for i in fit.cpu_expert_layers if i < model.n_layer)
-    if trunk and fit.n_gpu_layers is None:
+    layout = fit.search.layout if fit.search is not None else None
+    trunk = sorted(
+        i for i in fit.cpu_expert_layers if i < model.n_layer and i in placement.gpu_layers
+    )
+    mtp_in_ram = any(i >= model.n_layer for i in fit.cpu_expert_layers)
+    split = (
+        f"; layer {fit.partial.layer} is split: {_PARTIAL_WORDS[fit.partial.kind]}"
+        if fit.partial is not None
+        else ""
+    )
+    gpu_trunk = [i for i in placement.gpu_layers if i < model.n_layer]
+    every = bool(trunk) and len(trunk) == len(gpu_trunk)
+    if trunk and (fit.n_gpu_layers is None or not every):
         out.append(
             f"the engine's fit is expected to keep the experts of layers {trunk[0]}-{trunk[-1]}"
             f" ({len(trunk)} of {model.n_layer})"
-            + (
-                " and the MTP block's"
-                if any(i >= model.n_layer for i in fit.cpu_expert_layers)
-                else ""
-            )
+            + (" and the MTP block's" if mtp_in_ram else "")
             + " in system RAM"
-            + (
-                f"; layer {fit.partial.layer} is split: {_PARTIAL_WORDS[fit.partial.kind]}"
-                if fit.partial is not None
-                else ""
-            )
+            + split
         )
     if fit.n_gpu_layers is not None:
-        experts = " with every expert in system RAM" if model.is_moe else ""
+        experts = " with every expert in system RAM" if model.is_moe and every else ""
         out.append(
             f"the engine's fit is expected to set -ngl {fit.n_gpu_layers} of "
             f"{model.block_count + 1}{experts}: {layer_words(model, placement)}"
         )
+    if out and layout is not None:
+        out[0] += f" (upstream's layout (n_layer, n_part, overflow) = {layout.label()})"
     return out

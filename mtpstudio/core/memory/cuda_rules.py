@@ -16,7 +16,7 @@ and quoted by its test (``tests/test_cuda_rules.py`` against ``tests/fixtures/en
 * each backend context creates a cuBLAS workspace of 4 MiB, 32 MiB from Hopper on (common.cuh),
   the first time it runs a matrix product through cuBLAS.
 
-The budget applies them (``device_rules``, ``cuda_overhead_bytes``). The CUDA context itself is
+The budget applies them (``device_rules``). The CUDA context itself is
 no rule of the source: its size per card is a published or measured figure
 (``core/model/catalog/gpus.py``, ``cuda_context_for``), and a detected card adds the memory NVML
 reports reserved; what the process adds during its first prompts is ``runtime_growth``.
@@ -28,13 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from mtpstudio.core.memory.cuda_schedule import Residency, schedule
+from mtpstudio.core.memory.cuda_schedule import HOST, Residency, schedule
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.graph_alloc import (
     CPU_RULES,
     AttentionShape,
     BackendRules,
-    Graph,
+    Prepared,
     Tensor,
 )
 from mtpstudio.core.memory.terms import CACHE_TYPE_BLOCKS
@@ -247,13 +247,35 @@ class CudaRules(BackendRules):
     def block_key(self, layer: int) -> tuple[object, ...]:
         return self.residency.block_key(layer)
 
-    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Graph:
+    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
         return schedule(leafs, nodes, self.residency, self._optimize, cache_view_bytes)
 
     def _optimize(self, nodes: list[Tensor]) -> list[Tensor]:
         if not self.fusion:
             return nodes
         return graph_optimize(nodes, shared_expert=self.shared_expert_fusion, topk=self.topk_fusion)
+
+
+@dataclass(frozen=True)
+class CudaHostRules(BackendRules):
+    """The CPU side of a graph scheduled beside a CUDA card: the ``CUDA_Host`` compute buffer
+    (pinned host memory, CPU alignment) with the graph's inputs, the host ops' results and
+    whatever the CPU runs, and the copies of device tensors it reads."""
+
+    name: str = "CUDA_Host"
+    device: CudaRules = field(default_factory=lambda: CudaRules())
+
+    @property
+    def uniform_blocks(self) -> bool:
+        return self.device.uniform_blocks
+
+    def block_key(self, layer: int) -> tuple[object, ...]:
+        return self.device.block_key(layer)
+
+    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
+        return schedule(
+            leafs, nodes, self.device.residency, lambda part: part, cache_view_bytes, HOST
+        )
 
 
 def _attention_shape(t: Tensor) -> AttentionShape:
@@ -504,12 +526,3 @@ def device_rules(
         return CPU_RULES
     cc = parse_cc(target.compute_capability)
     return cuda_rules_for(cc, model, ffn, residency=residency)
-
-
-def cuda_overhead_bytes(target: TargetDevice, *, contexts: int) -> int:
-    """What the engine's CUDA backend allocates outside its buffers by rule: one cuBLAS
-    workspace per backend context using the card (the main context, and the MTP draft
-    context when its layer is on the card). The CUDA context is the target's own figure."""
-    if not target.is_cuda:
-        return 0
-    return contexts * cublas_workspace_bytes(parse_cc(target.compute_capability))

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from mtpstudio.core.memory.graph_alloc import Graph, Tensor
+from mtpstudio.core.memory.graph_alloc import Prepared, Tensor
 
 DEVICE = 0
 HOST = 1
@@ -194,10 +194,14 @@ def schedule(
     residency: Residency,
     optimize: Callable[[list[Tensor]], list[Tensor]],
     cache_bytes: CacheBytes,
-) -> Graph:
-    """The device buffer's walk: (no leafs, the device's nodes, input copies and dependency
-    nodes in the scheduler's order). ``optimize`` is the device's ``graph_optimize`` on one
-    split's nodes; ``cache_bytes`` sizes the copy of a cache view read across backends."""
+    side: int = DEVICE,
+) -> Prepared:
+    """The walk of one buffer of the scheduled graph: the device's (``side`` ``DEVICE``: no
+    leafs; its nodes, the input copies and the dependency nodes in the scheduler's order) or
+    the host's (``HOST``, the ``CUDA_Host`` buffer: the graph's inputs as leafs, then the
+    CPU's nodes and the copies it reads), with what each node reading a copy reads instead of
+    its own sources. ``optimize`` is the device's ``graph_optimize`` on one split's nodes;
+    ``cache_bytes`` sizes the copy of a cache view read across backends."""
     backend = assign_backends(leafs, nodes, residency)
 
     def backend_of(t: Tensor) -> int:
@@ -205,71 +209,58 @@ def schedule(
             return residency.external_backend(t)
         return backend.get(id(t), HOST)
 
-    # pass 5: splits and their inputs, with the readers' sources replaced by the copies
+    # pass 5: splits and their inputs; a reader of a copy reads it instead of its source
     splits: list[_Split] = []
-    renamed: dict[int, Tensor] = {}
+    reads: dict[int, tuple[Tensor, ...]] = {}
     copies: dict[tuple[int, int], Tensor] = {}
-    out: list[Tensor] = []
     split: _Split | None = None
     for i, n in enumerate(nodes):
+        if _is_view_op(n):
+            continue
         b = backend[id(n)]
-        if not _is_view_op(n):
-            need_new = split is not None and b == split.backend and bool(split.inputs)
-            need_new = need_new and any(
-                s.is_weight and backend_of(s) != b for s in n.srcs if split is not None
-            )
-            if split is None or b != split.backend or need_new:
-                if split is not None:
-                    split.end = i
-                split = _Split(b, i)
-                splits.append(split)
-        srcs = []
+        need_new = split is not None and b == split.backend and bool(split.inputs)
+        if need_new:
+            need_new = any(s.is_weight and backend_of(s) != b for s in n.srcs)
+        if split is None or b != split.backend or need_new:
+            if split is not None:
+                split.end = i
+            split = _Split(b, i)
+            splits.append(split)
+        replaced = False
+        srcs: list[Tensor] = []
         for s in n.srcs:
-            if not _is_view_op(n) and split is not None and backend_of(s) != split.backend:
-                key = (id(s), split.backend)
+            if backend_of(s) != b:
+                key = (id(s), b)
                 if key not in copies:
-                    copies[key] = _copy_of(s, split.backend, residency, cache_bytes)
+                    copies[key] = _copy_of(s, b, residency, cache_bytes)
                     split.inputs.append(s)
                 srcs.append(copies[key])
+                replaced = True
             else:
-                srcs.append(renamed.get(id(s), s))
-        view_of = renamed.get(id(n.view_of), n.view_of) if n.view_of is not None else None
-        moved = _clone(n, tuple(srcs), view_of)
-        renamed[id(n)] = moved
-        out.append(moved)
+                srcs.append(s)
+        if replaced:
+            reads[id(n)] = tuple(srcs)
     if split is not None:
         split.end = len(nodes)
+    if splits:
+        splits[0].start = 0  # views before the first op belong to the first split
 
+    other = HOST if side == DEVICE else DEVICE
     walk: list[Tensor] = []
     for sp in splits:
         for src in sp.inputs:
-            source = renamed.get(id(src), src)
-            if sp.backend == HOST and backend_of(src) == DEVICE and not src.external:
+            if sp.backend == other and backend_of(src) == side and not src.external:
                 # the copy's source stays alive until the copy is made
-                walk.append(Tensor(f"{src.name} (view)", "NONE", 0, (source,), view_of=source))
-            elif sp.backend == DEVICE:
-                walk.append(copies[(id(src), DEVICE)])
-        part = out[sp.start : sp.end]
-        if sp.backend == DEVICE:
-            walk += optimize(part)
-        else:  # the CPU's nodes live in its own buffer; views of device tensors are walked
-            originals = nodes[sp.start : sp.end]
-            walk += [
-                moved
-                for n, moved in zip(originals, part, strict=True)
-                if _is_view_op(n) and backend_of(_base(n)) == DEVICE
-            ]
-    return [], walk
-
-
-def _clone(t: Tensor, srcs: tuple[Tensor, ...], view_of: Tensor | None) -> Tensor:
-    """``t`` reading ``srcs`` (the caller's graph stays as it was); a plain attribute copy, as
-    ``dataclasses.replace`` would make, without running the initialiser for every node."""
-    clone: Tensor = object.__new__(Tensor)
-    clone.__dict__.update(t.__dict__)
-    clone.srcs = srcs
-    clone.view_of = view_of
-    return clone
+                walk.append(Tensor(f"{src.name} (view)", "NONE", 0, (src,), view_of=src))
+            elif sp.backend == side:
+                walk.append(copies[(id(src), side)])
+        part = nodes[sp.start : sp.end]
+        if sp.backend == side:
+            walk += optimize(part) if side == DEVICE else part
+        else:  # the other backend's nodes live in its own buffer; views of ours are walked
+            walk += [n for n in part if _is_view_op(n) and backend_of(_base(n)) == side]
+    # the graph's inputs are the host's leafs, allocated first
+    return Prepared([] if side == DEVICE else list(leafs), walk, reads)
 
 
 def _copy_of(src: Tensor, dest: int, residency: Residency, cache_bytes: CacheBytes) -> Tensor:

@@ -16,9 +16,10 @@ takes, what the scheduler and the backend do to the graph before it is allocated
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from types import MappingProxyType
+from typing import NamedTuple, Protocol
 
 # Ops the allocator lets overwrite their input (ggml_op_can_inplace; unary ops such as
 # sigmoid count as GGML_OP_UNARY).
@@ -92,6 +93,15 @@ Graph = tuple[list[Tensor], list[Tensor]]
 """(leafs, nodes) in the engine's order."""
 
 
+class Prepared(NamedTuple):
+    """A graph as one backend's allocator walks it: its leafs and nodes in order, and what a
+    node reads instead of its own sources (the scheduler's copies), by the node's ``id``."""
+
+    leafs: list[Tensor]
+    nodes: list[Tensor]
+    reads: Mapping[int, tuple[Tensor, ...]] = MappingProxyType({})
+
+
 @dataclass(frozen=True)
 class AttentionShape:
     """A flash-attention node's operands: Q ``(D, n_tokens, n_head)``, K and V
@@ -137,9 +147,9 @@ class BackendRules:
         """Bytes the buffer type asks for ``t`` (before alignment)."""
         return t.nbytes
 
-    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Graph:
+    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
         """The graph as this backend's allocator walks it."""
-        return leafs, nodes
+        return Prepared(leafs, nodes)
 
     @property
     def uniform_blocks(self) -> bool:
@@ -213,28 +223,35 @@ class _Blocks:
         blocks.insert(pos, [offset, size])
 
 
-def _srcs(t: Tensor) -> tuple[Tensor, ...]:
-    return t.srcs
-
-
 def reserved_bytes(
     leafs: Sequence[Tensor],
     nodes: Sequence[Tensor],
     *,
     rules: BackendRules = CPU_RULES,
     events: list[AllocEvent] | None = None,
-    prepared: bool = False,
 ) -> int:
     """The compute buffer one graph reserves: ggml_gallocr_alloc_graph_impl, replayed.
 
     ``leafs`` in the graph's leaf order (its inputs are placed first, in that order), ``nodes``
     in execution order, views included. ``rules``: the backend whose buffer it is (CPU unless
-    said); ``prepared``: the graph is already what ``rules.prepare`` made of it. ``events``,
-    when given, receives every allocation and every freed tensor in order, as the engine's
-    allocator trace lists them.
+    said). ``events``, when given, receives every allocation and every freed tensor in order,
+    as the engine's allocator trace lists them.
     """
-    if not prepared:
-        leafs, nodes = rules.prepare(list(leafs), list(nodes))
+    return walk_bytes(rules.prepare(list(leafs), list(nodes)), rules=rules, events=events)
+
+
+def walk_bytes(
+    prepared: Prepared,
+    *,
+    rules: BackendRules = CPU_RULES,
+    events: list[AllocEvent] | None = None,
+) -> int:
+    """``reserved_bytes`` of a graph ``rules.prepare`` already made (see there)."""
+    leafs, nodes, reads = prepared
+
+    def _srcs(t: Tensor) -> tuple[Tensor, ...]:
+        return reads.get(id(t), t.srcs)
+
     size = rules.alloc_size
     blocks = _Blocks(rules.alignment, events=events)
     owned: dict[int, bool] = {}

@@ -33,6 +33,7 @@ from mtpstudio.core.memory.graph_alloc import (
     GraphBuilder,
     Tensor,
     reserved_bytes,
+    walk_bytes,
 )
 from mtpstudio.core.memory.nextn_graph import (
     _moe_ffn,
@@ -553,12 +554,12 @@ def largest_reservation(
     single = shape.one_token()
     if single == shape:
         return whole
-    leafs, nodes = rules.prepare(*build(single))
+    prepared = rules.prepare(*build(single))
     ceiling = sum(
         rules.alloc_size(t) + MAX_ALIGNMENT
-        for t in (*leafs, *nodes)
+        for t in (*prepared.leafs, *prepared.nodes)
         if not t.external and t.view_of is None
     )
     if ceiling <= whole:
         return whole
-    return max(whole, reserved_bytes(leafs, nodes, rules=rules, prepared=True))
+    return max(whole, walk_bytes(prepared, rules=rules))

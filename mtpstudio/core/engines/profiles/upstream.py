@@ -95,6 +95,7 @@ MEMORY = EngineMemoryFacts(
     fit_splits_layers=True,
     fit_moves_layers_of_moe=True,
     draft_sampler_top_k=10,
+    cuda_measured=True,
 )
 
 PROFILE = EngineProfile(

@@ -650,16 +650,17 @@ def compute_budget(
         # the GPU kit; on other cards the replays follow the same source (the attention kernel
         # chosen differs by card); ik_llama.cpp's CUDA code is its own: from the source at most
         cc = parse_cc(target.compute_capability)
-        hopper = cc is not None and cc >= CC_HOPPER and scheduled
+        hopper = cc is not None and cc[0] == CC_HOPPER[0] and scheduled  # sm_90, as measured
         checked = {"weights"} if scheduled else set()
         unchecked = set() if scheduled else {"weights"}
         for segment, replay in (
             ("compute", main_replayed and scheduled),
             ("mtp_compute", mtp_replayed and mtp_on_gpu),
-            ("driver_overhead", scheduled),
         ):
             if replay:
                 (checked if hopper else unchecked).add(segment)
+        if hopper:  # the context at init was measured on these cards; elsewhere published
+            checked.add("driver_overhead")
         if growth.trust == MEASURED_ON:
             checked.add("runtime_growth")
         elif growth.trust == "source":
@@ -853,27 +854,19 @@ def engine_fit_placement(
     host: HostSpec,
     weights: ModelWeights,
 ) -> FitPlacement:
-    """Expert layers and whole layers the engine's fit moves to the CPU, and the layer it splits.
+    """Expert layers and whole layers the engine's fit moves to the CPU.
 
-    A MoE model first loses experts: both engines fill from the back (upstream: dense-only
-    layers back-to-front, then full layers front-to-back; ik: overrides from the last layer
-    down), so the front layers keep their experts on the GPU. Upstream counts the MTP block
-    among the layers when it is loaded (it is the last one), and then tries to bring part of
-    the first RAM layer back: its up experts (``UP``), then up and gate (``GATE``); when not
-    even ``UP`` fits it moves that layer's router and shared expert to RAM too (``ATTN``).
-
-    When that is not enough (or the model has no experts) the fit moves whole layers: the
-    largest ``-ngl`` whose budget fits, every expert in RAM (upstream's dense-only layers,
-    common/fit.cpp step 3; ik's "Setting layer N to device" from the output layer down for a
-    dense model). ik's fit does not do this for a MoE model: it stops.
+    Upstream's fit is replayed with its own arithmetic (``upstream_fit_placement``). ik's fit
+    moves the expert tensors of the last layers to the CPU (overrides from the last layer
+    down) until the budget fits; a dense model loses whole layers from the output layer down
+    (the largest ``-ngl`` whose budget fits: "Setting layer N to device"); a MoE model that
+    does not fit with every expert in RAM stops (``Unable to auto-fit model``).
     """
     if facts.fit_splits_layers:  # upstream: its own arithmetic (common/fit.cpp)
         return upstream_fit_placement(plan, model, target, facts, host, weights)
     n = _fit_layers_from_back(plan, model, facts)
 
-    def fits(
-        layers: frozenset[int], partial: PartialLayer | None = None, ngl: int | None = None
-    ) -> bool:
+    def fits(layers: frozenset[int], ngl: int | None = None) -> bool:
         budget = compute_budget(
             with_gpu_layers(plan, ngl),
             model,
@@ -882,24 +875,14 @@ def engine_fit_placement(
             host,
             weights,
             cpu_expert_layers=layers,
-            partial=partial,
         )
         return device_fits(budget)
 
     if model.is_moe:
         for k in range(n + 1):
             layers = frozenset(range(n - k, n))
-            if not fits(layers):
-                continue
-            if k == 0 or not facts.fit_splits_layers:
+            if fits(layers):
                 return FitPlacement(layers)
-            first = n - k
-            up = PartialLayer(first, PartialKind.UP)
-            if fits(layers, up):
-                gate = PartialLayer(first, PartialKind.GATE)
-                return FitPlacement(layers, gate if fits(layers, gate) else up)
-            attn = PartialLayer(first, PartialKind.ATTN)
-            return FitPlacement(layers, attn if fits(layers, attn) else None)
         every = frozenset(range(model.block_count))
         if not facts.fit_moves_layers_of_moe:
             return FitPlacement(every, fails=True)

@@ -128,19 +128,14 @@ def upstream_fit(
     high = Layout(slots, slots - 1 if moe else 0)
     high_mem = mem(high)
     if high_mem > target:
-        low_mem = mem(low)
-        delta = high.n_layer - low.n_layer
-        while delta > 1:
-            step = _step(delta, target, low_mem, high_mem)
-            test = replace(low, n_layer=low.n_layer + step)
-            if moe:
-                test = replace(test, n_part=low.n_part + (step - 1 if low.n_part == 0 else step))
-            test_mem = mem(test)
-            if test_mem <= target:
-                low, low_mem = test, test_mem
-            else:
-                high, high_mem = test, test_mem
-            delta = high.n_layer - low.n_layer
+
+        def more_layers(layout: Layout, step: int) -> Layout:
+            parts = layout.n_part + (step - 1 if layout.n_part == 0 else step) if moe else 0
+            return Layout(layout.n_layer + step, parts, layout.overflow)
+
+        low, low_mem = _false_position(
+            mem, target, (low, mem(low)), (high, high_mem), lambda x: x.n_layer, more_layers
+        )
     else:
         low, low_mem = high, high_mem
     if not moe:
@@ -153,16 +148,13 @@ def upstream_fit(
     # step 4: dense-only layers turned into full layers front to back
     high, high_mem = replace(low, n_part=0), full
     if high_mem > target:
-        delta = high.n_full - low.n_full
-        while delta > 1:
-            step = _step(delta, target, low_mem, high_mem)
-            test = replace(low, n_part=low.n_part - min(step, low.n_part))
-            test_mem = mem(test)
-            if test_mem <= target:
-                low, low_mem = test, test_mem
-            else:
-                high, high_mem = test, test_mem
-            delta = high.n_full - low.n_full
+
+        def fewer_parts(layout: Layout, step: int) -> Layout:
+            return replace(layout, n_part=layout.n_part - min(step, layout.n_part))
+
+        low, low_mem = _false_position(
+            mem, target, (low, low_mem), (high, high_mem), lambda x: x.n_full, fewer_parts
+        )
     else:
         low, low_mem = high, high_mem
 
@@ -182,6 +174,31 @@ def upstream_fit(
             if attn_mem < target:
                 low, low_mem = attn, attn_mem
     return FitSearch(low, target, low_mem, tuple(tried))
+
+
+def _false_position(
+    mem: Projection,
+    target: int,
+    low: tuple[Layout, int],
+    high: tuple[Layout, int],
+    distance: Callable[[Layout], int],
+    advance: Callable[[Layout, int], Layout],
+) -> tuple[Layout, int]:
+    """The engine's search between a layout that fits (``low``) and one that does not
+    (``high``), each with its projection: a step interpolated by false position from ``low``
+    toward ``high`` (``advance``), until they are one apart (``distance``); the last layout
+    that fits, with its projection."""
+    (lo, lo_mem), (hi, hi_mem) = low, high
+    delta = distance(hi) - distance(lo)
+    while delta > 1:
+        test = advance(lo, _step(delta, target, lo_mem, hi_mem))
+        test_mem = mem(test)
+        if test_mem <= target:
+            lo, lo_mem = test, test_mem
+        else:
+            hi, hi_mem = test, test_mem
+        delta = distance(hi) - distance(lo)
+    return lo, lo_mem
 
 
 def _step(delta: int, target: int, low_mem: int, high_mem: int) -> int:

@@ -115,8 +115,7 @@ class RuntimeGrowth:
             return "exact"
         if self.ik:
             return "estimate"
-        hopper = self.cc is not None and self.cc >= CC_HOPPER
-        return MEASURED_ON if hopper else "source"
+        return MEASURED_ON if self.cc is not None and self.cc[0] == CC_HOPPER[0] else "source"
 
     @property
     def load_bytes(self) -> int:
@@ -159,7 +158,7 @@ def runtime_growth(
 
 def _parts(growth: RuntimeGrowth) -> tuple[GrowthPart, ...]:
     measured = growth.trust
-    hopper = measured == MEASURED_ON
+    hopper = growth.cc is not None and growth.cc >= CC_HOPPER  # cuBLAS's larger workspace
     saved = CUBLAS_HOPPER - CUBLAS_WORKSPACE  # a workspace before Hopper is this much smaller
     parts: list[GrowthPart] = []
     for run in growth.contexts:

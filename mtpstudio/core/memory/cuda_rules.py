@@ -247,6 +247,9 @@ class CudaRules(BackendRules):
     def block_key(self, layer: int) -> tuple[object, ...]:
         return self.residency.block_key(layer)
 
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        return self.residency.copies_within(nodes)
+
     def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
         return schedule(leafs, nodes, self.residency, self._optimize, cache_view_bytes)
 
@@ -271,6 +274,9 @@ class CudaHostRules(BackendRules):
 
     def block_key(self, layer: int) -> tuple[object, ...]:
         return self.device.block_key(layer)
+
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        return self.device.copies_within(nodes)
 
     def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
         return schedule(

@@ -27,7 +27,7 @@ they read and the dependency nodes; everything on the CPU is left out (it lives 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -96,6 +96,17 @@ class Residency:
         if t.is_weight:
             return HOST if self.weight_in_ram(t) else DEVICE
         return HOST if t.layer in self.ram_cache_layers else DEVICE
+
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        """No copy of a weight or of a cache view in RAM can be made for ``nodes``: every copy
+        is of a graph input or a node, no larger than that tensor."""
+        if self.ram_cache_layers:
+            return False
+        if not self.ram_weights or not self.op_offload:
+            return True
+        return not any(
+            self.offloads(n) for n in nodes for s in n.srcs if s.is_weight and self.weight_in_ram(s)
+        )
 
     def offloads(self, node: Tensor) -> bool:
         """Whether the CUDA backend takes ``node`` although its weight is in RAM

@@ -157,6 +157,11 @@ class BackendRules:
         repeat (``trunk_graph.replayed_layers``)."""
         return True
 
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        """Whether every tensor ``prepare`` adds to this graph is at most as large as one the
+        graph already has (so the graph's own sizes bound its walk)."""
+        return True
+
     def block_key(self, layer: int) -> Hashable:
         """How block ``layer`` is placed, as far as these rules see it: blocks of one kind with
         equal keys replay alike (``trunk_graph.compressed_layers``)."""

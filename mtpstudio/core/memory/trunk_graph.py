@@ -554,12 +554,14 @@ def largest_reservation(
     single = shape.one_token()
     if single == shape:
         return whole
-    prepared = rules.prepare(*build(single))
+    leafs, nodes = build(single)
+    # what a backend adds before its walk (the scheduler's copies) is bounded by the graph's
+    # own tensors unless it copies weights or caches from RAM: then sum the prepared graph
+    prepared = None if rules.copies_within(nodes) else rules.prepare(leafs, nodes)
+    tensors = (*leafs, *nodes) if prepared is None else (*prepared.leafs, *prepared.nodes)
     ceiling = sum(
-        rules.alloc_size(t) + MAX_ALIGNMENT
-        for t in (*prepared.leafs, *prepared.nodes)
-        if not t.external and t.view_of is None
+        rules.alloc_size(t) + MAX_ALIGNMENT for t in tensors if not t.external and t.view_of is None
     )
     if ceiling <= whole:
         return whole
-    return max(whole, walk_bytes(prepared, rules=rules))
+    return max(whole, walk_bytes(prepared or rules.prepare(leafs, nodes), rules=rules))

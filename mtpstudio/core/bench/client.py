@@ -14,6 +14,7 @@ import httpx
 from mtpstudio.core.bench.target import BenchTarget, CancelToken
 from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.errors import BenchError
+from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan import EngineFlavour
 
 _COUNTERS = {
@@ -369,10 +370,10 @@ def _error_text(body: str) -> str:
     """The ``error.message`` of a llama-server error body, else the body's start."""
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, TypeError):
-        return body.strip()[:300] or "(empty answer)"
+    except (ValueError, TypeError, RecursionError):
+        return visible(body.strip()[:300]) or "(empty answer)"
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict) and "message" in err:
-            return str(err["message"])
-    return body.strip()[:300]
+            return visible(str(err["message"])[:300])
+    return visible(body.strip()[:300])

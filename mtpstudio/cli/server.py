@@ -133,7 +133,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         print(f"No server started by mtpstudio is running{where}.")
         return 0
     for s in live:
-        outcome = stop_pid(s.pid, s.start_ticks, grace=args.grace)
+        outcome = stop_pid(s.pid, s.start_ticks, grace=args.grace, binary=s.binary)
         remove_state(s)
         how = "killed (it ignored SIGTERM)" if outcome.killed else "stopped"
         print(f"Server on port {s.port} (pid {s.pid}) {how}.")

@@ -161,10 +161,16 @@ class Entry:
     data: bytes | None
     mode: int
     link: str | None = None
+    stamp: tuple[int, int] | None = None  # (size, mtime_ns) of a file too big to keep
+
+
+BIG_FILE = 16 * 1024 * 1024
+"""Files above this size (sparse full-size models) are compared by size and mtime, not read."""
 
 
 def snapshot(root: Path) -> dict[str, Entry]:
-    """Every path below ``root`` with its type, content and mode (symlinks not followed)."""
+    """Every path below ``root`` with its type, content and mode (symlinks not followed); a
+    file bigger than ``BIG_FILE`` by its size and modification time."""
     tree: dict[str, Entry] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames]:
@@ -175,6 +181,9 @@ def snapshot(root: Path) -> dict[str, Entry]:
                 tree[rel] = Entry("link", None, 0, os.readlink(path))
             elif stat.S_ISDIR(st.st_mode):
                 tree[rel] = Entry("dir", None, stat.S_IMODE(st.st_mode))
+            elif stat.S_ISREG(st.st_mode) and st.st_size > BIG_FILE:
+                stamp = (st.st_size, st.st_mtime_ns)
+                tree[rel] = Entry("file", None, stat.S_IMODE(st.st_mode), stamp=stamp)
             elif stat.S_ISREG(st.st_mode):
                 tree[rel] = Entry("file", path.read_bytes(), stat.S_IMODE(st.st_mode))
             else:

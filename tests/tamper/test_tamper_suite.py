@@ -889,7 +889,7 @@ def _loose_repo_id(box: Sandbox, fx: Any) -> Outcome:
 def _endless_headers(box: Sandbox, fx: Any) -> Outcome:
     import struct
 
-    from mtpstudio.core.hub.remote_header import EXTRA_LISTING_BYTES, FIRST_RANGE
+    from mtpstudio.core.hub.remote_header import FIRST_RANGE
 
     files: dict[str, bytes | Path] = {}
     for q in ("Q2_K", "Q3_K", "Q4_0", "Q5_0"):
@@ -900,7 +900,7 @@ def _endless_headers(box: Sandbox, fx: Any) -> Outcome:
             out.write(head + struct.pack("<IQ", 8, 60 << 20))
             out.truncate(61 << 20)
         files[path.name] = path
-    budget = 4 * FIRST_RANGE + EXTRA_LISTING_BYTES
+    budget = 4 * FIRST_RANGE + (64 << 20)  # each first range, and 64 MiB shared beyond them
     with hub_for(box, files) as hub:
         box.settle()
         ran = models_hf(box, hub, "eve/x-GGUF", "--json")

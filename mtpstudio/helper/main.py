@@ -1,8 +1,9 @@
 """``mtpstudio-helper [--root DIR] VERB [NAME]``: the verbs, their payloads, the exit codes.
 
 Every install verb takes a JSON object of parameters on stdin (at most 256 KiB), never the text
-of a file: the helper builds each file itself from those values (``helper.shapes``, the code
-mtpstudio's renderer uses too), after checking every one of them.
+of a file: the helper builds each file itself from those values, after checking every one of
+them, with the code mtpstudio's renderer uses too (``helper.unit_shape``,
+``helper.session_shape``, ``helper.profile_shape``).
 
 * ``install-session NAME``: ``variant``, ``sessions_dir``, ``plasma_session`` (the
   distribution's Plasma session file, whose ``Exec=`` the wrapper runs), ``igpu_card``,
@@ -33,19 +34,16 @@ from mtpstudio.helper.constants import (
     SYSTEM_UNIT_DIR,
 )
 from mtpstudio.helper.faults import Faults
+from mtpstudio.helper.profile_shape import nvidia_profile_from_params, render_nvidia_profile
 from mtpstudio.helper.safefs import Refused
 from mtpstudio.helper.sddm import allowed_session_dir, session_dirs, system_layout
-from mtpstudio.helper.shapes import (
-    nvidia_profile_from_params,
-    render_env,
-    render_nvidia_profile,
+from mtpstudio.helper.session_shape import (
     render_session_desktop,
     render_session_wrapper,
-    render_unit,
     session_from_params,
-    system_unit_from_params,
 )
 from mtpstudio.helper.store import Change, FileSpec, RollbackIncomplete, Store
+from mtpstudio.helper.unit_shape import render_env, render_unit, system_unit_from_params
 from mtpstudio.helper.validate import check_name, text_of
 
 USAGE = "usage: mtpstudio-helper [--root DIR] VERB [NAME] (content on stdin)"

@@ -1,5 +1,6 @@
 """What the helper accepts: file names, text, environment files, NVIDIA profiles, and the files
-it is about to replace or remove (read back field by field: ``helper.shapes``).
+it is about to replace or remove (read back field by field: ``helper.unit_shape``,
+``helper.session_shape``).
 
 Each check raises ``Refused`` with one line saying what is wrong. The rules are narrower than
 the formats: the helper installs the shapes mtpstudio renders, nothing else.
@@ -14,14 +15,9 @@ from typing import Any
 
 from mtpstudio.helper.constants import NVIDIA_PROFILE_DIR, WRAPPER_DIR
 from mtpstudio.helper.safefs import Refused
-from mtpstudio.helper.shapes import (
-    check_file_name,
-    check_installed_desktop,
-    check_installed_env,
-    check_installed_unit,
-    check_installed_wrapper,
-    check_variable,
-)
+from mtpstudio.helper.session_shape import check_installed_desktop, check_installed_wrapper
+from mtpstudio.helper.shape_common import check_file_name, check_variable
+from mtpstudio.helper.unit_shape import check_installed_env, check_installed_unit
 
 __all__ = [
     "check_env_file",

@@ -40,8 +40,8 @@ from mtpstudio.helper.constants import (
 from mtpstudio.helper.faults import Faults
 from mtpstudio.helper.safefs import Refused, open_root, opened_dir, read_regular
 from mtpstudio.helper.sddm import SECTIONS, SessionDirs, system_layout
-from mtpstudio.helper.shapes import UNIT_PREFIX, check_installed_unit, check_system_unit_name
 from mtpstudio.helper.store import MANIFEST, FileSpec, Layout, RollbackIncomplete, Store
+from mtpstudio.helper.unit_shape import UNIT_PREFIX, check_installed_unit, check_system_unit_name
 from mtpstudio.helper.validate import check_env_file
 
 PKEXEC_TIMEOUT_S = 300.0

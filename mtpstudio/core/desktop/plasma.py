@@ -15,7 +15,7 @@ from mtpstudio.helper.constants import (
     X11_SESSIONS,
 )
 from mtpstudio.helper.sddm import SessionDirs
-from mtpstudio.helper.shapes import STARTPLASMA, desktop_entry, hidden, runs_plasma
+from mtpstudio.helper.session_shape import STARTPLASMA, desktop_entry, hidden, runs_plasma
 
 __all__ = ["STARTPLASMA", "PlasmaSession", "desktop_entry", "listed_names", "plasma_session"]
 # Plasma's own file names, tried first: Plasma 6 (plasma.desktop, plasmax11.desktop) and

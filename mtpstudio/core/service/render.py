@@ -24,14 +24,11 @@ from mtpstudio.core import paths, quoting
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, LoadMode, Plan
-from mtpstudio.helper import shapes
-from mtpstudio.helper.shapes import (
-    NVIDIA_PROFILE_NAME,
-    NVIDIA_PROFILE_PROCESSES,
-    SESSION_VARIABLES,
-    SessionShape,
-    UnitShape,
-)
+from mtpstudio.helper import profile_shape, session_shape, unit_shape
+from mtpstudio.helper.profile_shape import NVIDIA_PROFILE_NAME, NVIDIA_PROFILE_PROCESSES
+from mtpstudio.helper.session_shape import SESSION_VARIABLES, SessionShape
+from mtpstudio.helper.shape_common import comment, comment_wrap
+from mtpstudio.helper.unit_shape import UnitShape
 
 __all__ = [
     "NVIDIA_PROFILE_PROCESSES",
@@ -186,8 +183,8 @@ def template_environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     filters: Mapping[str, Callable[..., Any]] = {
-        "comment": shapes.comment,
-        "comment_wrap": shapes.comment_wrap,
+        "comment": comment,
+        "comment_wrap": comment_wrap,
         "shell": quoting.shell_quote,
         "shell_join": quoting.shell_join,
         "systemd_path": quoting.systemd_path,
@@ -288,7 +285,7 @@ def render_service_files(
             "memory-lock limit (8 MiB by default); use a system unit, or raise LimitMEMLOCK "
             "for user@.service."
         )
-    context = {  # the launch script's (the unit and its env file: helper.shapes)
+    context = {  # the launch script's (the unit and its env file: helper.unit_shape)
         "notes": _notes_context(spec),
         "warnings": [*spec.warnings, *unit_warnings],
         "env": sorted(spec.env.items()),
@@ -312,9 +309,9 @@ def render_service_files(
         loopback=plan.server.is_loopback,
         env=tuple(sorted(spec.env.items())),
     )
-    unit_text = shapes.render_unit(shape)
+    unit_text = unit_shape.render_unit(shape)
     _check_exec_start(unit_text, spec, unit_name)
-    env_text = shapes.render_env(unit_name, shape.env)
+    env_text = unit_shape.render_env(unit_name, shape.env)
     system = scope is UnitScope.SYSTEM
     return {
         "unit": RenderedFile(
@@ -357,7 +354,7 @@ def render_session_files(
     variant: SessionVariant, settings: SessionSettings | None = None
 ) -> dict[str, RenderedFile]:
     """The session ``.desktop`` file and its wrapper script for ``variant`` (written by
-    ``helper.shapes``, the code the helper builds the installed files with).
+    ``helper.session_shape``, the code the helper builds the installed files with).
 
     Returns:
         ``{"desktop": …, "wrapper": …}``; both need root to install (SDDM reads only system
@@ -369,7 +366,7 @@ def render_session_files(
             written safely.
     """
     settings = settings or SessionSettings()
-    facts = shapes.VARIANTS[variant.value]
+    facts = session_shape.VARIANTS[variant.value]
     x11 = facts.kind == "xsessions"
     shape = SessionShape(
         variant=variant.value,
@@ -381,8 +378,8 @@ def render_session_files(
         wrapper_dir=settings.wrapper_dir,
         mesa_egl_vendor_file=settings.mesa_egl_vendor_file,
     )
-    desktop_text = shapes.render_session_desktop(shape)
-    wrapper_text = shapes.render_session_wrapper(shape)
+    desktop_text = session_shape.render_session_desktop(shape)
+    wrapper_text = session_shape.render_session_wrapper(shape)
     try:
         params: Mapping[str, Any] | None = shape.params()
     except RenderError:
@@ -417,7 +414,7 @@ def render_nvidia_profile(processes: Sequence[str] = NVIDIA_PROFILE_PROCESSES) -
     path = Path("/etc/nvidia/nvidia-application-profiles-rc.d") / NVIDIA_PROFILE_NAME
     return RenderedFile(
         name=path.name,
-        text=shapes.render_nvidia_profile(processes),
+        text=profile_shape.render_nvidia_profile(processes),
         mode=0o644,
         install_path=path,
         explanation="NVIDIA driver profile: the compositor and shell return freed VRAM "

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from support.servers import read_http_request
 
 from mtpstudio.core.bench.client import MAX_LINE_BYTES, BenchClient
 from mtpstudio.core.bench.target import BenchTarget
@@ -39,9 +40,11 @@ class Hostile:
             except OSError:
                 return
             with conn:
-                conn.recv(65536)
+                read_http_request(conn)
                 with contextlib.suppress(OSError):  # the client hung up: what it read counts
                     self._send(conn)
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_WR)  # the answer ends here, cleanly
 
     def _send(self, conn: socket.socket) -> None:
         if self.answer == "endless":

@@ -973,7 +973,9 @@ class _HostileServer:
         return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
 
     def _serve(self) -> None:
-        import contextlib
+        import socket
+
+        from support.servers import read_http_request
 
         while True:
             try:
@@ -981,8 +983,7 @@ class _HostileServer:
             except OSError:
                 return
             with conn, contextlib.suppress(OSError):
-                request = conn.recv(65536)
-                if not request.startswith(b"POST"):
+                if read_http_request(conn) != "POST":
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
                 elif self.mode == "escapes":
                     body = json.dumps({"error": {"message": f"bad{ESCAPES}\nfake: ok"}}).encode()
@@ -994,6 +995,7 @@ class _HostileServer:
                     for _ in range(1024):  # 1 GiB unless the client stops reading
                         conn.sendall(chunk)
                         self.sent += len(chunk)
+                conn.shutdown(socket.SHUT_WR)  # the answer ends here, cleanly
 
     def close(self) -> None:
         self.sock.close()

@@ -407,7 +407,11 @@ class ServicePage(PlanPage):
             action = "Install"
             notes = ["Written to your own folders; then `systemctl --user daemon-reload`."]
         else:
-            plan = system_unit_plan(out.files)
+            try:
+                plan = system_unit_plan(out.files, self.system.root)
+            except MtpStudioError as exc:
+                self.action.outcome.show_error(exc, "Cannot install: ")
+                return
             shown = list(plan.files)
             root = self.system.root
             title = "Files to install: system unit"

@@ -463,3 +463,41 @@ def test_experts_in_ram_are_copied_into_the_draft_buffer_one_at_a_time() -> None
     without = draft(plan_with(plan, {"runtime.op_offload": False}))
     # the buffer holds one copy (part of it in blocks freed before), never two
     assert max(experts) <= draft(plan) < without + 2 * max(experts)
+
+
+def test_a_fit_that_outgrows_its_margin_names_the_fit_target_that_does_not() -> None:
+    """Without flash attention the score products grow with the filled context; the engine's
+    fit does not count that growth: the plan says the card is short after the load and which
+    --fit-target leaves room for it (and one step less would not)."""
+    changes = {
+        "model.card": CARD_35B,
+        "runtime.ctx": 65536,
+        "runtime.flash_attn": "off",
+        "runtime.cache_type_k": "f16",
+        "runtime.cache_type_v": "f16",
+        "mtp.enabled": False,
+        "runtime.fit_margin_mib": 512,
+    }
+    target = catalogue_target(gpu_card("rtx-4070-super"), DesktopReclaim.NONE)
+    model = model_card_info(CARD_35B)
+    facts = memory_facts(EngineFlavour.UPSTREAM)
+    budget = compute_budget(plan_with(Plan(), changes), model, target, facts)
+    assert budget.devices[0].fits is False and budget.growth.bytes > 1024 * MIB
+    line = next(w for w in budget.warnings if "grows by" in w)
+    found = re.search(r"use --fit-target (\d+)", line)
+    assert found is not None
+    remedy = int(found[1])
+
+    def peak_fits(margin: int) -> bool:
+        plan = plan_with(Plan(), {**changes, "runtime.fit_margin_mib": margin})
+        device = compute_budget(plan, model, target, facts).devices[0]
+        return device.used_bytes - device.segments["margin"] <= (device.total_bytes or 0)
+
+    assert peak_fits(remedy) and not peak_fits(remedy - 64)
+    assert (
+        compute_budget(
+            plan_with(Plan(), {**changes, "runtime.fit_margin_mib": remedy}), model, target, facts
+        )
+        .devices[0]
+        .fits
+    )

@@ -359,17 +359,20 @@ def compute_budget(
     partial: PartialLayer | None = None,
     *,
     host_buffers: bool = True,
+    fit_target_remedy: bool = True,
 ) -> Budget:
     """Predict what the engine allocates for ``plan`` on ``target``.
 
     ``weights`` (from ``ModelWeights.from_model``) makes repeated calls cheap; ``cpu_expert_layers``
     overrides the plan's MoE placement (the fit planner uses it). With ``moe = fit`` the engine's
     own fit is simulated (see ``engine_fit_layers`` below). ``host_buffers=False`` leaves the
-    replays of the ``CUDA_Host`` buffers out (the fit's projections do not count them).
+    replays of the ``CUDA_Host`` buffers out (the fit's projections do not count them);
+    ``fit_target_remedy=False`` does not search the ``--fit-target`` that survives the growth.
     """
     weights = weights or ModelWeights.from_model(model)
     host = host or HostSpec()
     fit: FitPlacement | None = None
+    asked = plan  # before the engine's fit sets its -ngl
     if cpu_expert_layers is None:
         if engine_fit_applies(plan, target):
             fit = engine_fit_placement(plan, model, target, facts, host, weights)
@@ -598,8 +601,9 @@ def compute_budget(
         }
     host_budget = HostBudget(host.total_bytes, host.available_bytes, host_segments)
     for d in devices:
-        if d.fits is False and d.free_bytes is not None and fit is not None and not fit.fails:
-            remedy = surviving_fit_margin(plan, model, target, facts, host, weights)
+        engine_fit = fit is not None and not fit.fails
+        if d.fits is False and d.free_bytes is not None and engine_fit and fit_target_remedy:
+            remedy = surviving_fit_margin(asked, model, target, facts, host, weights)
             warnings.append(
                 f"the engine's fit with --fit-target {plan.runtime.fit_margin_mib} loads, but "
                 f"the process grows by {(growth.load_bytes + growth.bytes) / MIB:,.0f} MiB after "
@@ -610,7 +614,7 @@ def compute_budget(
                     else "no --fit-target up to 8 GiB more makes it fit: lower the context"
                 )
             )
-        elif d.fits is False and d.free_bytes is not None:
+        elif d.fits is False and d.free_bytes is not None and not engine_fit:
             warnings.append(
                 f"{d.id} is {-d.free_bytes / MIB:,.0f} MiB short: lower ctx, use a smaller cache "
                 f"type, or move more {'expert layers' if model.is_moe else 'layers'} to the CPU "
@@ -981,7 +985,13 @@ def surviving_fit_margin(
     def survives(margin: int) -> bool:
         runtime = plan.runtime.model_copy(update={"fit_margin_mib": margin})
         trial = plan.model_copy(update={"runtime": runtime})
-        return device_fits(compute_budget(trial, model, target, facts, host, weights))
+        budget = compute_budget(
+            trial, model, target, facts, host, weights, host_buffers=False, fit_target_remedy=False
+        )
+        return all(  # the peak after the growth, without what is left of the margin
+            d.total_bytes is None or d.used_bytes - d.segments["margin"] <= d.total_bytes
+            for d in budget.devices
+        )
 
     lo = plan.runtime.fit_margin_mib  # does not survive
     hi = lo + FIT_TARGET_SEARCH_MIB

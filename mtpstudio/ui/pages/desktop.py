@@ -29,13 +29,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.desktop.helper_setup import (
+    HelperState,
+    SetupFirstTransport,
+    describe_written,
+    setup_note,
+)
 from mtpstudio.core.desktop.install import (
     HelperAnswer,
     InstallPlan,
     apply_plan,
     nvidia_profile_plan,
     preview,
-    revert_group,
+    revert_groups,
 )
 from mtpstudio.core.desktop.reclaim import (
     DesktopUsage,
@@ -60,7 +66,7 @@ from mtpstudio.core.units import MIB
 from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids
-from mtpstudio.ui.system_access import SystemAccess
+from mtpstudio.ui.system_access import SystemAccess, install_words
 from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.widgets.action_panel import ActionPanel
 from mtpstudio.ui.widgets.common import Notice, Tone
@@ -96,6 +102,14 @@ class PreparedInstall:
     previews: list[Any]
     notes: tuple[str, ...]
     variant: SessionVariant | None
+    helper: HelperState | None = None  # the helper as found: set it up first when it needs
+
+
+def _set_up_words(transport: object) -> str:
+    """``Set up the helper (…). `` when this action set it up first, else ''."""
+    if isinstance(transport, SetupFirstTransport) and transport.written:
+        return f"Set up the helper ({describe_written(transport.written)}). "
+    return ""
 
 
 def _next_steps(prepared: PreparedInstall) -> str:
@@ -394,8 +408,13 @@ class DesktopPage(PlanPage):
             return
         option = self.rows[kind].option
         root = self.system.root
+        system = self.system
 
         def work(token: CancelToken) -> PreparedInstall:
+            helper = system.helper_state()
+            problem = helper.pkexec_problem()
+            if problem is not None:
+                raise problem
             notes: tuple[str, ...] = ()
             if option.variant is None:
                 plan = nvidia_profile_plan(render_nvidia_profile())
@@ -406,8 +425,11 @@ class DesktopPage(PlanPage):
                     f"The desktop's VRAM now ({vram['desktop_bytes'] / MIB:,.0f} MiB) is kept "
                     "as the 'before' figure.",
                 )
+            if helper.needs_setup:
+                notes = (setup_note(helper), *notes)
             token.raise_if_cancelled()
-            return PreparedInstall(kind, plan, preview(plan.files, root), notes, option.variant)
+            previews = preview(plan.files, root)
+            return PreparedInstall(kind, plan, previews, notes, option.variant, helper)
 
         self.preview_box.hide_preview()
         self.action.run(f"Preparing the files for {option.title.lower()}…", work, self._on_prepared,
@@ -424,11 +446,13 @@ class DesktopPage(PlanPage):
         self.prepared = prepared
         self._show_details(False)
         option = self.rows[prepared.kind].option
+        helper = prepared.helper
+        if helper is not None and (self.system.root is None or helper.needs_setup):
+            words = install_words(helper)
+        else:
+            words = "Install"
         self.preview_box.show_preview(
-            f"Files to install: {option.title}",
-            prepared.previews,
-            prepared.notes,
-            "Install (asks for a password)" if self.system.root is None else "Install",
+            f"Files to install: {option.title}", prepared.previews, prepared.notes, words
         )
         self._fill_options(self.state.report)
 
@@ -443,7 +467,8 @@ class DesktopPage(PlanPage):
         prepared = self.prepared
         if prepared is None:
             return
-        transport = self.system.transport()
+        setup = prepared.helper is not None and prepared.helper.needs_setup
+        transport = self.system.transport(setup=setup)
 
         def work(token: CancelToken) -> HelperAnswer:
             return apply_plan(prepared.plan, transport)
@@ -454,8 +479,9 @@ class DesktopPage(PlanPage):
             if prepared.kind is not self.state.plan.desktop:
                 self.apply({"desktop": prepared.kind.value})
             changes = "\n".join(f"{action}: {path}" for path, action in answer.changes)
+            set_up = _set_up_words(transport)
             self.action.outcome.show_outcome(
-                f"Installed {len(answer.changes)} files. {_next_steps(prepared)}",
+                f"{set_up}Installed {len(answer.changes)} files. {_next_steps(prepared)}",
                 Tone.GOOD,
                 f"{answer.group}\n{changes}",
             )
@@ -463,7 +489,12 @@ class DesktopPage(PlanPage):
 
         self.preview_box.hide_preview()
         self._show_details(True)
-        self.action.run("Installing through the helper…", work, done, key=ACTION_KEY)
+        doing = (
+            "Setting up the helper and installing (polkit asks for an administrator's password)…"
+            if setup
+            else "Installing through the helper…"
+        )
+        self.action.run(doing, work, done, key=ACTION_KEY)
         self._fill_options(self.state.report)
 
     def revert(self) -> None:
@@ -471,14 +502,17 @@ class DesktopPage(PlanPage):
         groups = list(self.groups)
         if not groups:
             return
-        transport = self.system.transport()
+        system = self.system
+        helper = system.helper_state()
+        problem = helper.pkexec_problem()
+        if problem is not None:
+            self.action.outcome.show_error(problem, "Not reverted: ")
+            return
+        transport = system.transport(setup=helper.needs_setup)
 
         def work(token: CancelToken) -> list[HelperAnswer]:
-            answers = []
-            for group in groups:
-                token.raise_if_cancelled()
-                answers.append(revert_group(group, transport))
-            return answers
+            token.raise_if_cancelled()
+            return revert_groups(groups, transport)
 
         def done(answers: list[HelperAnswer]) -> None:
             details = "\n".join(
@@ -487,15 +521,21 @@ class DesktopPage(PlanPage):
             )
             self.last_check = None
             self.action.outcome.show_outcome(
-                f"Reverted {', '.join(groups)}. The login screen offers your usual sessions "
-                "again; pick one if it still shows the removed one as last used.",
+                f"{_set_up_words(transport)}Reverted {', '.join(groups)}. The login screen "
+                "offers your usual sessions again; pick one if it still shows the removed one "
+                "as last used.",
                 Tone.GOOD,
                 details,
             )
             self._after_action()
 
         self.revert_button.setEnabled(False)
-        self.action.run("Reverting through the helper…", work, done, key=ACTION_KEY)
+        doing = (
+            "Setting up the helper and reverting (polkit asks for an administrator's password)…"
+            if helper.needs_setup
+            else "Reverting through the helper…"
+        )
+        self.action.run(doing, work, done, key=ACTION_KEY)
 
     def _after_action(self) -> None:
         self._fill_options(self.state.report)
@@ -551,5 +591,6 @@ class DesktopPage(PlanPage):
 
     def _on_refresh_clicked(self) -> None:
         self.last_check = None
+        self.action.outcome.clear()  # what the last action said may no longer hold
         self.state.refresh_detection()
         self.refresh()

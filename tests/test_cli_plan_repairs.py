@@ -97,7 +97,7 @@ def test_api_key_goes_to_a_user_only_file_never_the_plan_or_argv(tmp_path: Path)
     model = write_model(tmp_path / "models" / "q.gguf")  # render writes units for files only
     result = run_plan(
         "--model", str(model), "--host", "0.0.0.0", "--api-key", key, "--save", str(saved),
-        home=tmp_path,
+        "--engine", str(engine_binary("upstream")), home=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     key_file = tmp_path / "config" / "mtpstudio" / "server-api-key"
@@ -109,8 +109,10 @@ def test_api_key_goes_to_a_user_only_file_never_the_plan_or_argv(tmp_path: Path)
     assert argv[argv.index("--api-key-file") + 1] == str(key_file) and key not in argv
     # render uses that same file: the key clients were given keeps working
     out = tmp_path / "out"
+    render = [sys.executable, "-m", "mtpstudio", "render", "--plan", str(saved),
+              "--out", str(out), "--user", "alice"]  # fmt: skip
     rendered = subprocess.run(
-        [sys.executable, "-m", "mtpstudio", "render", "--plan", str(saved), "--out", str(out)],
+        render,
         capture_output=True,
         text=True,
         env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")},

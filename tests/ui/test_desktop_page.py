@@ -331,9 +331,10 @@ def test_without_pkexec_apply_names_the_package_and_shows_no_preview(
 ) -> None:
     wizard = make_wizard()
     page = wizard.desktop_page
+    ubuntu = 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n'
     page.system = SystemAccess(root=root, runner=SubprocessRunner(), environ={},
                                setup_in_root=True, pkexec_missing=True,
-                               os_release='ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n')  # fmt: skip
+                               os_release=ubuntu)  # fmt: skip
     go_to(wizard, PageId.DESKTOP)
     assert wizard.tasks.wait_idle(30)
     page.rows[DesktopReclaim.LLVMPIPE].apply_button.click()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.advice import standing, where_words
 from mtpstudio.core.engines.capabilities import mtp_reason
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import MoePlacement, Plan
@@ -42,6 +44,26 @@ from mtpstudio.ui.widgets.vram_bar import VramBar, mapped_in_ram
 
 CTX_STEP = 256
 MARGIN_STEP = 64
+
+
+_COMPACT = (
+    (re.compile(r"(\d+) more (expert )?(layers?) on the GPU"), r"+\1 \2\3 on GPU"),
+    (re.compile(r"(\d+) fewer (expert )?(layers?) on the GPU"), r"-\1 \2\3 on GPU"),
+    (re.compile(r"fits with (\d+) layers? on the CPU"), r"fits, \1 on CPU"),
+    (re.compile(r"the same (expert )?layers on the GPU"), "no layer moved"),
+)
+
+
+def lever_entry(s: FitSuggestion) -> str:
+    """A menu line: the change and what it does to speed, then (a right-aligned second
+    column) what memory it leaves; compact, the whole sentence is the entry's tooltip."""
+    head = f"{s.label}: {s.gain}" if s.gain else s.label
+    tail = s.outcome()
+    for pattern, short in _COMPACT:
+        head, tail = pattern.sub(short, head), pattern.sub(short, tail)
+    return f"{head}\t{tail}"
+
+
 MARGIN_MAX_MIB = 4096
 
 
@@ -69,6 +91,7 @@ class BudgetPage(PlanPage):
             "the Fit buttons ask the planner for a plan that fits."
         )
         self.last_suggestion: FitSuggestion | None = None
+        self.last_message = ""  # what the last Fit button said, shown while its plan stands
         self._refreshing = True  # setting ranges below must not write into the Plan
         self.target_label = QLabel(self)
         self.target_label.setWordWrap(True)
@@ -249,6 +272,7 @@ class BudgetPage(PlanPage):
         self._show_verdict(plan, budget, evaluation)
         self._show_host(budget)
         self._show_command(evaluation)
+        self._show_fit_label(evaluation)
 
     def _update_enabled(self, plan: Plan, evaluation: Evaluation | None) -> None:
         info = self.state.model_info
@@ -335,6 +359,29 @@ class BudgetPage(PlanPage):
                 beyond = f" beyond the {mib(margin)} margin" if margin else " (no margin kept)"
                 parts.append(f"{device.id} fits with {mib(free)} to spare{beyond}.")
         self.verdict.show_text(" ".join(parts), tone)
+
+    def _show_fit_label(self, evaluation: Evaluation | None) -> None:
+        """The text beside the Fit buttons: always the current plan's placement and spare,
+        after what the last lever or Fit button did while its plan still stands."""
+        if evaluation is None or evaluation.budget is None or evaluation.result is None:
+            return
+        if evaluation.target is None or not evaluation.target.device.is_gpu:
+            return
+        resolved = evaluation.result.resolved
+        if resolved is None:
+            return
+        now = standing(evaluation.budget, resolved.model, resolved.mtp.active)
+        applied = self.last_suggestion
+        parts = []
+        if applied is not None and applied.plan == self.state.plan:
+            parts.append(self.last_message or f"Applied {applied.message}.")
+        else:
+            self.last_suggestion, self.last_message = None, ""
+        spare = f"{mib(now.spare_bytes)} spare" if now.fits else "does not fit"
+        mtp = "MTP on" if now.mtp else "MTP off"
+        parts.append(f"Now: {where_words(now)}, {mtp}, {spare}.")
+        self.fit_label.setText(" ".join(parts))
+        self.fit_label.setStyleSheet("" if now.fits else "color: #991b1b;")
 
     def _show_host(self, budget: Budget) -> None:
         host = budget.host
@@ -424,8 +471,8 @@ class BudgetPage(PlanPage):
             message = message.replace(
                 "with the offload suggested above", f"with the offload of the other Fit ({first})"
             )
-        self.fit_label.setText(message if suggestion.fits else f"{message} It still does not fit.")
-        self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
+        self.last_message = message if suggestion.fits else f"{message} It still does not fit."
+        self._show_fit_label(self.state.evaluation())
         return suggestion
 
     def fill_levers_menu(self) -> list[FitSuggestion]:
@@ -438,8 +485,11 @@ class BudgetPage(PlanPage):
         except MtpStudioError as exc:
             self.levers_menu.addAction(error_sentence(exc)).setEnabled(False)
             return []
+        self.levers_menu.setToolTipsVisible(True)
         for suggestion in ranked:
-            action = self.levers_menu.addAction(suggestion.message)
+            # the change and what it does to speed; memory spare as the second column
+            action = self.levers_menu.addAction(lever_entry(suggestion))
+            action.setToolTip(suggestion.message)
             action.triggered.connect(lambda _=False, s=suggestion: self.apply_lever(s))
         if not ranked:
             self.levers_menu.addAction("No lever changes this plan.").setEnabled(False)
@@ -450,8 +500,6 @@ class BudgetPage(PlanPage):
         self.last_suggestion = suggestion
         self.state.set_plan(suggestion.plan)
         self.refresh()
-        self.fit_label.setText(suggestion.message[:1].upper() + suggestion.message[1:] + ".")
-        self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
 
     def _on_fit_offload_clicked(self) -> None:
         self.apply_suggestion(0)

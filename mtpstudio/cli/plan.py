@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from dataclasses import replace
@@ -23,33 +22,11 @@ from mtpstudio.core.plan import (
     plan_with,
     save_plan,
 )
+from mtpstudio.core.units import parse_token_count
 
 CACHE_TYPES = [c.value for c in CacheType]
 EXIT_DOES_NOT_FIT = 3
 """``plan --check`` exits with this when the plan does not fit or will not run as planned."""
-
-_TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([km]?)\s*$", re.IGNORECASE)
-
-
-def parse_token_count(text: str, what: str = "--ctx") -> int:
-    """``131072``, ``128k`` (x1024), ``1m`` (x1024²) or ``1e6`` as a whole number of tokens.
-
-    Raises:
-        PlanError: one sentence saying what was wrong.
-    """
-    m = _TOKENS.match(text)
-    value = None
-    if m:
-        scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-        number = float(m.group(1)) * scale
-        if math.isfinite(number) and number == int(number):
-            value = int(number)
-    if value is None:
-        raise PlanError(
-            f"{what} {text!r} is not a whole number of tokens",
-            hint="Write it like 32768, 128k (= 131072) or 1e6.",
-        )
-    return value
 
 
 def _demo_help() -> str:

@@ -379,7 +379,7 @@ def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
     ctx = largest_context(base, pctx.model, dev, facts, host, w)
     where = "with the offload suggested above" if offload.fits else "at the plan's own offload"
     ctx = replace(ctx, message=ctx.message.replace("at this offload", where))
-    return [offload, ctx]
+    return [_keep_auto(resolved.plan, offload), _keep_auto(resolved.plan, ctx)]
 
 
 LEVER_COST = {
@@ -539,10 +539,20 @@ def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
                            label=short))  # fmt: skip
     now = plan_standing(resolved)
     ranked = []
+    out = [_keep_auto(resolved.plan, s) for s in out]
     for s in out:
         then = suggestion_standing(s, resolved)
         ranked.append((_rank(s, then), _with_gain(s, now, then)))
     return [s for _, s in sorted(ranked, key=lambda pair: pair[0])]
+
+
+def _keep_auto(user: Plan, s: FitSuggestion) -> FitSuggestion:
+    """A lever's plan keeps what the user left on auto (MTP): it was planned from the
+    effective plan, whose MTP is decided; only a lever that turns MTP off changes it."""
+    if user.mtp.enabled is not None or "mtp.enabled" in s.changes:
+        return s
+    mtp = s.plan.mtp.model_copy(update={"enabled": None})
+    return replace(s, plan=s.plan.model_copy(update={"mtp": mtp}))
 
 
 def _rank(s: FitSuggestion, then: Standing) -> tuple[float, ...]:

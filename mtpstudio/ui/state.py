@@ -95,6 +95,17 @@ def evaluate_plan(plan: Plan, pctx: PlanningContext) -> Evaluation:
     return Evaluation(plan, result, result.budget, result.target)
 
 
+PLACEMENT_FIELDS = ("moe", "n_cpu_moe", "n_gpu_layers")
+"""What a model change plans anew (layer counts and expert placement belong to one model)."""
+
+
+def replanned_for_model(plan: Plan, choice: ModelChoice) -> Plan:
+    """``plan`` for another model: the model, and the default placement for it."""
+    fresh = Plan().runtime
+    runtime = plan.runtime.model_copy(update={f: getattr(fresh, f) for f in PLACEMENT_FIELDS})
+    return plan.model_copy(update={"model": choice, "runtime": runtime})
+
+
 class WizardState(QObject):
     """The Plan being edited plus what detection and the GGUF header said (GUI thread only)."""
 
@@ -263,7 +274,9 @@ class WizardState(QObject):
             self._context = None
             self._evaluation = None
             if commit and self._plan.model != choice:
-                self.set_plan(self._plan.model_copy(update={"model": choice}))
+                # another model: its placement is planned anew (the engine's fit, every layer
+                # offered to the GPU), not carried over from the model before
+                self.set_plan(replanned_for_model(self._plan, choice))
             self.model_changed.emit(info)
             self.activity_changed.emit()
 

@@ -20,8 +20,10 @@ from mtpstudio.core.detect.report import detect_all
 from mtpstudio.core.engines.apikey import plan_api_key
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.model.catalog.gpus import gpu_card
+from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,
@@ -46,6 +48,7 @@ __all__ = [
     "LaunchResult",
     "PreparedLaunch",
     "bench_target",
+    "card_not_here",
     "find_build",
     "launch_machine",
     "measure_launch",
@@ -62,16 +65,39 @@ def launch_machine(build: EngineBuild, machine: MachineFacts | None = None) -> M
     return dataclasses.replace(found, builds=(build,))
 
 
+def card_not_here(plan: Plan, machine: MachineFacts) -> str | None:
+    """The plan is for a catalogue card this computer does not have: where the engine runs
+    instead, in one sentence (None: the plan's device is here, or is auto or the CPU)."""
+    try:
+        card = gpu_card(plan.device)
+    except MtpStudioError:
+        return None
+    if any(g.name.lower() == card.name.lower() for g in machine.gpus):
+        return None
+    here = machine.gpus[0] if machine.gpus else None
+    where = f"{here.id} ({here.name})" if here is not None else "the CPU"
+    return (
+        f"The plan is for the catalogue {card.name}, which is not in this computer: the server "
+        f"runs on {where}, and its memory is compared with what {where} holds"
+    )
+
+
 def resolve_launch(
     plan: Plan, build: EngineBuild, machine: MachineFacts | None = None
 ) -> tuple[Path, ResolvedPlan]:
     """Check the binary and the model file(s), then resolve the plan for ``build`` here.
 
+    A plan for a catalogue card this computer does not have is resolved for what it has (the
+    detected GPU, else the CPU): that is where the engine runs (``card_not_here`` says so).
+
     Raises:
         MtpStudioError: a file is missing or broken, or the plan cannot be resolved.
     """
     path, model, draft = preflight(plan, build)
-    pctx = PlanningContext(launch_machine(build, machine), model, draft)
+    facts = launch_machine(build, machine)
+    if card_not_here(plan, facts) is not None:
+        plan = plan_with(plan, {"device": "auto"})
+    pctx = PlanningContext(facts, model, draft)
     return path, resolve(plan, pctx)
 
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
-    QAbstractSpinBox,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -40,6 +39,7 @@ from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
 from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
+from mtpstudio.ui.widgets.number_box import NumberBox
 from mtpstudio.ui.widgets.vram_bar import VramBar, mapped_in_ram
 
 CTX_STEP = 256
@@ -176,12 +176,12 @@ class BudgetPage(PlanPage):
     ) -> SliderRow:
         slider = QSlider(Qt.Orientation.Horizontal, self)
         slider.setTracking(True)  # valueChanged while dragging: the bar follows the hand
-        spin = QSpinBox(self)
+        kind = {"runtime.ctx": "tokens", "runtime.fit_margin_mib": "mib"}.get(path, "count")
+        spin = NumberBox(kind, self)
         spin.setSuffix(suffix)
         spin.setSingleStep(unit)
         spin.setGroupSeparatorShown(True)
         spin.setKeyboardTracking(False)
-        spin.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
         spin.setMinimumWidth(130)
         note = QLabel(self)
         note.setStyleSheet("color: #6b7280;")

@@ -36,6 +36,7 @@ from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.planning import machine_for
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import HealthAnswer
 from mtpstudio.core.server.process import ProcessOutcome
@@ -47,7 +48,7 @@ from mtpstudio.core.usecases.bench import (
     run_benchmark,
     vram_sampler,
 )
-from mtpstudio.core.usecases.launch import LaunchResult, bench_target
+from mtpstudio.core.usecases.launch import LaunchResult, bench_target, card_not_here
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.pages.launch_bench import EXPORT_FORMATS, BenchTab
@@ -214,8 +215,16 @@ class LaunchPage(PlanPage):
                 "to run: open your GGUF file on the Model page to launch and benchmark it here.",
                 Tone.INFO,
             )
+        elif (elsewhere := self.card_elsewhere()) is not None:
+            self.note.show_text(f"{elsewhere}.", Tone.WARN)
         else:
             self.note.show_text(None)
+
+    def card_elsewhere(self) -> str | None:
+        """Said before launch: the plan is for a catalogue card this computer does not have."""
+        if self.state.report is None:
+            return None
+        return card_not_here(self.state.plan, machine_for(self.state.report))
 
     def _on_plan_changed(self, plan: object) -> None:
         super()._on_plan_changed(plan)

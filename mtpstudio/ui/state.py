@@ -17,6 +17,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from mtpstudio.core.detect.models import EngineInfo
 from mtpstudio.core.detect.report import DetectionReport
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
@@ -199,6 +200,13 @@ class WizardState(QObject):
         self.normalize_device()
         self.report_changed.emit(report)
         self.activity_changed.emit()
+
+    def add_engine(self, info: EngineInfo) -> None:
+        """A build the user picked (probed): detection's answer plus this one."""
+        if self.report is None:
+            return
+        kept = [e for e in self.report.engines if e.real_path != info.real_path]
+        self.set_report(self.report.model_copy(update={"engines": [*kept, info]}))
 
     def _on_detected(self, report: DetectionReport) -> None:
         self.detection_error = None

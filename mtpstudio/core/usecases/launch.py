@@ -23,7 +23,7 @@ from mtpstudio.core.engines.registry import describe_build
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.model.catalog.gpus import gpu_card
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,
@@ -33,6 +33,7 @@ from mtpstudio.core.planning import (
     machine_for,
     resolve,
 )
+from mtpstudio.core.server.health import connect_host
 from mtpstudio.core.server.launch import (
     LaunchResult,
     PreparedLaunch,
@@ -43,10 +44,19 @@ from mtpstudio.core.server.launch import (
     record_state,
     run_launch,
 )
+from mtpstudio.core.server.process import ProcessOutcome, stop_pid
+from mtpstudio.core.server.state import (
+    Liveness,
+    ServerState,
+    load_states,
+    prune_stale,
+    remove_state,
+)
 
 __all__ = [
     "LaunchResult",
     "PreparedLaunch",
+    "attached_target",
     "bench_target",
     "card_not_here",
     "find_build",
@@ -56,6 +66,8 @@ __all__ = [
     "record_state",
     "resolve_launch",
     "run_launch",
+    "servers_elsewhere",
+    "stop_elsewhere",
 ]
 
 
@@ -151,3 +163,38 @@ def bench_target(prepared: PreparedLaunch, base_url: str, label: str | None = No
         engine_build=describe_build(prepared.build),
         device=plan.device,
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# servers mtpstudio started elsewhere (the CLI, another window)
+
+
+def servers_elsewhere(own_pid: int = 0) -> list[ServerState]:
+    """The running servers mtpstudio recorded (``launch``, another window), but ``own_pid``."""
+    states = load_states()
+    prune_stale(states)  # records of servers that are gone
+    return [s for s in states if s.liveness() is Liveness.RUNNING and s.pid != own_pid]
+
+
+def attached_target(state: ServerState) -> BenchTarget:
+    """A server started elsewhere, as the benchmark sees it (its plan, when still readable)."""
+    plan: Plan | None
+    try:
+        plan = load_plan(Path(state.plan_path))
+    except MtpStudioError:
+        plan = None
+    return BenchTarget(
+        base_url=f"http://{connect_host(state.host)}:{state.port}",
+        flavour=EngineFlavour(state.flavour),
+        label=f"port {state.port}",
+        drafting_requested=None,  # the server's own answers say
+        plan=plan,
+        device=plan.device if plan is not None else None,
+    )
+
+
+def stop_elsewhere(state: ServerState) -> ProcessOutcome:
+    """Stop a server started elsewhere (as `mtpstudio server stop` does) and forget it."""
+    outcome = stop_pid(state.pid, state.start_ticks)
+    remove_state(state)
+    return outcome

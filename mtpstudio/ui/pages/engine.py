@@ -48,6 +48,7 @@ from mtpstudio.ui.help_text import field_description, setting_tooltip
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.widgets.common import Badge, Notice, Tone
+from mtpstudio.ui.widgets.engine_picker import EnginePicker
 from mtpstudio.ui.widgets.number_box import NumberBox
 
 MOE_CHOICES = (
@@ -131,6 +132,7 @@ class EnginePage(PlanPage):
         self.draft_picked: Path | None = None  # the last draft file the user chose
         self.draft_error: str | None = None
         self.choices: list[BuildChoice] = []
+        self.picker = EnginePicker(state, self)
         self._badged_for: tuple[str, bool] | None = None  # the model the MTP badges speak of
         self.reasons: dict[str, str] = {}
 
@@ -240,12 +242,15 @@ class EnginePage(PlanPage):
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("<b>Engine build</b>", self))
         layout.addWidget(self.build_list)
+        layout.addWidget(self.picker)
         layout.addWidget(self.notice)
         layout.addLayout(grid)
         layout.addWidget(self.unavailable_label)
         layout.addStretch()
 
         self.build_list.currentRowChanged.connect(self._on_build_chosen)
+        self.picker.picked.connect(lambda text: self.notice.show_text(text, Tone.GOOD))
+        self.picker.failed.connect(lambda text: self.notice.show_text(text, Tone.BAD))
         state.report_changed.connect(self._on_inputs_changed)
         state.model_changed.connect(self._on_inputs_changed)
         state.draft_changed.connect(self._on_inputs_changed)

@@ -478,3 +478,24 @@ def test_a_partial_model_is_refused_before_the_dialog(
     assert asked == []
     assert page.action.outcome.tone is Tone.BAD
     assert "incomplete" in page.action.outcome.sentence.lower()
+
+
+def test_the_preview_keeps_what_it_is_readable_beside_a_long_path(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long install path (a user unit below a deep config folder) took the whole width,
+    squeezing "What it is" to a word per line."""
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3) / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(deep))
+    wizard = service_wizard(make_wizard, model_plan, SystemAccess(runner=RecordedSystemctl()))
+    wizard.resize(1180, 768)
+    page = wizard.service_page
+    page.set_scope(UnitScope.USER)
+    page.install_button.click()
+    QApplication.processEvents()
+    files = page.preview_box.files
+    room = files.viewport().width()
+    assert files.header().sectionSize(2) >= 0.3 * room
+    line = files.fontMetrics().lineSpacing()
+    for row in range(files.topLevelItemCount()):
+        assert files.visualItemRect(files.topLevelItem(row)).height() <= 5 * line + 8

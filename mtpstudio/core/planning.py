@@ -289,7 +289,10 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
     """The memory budget of a resolved plan (the draft model and stored measurements counted)."""
     plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
     facts = resolved.profile.memory
-    budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
+    weights = pctx.weights
+    if weights is not None and weights.mapped_in_ranges != facts.maps_in_ranges:
+        weights = replace(weights, mapped_in_ranges=facts.maps_in_ranges)  # the era's mmap
+    budget = compute_budget(plan, pctx.model, target.device, facts, target.host, weights)
     if pctx.draft_model is not None and plan.draft.path is not None:
         budget = with_draft(budget, plan, pctx.draft_model, facts)
     if pctx.measurements and resolved.build.probed:

@@ -62,3 +62,7 @@ class EngineMemoryFacts:
     mtp_layers_in_main_kv: bool = False
     recurrent_step_checkpoints: bool = False
     sliding_window_cache: bool = False
+    maps_in_ranges: bool = False
+    """A memory-mapped load maps each run of CPU tensors on its own, not one span per file: an
+    unloaded MTP block between the trunk and the output layer is not mapped (upstream after
+    b11434, which loads the MTP block only when MTP is on)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.profile import EngineProfile
-from mtpstudio.core.engines.profiles import ik, ik_stages, upstream
+from mtpstudio.core.engines.profiles import ik, ik_stages, upstream, upstream_ranges
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.plan import EngineFlavour
 
@@ -22,7 +22,12 @@ __all__ = [
     "spec_type_candidates",
 ]
 
-PROFILES: tuple[EngineProfile, ...] = (upstream.PROFILE, ik_stages.PROFILE, ik.PROFILE)
+PROFILES: tuple[EngineProfile, ...] = (
+    upstream_ranges.PROFILE,
+    upstream.PROFILE,
+    ik_stages.PROFILE,
+    ik.PROFILE,
+)
 """Every profile; within a flavour, newer eras first and the base era (no marker) last."""
 
 
@@ -32,7 +37,7 @@ def profiles_of(flavour: EngineFlavour) -> tuple[EngineProfile, ...]:
 
 
 def _base(flavour: EngineFlavour) -> EngineProfile:
-    found = [p for p in profiles_of(flavour) if p.era_marker is None]
+    found = [p for p in profiles_of(flavour) if p.era_marker is None and p.min_build is None]
     if not found:
         raise AdapterError(
             f"mtpstudio has no engine profile for {flavour.value}",

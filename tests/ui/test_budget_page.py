@@ -220,6 +220,11 @@ def test_the_seeds_setup_ranks_the_reclaim_that_moves_experts_first(
     go_to(wizard, 3)
     page = wizard.budget_page
     assert "Now: experts of 13 of 40 layers on the GPU" in page.fit_label.text()
+    assert wizard.tasks.wait_idle(30)
+    said = page.faster_label.text()  # shown on the page, without opening the menu
+    assert page.faster_label.isVisibleTo(page)
+    assert said.startswith("Faster for this plan, best first: 1. with the ")
+    assert "with the llvmpipe session: 2 more expert layers on the GPU, MTP kept" in said
     ranked = page.fill_levers_menu()
     levers = [s.lever for s in ranked]
     assert levers.index("desktop:llvmpipe") < levers.index("desktop:nvidia-profile")

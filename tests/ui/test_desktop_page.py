@@ -348,3 +348,25 @@ def test_without_pkexec_apply_names_the_package_and_shows_no_preview(
 
     page.refresh_button.click()  # the old error does not stay beside a fresh reading
     assert outcome.sentence == ""
+
+
+def test_each_reclaim_says_what_it_does_for_this_plans_speed(
+    make_wizard: WizardFactory, root: Path
+) -> None:
+    """The seeds' 35B on the catalogue RTX 4070 SUPER at 128k: the llvmpipe session puts 2
+    more expert layers on the GPU, the driver profile 1; the page ranks them by that."""
+    from mtpstudio.core.plan import plan_with
+
+    seeds = {"device": "rtx-4070-super", "runtime.ctx": 131072, "runtime.cache_type_k": "q8_0",
+             "runtime.cache_type_v": "q8_0", "mtp.draft_max": 3}  # fmt: skip
+    wizard = desktop_wizard(make_wizard, root, plan=plan_with(Plan(), seeds),
+                            report=no_gpu_report())  # fmt: skip
+    page = wizard.desktop_page
+    assert wizard.tasks.wait_idle(30)
+    llvmpipe = page.rows[DesktopReclaim.LLVMPIPE].detail.text()
+    assert "For this plan: 2 more expert layers on the GPU, MTP kept (fits, " in llvmpipe
+    profile = page.rows[DesktopReclaim.NVIDIA_PROFILE].detail.text()
+    assert "For this plan: 1 more expert layer on the GPU, MTP kept" in profile
+    note = page.plan_note.text()
+    assert note.startswith("For this plan's tokens/s, best first: 1. ")
+    assert note.index("llvmpipe") < note.index("NVIDIA driver profile")

@@ -37,6 +37,7 @@ from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
+from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.number_box import NumberBox
@@ -44,6 +45,7 @@ from mtpstudio.ui.widgets.vram_bar import VramBar, mapped_in_ram
 
 CTX_STEP = 256
 MARGIN_STEP = 64
+LEVERS_KEY = "budget-levers"
 
 
 _COMPACT = (
@@ -136,6 +138,13 @@ class BudgetPage(PlanPage):
         fit_row.addWidget(self.levers_button)
         fit_row.addWidget(self.fit_label, 1)
 
+        self.faster_label = QLabel(self)  # the levers that make this plan faster, ranked
+        self.faster_label.setWordWrap(True)
+        self.faster_label.setStyleSheet("color: #166534;")
+        self.faster_label.setVisible(False)
+        self._levers_for: Plan | None = None
+        self.faster: list[FitSuggestion] = []
+
         self.host_label = QLabel(self)
         self.host_label.setWordWrap(True)
         self.warnings_label = QLabel(self)
@@ -158,6 +167,7 @@ class BudgetPage(PlanPage):
         layout.addWidget(self.host_label)
         layout.addLayout(grid)
         layout.addLayout(fit_row)
+        layout.addWidget(self.faster_label)
         layout.addWidget(self.warnings_label)
         layout.addWidget(QLabel("<b>Command line</b>", self))
         layout.addLayout(command_row)
@@ -273,6 +283,7 @@ class BudgetPage(PlanPage):
         self._show_host(budget)
         self._show_command(evaluation)
         self._show_fit_label(evaluation)
+        self._start_levers(evaluation)
 
     def _update_enabled(self, plan: Plan, evaluation: Evaluation | None) -> None:
         info = self.state.model_info
@@ -382,6 +393,38 @@ class BudgetPage(PlanPage):
         parts.append(f"Now: {where_words(now)}, {mtp}, {spare}.")
         self.fit_label.setText(" ".join(parts))
         self.fit_label.setStyleSheet("" if now.fits else "color: #991b1b;")
+
+    def _start_levers(self, evaluation: Evaluation) -> None:
+        """Rank every lever for this plan in the background (tens of budgets, ~0.1 s) and show
+        the ones that make it faster: a reclaim that moves a layer is always said."""
+        plan, pctx = self.state.plan, self.state.context()
+        on_gpu = evaluation.target is not None and evaluation.target.device.is_gpu
+        if plan == self._levers_for:
+            return
+        self._levers_for = plan
+        if pctx is None or not on_gpu:
+            self._show_faster([])
+            return
+
+        def work(token: CancelToken) -> list[FitSuggestion]:
+            return [s for s in fit_suggestions(resolve(plan, pctx)) if s.faster]
+
+        def failed(exc: BaseException) -> None:
+            self._show_faster([])
+
+        self.state.tasks.run(work, self._show_faster, failed, key=LEVERS_KEY)
+
+    def _show_faster(self, faster: list[FitSuggestion]) -> None:
+        self.faster = faster
+        if not faster:
+            self.faster_label.setVisible(False)
+            return
+        shown = " · ".join(
+            f"{i}. {s.label}: {s.gain} ({s.outcome()})" for i, s in enumerate(faster[:3], 1)
+        )
+        self.faster_label.setText(f"Faster for this plan, best first: {shown}. Every lever… "
+                                  "applies one.")  # fmt: skip
+        self.faster_label.setVisible(True)
 
     def _show_host(self, budget: Budget) -> None:
         host = budget.host

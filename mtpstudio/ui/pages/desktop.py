@@ -60,7 +60,8 @@ from mtpstudio.core.desktop.session_apply import (
 from mtpstudio.core.desktop.session_check import SessionCheckReport, check_session
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
-from mtpstudio.core.plan import DesktopReclaim
+from mtpstudio.core.plan import DesktopReclaim, Plan
+from mtpstudio.core.planning import FitSuggestion, fit_suggestions, resolve
 from mtpstudio.core.service.render import SessionVariant, render_nvidia_profile
 from mtpstudio.core.units import MIB
 from mtpstudio.ui.formatting import error_sentence, mib
@@ -74,6 +75,7 @@ from mtpstudio.ui.widgets.install_preview import InstallPreview
 
 ACTION_KEY = "desktop-action"
 STATUS_KEY = "desktop-installed"
+RANK_KEY = "desktop-rank"
 CHECK_KEY = "desktop-check"
 REVERTIBLE_KINDS = ("session", "nvidia-profile")
 APPLY_LABELS = {
@@ -141,6 +143,8 @@ class DesktopPage(PlanPage):
             "cheapest way first; every change can be reverted."
         )
         self.groups: list[str] = []
+        self.gains: list[FitSuggestion] | None = None  # the reclaims ranked for this plan
+        self._ranked_for: Plan | None = None
         self.prepared: PreparedInstall | None = None
         self.last_answer: HelperAnswer | None = None
         self.last_check: SessionCheckReport | None = None
@@ -341,9 +345,48 @@ class DesktopPage(PlanPage):
         chosen = self.state.plan.desktop
         button = self.keep_radio if chosen is DesktopReclaim.NONE else self.rows[chosen].radio
         button.setChecked(True)
+        self._rank_for_plan()
+
+    def _rank_for_plan(self) -> None:
+        """What each reclaim does for this plan's speed (the budget page's ranking, tens of
+        budgets in the background): experts moved onto the GPU, MTP kept, memory spare."""
+        plan, pctx = self.state.plan, self.state.context()
+        if plan == self._ranked_for and self.gains is not None:
+            self._show_gains(self.gains)
+            return
+        self._ranked_for = plan
+        if pctx is None:
+            self._show_gains([])
+            return
+
+        def work(token: CancelToken) -> list[FitSuggestion]:
+            resolved = resolve(plan, pctx)
+            if not resolved.target.device.is_gpu:
+                return []
+            return [s for s in fit_suggestions(resolved) if s.lever.startswith("desktop:")]
+
+        self.state.tasks.run(work, self._show_gains, lambda _: self._show_gains([]),
+                             key=RANK_KEY)  # fmt: skip
+
+    def _show_gains(self, ranked: list[FitSuggestion]) -> None:
+        self.gains = ranked
+        for row in self.rows.values():
+            row.detail.setText(f"{row.option.cost} {row.option.detail}")
+        lines = []
+        for i, s in enumerate(ranked, 1):
+            kind = DesktopReclaim(s.lever.removeprefix("desktop:"))
+            what = s.gain or "no layer moves"
+            self.rows[kind].detail.setText(
+                f"<b>For this plan: {what} ({s.outcome()}).</b> "
+                f"{self.rows[kind].option.cost} {self.rows[kind].option.detail}"
+            )
+            lines.append(f"{i}. {self.rows[kind].option.title}: {what} ({s.outcome()})")
+        ranking = (
+            "For this plan's tokens/s, best first: " + "; ".join(lines) + ". " if lines else ""
+        )
         self.plan_note.setText(
-            "The choice goes into the plan: the VRAM budget of a catalogue GPU counts the "
-            "desktop after it; on this computer the budget follows what detection measures."
+            ranking + "The choice goes into the plan: the VRAM budget of a catalogue GPU counts "
+            "the desktop after it; on this computer the budget follows what detection measures."
         )
 
     def _fill_installed(self) -> None:

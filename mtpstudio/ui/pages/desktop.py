@@ -373,7 +373,8 @@ class DesktopPage(PlanPage):
         for row in self.rows.values():
             row.detail.setText(f"{row.option.cost} {row.option.detail}")
         lines = []
-        for i, s in enumerate(ranked, 1):
+        usable = [s for s in ranked if self.rows[DesktopReclaim(s.lever[8:])].option.available]
+        for i, s in enumerate(usable, 1):  # what cannot be done here is not offered
             kind = DesktopReclaim(s.lever.removeprefix("desktop:"))
             what = s.gain or "no layer moves"
             self.rows[kind].detail.setText(

@@ -22,6 +22,7 @@ COMMAND_MODULES = {
     "detect": "detect",
     "apply": "apply",
     "revert": "apply",
+    "setup-helper": "apply",
     "status": "apply",
     "verify-session": "apply",
     "bench": "bench",

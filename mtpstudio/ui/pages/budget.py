@@ -132,6 +132,7 @@ class BudgetPage(PlanPage):
         self.levers_button.setMenu(self.levers_menu)
         self.fit_label = QLabel(self)
         self.fit_label.setWordWrap(True)
+        self.fit_label.setFixedHeight(2 * self.fit_label.fontMetrics().lineSpacing() + 4)
         fit_row = QHBoxLayout()
         fit_row.addWidget(self.fit_offload_button)
         fit_row.addWidget(self.fit_context_button)
@@ -140,6 +141,11 @@ class BudgetPage(PlanPage):
 
         self.faster_label = QLabel(self)  # the levers that make this plan faster, ranked
         self.faster_label.setWordWrap(True)
+        # heights that do not follow the width: a wrap that grows the page would toggle the
+        # scroll bar, whose width rewraps the text, and so on (a relayout storm)
+        lines = self.faster_label.fontMetrics().lineSpacing()
+        self.faster_label.setFixedHeight(3 * lines + 4)
+        self.faster_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.faster_label.setStyleSheet("color: #166534;")
         self.faster_label.setVisible(False)
         self._levers_for: Plan | None = None
@@ -392,6 +398,7 @@ class BudgetPage(PlanPage):
         mtp = "MTP on" if now.mtp else "MTP off"
         parts.append(f"Now: {where_words(now)}, {mtp}, {spare}.")
         self.fit_label.setText(" ".join(parts))
+        self.fit_label.setToolTip(" ".join(parts))
         self.fit_label.setStyleSheet("" if now.fits else "color: #991b1b;")
 
     def _start_levers(self, evaluation: Evaluation) -> None:
@@ -422,8 +429,9 @@ class BudgetPage(PlanPage):
         shown = " · ".join(
             f"{i}. {s.label}: {s.gain} ({s.outcome()})" for i, s in enumerate(faster[:3], 1)
         )
-        self.faster_label.setText(f"Faster for this plan, best first: {shown}. Every lever… "
-                                  "applies one.")  # fmt: skip
+        text = f"Faster for this plan, best first: {shown}. Every lever… applies one."
+        self.faster_label.setText(text)
+        self.faster_label.setToolTip(text)
         self.faster_label.setVisible(True)
 
     def _show_host(self, budget: Budget) -> None:

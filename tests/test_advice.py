@@ -35,9 +35,11 @@ def test_the_seeds_setup_is_told_which_levers_move_experts_onto_the_gpu() -> Non
     found = {m[1]: (i, int(m[2]), int(m[3])) for i, line in enumerate(lines)
              if (m := pattern.fullmatch(line))}  # fmt: skip
     llvmpipe, profile = found["llvmpipe session"], found["NVIDIA driver profile"]
-    assert llvmpipe[1] >= 2 and llvmpipe[1] > profile[1]
-    assert profile[2] > llvmpipe[2]  # the profile leaves more memory spare...
-    assert llvmpipe[0] < profile[0]  # ...and ranks after: more experts on the GPU come first
+    assert llvmpipe[1] >= 2  # the sessions's layers of experts, said (before: nothing)
+    if llvmpipe[1] != profile[1]:  # more experts on the GPU come first, whatever the spare
+        assert (llvmpipe[0] < profile[0]) == (llvmpipe[1] > profile[1])
+    else:  # as fast: the one that leaves more memory spare first
+        assert (llvmpipe[0] < profile[0]) == (llvmpipe[2] > profile[2])
     assert all("more" in line and "MTP kept" in line for line in lines)  # only what is faster
 
 

@@ -29,6 +29,7 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.paths",
         "mtpstudio.core.units",
         "mtpstudio.core.cancel",  # the task manager's cancel flag
+        "mtpstudio.core.outside_text",  # the one way outside text is shown (errors, log lines)
         "mtpstudio.core.planning",
         "mtpstudio.core.reports",
         "mtpstudio.core.engines.capabilities",  # badges and reasons, phrased for people

@@ -114,8 +114,14 @@ def test_plan_json_has_exactly_the_documented_shape() -> None:
     assert set(out) == {
         "devices", "host", "argv", "warnings", "verdict", "target", "effective",
         "cpu_expert_layers", "desktop_options", "demo_defaults", "effective_options", "model",
-        "unloadable_files",
+        "unloadable_files", "runtime_growth", "engine_fit",
     }  # fmt: skip
+    growth = out["runtime_growth"]
+    assert growth["bytes"] == sum(p["bytes"] for p in growth["parts"]) > 0
+    assert out["devices"][0]["segments"]["runtime_growth"] == growth["bytes"]
+    layout = out["engine_fit"]["layout"]  # the engine's fit, replayed: what --fit will pick
+    assert layout["n_layer"] == 42 and 0 < layout["n_part"] < 42
+    assert out["engine_fit"]["projected_bytes"] <= out["engine_fit"]["target_bytes"]
     (device,) = out["devices"]
     assert device["id"] == "CUDA0" and "4070" in device["name"]
     assert {

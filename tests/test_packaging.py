@@ -22,7 +22,7 @@ def test_every_python_package_is_listed_for_the_wheel() -> None:
 
 def test_templates_and_resources_load_through_importlib_resources() -> None:
     templates = resources.files("mtpstudio.templates")
-    assert templates.joinpath("systemd/system.service.j2").is_file()
+    assert templates.joinpath("launch.sh.j2").is_file()
     assert templates.joinpath("export/README.md.j2").is_file()
     icons = resources.files("mtpstudio.resources").joinpath("icons")
     assert icons.joinpath("mtpstudio.svg").is_file()

@@ -10,7 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from mtpstudio.core.engines.registry import documented_build, memory_facts
-from mtpstudio.core.memory.devices import HostSpec
+from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Trust, segment_trust, weakest
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
@@ -24,6 +25,7 @@ from mtpstudio.core.server.reconcile import (
     predicted_segments,
     save_measurement,
 )
+from mtpstudio.core.units import MIB
 
 PROBED = replace(
     documented_build(EngineFlavour.UPSTREAM, Path("/opt/up/llama-server")), version="b9000"
@@ -88,7 +90,7 @@ def test_a_stored_launch_marks_the_figures_it_confirmed(tmp_path: Path) -> None:
     assert (device, "compute") not in budget.measured  # logged 10 % off the prediction
     assert (device, "desktop") not in budget.measured  # the engine never logs it
     trust = budget.to_json()["devices"][0]["segment_trust"]
-    assert trust["kv_cache"] == "measured" and trust["compute"] == "estimate"
+    assert trust["kv_cache"] == "measured" and trust["compute"] == "source"
     text = budget_report(budget)
     kv_line = next(line for line in text.splitlines() if "KV cache" in line)
     assert kv_line.rstrip().endswith("measured")
@@ -121,7 +123,8 @@ def test_plan_text_and_json_carry_the_trust_of_each_segment() -> None:
     dev = data["devices"][0]
     assert set(dev["segment_trust"]) == set(dev["segments"])
     assert dev["segment_trust"]["kv_cache"] == "exact"
-    assert dev["segment_trust"]["compute"] == "estimate"
+    assert dev["segment_trust"]["compute"] == "source"  # the replay, on a consumer card
+    assert dev["segment_trust"]["desktop"] == "estimate"
     assert data["host"]["segment_trust"]["weights_mapped"] == "exact"
     text = _plan()
     kv_line = next(line for line in text.splitlines() if "KV cache" in line)
@@ -131,10 +134,10 @@ def test_plan_text_and_json_carry_the_trust_of_each_segment() -> None:
 
 def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     """The trunk and MTP draft buffers replay the engine's allocator: exact where that replay
-    was checked against the engine's trace (CPU buffers). On a CUDA card the draft buffer
-    follows ggml-cuda's rules (other alignment, attention copies, fused ops) unmeasured:
-    ``source``, as are its weights; the trunk's (its graph_optimize not modelled) is an
-    estimate."""
+    was checked against the engine's trace (CPU buffers). On a consumer CUDA card the replays
+    follow ggml-cuda's scheduler and rules, checked by the GPU kit on Hopper cards only (the
+    attention kernel and the cuBLAS workspace differ): ``source``; the weights' padding does
+    not depend on the card: ``measured on CUDA``; the driver context is a published figure."""
     machine = MachineFacts(HostSpec(), (), (PROBED,))
     pctx = PlanningContext(machine, model_card_info(DEFAULT_MODEL_CARD))
     on_cpu = evaluate(_demo(device="cpu", **{"mtp.enabled": True}), pctx).budget
@@ -149,11 +152,18 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     on_gpu = evaluate(_demo(**{"mtp.enabled": True}), pctx).budget
     assert on_gpu.replayed == frozenset()
     gpu_trust = on_gpu.to_json()["devices"][0]["segment_trust"]
-    assert gpu_trust["mtp_compute"] == "source" and gpu_trust["weights"] == "source"
-    assert gpu_trust["compute"] == "estimate" and gpu_trust["driver_overhead"] == "estimate"
+    cuda = Trust.CUDA.value
+    assert gpu_trust["mtp_compute"] == gpu_trust["compute"] == "source"
+    assert gpu_trust["weights"] == cuda and gpu_trust["driver_overhead"] == "estimate"
+    assert gpu_trust["runtime_growth"] == "source"
     gpu_text = budget_report(on_gpu)
-    assert next(x for x in gpu_text.splitlines() if "W weights" in x).rstrip().endswith("source")
+    assert next(x for x in gpu_text.splitlines() if "W weights" in x).rstrip().endswith(cuda)
     assert "source: follows the engine's source for this backend" in gpu_text
+    h100 = TargetDevice("CUDA0", "NVIDIA H100", 80 * 1024 * MIB, compute_capability="9.0")
+    upstream = memory_facts(EngineFlavour.UPSTREAM)
+    hopper = compute_budget(_demo(**{"mtp.enabled": True}), pctx.model, h100, upstream)
+    hopper_trust = hopper.to_json()["devices"][0]["segment_trust"]
+    assert hopper_trust["compute"] == hopper_trust["runtime_growth"] == cuda
     amd = evaluate(_demo(device="rx-7800-xt", **{"mtp.enabled": True}), pctx).budget
     amd_trust = amd.to_json()["devices"][0]["segment_trust"]
     assert amd_trust["weights"] == amd_trust["mtp_compute"] == "estimate"  # not CUDA's rules

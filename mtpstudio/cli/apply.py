@@ -336,7 +336,7 @@ def cmd_apply_unit(args: argparse.Namespace) -> int:
         print(result.reload)
         print(f"Start it with: systemctl --user enable --now {files['unit'].name}")
         return 0
-    plan = system_unit_plan(files)
+    plan = system_unit_plan(files, root)
     _print_preview(plan, root, args.dry_run)
     if args.dry_run:
         print("Dry run: nothing was written.")

@@ -38,6 +38,7 @@ from mtpstudio.core.bench.runner import run_bench, utc_now
 from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import BenchError
+from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan import EngineFlavour, Plan, load_plan
 from mtpstudio.core.usecases.bench import conclude
 
@@ -199,7 +200,8 @@ def _url_target(
         client.check_ready()
         props = client.props()
     build = props.get("build_info") or props.get("system_fingerprint")
-    return replace(target, engine_build=str(build) if build else None)
+    shown = visible(str(build))[:200] if build else None  # the server's words, shown later
+    return replace(target, engine_build=shown)
 
 
 @dataclass

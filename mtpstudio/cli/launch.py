@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan import load_plan, plan_with
 from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S
 
@@ -92,7 +93,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     echo = args.foreground and not args.json
 
     def on_line(line: str) -> None:
-        print(line, file=sys.stderr)
+        print(visible(line, keep_tabs=True), file=sys.stderr)
 
     result, proc = run_launch(prepared, timeout=args.timeout, on_line=on_line if echo else None)
     if args.json:
@@ -143,7 +144,7 @@ def _stay_attached(proc: Any, result: Any, echo: bool) -> int:
         while proc.alive():
             for line in proc.read_log():
                 if echo:
-                    print(line, file=sys.stderr)
+                    print(visible(line, keep_tabs=True), file=sys.stderr)
             time.sleep(0.2)
     except KeyboardInterrupt:
         outcome = proc.stop()

@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from mtpstudio import __version__
 from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.outside_text import visible
 
 # The module (mtpstudio/cli/<name>.py) that registers each subcommand, in help order, so a
 # command imports only its own module (launch stays quick); a test checks it is complete.
@@ -89,7 +90,7 @@ def one_line_error(exc: MtpStudioError) -> str:
     text = f"mtpstudio: {exc}"
     if exc.hint:
         text += f" — {exc.hint}"
-    return " ".join(text.split())
+    return visible(" ".join(text.split()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

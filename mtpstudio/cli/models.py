@@ -182,11 +182,23 @@ def _pick(rows: list[Any], wanted: str, best: int | None) -> int:
             raise PlanError("no file fits, so there is no best one to download")
         return best
     low = wanted.lower()
+    by_path = [i for i, row in enumerate(rows) if row.header.model.path.lower() == low]
+    if by_path:
+        return by_path[0]
+    found = []
     for i, row in enumerate(rows):
         model = row.header.model
-        names = {model.path.lower(), model.parts[0].name.lower(), row.quant.lower()}
+        names = {model.parts[0].name.lower(), model.name.lower(), row.quant.lower()}
         if low in names:
-            return i
+            found.append(i)
+    if len(found) == 1:
+        return found[0]
+    if found:
+        paths = ", ".join(rows[i].header.model.path for i in found)
+        raise PlanError(
+            f"--download {wanted!r} names {len(found)} of the repository's models ({paths})",
+            hint="Give the file's path in the repository.",
+        )
     known = ", ".join(r.quant for r in rows)
     raise PlanError(
         f"--download {wanted!r} names none of the repository's models",

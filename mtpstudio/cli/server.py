@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.errors import ServerError
+from mtpstudio.core.outside_text import visible
 
 
 def register(sub: Any) -> None:
@@ -132,7 +133,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         print(f"No server started by mtpstudio is running{where}.")
         return 0
     for s in live:
-        outcome = stop_pid(s.pid, s.start_ticks, grace=args.grace)
+        outcome = stop_pid(s.pid, s.start_ticks, grace=args.grace, binary=s.binary)
         remove_state(s)
         how = "killed (it ignored SIGTERM)" if outcome.killed else "stopped"
         print(f"Server on port {s.port} (pid {s.pid}) {how}.")
@@ -183,7 +184,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         from mtpstudio.core.runner import SubprocessRunner
         from mtpstudio.core.server.systemd import journal_tail
 
-        sys.stdout.write(journal_tail(unit, SubprocessRunner(), args.lines))
+        text = journal_tail(unit, SubprocessRunner(), args.lines)
+        sys.stdout.writelines(visible(line, keep_tabs=True) + "\n" for line in text.splitlines())
         return 0
     from mtpstudio.core.server.process import LogFollower
 
@@ -191,7 +193,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     follower = LogFollower(path)
     lines = follower.poll()
     for line in lines[-args.lines :] if args.lines > 0 else []:
-        print(line)
+        print(visible(line, keep_tabs=True))
     if not args.follow:
         return 0
     sys.stdout.flush()  # the last lines now, not when the server next writes (a pipe buffers)
@@ -201,10 +203,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
         while any(s.log_path == str(path) and s.liveness().value == "running"
                   for s in load_states()):  # fmt: skip
             for line in follower.poll():
-                print(line, flush=True)
+                print(visible(line, keep_tabs=True), flush=True)
             time.sleep(0.25)
         for line in follower.poll():
-            print(line)
+            print(visible(line, keep_tabs=True))
     except KeyboardInterrupt:
         return 0
     return 0

@@ -91,7 +91,7 @@ def gain_words(now: Standing, then: Standing) -> str:
     if delta:
         words.append(_count(delta, what, "on the GPU"))
     elif part > part_now + 1e-9:
-        words.append(f"part of one more {what[:-1]}'s experts on the GPU")
+        words.append(f"part of one more {'layer' if then.moe else what[:-1]}'s experts on the GPU")
     if not words:
         words.append(f"the same {what} on the GPU")
     if now.mtp and not then.mtp:

@@ -17,6 +17,7 @@ from pathlib import PurePath
 from mtpstudio.core.errors import RenderError
 
 __all__ = [
+    "RenderError",
     "check_one_line",
     "desktop_exec_arg",
     "desktop_exec_line",

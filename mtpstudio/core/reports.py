@@ -232,6 +232,7 @@ BAR_GLYPHS = {
     "desktop": "D",
     "other_processes": "P",
     "driver_overhead": "V",
+    "runtime_growth": "G",
     "margin": "_",
     "draft_weights": "d",
     "draft_kv_cache": "k",
@@ -248,6 +249,7 @@ LABELS = {
     "desktop": "desktop",
     "other_processes": "other processes",
     "driver_overhead": "driver context",
+    "runtime_growth": "runtime growth",
     "margin": "safety margin",
     "draft_weights": "draft model weights",
     "draft_kv_cache": "draft model KV",
@@ -270,7 +272,7 @@ def budget_trust(budget: Budget, device: DeviceBudget) -> dict[str, str]:
     """``segment -> trust`` of one device of ``budget`` (its measured, replayed and sourced
     figures applied)."""
     return device_trust(
-        device.id, device.segments, budget.measured, budget.replayed, budget.sourced
+        device.id, device.segments, budget.measured, budget.replayed, budget.sourced, budget.kit
     )
 
 
@@ -306,13 +308,14 @@ def device_table(
     measured: Measured = NOTHING_MEASURED,
     replayed: Measured = NOTHING_MEASURED,
     sourced: Measured = NOTHING_MEASURED,
+    kit: Measured = NOTHING_MEASURED,
 ) -> list[str]:
     name = f"  {device.name}" if device.name and device.name != device.id else ""
     lines = [f"{device.id}{name}  total {mib(device.total_bytes)}"]
     for name in SHOWN_SEGMENTS:
         value = device.segments.get(name, 0)
         if value:
-            trust = segment_trust(device.id, name, measured, replayed, sourced).value
+            trust = segment_trust(device.id, name, measured, replayed, sourced, kit).value
             lines.append(f"  {BAR_GLYPHS[name]} {LABELS[name]:<20} {mib(value):>12}  {trust}")
     lines.append(f"    {'used':<20} {mib(device.used_bytes):>12}")
     free = device.free_bytes
@@ -335,8 +338,12 @@ def budget_report(
     for device in budget.devices:
         lines += [
             "  " + line
-            for line in device_table(device, budget.measured, budget.replayed, budget.sourced)
+            for line in device_table(
+                device, budget.measured, budget.replayed, budget.sourced, budget.kit
+            )
         ]
+    if budget.growth.bytes:
+        lines.append(f"  {budget.growth.line()}")
     lines.append(f"  ({TRUST_LEGEND})")
     host = budget.host
     s = host.segments

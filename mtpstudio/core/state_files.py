@@ -2,7 +2,8 @@
 
 Plans, settings, the engine-probe cache, stored measurements and server records are all read
 through ``read_json``: nothing but a regular file (a FIFO at the path never blocks), at most
-``max_bytes``, UTF-8 JSON nested at most ``max_depth`` deep. A file that breaks a rule raises
+``max_bytes``, UTF-8 JSON nested at most ``max_depth`` deep, every number readable (Python
+refuses integers of more than 4,300 digits). A file that breaks a rule raises
 ``StateFileError`` naming the file in one sentence. Where the file is a cache (probes,
 measurements, window state, server records) ``load_cache`` moves it aside as
 ``NAME.bad-STAMP`` and says so in one logged sentence, so it is rebuilt and nothing is lost.
@@ -91,6 +92,8 @@ def parse_json(data: bytes | str, what: str, max_depth: int = MAX_DEPTH) -> Any:
         raise StateFileError(
             f"{what} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except ValueError:  # e.g. an integer of more digits than Python converts (4,300)
+        raise StateFileError(f"{what} holds a number mtpstudio cannot read") from None
     if depth(value) > max_depth:
         raise StateFileError(f"{what} is nested too deeply to be mtpstudio's")
     return value

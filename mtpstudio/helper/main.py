@@ -1,10 +1,20 @@
 """``mtpstudio-helper [--root DIR] VERB [NAME]``: the verbs, their payloads, the exit codes.
 
-Content comes on stdin (at most 256 KiB): a JSON object for ``install-session``
-(``sessions_dir``, ``desktop``, ``wrapper_name``, ``wrapper``, optional ``desktop_vram``) and
-``install-unit`` (``unit``, optional ``env_name`` + ``env``); the profile itself for
-``install-nvidia-profile``. The answer is JSON on stdout. Exit 0 done, 2 refused (one line on
-stderr saying why), 1 failed. ``--root DIR`` treats DIR as ``/`` and is refused under pkexec.
+Every install verb takes a JSON object of parameters on stdin (at most 256 KiB), never the text
+of a file: the helper builds each file itself from those values, after checking every one of
+them, with the code mtpstudio's renderer uses too (``helper.unit_shape``,
+``helper.session_shape``, ``helper.profile_shape``).
+
+* ``install-session NAME``: ``variant``, ``sessions_dir``, ``plasma_session`` (the
+  distribution's Plasma session file, whose ``Exec=`` the wrapper runs), ``igpu_card``,
+  ``llvmpipe_threads``, optional ``desktop_vram``; NAME is the variant's file name.
+* ``install-unit NAME``: ``env_name``, ``user``, ``model_file``, ``argv``, ``arg_groups``,
+  ``notes``, ``warnings``, ``mlock``, ``loopback``, ``env``; NAME is ``mtpstudio-….service``
+  and no unit of that name may exist in the distribution's unit folders.
+* ``install-nvidia-profile NAME``: ``processes``.
+
+The answer is JSON on stdout. Exit 0 done, 2 refused (one line on stderr saying why), 1 failed.
+``--root DIR`` treats DIR as ``/`` and is refused under pkexec.
 """
 
 from __future__ import annotations
@@ -17,28 +27,24 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from mtpstudio.helper.constants import (
-    ENV_DIR,
     GROUP_SUFFIX,
     MAX_PAYLOAD_BYTES,
     NVIDIA_PROFILE_DIR,
     STATE_DIR,
     SYSTEM_UNIT_DIR,
-    WRAPPER_DIR,
 )
 from mtpstudio.helper.faults import Faults
+from mtpstudio.helper.profile_shape import nvidia_profile_from_params, render_nvidia_profile
 from mtpstudio.helper.safefs import Refused
-from mtpstudio.helper.sddm import allowed_session_dir, system_layout
-from mtpstudio.helper.store import Change, FileSpec, RollbackIncomplete, Store
-from mtpstudio.helper.validate import (
-    check_env_file,
-    check_name,
-    check_nvidia_profile,
-    check_session,
-    check_unit,
-    check_unit_name,
-    check_wrapper,
-    text_of,
+from mtpstudio.helper.sddm import allowed_session_dir, session_dirs, system_layout
+from mtpstudio.helper.session_shape import (
+    render_session_desktop,
+    render_session_wrapper,
+    session_from_params,
 )
+from mtpstudio.helper.store import Change, FileSpec, RollbackIncomplete, Store
+from mtpstudio.helper.unit_shape import render_env, render_unit, system_unit_from_params
+from mtpstudio.helper.validate import check_name, text_of
 
 USAGE = "usage: mtpstudio-helper [--root DIR] VERB [NAME] (content on stdin)"
 VERBS = {f"{action}-{group}" for action in ("install", "remove") for group in GROUP_SUFFIX}
@@ -111,16 +117,14 @@ def session_group(root: str, name: str, data: bytes) -> list[FileSpec]:
     """The wrapper, the session file and the measurement of ``install-session NAME``."""
     payload = _json_object(data)
     sessions_dir = _string(payload, "sessions_dir")
-    allowed_session_dir(root, sessions_dir)
-    wrapper_name = check_name(_string(payload, "wrapper_name"), "")
-    desktop, wrapper = _string(payload, "desktop"), _string(payload, "wrapper")
-    text_of(desktop.encode(), "the session file")
-    text_of(wrapper.encode(), "the session wrapper")
-    check_session(desktop, wrapper_name)
-    check_wrapper(wrapper)
+    kind = allowed_session_dir(root, sessions_dir)
+    configured = session_dirs(root).dirs.get(kind, ())
+    shape = session_from_params(name, payload, root, configured)
+    if shape.facts.kind != kind:
+        raise Refused(f"{sessions_dir} holds {kind}, not the {shape.variant} session")
     files = [
-        FileSpec(f"{WRAPPER_DIR}/{wrapper_name}", wrapper.encode(), 0o755),
-        FileSpec(f"{sessions_dir}/{name}", desktop.encode(), 0o644),
+        FileSpec(shape.wrapper_path, render_session_wrapper(shape).encode(), 0o755),
+        FileSpec(shape.desktop_path, render_session_desktop(shape).encode(), 0o644),
     ]
     vram = payload.get("desktop_vram")
     if vram is not None:
@@ -131,31 +135,20 @@ def session_group(root: str, name: str, data: bytes) -> list[FileSpec]:
     return files
 
 
-def unit_group(name: str, data: bytes) -> list[FileSpec]:
+def unit_group(root: str, name: str, data: bytes) -> list[FileSpec]:
     """The environment file and the unit of ``install-unit NAME``."""
-    check_unit_name(name)
-    payload = _json_object(data)
-    env_name = payload.get("env_name")
-    unit = text_of(_string(payload, "unit").encode(), "the unit")
-    if env_name is not None:
-        if not isinstance(env_name, str):
-            raise Refused("env_name must be text")
-        check_name(env_name, ".env")
-    check_unit(unit, system=True, env_name=env_name)
-    files = []
-    if env_name is not None:
-        env = text_of(_string(payload, "env").encode(), "the environment file")
-        check_env_file(env)
-        files.append(FileSpec(f"{ENV_DIR}/{env_name}", env.encode(), 0o644))
-    files.append(FileSpec(f"{SYSTEM_UNIT_DIR}/{name}", unit.encode(), 0o644))
-    return files
+    shape = system_unit_from_params(name, _json_object(data), root)
+    return [
+        FileSpec(shape.env_path, render_env(name, shape.env).encode(), 0o644),
+        FileSpec(f"{SYSTEM_UNIT_DIR}/{name}", render_unit(shape).encode(), 0o644),
+    ]
 
 
 def nvidia_group(name: str, data: bytes) -> list[FileSpec]:
     """The profile file of ``install-nvidia-profile NAME``."""
-    text = text_of(data, "the NVIDIA profile")
-    check_nvidia_profile(text)
-    return [FileSpec(f"{NVIDIA_PROFILE_DIR}/{name}", data, 0o644)]
+    processes = nvidia_profile_from_params(name, _json_object(data))
+    text = render_nvidia_profile(processes)
+    return [FileSpec(f"{NVIDIA_PROFILE_DIR}/{name}", text.encode(), 0o644)]
 
 
 def _daemon_reload() -> str:
@@ -185,7 +178,7 @@ def execute(
         if group == "session":
             files = session_group(root, name, data)
         elif group == "unit":
-            files = unit_group(name, data)
+            files = unit_group(root, name, data)
         else:
             files = nvidia_group(name, data)
         with Store.open(layout, faults, write=True) as store:

@@ -97,6 +97,14 @@ class Comparison:
     fit_lines: list[str] = field(default_factory=list)
     device_lines: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """Loads the engine refused exactly as the plan said it would (not failures)."""
+    decode_lines: list[str] = field(default_factory=list)
+    """The decode probes: tokens/s and draft acceptance (with and without CUDA graphs)."""
+    fit_misses: list[str] = field(default_factory=list)
+    """--fit rows where the planner's layout or GPU weights miss the engine's."""
+    uncompared: list[str] = field(default_factory=list)
+    """Loads whose context is not compared: engine switches the plan does not model."""
 
     def table_lines(self) -> list[str]:
         lines = render_table(self.rows) if self.rows else ["(no load to compare)"]
@@ -111,10 +119,17 @@ class Comparison:
         if self.fit_lines:
             lines.append("--fit (the engine's choice vs the planner's for the same free memory):")
             lines += [f"  {line}" for line in self.fit_lines]
+        if self.decode_lines:
+            lines.append(
+                "decode probes (256 tokens, greedy, zero weights: drafts are never right):"
+            )
+            lines += [f"  {line}" for line in self.decode_lines]
         if self.device_lines:
             lines.append("mtpstudio detect vs nvidia-smi (MiB):")
             lines += [f"  {line}" for line in self.device_lines]
         lines += [f"did not load: {x}" for x in self.failed]
+        lines += [f"refused, as the plan says: {x}" for x in self.refused]
+        lines += [f"context not compared: {x}" for x in self.uncompared]
         return lines
 
 
@@ -166,6 +181,7 @@ def device_rows(
         "output": sum(main.output.values()),
         "weights_host": _off(report.model, DEVICE),
         "kv_cache_host": _off(main.kv, DEVICE) + _off(main.recurrent, DEVICE),
+        "host_compute": _off(main.compute, DEVICE),  # the CUDA_Host buffer (pinned)
     }
     predicted: dict[str, float] = {
         "weights": gpu["weights"] / MIB,
@@ -175,12 +191,15 @@ def device_rows(
         "output": budget.parts["output"] / MIB,
         "weights_host": budget.parts["weights_cpu"] / MIB,
         "kv_cache_host": (host["kv_cache"] + host["recurrent_state"]) / MIB,
+        "host_compute": budget.parts["compute_host"] / MIB,
     }
     if config.mtp and mtp is not None:
         logged["mtp_kv_cache"] = _on(mtp.kv, DEVICE)
         logged["mtp_compute"] = _on(mtp.compute, DEVICE)
         predicted["mtp_kv_cache"] = gpu["mtp_kv_cache"] / MIB
         predicted["mtp_compute"] = gpu["mtp_compute"] / MIB
+        logged["mtp_host_compute"] = _off(mtp.compute, DEVICE)
+        predicted["mtp_host_compute"] = budget.parts["mtp_compute_host"] / MIB
     return [SegmentRow(card, config.name, k, predicted[k], logged[k]) for k in logged]
 
 
@@ -193,6 +212,10 @@ def cuda_buffers_mib(report: LoadReport) -> float:
     return total
 
 
+UNMODELLED_ENV = ("CUDA_MODULE_LOADING",)
+"""Engine switches a plan does not model: such loads' context is not compared."""
+
+
 def context_rows(
     card: str,
     config: LoadConfig,
@@ -201,19 +224,62 @@ def context_rows(
     budget: Budget,
     reserved_bytes: int,
 ) -> list[SegmentRow]:
-    """What the server process holds beyond its logged GPU buffers (after the load, and after
-    the first prompt, when cuBLAS and the kernels it ran are there too) against the budget's
-    driver segment less the reserved memory NVML does not put on any process."""
-    predicted = (budget.devices[0].segments["driver_overhead"] - reserved_bytes) / MIB
+    """What the server process holds beyond its logged GPU buffers, after the load against the
+    budget's driver segment, and after the first prompt and each fill (when cuBLAS, the pool
+    and the kernels it ran are there too) against that plus the runtime growth at the cells
+    filled by then; all less the reserved memory NVML does not put on any process. A load
+    that disabled CUDA graphs is compared without their part."""
+    env = record.get("env") or {}
+    if any(key in env for key in UNMODELLED_ENV):
+        return []
+    growth = budget.growth
+    if env.get("GGML_CUDA_DISABLE_GRAPHS") == "1":
+        growth = replace(growth, graphs=False)
+    loaded = (budget.devices[0].segments["driver_overhead"] - reserved_bytes) / MIB
     buffers = cuda_buffers_mib(report)
-    rows = []
-    for moment in ("loaded", "after_prompt"):
-        used = (record.get("process_used_bytes") or {}).get(moment)
-        if isinstance(used, int) and used > 0:
-            rows.append(
-                SegmentRow(card, config.name, f"context {moment}", predicted, used / MIB - buffers)
+    used = record.get("process_used_bytes") or {}
+    prompt_cells = (record.get("first_prompt") or {}).get("prompt_tokens") or 0
+    moments: list[tuple[str, int | None, float]] = [
+        ("context loaded", used.get("loaded"), loaded),
+        (
+            "context after_prompt",
+            used.get("after_prompt"),
+            loaded + growth.filled(int(prompt_cells)).bytes / MIB,
+        ),
+    ]
+    for probe in record.get("probes") or []:
+        if probe.get("kind") == "fill" and probe.get("ok"):
+            cells = int(probe["tokens"])
+            moments.append(
+                (
+                    f"context after {cells // 1000}k fill",
+                    probe.get("process_used_bytes"),
+                    loaded + growth.filled(cells).bytes / MIB,
+                )
             )
+    rows = []
+    for name, at, predicted in moments:
+        if isinstance(at, int) and at > 0:
+            rows.append(SegmentRow(card, config.name, name, predicted, at / MIB - buffers))
     return rows
+
+
+def decode_lines(card: str, config: LoadConfig, record: dict[str, Any]) -> list[str]:
+    """One line per decode probe of a load: tokens/s and drafted/accepted tokens."""
+    env = " ".join(f"{k}={v}" for k, v in (record.get("env") or {}).items())
+    out = []
+    for i, probe in enumerate(p for p in record.get("probes") or [] if p.get("kind") == "decode"):
+        t = probe.get("timings") or {}
+        if not probe.get("ok"):
+            out.append(f"{card:24} {config.name:30} #{i + 1} failed: {probe.get('error', '')}")
+            continue
+        drafted = f", drafted {t.get('draft_n', 0)}, accepted {t.get('draft_n_accepted', 0)}"
+        out.append(
+            f"{card:24} {config.name:30} #{i + 1} {t.get('predicted_per_second', 0):7.1f} tok/s"
+            + (drafted if config.mtp else "")
+            + (f" ({env})" if env else "")
+        )
+    return out
 
 
 def smi_memory(xml_text: str) -> dict[str, float]:
@@ -270,7 +336,11 @@ def compare(archive: TruthArchive) -> Comparison:
         card = record["card"]
         log = archive.log(record)
         if not record.get("loaded"):
-            result.failed.append(f"{card} / {config.name}")
+            why = _planned_refusal(config, card, log, target)
+            if why is not None:
+                result.refused.append(f"{card} / {config.name}: {why}")
+            else:
+                result.failed.append(f"{card} / {config.name}")
             continue
         if backend != "cuda":
             result.rows += rows_for(card, config, model_card_info(card), log)
@@ -280,21 +350,71 @@ def compare(archive: TruthArchive) -> Comparison:
         report = parse_load_log(log)
         emulate = record.get("emulate_mib")
         if emulate:
-            result.fit_lines += fit_comparison(card, config, record, report, target)
+            lines, misses = fit_comparison(card, config, record, report, target)
+            result.fit_lines += lines
+            result.fit_misses += misses
             continue
         budget = budget_on(config, target, card)
         result.rows += device_rows(card, config, report, budget)
         result.context_rows += context_rows(card, config, record, report, budget, reserved)
+        result.decode_lines += decode_lines(card, config, record)
+        unmodelled = [
+            f"{k}={v}" for k, v in (record.get("env") or {}).items() if k in UNMODELLED_ENV
+        ]
+        if unmodelled:
+            result.uncompared.append(
+                f"{card} / {config.name} ({', '.join(unmodelled)}: the plan does not model it)"
+            )
     if backend == "cuda":
         result.device_lines = device_lines(archive)
     return result
 
 
+REFUSALS = ("requires flash_attn",)
+"""What the engine's log says when it refuses a configuration at the start (llama-context)."""
+
+
+def _planned_refusal(
+    config: LoadConfig, card: str, log: str, target: TargetDevice | None
+) -> str | None:
+    """The plan's own warning when the plan says the engine will refuse this configuration
+    and the engine's log says it did; None otherwise (a real failure)."""
+    if not any(marker in log for marker in REFUSALS):
+        return None
+    plan = plan_from_dict(config.plan_data())
+    device = target or TargetDevice("CPU", "cpu", None)
+    budget = compute_budget(
+        plan, model_card_info(card), device, memory_facts(EngineFlavour(config.engine))
+    )
+    return next((w for w in budget.warnings if "the engine will refuse" in w), None)
+
+
+FIT_WEIGHTS_TARGET = 0.01
+"""The planner's GPU weights under the engine's fit: within 1 % of the engine's."""
+ENGINE_LAYOUT = re.compile(
+    r"set ngl_per_device\[0\]\.(?:\(n_layer, n_part(?:, overflow_type)?\)=\((\d+), (\d+)"
+    r"(?:, (\w+))?\)|n_layer=(\d+))"
+)
+
+
+def engine_layout(log: str) -> str | None:
+    """The layout upstream's fit settled on, as ``(n_layer, n_part, overflow)`` (the last one
+    it set), or None when the log shows no change."""
+    found = ENGINE_LAYOUT.findall(log)
+    if not found:
+        return None
+    n_layer, n_part, overflow, dense = found[-1]
+    if dense:
+        return f"({dense}, 0, MOE)"
+    return f"({n_layer}, {n_part}, {overflow or 'MOE'})"
+
+
 def fit_comparison(
     card: str, config: LoadConfig, record: dict[str, Any], report: LoadReport, target: TargetDevice
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     """The engine's ``--fit`` on a card emulated by ``--fit-target`` against the planner's fit
-    on a card of that size: the GPU weights each keeps (equal when both move the same layers)."""
+    on a card of that size: the layout each picks and the GPU weights each keeps. (lines,
+    misses)."""
     emulate = int(record["emulate_mib"])
     margin = int(record.get("fit_target_mib", 1024)) - (target.total_bytes or 0) // MIB + emulate
     small = replace(target, total_bytes=emulate * MIB, desktop_bytes=0, other_bytes=0)
@@ -310,12 +430,22 @@ def fit_comparison(
     predicted = budget.devices[0].segments["weights"] / MIB
     ours = next((w for w in budget.warnings if "fit is expected" in w), "keeps every layer")
     engine = [line for line in report.fit_lines if "set ngl" in line or "successfully" in line]
-    return [
+    fit = budget.fit
+    planned = fit.search.layout.label() if fit and fit.search and fit.search.layout else None
+    theirs = engine_layout("\n".join(report.fit_lines))
+    misses = []
+    if planned != theirs:
+        misses.append(f"{config.name}: layout {planned} planned, {theirs} chosen by the engine")
+    if logged and abs(predicted - logged) / logged > FIT_WEIGHTS_TARGET:
+        misses.append(f"{config.name}: GPU weights {predicted:,.2f} planned, {logged:,.2f} logged")
+    lines = [
         f"{card} / {config.name} (as a {emulate:,} MiB card): GPU weights logged {logged:,.2f}"
-        f" MiB, planned {predicted:,.2f} MiB ({predicted - logged:+.2f})",
+        f" MiB, planned {predicted:,.2f} MiB ({predicted - logged:+.2f}); layout: engine "
+        f"{theirs}, planner {planned}" + ("" if not misses else "  MISS"),
         f"  planner: {ours}",
         *(f"  engine: {line}" for line in engine[-3:]),
     ]
+    return lines, misses
 
 
 def fixture_tag(archive: TruthArchive) -> str:
@@ -359,4 +489,8 @@ def _row_json(r: SegmentRow) -> dict[str, Any]:
 
 def all_within_targets(comparison: Comparison) -> bool:
     rows: Iterable[SegmentRow] = comparison.rows
-    return all(r.ok for r in rows) and all(context_ok(r) for r in comparison.context_rows)
+    return (
+        all(r.ok for r in rows)
+        and all(context_ok(r) for r in comparison.context_rows)
+        and not comparison.fit_misses
+    )

@@ -82,6 +82,8 @@ class Faults:
     rate_limit: int = 0  # the next N requests get 429
     page_size: int = 1000
     chunk_delay_s: float = 0.0  # a slow link: the pause after each 1 MiB of a body
+    next_page_origin: str | None = None  # the tree listing's next page on this origin instead
+    listed_size: dict[str, int] = field(default_factory=dict)  # path -> size the Hub reports
 
 
 class HubTestServer:
@@ -320,20 +322,22 @@ class _Handler(BaseHTTPRequestHandler):
                     entries.append({"type": "directory", "oid": oid, "size": 0, "path": d})
             if len(parts) > 1 and not recursive:
                 continue
+            size = self.hub.faults.listed_size.get(f.path, f.size)
             entry: dict[str, Any] = {
                 "type": "file",
                 "oid": f.blob_id,
-                "size": f.size,
+                "size": size,
                 "path": f.path,
             }
             if f.lfs:
-                entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": 134}
+                entry["lfs"] = {"oid": f.sha256, "size": size, "pointerSize": 134}
             entries.append(entry)
         start = int(query.get("cursor", ["0"])[0])
         page = entries[start : start + self.hub.faults.page_size]
         headers = {}
         if start + len(page) < len(entries):
-            base = f"{self.hub.endpoint}{quote(urlsplit(self.path).path)}"
+            origin = self.hub.faults.next_page_origin or self.hub.endpoint
+            base = f"{origin}{quote(urlsplit(self.path).path)}"
             headers["Link"] = (
                 f"<{base}?recursive={str(recursive).lower()}&expand=false&cursor="
                 f'{start + len(page)}>; rel="next"'
@@ -358,7 +362,7 @@ class _Handler(BaseHTTPRequestHandler):
                     **common,
                     "Location": location,
                     "X-Linked-Etag": f'"{f.sha256}"',
-                    "X-Linked-Size": str(f.size),
+                    "X-Linked-Size": str(self.hub.faults.listed_size.get(f.path, f.size)),
                     "ETag": f'"{f.blob_id}"',
                 },
             )

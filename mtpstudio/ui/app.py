@@ -18,8 +18,16 @@ from mtpstudio.ui.smoke import arm_smoke_screenshot
 __all__ = ["app_icon", "demo_plan", "ensure_application", "run_app", "run_screenshots"]
 
 
+GUI_SWITCH_INTERVAL_S = 0.0005
+"""How long a thread may hold Python's interpreter lock before another gets it. A plan's
+evaluation (the engine's fit and the CUDA replays: about 0.1 s on a CPU-offload plan) runs on
+a pool thread while a slider is dragged; with Python's 5 ms default the window's thread waited
+for it on every event (a 60 ms slider step), with 0.5 ms it answers within a frame."""
+
+
 def ensure_application() -> QApplication:
     """The running QApplication, created (with mtpstudio's name and icon) when there is none."""
+    sys.setswitchinterval(GUI_SWITCH_INTERVAL_S)
     app = QApplication.instance()
     if app is None:
         app = QApplication(sys.argv[:1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.outside_text import visible
 from mtpstudio.core.units import GIB, MIB
 
 
@@ -40,5 +41,5 @@ def error_sentence(exc: BaseException) -> str:
             text += f". {exc.hint}" if not text.endswith(".") else f" {exc.hint}"
     else:
         text = f"Unexpected error ({type(exc).__name__}): {exc}"
-    text = " ".join(text.split())
+    text = visible(" ".join(text.split()))
     return text[:1].upper() + text[1:]

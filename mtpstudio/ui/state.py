@@ -47,6 +47,7 @@ ModelLoader = Callable[[ModelChoice], ModelInfo]
 DETECT_KEY = "detect"
 MODEL_KEY = "model"
 DRAFT_KEY = "draft-model"
+EVALUATE_KEY = "evaluate"
 
 
 def catalogue_ids() -> frozenset[str]:
@@ -117,6 +118,7 @@ class WizardState(QObject):
     draft_changed = Signal(object)  # ModelInfo | None: the draft model's header (planning uses it)
     draft_failed = Signal(str)  # one sentence: why the chosen draft file cannot be used
     activity_changed = Signal()  # detecting / loading_model flipped
+    evaluated = Signal()  # a background evaluation of the current Plan landed
 
     def __init__(
         self,
@@ -145,6 +147,7 @@ class WizardState(QObject):
         self._draft_tried: Path | None = None  # the plan's draft file being read or unreadable
         self._context: PlanningContext | None = None
         self._evaluation: Evaluation | None = None
+        self._last_evaluation: Evaluation | None = None  # the newest, of any Plan
 
     # -- the Plan -----------------------------------------------------------------------------
 
@@ -375,11 +378,42 @@ class WizardState(QObject):
         machine = pctx.machine if pctx is not None else self.machine()
         return effective_build(self._plan, machine)
 
-    def evaluation(self) -> Evaluation | None:
-        """Budget, command line and warnings of the current Plan (cached per Plan)."""
+    def evaluation(self, *, background: bool = False) -> Evaluation | None:
+        """Budget, command line and warnings of the current Plan (cached per Plan).
+
+        ``background``: do not wait for it; while a slider is dragged the engine's fit and
+        the CUDA replays (tens of milliseconds on a CPU-offload plan) run on a pool thread,
+        one at a time, always for the newest Plan, and ``evaluated`` is emitted when one for
+        the current Plan lands. Meanwhile the newest finished evaluation (of an earlier
+        Plan) is returned, or None.
+        """
         pctx = self.context()
         if pctx is None:
             return None
-        if self._evaluation is None or self._evaluation.plan is not self._plan:
-            self._evaluation = evaluate_plan(self._plan, pctx)
+        if self._evaluation is not None and self._evaluation.plan is self._plan:
+            return self._evaluation
+        if background:
+            self._evaluate_in_background(pctx)
+            return self._last_evaluation
+        self._evaluation = self._last_evaluation = evaluate_plan(self._plan, pctx)
         return self._evaluation
+
+    def _evaluate_in_background(self, pctx: PlanningContext) -> None:
+        if self._tasks.is_running(EVALUATE_KEY):
+            return  # when it lands, the newest Plan is evaluated next
+        plan = self._plan
+
+        def job(token: CancelToken) -> Evaluation:
+            return evaluate_plan(plan, pctx)
+
+        def done(evaluation: Evaluation) -> None:
+            self._last_evaluation = evaluation
+            if plan is self._plan:
+                self._evaluation = evaluation
+                self.evaluated.emit()
+            else:
+                current = self.context()
+                if current is not None:
+                    self._evaluate_in_background(current)
+
+        self._tasks.run(job, done, lambda exc: None, key=EVALUATE_KEY)

@@ -236,6 +236,46 @@ def test_find_engines_dedupes_and_reports_bad_entries(tmp_path: Path) -> None:
     assert problems == [f"{ENGINES_ENV} entry {tmp_path / 'missing'} does not exist"]
 
 
+def test_relative_path_entries_are_never_searched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``.`` on PATH would run whatever llama-server sits in the folder mtpstudio starts in."""
+    ran = tmp_path / "ran"
+    _script(tmp_path / "cwd" / "llama-server", f"touch {ran}\nexit 0\n")
+    _script(tmp_path / "cwd" / "bin" / "llama-server", f"touch {ran}\nexit 0\n")
+    monkeypatch.chdir(tmp_path / "cwd")
+    env = {"PATH": f".{os.pathsep}bin{os.pathsep}{os.pathsep}", ENGINES_ENV: "bin"}
+    found = detect_engines(env, SubprocessRunner(), use_cache=False, home=None, system_dirs=(),
+                           opt_root=None)  # fmt: skip
+    assert found.engines == [] and not ran.exists()
+    assert found.problems == [f"{ENGINES_ENV} entry bin is not an absolute path; it is skipped"]
+
+
+def test_other_users_folders_are_never_run(tmp_path: Path) -> None:
+    from mtpstudio.core.detect.engines import untrusted_place
+
+    ran = tmp_path / "ran"
+    binary = _script(tmp_path / "theirs" / "llama-server", f"touch {ran}\nexit 0\n")
+    me = os.geteuid()
+    assert untrusted_place(binary.resolve(), me) is None
+    if me == 0:  # as root: the folder really is nobody's, and detection does not run it
+        os.chown(binary.parent, 65534, 65534)
+        env = {"PATH": str(binary.parent)}
+        found = detect_engines(
+            env, SubprocessRunner(), use_cache=False, home=None, system_dirs=(), opt_root=None
+        )
+        assert found.engines == [] and not ran.exists()
+        assert any("belongs to another user (uid 65534)" in p for p in found.problems)
+    else:  # the same check seen from another account's side
+        why = untrusted_place(binary.resolve(), me + 1)
+        assert why is not None and "belongs to another user" in why
+    open_dir = tmp_path / "open"
+    _script(open_dir / "llama-server", "exit 0\n")
+    open_dir.chmod(0o777)
+    why = untrusted_place((open_dir / "llama-server").resolve(), me)
+    assert why == f"anyone may put files in {open_dir.resolve()}"
+
+
 # ------------------------------------------------------------------------------------------
 # fake binaries: unknown output, hangs
 

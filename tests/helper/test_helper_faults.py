@@ -104,7 +104,7 @@ def sweep(
 @pytest.fixture
 def base(tmp_path: Path) -> Path:
     """A root where someone else's session file already sits at the target path."""
-    root = make_root(tmp_path / "base")
+    root = make_root(tmp_path / "base", plasma=True)
     desktop = root / targets()["desktop"]
     desktop.parent.mkdir(parents=True)
     desktop.write_bytes(OLD_DESKTOP)
@@ -134,9 +134,13 @@ def test_sigkill_at_every_step_leaves_old_or_new_never_partial(
     installed = tmp_path / "installed"
     shutil.copytree(base, installed, symlinks=True)
     assert run_helper(installed, "install-session", SESSION, payload=new1).returncode == 0
-    desktop2 = desktop1.replace(b"Comment=", b"Comment=Changed: ")
-    new2 = session_payload(vram=VRAM, desktop=desktop2.decode())
-    allowed = {t["wrapper"]: {wrapper1}, t["desktop"]: {desktop1, desktop2}}
+    new2 = session_payload(vram=VRAM, llvmpipe_threads=4)  # the wrapper changes
+    wrapper2 = wrapper1.replace(
+        b"export GALLIUM_DRIVER=llvmpipe\n",
+        b"export GALLIUM_DRIVER=llvmpipe\nexport LP_NUM_THREADS=4\n",
+    )
+    assert wrapper2 != wrapper1
+    allowed = {t["wrapper"]: {wrapper1, wrapper2}, t["desktop"]: {desktop1}}
     again = sweep(installed, ["install-session", SESSION], new2, allowed, original, tmp_path / "b")
     total.add(again)
 
@@ -182,7 +186,8 @@ def test_enospc_mid_write_fails_cleanly(base: Path, where: str) -> None:
 
 
 def test_a_really_full_disk(tmp_path: Path) -> None:
-    """A 64 KiB tmpfs as the root and a 200 KiB wrapper: ENOSPC from the kernel."""
+    """A 64 KiB tmpfs as the root and a 200 KiB unit (long flag notes): ENOSPC from the
+    kernel."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root; the injected ENOSPC test covers the logic")
     root = tmp_path / "small"
@@ -193,14 +198,16 @@ def test_a_really_full_disk(tmp_path: Path) -> None:
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
-        make_root(root)
+        make_root(root, plasma=True)
         desktop = root / targets()["desktop"]
         desktop.parent.mkdir(parents=True)
         desktop.write_bytes(OLD_DESKTOP)
         before = snapshot(root)
-        files = session_files()
-        big = files["wrapper"].text + "#" * (200 * 1024) + "\n"
-        result = run_helper(root, "install-session", SESSION, payload=session_payload(wrapper=big))
+        from support.helper_bench import unit_payload
+
+        notes = [["-m", "x" * 1900]] * 105
+        result = run_helper(root, "install-unit", "mtpstudio-llama.service",
+                            payload=unit_payload(notes=notes))  # fmt: skip
         assert result.returncode == 1, result.stderr
         assert os.strerror(errno.ENOSPC) in result.stderr.decode()
         assert snapshot(root) == before
@@ -221,7 +228,7 @@ def test_a_disk_that_stays_full_while_rolling_back(tmp_path: Path) -> None:
     would write): the install stages every byte first, so the rollback writes nothing."""
     from support.helper_bench import unit_payload
 
-    root = make_root(tmp_path / "root")
+    root = make_root(tmp_path / "root", plasma=True)
     before = snapshot(root)
     faults = "enospc@temp-half-written#3,enospc@temp-half-written#4"
     result = run_helper(root, "install-unit", "mtpstudio-llama.service", payload=unit_payload(),

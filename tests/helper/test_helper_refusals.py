@@ -31,7 +31,7 @@ UNIT = "mtpstudio-llama.service"
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    return make_root(tmp_path / "root")
+    return make_root(tmp_path / "root", plasma=True)
 
 
 def refused(result: subprocess.CompletedProcess[bytes], *words: str) -> str:
@@ -68,12 +68,13 @@ def test_bad_command_lines(root: Path, args: list[str], why: str) -> None:
 
 
 def test_root_is_refused_under_pkexec(root: Path) -> None:
+    before = snapshot(root)
     result = run_helper(root, "status", env={"PKEXEC_UID": "1000"})
     refused(result, "--root", "pkexec")
     result = run_helper(root, "install-session", SESSION, payload=session_payload(),
                         env={"PKEXEC_UID": "1000"})  # fmt: skip
     refused(result, "pkexec")
-    assert not (root / "usr").exists()
+    assert snapshot(root) == before
 
 
 def test_fault_hook_is_off_under_pkexec(root: Path) -> None:
@@ -85,11 +86,12 @@ def test_fault_hook_is_off_under_pkexec(root: Path) -> None:
 
 
 def test_ten_mib_of_input_is_refused_quickly(root: Path) -> None:
+    before = snapshot(root)
     started = time.monotonic()
     result = run_helper(root, "install-session", SESSION, payload=b"x" * (10 * 1024 * 1024))
     refused(result, f"{MAX_PAYLOAD_BYTES // 1024} KiB")
     assert time.monotonic() - started < 30
-    assert snapshot(root) == {"var": snapshot(root)["var"], "var/lib": snapshot(root)["var/lib"]}
+    assert snapshot(root) == before
 
 
 @pytest.mark.parametrize(
@@ -98,89 +100,139 @@ def test_ten_mib_of_input_is_refused_quickly(root: Path) -> None:
         ({"sessions_dir": "/usr/local/share/wayland-sessions/../../../../etc"}, "not a session"),
         ({"sessions_dir": "/etc/systemd/system"}, "not a session folder"),
         ({"sessions_dir": "/usr/share/wayland-sessions"}, "only where SDDM reads nothing else"),
-        ({"wrapper_name": "../../../bin/sh"}, "not an accepted name"),
-        ({"wrapper_name": "x\ny"}, "not an accepted name"),
-        ({"desktop": "[Desktop Entry]\nType=Application\nName=x\nExec=/bin/sh\n"}, "wrapper"),
-        ({"wrapper": "#!/usr/bin/python3\nprint()\n"}, "#!/bin/bash"),
+        ({"sessions_dir": "/usr/local/share/xsessions"}, "holds xsessions"),
+        # text of its own is never taken: the helper writes the files itself
+        ({"wrapper": "#!/bin/sh\nexec /home/eve/x\n"}, "does not take"),
+        ({"desktop": "[Desktop Entry]\nExec=/bin/sh\n"}, "does not take"),
+        ({"wrapper_name": "../../../bin/sh"}, "does not take"),
+        ({"variant": "root-shell"}, "variant must be one of"),
+        ({"variant": "x11-llvmpipe"}, "is called plasmax11-llvmpipe-mtpstudio.desktop"),
+        ({"plasma_session": "/home/eve/plasma.desktop"}, "not in a wayland-sessions folder"),
+        ({"plasma_session": "/usr/share/xsessions/plasmax11.desktop"}, "not in a wayland"),
+        ({"plasma_session": WAYLAND_DIR + "/x-mtpstudio.desktop"}, "not a session file"),
+        ({"plasma_session": "/usr/share/wayland-sessions/none.desktop"}, "does not exist"),
+        ({"igpu_card": "/dev/dri/by-path/pci-0000:00:02.0-card"}, "takes no iGPU node"),
+        ({"llvmpipe_threads": "4; rm -rf /"}, "whole number"),
+        ({"llvmpipe_threads": 0}, "whole number"),
         ({"desktop_vram": [1, 2]}, "JSON object"),
     ],
 )
-def test_hostile_session_payloads(root: Path, override: dict[str, object], why: str) -> None:
+def test_hostile_session_parameters(root: Path, override: dict[str, object], why: str) -> None:
     before = snapshot(root)
     refused(run_helper(root, "install-session", SESSION, payload=session_payload(**override)), why)
     assert snapshot(root) == before
 
 
-def _desktop_with(extra: str) -> str:
-    return session_files()["desktop"].text.replace(
-        "DesktopNames=KDE\n", "DesktopNames=KDE\n" + extra
-    )
-
-
 @pytest.mark.parametrize(
-    ("desktop", "why"),
-    [
-        (_desktop_with("X-SDDM-Env=LD_PRELOAD=/tmp/x.so\n"), "X-SDDM-Env"),
-        (_desktop_with("Exec=/bin/sh\n"), "twice"),
-        (_desktop_with("[Other]\nA=b\n"), "group"),
-        (session_files()["desktop"].text.replace("TryExec=/usr/local", "TryExec=/opt"), "TryExec"),
-    ],
+    ("card", "why"),
+    [(None, "DRM node"), ("/home/eve/card", "DRM node"), ("/dev/dri/card0\n", "DRM node")],
 )
-def test_session_files_that_do_not_validate(root: Path, desktop: str, why: str) -> None:
-    refused(run_helper(root, "install-session", SESSION, payload=session_payload(desktop=desktop)),
-            why)  # fmt: skip
+def test_igpu_session_needs_a_drm_node(root: Path, card: object, why: str) -> None:
+    from mtpstudio.core.service.render import SessionVariant
+
+    payload = session_payload(SessionVariant.WAYLAND_IGPU, igpu_card=card)
+    name = "plasmawayland-igpu-mtpstudio.desktop"
+    refused(run_helper(root, "install-session", name, payload=payload), why)
 
 
-UNIT_TEXT = unit_files()["unit"].text
+def _plasma_file(root: Path, text: str | None = None, link_to: Path | None = None) -> None:
+    target = root / "usr/share/wayland-sessions/plasma.desktop"
+    target.unlink()
+    if link_to is not None:
+        target.symlink_to(link_to)
+    else:
+        target.write_text(text or "")
 
 
-def inject(value: str) -> str:
-    """``value`` appended to the Description= line, as a renderer without quoting would."""
-    start = UNIT_TEXT.index("\nDescription=") + 1
-    end = UNIT_TEXT.index("\n", start)
-    return UNIT_TEXT[:end] + value + UNIT_TEXT[end:]
+def test_the_plasma_command_comes_from_plasma_s_own_file(root: Path, tmp_path: Path) -> None:
+    """The wrapper runs what the distribution's session file says, nothing handed over."""
+    _plasma_file(root, "[Desktop Entry]\nName=Plasma\nExec=/home/eve/evil\n")
+    refused(run_helper(root, "install-session", SESSION, payload=session_payload()),
+            "does not start Plasma")  # fmt: skip
+    elsewhere = tmp_path / "elsewhere.desktop"
+    elsewhere.write_text("[Desktop Entry]\nExec=/home/eve/startplasma-wayland\n")
+    _plasma_file(root, link_to=elsewhere)
+    refused(run_helper(root, "install-session", SESSION, payload=session_payload()),
+            "cannot be read")  # fmt: skip
+    assert not (root / WAYLAND_DIR.lstrip("/")).exists()
+
+
+UNIT_NAME_EXISTS = "mtpstudio-shadow.service"
 
 
 @pytest.mark.parametrize(
-    ("unit", "why"),
+    ("override", "why"),
     [
-        # a newline injected into a value becomes a line of its own: caught either way
-        (inject("\nExecStartPre=/bin/sh -c 'id'"), "ExecStartPre"),
-        (inject("\n[Service]\nUser=root\n[Unit]"), "User= twice"),
-        (inject("\nUser=root"), "User= in [Unit]"),
-        (inject("\rUser=root"), "control character '\\r'"),
-        (inject("\x00User=root"), "control character"),
-        (UNIT_TEXT.replace("User=alice", "User=root"), "as root"),
-        (UNIT_TEXT.replace("User=alice\n", ""), "User="),
-        (UNIT_TEXT.replace("ExecStart=/opt/", "ExecStart=opt/"), "absolute"),
-        (UNIT_TEXT.replace("ExecStart=/opt/", "ExecStart=+/opt/"), "absolute"),
-        (UNIT_TEXT.replace("ExecStart=", "ExecStartX="), "ExecStartX"),
-        (UNIT_TEXT.replace("[Install]", "[Timer]"), "[Timer]"),
-        (UNIT_TEXT + "ExecStart=/bin/true\n", "Install"),
-        (UNIT_TEXT.replace("EnvironmentFile=/etc/mtpstudio/", "EnvironmentFile=/tmp/"),
-         "EnvironmentFile"),
-        (UNIT_TEXT.replace("-c 32768", '-c "32768'), "absolute command"),
-        ("not a unit at all", "does not parse"),
+        ({"user": "root"}, "as root"),
+        ({"user": "0"}, "as root"),
+        ({"user": "%U"}, "plain account name"),
+        ({"user": None}, "User="),
+        ({"argv": ["opt/llama-server", "-m", "x"], "arg_groups": None}, "absolute"),
+        ({"argv": ["+/opt/llama-server"], "arg_groups": None}, "absolute"),
+        ({"argv": ["/opt/llama-server", "-m\nExecStartPre=/bin/sh"], "arg_groups": None},
+         "control character"),
+        ({"argv": ["/opt/llama-server", "a\rUser=root"], "arg_groups": None}, "control character"),
+        ({"argv": []}, "absolute"),
+        ({"arg_groups": [1]}, "cover"),
+        ({"notes": [["-m", "x\n[Service]\nUser=root"]]}, "control character"),
+        ({"warnings": ["x\u001b]0;title\u0007"]}, "control character"),
+        ({"env": [["LD_PRELOAD", "/tmp/evil.so"]]}, "LD_PRELOAD"),
+        ({"env": [["GCONV_PATH", "/tmp"]]}, "GCONV_PATH"),
+        ({"env": [["A B", "x"]]}, "not a variable name"),
+        ({"env_name": "../x.env"}, "not an accepted name"),
+        ({"model_file": "../../x.gguf"}, "not a path"),
+        ({"mlock": "yes"}, "true or false"),
+        # keys mtpstudio's unit never has cannot even be asked for
+        ({"unit": "[Service]\nExecStart=/bin/sh\n"}, "does not take"),
+        ({"group": "disk"}, "does not take"),
+        ({"supplementary_groups": "disk"}, "does not take"),
     ],
 )  # fmt: skip
-def test_units_that_do_not_validate(root: Path, unit: str, why: str) -> None:
-    assert unit != UNIT_TEXT
+def test_hostile_unit_parameters(root: Path, override: dict[str, object], why: str) -> None:
     before = snapshot(root)
-    refused(run_helper(root, "install-unit", UNIT, payload=unit_payload(unit=unit)), why)
+    refused(run_helper(root, "install-unit", UNIT, payload=unit_payload(**override)), why)
     assert snapshot(root) == before
 
 
-def test_env_file_and_profile_checks(root: Path) -> None:
-    env = unit_files()["env"].text + 'LD_PRELOAD="/tmp/evil.so"\n'
-    refused(run_helper(root, "install-unit", UNIT, payload=unit_payload(env=env)), "LD_PRELOAD")
-    refused(run_helper(root, "install-unit", UNIT, payload=unit_payload(env_name="../x.env")),
-            "not an accepted name")  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("sshd.service", "does not start with 'mtpstudio-'"),
+        ("dbus.service", "does not start with 'mtpstudio-'"),
+        ("mtpstudio-.service", "does not start with"),
+        ("mtpstudio-x@.service", "template"),
+        (UNIT_NAME_EXISTS, f"/usr/lib/systemd/system/{UNIT_NAME_EXISTS} exists"),
+    ],
+)
+def test_unit_names_that_would_override_another(root: Path, name: str, why: str) -> None:
+    packaged = root / "usr/lib/systemd/system" / UNIT_NAME_EXISTS
+    packaged.parent.mkdir(parents=True)
+    packaged.write_text("[Service]\nExecStart=/usr/bin/true\n")
+    before = snapshot(root)
+    refused(run_helper(root, "install-unit", name, payload=unit_payload()), why)
+    assert snapshot(root) == before
+
+
+def test_the_installed_unit_has_no_group_line(root: Path) -> None:
+    """Whatever was asked, the unit is mtpstudio's own shape: no Group=, no extra keys."""
+    answer = run_helper(root, "install-unit", UNIT, payload=unit_payload())
+    assert answer.returncode == 0, answer.stderr
+    text = (root / "etc/systemd/system" / UNIT).read_text()
+    assert "\nGroup=" not in text and "SupplementaryGroups=video render\n" in text
+    assert text == unit_files()["unit"].text
+
+
+def test_profile_parameters(root: Path) -> None:
     name, profile = nvidia_payload()
     data = json.loads(profile)
-    data["profiles"][0]["settings"].append({"key": "GLShowGraphicsOSD", "value": 1})
-    refused(run_helper(root, "install-nvidia-profile", name, payload=json.dumps(data).encode()),
-            "key")  # fmt: skip
-    refused(run_helper(root, "install-nvidia-profile", name, payload=b"{not json"), "not JSON")
+    refused(run_helper(root, "install-nvidia-profile", name,
+                       payload=json.dumps({**data, "settings": "x"}).encode()),
+            "does not take")  # fmt: skip
+    refused(run_helper(root, "install-nvidia-profile", name,
+                       payload=json.dumps({"processes": ["a b"]}).encode()),
+            "not a process name")  # fmt: skip
+    refused(run_helper(root, "install-nvidia-profile", "evil.json", payload=profile), "called")
+    refused(run_helper(root, "install-nvidia-profile", name, payload=b"{not json"), "JSON")
     refused(run_helper(root, "install-nvidia-profile", name, payload=b""), "no content")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from support.helper_bench import (
     SESSION,
+    install_plasma,
     make_root,
     nvidia_payload,
     run_helper,
@@ -44,7 +45,7 @@ def tool(name: str) -> str:
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     """A root with files already where mtpstudio will write (they must come back as they were)."""
-    root = make_root(tmp_path / "root")
+    root = make_root(tmp_path / "root", plasma=True)
     for rel, text, mode in (
         ("etc/systemd/system/mtpstudio-llama.service", "[Service]\nExecStart=/bin/old\n", 0o640),
         ("etc/nvidia/nvidia-application-profiles-rc.d/other.json", "{}\n", 0o644),
@@ -128,10 +129,11 @@ def test_remove_what_was_never_installed(root: Path) -> None:
 
 def test_without_var_lib_the_root_is_refused(tmp_path: Path) -> None:
     bare = tmp_path / "bare"
-    bare.mkdir()
+    install_plasma(bare)
+    before = snapshot(bare)
     result = run_helper(bare, "install-session", SESSION, payload=session_payload())
     assert result.returncode == 2 and b"/var/lib does not exist" in result.stderr
-    assert list(bare.iterdir()) == []
+    assert snapshot(bare) == before
 
 
 # --------------------------------------------------------------------------------------------
@@ -144,23 +146,13 @@ DESKTOP_NAMES_COMPLAINT = "DesktopNames"  # the display managers' key, unknown t
 def test_installed_session_files_pass_desktop_file_validate(
     root: Path, variant: SessionVariant
 ) -> None:
-    files = session_files(variant) if variant is not SessionVariant.WAYLAND_IGPU else None
-    if files is None:
-        from mtpstudio.core.service.render import SessionSettings, render_session_files
-
-        files = render_session_files(
-            variant, SessionSettings(igpu_card="/dev/dri/by-path/pci-0000:00:02.0-card")
-        )
-    payload = json.dumps(
-        {
-            "sessions_dir": str(files["desktop"].install_path.parent),
-            "desktop": files["desktop"].text,
-            "wrapper_name": files["wrapper"].name,
-            "wrapper": files["wrapper"].text,
-        }
-    ).encode()
+    files = session_files(variant)
+    payload = session_payload(variant)
     ok(run_helper(root, "install-session", files["desktop"].name, payload=payload))
     installed = root / str(files["desktop"].install_path).lstrip("/")
+    assert installed.read_text() == files["desktop"].text  # what mtpstudio showed, to the byte
+    wrapper = root / str(files["wrapper"].install_path).lstrip("/")
+    assert wrapper.read_text() == files["wrapper"].text
     result = subprocess.run([tool("desktop-file-validate"), str(installed)],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     problems = [
@@ -169,7 +161,6 @@ def test_installed_session_files_pass_desktop_file_validate(
         if line.strip() and DESKTOP_NAMES_COMPLAINT not in line
     ]
     assert problems == []
-    wrapper = root / str(files["wrapper"].install_path).lstrip("/")
     assert os.access(wrapper, os.X_OK)
     assert subprocess.run(["bash", "-n", str(wrapper)], check=False).returncode == 0
 

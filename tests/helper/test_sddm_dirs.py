@@ -199,11 +199,11 @@ def test_shown_names(
 def test_helper_writes_usr_share_only_where_sddm_reads_nothing_else(tmp_path: Path) -> None:
     usr_share = {"sessions_dir": "/usr/share/wayland-sessions"}
     name = "plasmawayland-llvmpipe-mtpstudio.desktop"
-    on_arch = make_root(tmp_path / "arch")
+    on_arch = make_root(tmp_path / "arch", plasma=True)
     shutil.copytree(ARCH, on_arch, dirs_exist_ok=True)
     result = run_helper(on_arch, "install-session", name, payload=session_payload(**usr_share))
     assert result.returncode == 2 and b"only where SDDM reads nothing else" in result.stderr
-    on_debian = dpkg_tree(make_root(tmp_path / "debian"), [("sddm", "0.19.0-5")])
+    on_debian = dpkg_tree(make_root(tmp_path / "debian", plasma=True), [("sddm", "0.19.0-5")])
     result = run_helper(on_debian, "install-session", name, payload=session_payload(**usr_share))
     assert result.returncode == 0, result.stderr
     assert (on_debian / "usr/share/wayland-sessions" / name).is_file()
@@ -211,7 +211,7 @@ def test_helper_writes_usr_share_only_where_sddm_reads_nothing_else(tmp_path: Pa
 
 def test_helper_writes_the_administrators_folder_and_nowhere_else(tmp_path: Path) -> None:
     name = "plasmawayland-llvmpipe-mtpstudio.desktop"
-    root = dpkg_tree(make_root(tmp_path / "root"), [("sddm", "0.21.0-1")])
+    root = dpkg_tree(make_root(tmp_path / "root", plasma=True), [("sddm", "0.21.0-1")])
     conf(root, "etc/sddm.conf.d/sessions.conf", "[Wayland]\nSessionDir=/opt/sessions\n")
     result = run_helper(root, "install-session", name,
                         payload=session_payload(sessions_dir="/opt/sessions"))  # fmt: skip

@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 HELPER = "usr/lib/mtpstudio/mtpstudio-helper"
 POLICY = "usr/share/polkit-1/actions/io.github.mtpstudio.helper.policy"
 PROFILE = render_nvidia_profile()
-PROFILE_CALL = HelperCall(("install-nvidia-profile", PROFILE.name), PROFILE.text.encode())
+_PROFILE_PLAN = install.nvidia_profile_plan(PROFILE)  # what `apply nvidia-profile` sends
+PROFILE_CALL = HelperCall((_PROFILE_PLAN.verb, _PROFILE_PLAN.name), _PROFILE_PLAN.payload)
 
 
 def run_setup(root: Path, request: bytes, euid: int = 0) -> tuple[int, str, str]:

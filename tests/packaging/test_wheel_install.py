@@ -37,7 +37,7 @@ def test_the_wheel_carries_every_template_and_resource(built_wheel: Path) -> Non
         "mtpstudio/resources/io.github.mtpstudio.desktop",
         "mtpstudio/resources/io.github.mtpstudio.metainfo.xml",
         "mtpstudio/resources/icons/png/mtpstudio-512.png",
-        "mtpstudio/templates/systemd/system.service.j2",
+        "mtpstudio/templates/launch.sh.j2",
     } <= names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(built_wheel).read(entry_points).decode()

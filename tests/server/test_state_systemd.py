@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,10 +32,11 @@ from mtpstudio.core.server.systemd import (
 )
 
 
-def state(pid: int, start: int, port: int = 18999) -> ServerState:
+def state(pid: int, start: int, port: int = 18999, binary: str = sys.executable) -> ServerState:
+    """A record of ``pid`` (by default this test, whose program is the Python running it)."""
     return ServerState(pid=pid, start_ticks=start, host="127.0.0.1", port=port,
                        log_path="/x.log", plan_path="/x.json", flavour="upstream",
-                       binary="/b", argv=["/b"])  # fmt: skip
+                       binary=binary, argv=[binary])  # fmt: skip
 
 
 def test_running_gone_and_reused_pids() -> None:
@@ -42,6 +45,8 @@ def test_running_gone_and_reused_pids() -> None:
     assert start is not None
     assert state(me, start).liveness() is Liveness.RUNNING
     assert state(me, start + 1).liveness() is Liveness.REUSED  # same pid, other program
+    # the right pid and start time, but not the recorded engine: never taken for the server
+    assert state(me, start, binary="/usr/bin/sleep").liveness() is Liveness.OTHER
     child = subprocess.Popen(["true"])
     child.wait()
     assert state(child.pid, 1).liveness() is Liveness.GONE
@@ -142,3 +147,47 @@ def test_only_units_mtpstudio_wrote_are_touched(tmp_path: Path) -> None:
         require_installed(unit, tmp_path)
     (tmp_path / unit.name).write_text("# Written by mtpstudio; change the plan\n[Service]\n")
     assert require_installed(unit, tmp_path) == tmp_path / unit.name
+
+
+def _started(argv: list[str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True)
+    return proc
+
+
+def test_stop_signals_only_the_recorded_engine() -> None:
+    from mtpstudio.core.server.process import stop_pid
+
+    sleep = _started(["sleep", "300"])
+    try:
+        start = procfs.start_ticks(sleep.pid)
+        assert start is not None
+        with pytest.raises(ServerError, match="not the recorded engine"):
+            stop_pid(sleep.pid, start, grace=1, binary="/opt/llama.cpp/bin/llama-server")
+        assert sleep.poll() is None
+        outcome = stop_pid(sleep.pid, start, grace=5, binary="/usr/bin/sleep")
+        assert outcome.stopped and sleep.wait(5) is not None
+    finally:
+        sleep.kill()
+        sleep.wait()
+
+
+def test_stop_signals_a_group_only_when_the_process_leads_it() -> None:
+    """A recorded process inside another's group: it alone is stopped, the leader lives."""
+    from mtpstudio.core.server.process import stop_pid
+
+    leader = _started(["sh", "-c", "sleep 300 & echo $!; exec sleep 301"])
+    try:
+        assert leader.stdout is not None
+        inner = int(leader.stdout.readline())
+        for _ in range(200):  # the forked shell becomes sleep a moment later
+            if procfs.runs_binary(inner, "/usr/bin/sleep"):
+                break
+            time.sleep(0.01)
+        start = procfs.start_ticks(inner)
+        assert start is not None and procfs.process_group(inner) == leader.pid != inner
+        stop_pid(inner, start, grace=5, binary="/usr/bin/sleep")
+        assert not procfs.is_running(inner, start)
+        assert leader.poll() is None  # the group (and its leader) was not signalled
+    finally:
+        os.killpg(leader.pid, 9)
+        leader.wait()

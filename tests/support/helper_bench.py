@@ -19,6 +19,7 @@ from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.plan import plan_from_dict
 from mtpstudio.core.service.render import (
     RenderedFile,
+    SessionSettings,
     SessionVariant,
     UnitScope,
     render_nvidia_profile,
@@ -30,6 +31,14 @@ from mtpstudio.helper.constants import TEMP_MARK
 HELPER = [sys.executable, "-m", "mtpstudio.helper"]
 SESSION = "plasmawayland-llvmpipe-mtpstudio.desktop"
 WAYLAND_DIR = "/usr/local/share/wayland-sessions"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ARCH_PLASMA = FIXTURES / "desktop" / "arch-plasma6"
+# Plasma 6's own session files as plasma-workspace 6.x installs them on Arch (the fixture);
+# the helper takes a session's command from them.
+PLASMA_SESSIONS = {
+    "wayland-sessions": "/usr/share/wayland-sessions/plasma.desktop",
+    "xsessions": "/usr/share/xsessions/plasmax11.desktop",
+}
 
 
 def helper_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -57,29 +66,53 @@ def run_helper(
     )
 
 
+IGPU_CARD = "/dev/dri/by-path/pci-0000:00:02.0-card"
+SETTINGS = SessionSettings(igpu_card=IGPU_CARD, plasma_source=PLASMA_SESSIONS)
+"""The settings ``desktop_facts`` gives for the Arch fixture (its Plasma's own commands)."""
+
+
 def session_files(
     variant: SessionVariant = SessionVariant.WAYLAND_LLVMPIPE,
 ) -> dict[str, RenderedFile]:
-    return render_session_files(variant)
+    return render_session_files(variant, SETTINGS)
+
+
+def session_params(
+    session: SessionVariant = SessionVariant.WAYLAND_LLVMPIPE,
+    /,
+    *,
+    vram: dict[str, object] | None = None,
+    **override: object,
+) -> dict[str, object]:
+    """What mtpstudio hands the helper for ``install-session`` (``override`` changes keys)."""
+    params = session_files(session)["desktop"].params
+    assert params is not None
+    data: dict[str, object] = dict(params)
+    if vram is not None:
+        data["desktop_vram"] = vram
+    data.update(override)
+    return data
 
 
 def session_payload(
-    variant: SessionVariant = SessionVariant.WAYLAND_LLVMPIPE,
+    session: SessionVariant = SessionVariant.WAYLAND_LLVMPIPE,
+    /,
     *,
     vram: dict[str, object] | None = None,
     **override: object,
 ) -> bytes:
-    files = session_files(variant)
-    data: dict[str, object] = {
-        "sessions_dir": str(files["desktop"].install_path.parent),
-        "desktop": files["desktop"].text,
-        "wrapper_name": files["wrapper"].name,
-        "wrapper": files["wrapper"].text,
-    }
-    if vram is not None:
-        data["desktop_vram"] = vram
-    data.update(override)
-    return json.dumps(data).encode()
+    return json.dumps(session_params(session, vram=vram, **override)).encode()
+
+
+def install_plasma(root: Path) -> None:
+    """Plasma's own session files below ``root`` (the Arch fixture's, owned by this user)."""
+    for kind, path in PLASMA_SESSIONS.items():
+        source = ARCH_PLASMA / "usr/share" / kind / path.rpartition("/")[2]
+        if not source.is_file():  # the fixture has Plasma 6's X11 file as plasmax11.desktop
+            source = ARCH_PLASMA / "usr/share/wayland-sessions/plasma.desktop"
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
 
 
 def unit_files(binary: str = "/opt/llama.cpp/bin/llama-server") -> dict[str, RenderedFile]:
@@ -93,25 +126,32 @@ def unit_files(binary: str = "/opt/llama.cpp/bin/llama-server") -> dict[str, Ren
     return render_service_files(plan, spec, scope=UnitScope.SYSTEM, user="alice")
 
 
-def unit_payload(binary: str = "/opt/llama.cpp/bin/llama-server", **override: object) -> bytes:
-    files = unit_files(binary)
-    data: dict[str, object] = {
-        "unit": files["unit"].text,
-        "env_name": files["env"].name,
-        "env": files["env"].text,
-    }
+def unit_params(
+    binary: str = "/opt/llama.cpp/bin/llama-server", **override: object
+) -> dict[str, object]:
+    """What mtpstudio hands the helper for ``install-unit`` (``override`` changes keys)."""
+    params = unit_files(binary)["unit"].params
+    assert params is not None
+    data: dict[str, object] = dict(params)
     data.update(override)
-    return json.dumps(data).encode()
+    return data
+
+
+def unit_payload(binary: str = "/opt/llama.cpp/bin/llama-server", **override: object) -> bytes:
+    return json.dumps(unit_params(binary, **override)).encode()
 
 
 def nvidia_payload() -> tuple[str, bytes]:
     rendered = render_nvidia_profile()
-    return rendered.name, rendered.text.encode()
+    return rendered.name, json.dumps(rendered.params).encode()
 
 
-def make_root(base: Path) -> Path:
-    """A system-like root: /var/lib exists (the helper does not invent /var/lib)."""
+def make_root(base: Path, *, plasma: bool = False) -> Path:
+    """A system-like root: /var/lib exists (the helper does not invent /var/lib); with
+    ``plasma``, Plasma's own session files too (a session takes its command from them)."""
     (base / "var" / "lib").mkdir(parents=True, exist_ok=True)
+    if plasma:
+        install_plasma(base)
     return base
 
 
@@ -121,10 +161,16 @@ class Entry:
     data: bytes | None
     mode: int
     link: str | None = None
+    stamp: tuple[int, int] | None = None  # (size, mtime_ns) of a file too big to keep
+
+
+BIG_FILE = 16 * 1024 * 1024
+"""Files above this size (sparse full-size models) are compared by size and mtime, not read."""
 
 
 def snapshot(root: Path) -> dict[str, Entry]:
-    """Every path below ``root`` with its type, content and mode (symlinks not followed)."""
+    """Every path below ``root`` with its type, content and mode (symlinks not followed); a
+    file bigger than ``BIG_FILE`` by its size and modification time."""
     tree: dict[str, Entry] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames]:
@@ -135,6 +181,9 @@ def snapshot(root: Path) -> dict[str, Entry]:
                 tree[rel] = Entry("link", None, 0, os.readlink(path))
             elif stat.S_ISDIR(st.st_mode):
                 tree[rel] = Entry("dir", None, stat.S_IMODE(st.st_mode))
+            elif stat.S_ISREG(st.st_mode) and st.st_size > BIG_FILE:
+                stamp = (st.st_size, st.st_mtime_ns)
+                tree[rel] = Entry("file", None, stat.S_IMODE(st.st_mode), stamp=stamp)
             elif stat.S_ISREG(st.st_mode):
                 tree[rel] = Entry("file", path.read_bytes(), stat.S_IMODE(st.st_mode))
             else:

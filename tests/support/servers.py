@@ -461,3 +461,26 @@ def pid_gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def read_http_request(conn: socket.socket) -> str:
+    """Read a whole HTTP request (headers and body) from ``conn``, so that closing it never
+    resets the connection under a client still sending; returns its method."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = conn.recv(65536)
+        if not piece:
+            return ""
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        piece = conn.recv(65536)
+        if not piece:
+            break
+        body += piece
+    return head.split(b" ", 1)[0].decode(errors="replace")

@@ -90,7 +90,7 @@ class Sandbox:
     before: dict[str, Entry] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.root = make_root(self.base / "root")
+        self.root = make_root(self.base / "root", plasma=True)
         self.home = self.base / "home"
         for sub in (".config", ".cache", ".local/state", ".local/share"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ prints its table (case, expected, got) and the totals when the module is done.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.helper_bench import unit_files, unit_payload
+from support.helper_bench import session_payload, unit_files, unit_payload
 from support.tamper import (
     SECRET,
     Row,
@@ -230,23 +231,17 @@ def _manifest_link(box: Sandbox, fx: Any) -> Outcome:
 # units the helper installs (item 2) and what already held
 
 
-def unit_with(old: str, new: str) -> bytes:
-    text = unit_files()["unit"].text
-    assert old in text
-    return unit_payload(unit=text.replace(old, new))
-
-
 for _spec in ("%U", "%u", "%i", "%g", "0", "root"):
 
     @case(f"unit User={_spec}", "refused")
     def _user_spec(box: Sandbox, fx: Any, spec: str = _spec) -> Outcome:
-        ran = box.helper("install-unit", UNIT, payload=unit_with("User=alice", f"User={spec}"))
+        ran = box.helper("install-unit", UNIT, payload=unit_payload(user=spec))
         return ran.refused("refused", "User=") or ran.refused("root"), ran.line()
 
 
 @case("template unit h@.service with User=%i", "refused")
 def _template(box: Sandbox, fx: Any) -> Outcome:
-    ran = box.helper("install-unit", "h@.service", payload=unit_with("User=alice", "User=%i"))
+    ran = box.helper("install-unit", "h@.service", payload=unit_payload(user="%i"))
     return ran.refused("refused", "template"), ran.line()
 
 
@@ -258,29 +253,27 @@ def _instance(box: Sandbox, fx: Any) -> Outcome:
 
 @case("unit Environment=LD_PRELOAD=…", "refused")
 def _unit_ld_preload(box: Sandbox, fx: Any) -> Outcome:
-    payload = unit_with("Environment=CUDA_CACHE_PATH", 'Environment="LD_PRELOAD=/tmp/x.so" '
-                        "CUDA_CACHE_PATH")  # fmt: skip
+    payload = unit_payload(env=[["LD_PRELOAD", "/tmp/x.so"], ["CUDA_CACHE_PATH", "/x"]])
     ran = box.helper("install-unit", UNIT, payload=payload)
     return ran.refused("refused", "LD_PRELOAD"), ran.line()
 
 
 @case("unit SupplementaryGroups=disk", "refused")
 def _unit_disk_group(box: Sandbox, fx: Any) -> Outcome:
-    ran = box.helper("install-unit", UNIT, payload=unit_with("video render", "video disk"))
-    return ran.refused("refused", "SupplementaryGroups"), ran.line()
+    ran = box.helper("install-unit", UNIT, payload=unit_payload(supplementary_groups="disk"))
+    return ran.refused("refused", "does not take"), ran.line()
 
 
 @case("unit AmbientCapabilities=CAP_SYS_ADMIN", "refused")
 def _ambient_caps(box: Sandbox, fx: Any) -> Outcome:
-    payload = unit_with("AmbientCapabilities=\n", "AmbientCapabilities=CAP_SYS_ADMIN\n")
+    payload = unit_payload(ambient_capabilities="CAP_SYS_ADMIN")
     ran = box.helper("install-unit", UNIT, payload=payload)
-    return ran.refused("refused", "AmbientCapabilities"), ran.line()
+    return ran.refused("refused", "does not take"), ran.line()
 
 
 @case("env file LD_PRELOAD (held)", "refused")
 def _env_ld(box: Sandbox, fx: Any) -> Outcome:
-    env = unit_files()["env"].text + 'LD_PRELOAD="/tmp/evil.so"\n'
-    ran = box.helper("install-unit", UNIT, payload=unit_payload(env=env))
+    ran = box.helper("install-unit", UNIT, payload=unit_payload(env=[["LD_PRELOAD", "/e.so"]]))
     return ran.refused("refused", "LD_PRELOAD"), ran.line()
 
 
@@ -357,8 +350,8 @@ def _disk_full(box: Sandbox, fx: Any) -> Outcome:
     try:
         (small / "var/lib").mkdir(parents=True)
         (small / "filler").write_bytes(b"0" * (60 * 1024))
-        big = unit_files()["unit"].text.replace("[Install]", "#" + "x" * 9000 + "\n[Install]")
-        ran = box.helper("install-unit", UNIT, payload=unit_payload(unit=big))
+        big = unit_payload(notes=[["-m", "x" * 1800]] * 5)  # an 11 KB unit
+        ran = box.helper("install-unit", UNIT, payload=big)
         status = box.helper("status")
         groups = json.loads(status.stdout)["groups"] if status.returncode == 0 else None
         ok = ran.refused("failed", "No space left", "nothing was changed") and groups == {}
@@ -477,14 +470,16 @@ def _launch_ok(box: Sandbox, fx: Any) -> Outcome:
     return ok, f"{started.line()[:60]} | {stopped.line()}"
 
 
-def record_for(box: Sandbox, pid: object, start: object, port: int = 18999) -> Path:
+def record_for(
+    box: Sandbox, pid: object, start: object, port: int = 18999, binary: str = "/b"
+) -> Path:
     record = box.state / "servers" / f"{port}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({
         "pid": pid, "start_ticks": start, "host": "127.0.0.1", "port": port,
-        "log_path": "/x.log", "plan_path": "/x.json", "flavour": "upstream", "binary": "/b",
-        "argv": ["/b"], "started_at": 0, "healthy_after_s": 1.0, "schema": 1,
-    }))  # fmt: skip
+        "log_path": "/x.log", "plan_path": "/x.json", "flavour": "upstream", "binary": binary,
+        "argv": [binary], "started_at": 0, "healthy_after_s": 1.0, "schema": 1,
+    }, indent=2))  # fmt: skip
     return record
 
 
@@ -713,6 +708,430 @@ def _bench_key_file(box: Sandbox, fx: Any) -> Outcome:
     return ok, f"file: exit {by_file.returncode}, stdin: exit {by_stdin.returncode}, " + (
         f"no key: exit {without.returncode}"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 33: what the helper installs, downloads, terminals, records, parsers, the Hub
+
+
+def said(box: Sandbox, *runs: Any, width: int = 90) -> str:
+    """The runs' last lines, the sandbox's path shortened to …, each at most ``width`` long."""
+    return " | ".join(r.line().replace(str(box.base), "…")[:width] for r in runs)
+
+
+def _old_style_unit(text: str) -> bytes:
+    """The unit as text, the way the helper took it before it built its own files."""
+    files = unit_files()
+    return json.dumps({"unit": text, "env_name": files["env"].name,
+                       "env": files["env"].text}).encode()  # fmt: skip
+
+
+@case("helper: a unit with Group=disk (as text, or asked for)", "refused, nothing installed")
+def _group_disk(box: Sandbox, fx: Any) -> Outcome:
+    target = box.root / "etc/systemd/system" / UNIT
+    text = unit_files()["unit"].text.replace(
+        "SupplementaryGroups=video render\n", "SupplementaryGroups=video render\nGroup=disk\n"
+    )
+    as_text = box.helper("install-unit", UNIT, payload=_old_style_unit(text))
+    if target.exists():
+        return False, f"installed with Group=disk: {as_text.line()}"
+    asked = box.helper("install-unit", UNIT, payload=unit_payload(group="disk"))
+    ok = as_text.refused("refused") and asked.refused("refused") and not target.exists()
+    return ok, said(box, as_text, asked, width=70)
+
+
+def _sshd_plan(box: Sandbox) -> Path:
+    path = plan_file(box)
+    data = json.loads(path.read_text())
+    data["outputs"]["service_name"] = "sshd"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@case("apply unit of a shared plan naming sshd (distribution unit)", "refused, sshd kept")
+def _shadow_sshd(box: Sandbox, fx: Any) -> Outcome:
+    packaged = box.root / "usr/lib/systemd/system/sshd.service"
+    packaged.parent.mkdir(parents=True)
+    packaged.write_text("[Unit]\nDescription=OpenBSD Secure Shell server\n")
+    plan = _sshd_plan(box)
+    box.settle()
+    shadow = box.root / "etc/systemd/system/sshd.service"
+    cli = box.cli("apply", "unit", "--plan", str(plan), "--system", "--account", "alice",
+                  "--root", str(box.root), timeout=60)  # fmt: skip
+    if shadow.exists():
+        return False, f"installed /etc/systemd/system/sshd.service: {cli.line()[:80]}"
+    text = unit_files()["unit"].text.replace("mtpstudio-llama.service", "sshd.service")
+    direct = box.helper("install-unit", "sshd.service", payload=_old_style_unit(text))
+    asked = box.helper("install-unit", "sshd.service", payload=unit_payload())
+    ok = cli.refused("sshd.service") and direct.refused() and asked.refused("mtpstudio-")
+    return ok and not shadow.exists(), said(box, cli, asked, width=70)
+
+
+@case("helper: any #!/bin/sh as a login session named plasma.desktop", "refused, none listed")
+def _any_session(box: Sandbox, fx: Any) -> Outcome:
+    wrapper = "/usr/local/lib/mtpstudio/startplasma-evil"
+    desktop = (f"[Desktop Entry]\nType=Application\nName=Plasma (Wayland)\nExec={wrapper}\n"
+               f"TryExec={wrapper}\n")  # fmt: skip
+    as_text = json.dumps({"sessions_dir": "/usr/local/share/wayland-sessions", "desktop": desktop,
+                          "wrapper_name": "startplasma-evil",
+                          "wrapper": "#!/bin/sh\nexec /home/eve/.x\n"}).encode()  # fmt: skip
+    listed = box.root / "usr/local/share/wayland-sessions/plasma.desktop"
+    first = box.helper("install-session", "plasma.desktop", payload=as_text)
+    if listed.exists():
+        return False, f"listed at every login screen: {first.line()}"
+    asked = box.helper("install-session", "plasma.desktop", payload=session_payload())
+    ok = first.refused("refused") and asked.refused("refused", "is called")
+    return ok and not listed.exists(), said(box, first, asked, width=70)
+
+
+# -- the Hub and downloads ---------------------------------------------------------------------
+
+
+def hub_for(box: Sandbox, files: dict[str, bytes | Path], **repo: object) -> Any:
+    """A local Hub over real HTTP serving ``eve/x-GGUF`` from files in the case's work folder."""
+    from mtpstudio.testing.hub_server import HostedFile, HostedRepo, HubTestServer
+
+    hosted = []
+    for rel, content in files.items():
+        source = content if isinstance(content, Path) else box.work / "hub" / f"{len(hosted)}"
+        if not isinstance(content, Path):
+            source.parent.mkdir(parents=True, exist_ok=True)
+            source.write_bytes(content)
+        hosted.append(HostedFile(rel, source))
+    return HubTestServer([HostedRepo("eve/x-GGUF", hosted, **repo)])  # type: ignore[arg-type]
+
+
+def models_hf(box: Sandbox, hub: Any, *args: str, token: str | None = None) -> Any:
+    env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(box.cache / "hf")}
+    if token:
+        env["HF_TOKEN"] = token
+    return box.run([*CLI_ARGV, "models", "hf", *args], env=env, timeout=180)
+
+
+GGUF_BYTES = b"GGUF" + bytes(range(256)) * 16
+
+
+@case(".part is a symlink to a file outside, then resume", "refused, outside file untouched")
+def _part_link(box: Sandbox, fx: Any) -> Outcome:
+    import hashlib
+
+    victim = box.outside / "victim.bin"
+    victim.write_bytes(b"14 bytes here\n")
+    folder = box.work / "dl"
+    folder.mkdir()
+    (folder / "tiny-Q4_0.gguf.part").symlink_to(victim)
+    sidecar = {"path": "tiny-Q4_0.gguf", "size": len(GGUF_BYTES),
+               "sha256": hashlib.sha256(GGUF_BYTES).hexdigest()}  # fmt: skip
+    (folder / "tiny-Q4_0.gguf.part.json").write_text(json.dumps(sidecar))
+    with hub_for(box, {"tiny-Q4_0.gguf": GGUF_BYTES}) as hub:
+        box.settle()
+        ran = models_hf(box, hub, "eve/x-GGUF", "--download", "tiny-Q4_0.gguf", "--to",
+                        str(folder))  # fmt: skip
+    size = victim.stat().st_size
+    ok = ran.refused("symbolic link") and size == 14
+    return ok, f"outside file {size} bytes; {said(box, ran)}"
+
+
+@case("zero-byte file and a size of -3 on the Hub, then --download", "refused in one line")
+def _zero_size(box: Sandbox, fx: Any) -> Outcome:
+    folder = box.work / "dl"
+    files: dict[str, bytes | Path] = {"empty-Q4_0.gguf": b"", "neg-Q5_0.gguf": GGUF_BYTES,
+                                      "ok-Q8_0.gguf": GGUF_BYTES}  # fmt: skip
+    with hub_for(box, files) as hub:
+        hub.faults.listed_size["neg-Q5_0.gguf"] = -3
+        box.settle()
+        runs = [models_hf(box, hub, "eve/x-GGUF", "--download", name, "--to", str(folder))
+                for name in ("empty-Q4_0.gguf", "neg-Q5_0.gguf")]  # fmt: skip
+    left = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+    ok = all(r.refused("names none") for r in runs) and not left
+    return ok, said(box, *runs, width=60) + f"; left in the folder: {left}"
+
+
+@case("same-named files in two folders of a repository", "two rows, two files")
+def _same_names(box: Sandbox, fx: Any) -> Outcome:
+    folder = box.work / "dl"
+    files: dict[str, bytes | Path] = {"a/tiny-Q8_0.gguf": GGUF_BYTES + b"a",
+                                      "b/tiny-Q8_0.gguf": GGUF_BYTES + b"bb"}  # fmt: skip
+    with hub_for(box, files) as hub:
+        box.settle()
+        listing = models_hf(box, hub, "eve/x-GGUF")
+        got = [models_hf(box, hub, "eve/x-GGUF", "--download", f"{x}/tiny-Q8_0.gguf", "--to",
+                         str(folder)) for x in ("a", "b")]  # fmt: skip
+    rows = [ln for ln in listing.stdout.splitlines() if "tiny-Q8_0.gguf" in ln and "Q8_0  " in ln]
+    shown = sorted({w for ln in rows for w in ln.split() if w.endswith("tiny-Q8_0.gguf")})
+    on_disk = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.gguf"))
+    contents = {p.read_bytes()[-2:] for p in folder.rglob("*.gguf")}
+    ok = shown == ["a/tiny-Q8_0.gguf", "b/tiny-Q8_0.gguf"] and len(contents) == 2
+    return ok, f"rows {shown}; files {on_disk}; {said(box, got[1], width=60)}"
+
+
+@case("HF token and a next page on another host", "refused, token kept")
+def _token_elsewhere(box: Sandbox, fx: Any) -> Outcome:
+    token = "hf_tamper_0123456789"
+    files: dict[str, bytes | Path] = {f"m{i}-Q4_0.gguf": GGUF_BYTES for i in range(3)}
+    with hub_for(box, files, private=True, token=token) as hub:
+        hub.faults.page_size = 1
+        hub.faults.next_page_origin = hub.storage  # another host:port
+        box.settle()
+        ran = models_hf(box, hub, "eve/x-GGUF", token=token)
+        leaked = list(hub.auth_seen_by_storage)
+    ok = ran.refused("another host") and not leaked
+    return ok, f"token seen by the other host: {len(leaked)} time(s); {said(box, ran)}"
+
+
+@case("repository id a--b/c (looser than the Hub's)", "refused in one line")
+def _loose_repo_id(box: Sandbox, fx: Any) -> Outcome:
+    ran = box.cli("models", "hf", "a--b/c")
+    return ran.refused("not a model repository name"), ran.line()
+
+
+@case("four headers that never end (60 MiB strings)", "read within the listing's budget")
+def _endless_headers(box: Sandbox, fx: Any) -> Outcome:
+    import struct
+
+    from mtpstudio.core.hub.remote_header import FIRST_RANGE
+
+    files: dict[str, bytes | Path] = {}
+    for q in ("Q2_K", "Q3_K", "Q4_0", "Q5_0"):
+        path = box.work / f"endless-{q}.gguf"
+        key = b"general.name"
+        head = b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, len(key)) + key
+        with open(path, "wb") as out:
+            out.write(head + struct.pack("<IQ", 8, 60 << 20))
+            out.truncate(61 << 20)
+        files[path.name] = path
+    budget = 4 * FIRST_RANGE + (64 << 20)  # each first range, and 64 MiB shared beyond them
+    with hub_for(box, files) as hub:
+        box.settle()
+        ran = models_hf(box, hub, "eve/x-GGUF", "--json")
+        read = sum(hub.bytes_sent.values())
+    ok = ran.returncode == 0 and read <= budget
+    return ok, f"{read / 1e6:,.0f} MB read (budget {budget / 1e6:,.0f} MB)"
+
+
+# -- what is shown on the terminal ------------------------------------------------------------
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J"
+
+
+def _no_escapes(*runs: Any) -> bool:
+    text = "".join(r.stdout + r.stderr for r in runs)
+    return "\x1b" not in text and "\x07" not in text
+
+
+@case("GGUF general.name with terminal escapes and a newline", "shown with escapes visible")
+def _gguf_name(box: Sandbox, fx: Any) -> Outcome:
+    from gguf.constants import GGUFValueType
+    from gguf_builders import KV, Qwen35MoeParams, qwen35moe_specs, write_gguf
+
+    kv, tensors = qwen35moe_specs(Qwen35MoeParams())
+    name = f"Qwen{ESCAPES}\n  fits: yes, 0 MiB over"
+    kv = [KV("general.name", name, GGUFValueType.STRING) if k.key == "general.name" else k
+          for k in kv]  # fmt: skip
+    model = box.work / "evil.gguf"
+    write_gguf(model, "qwen35moe", kv=kv, tensors=tensors)
+    box.settle()
+    ran = box.cli("plan", "--model", str(model), "--gpu", "rtx-4070-super")
+    forged = any(line.startswith("  fits: yes") for line in ran.stdout.splitlines())
+    ok = ran.returncode == 0 and _no_escapes(ran) and not forged and "\\x1b]0;owned" in ran.stdout
+    shown = next((ln.strip() for ln in ran.stdout.splitlines() if "owned" in ln), "")[:70]
+    return ok, f"exit {ran.returncode}; {shown!r}"
+
+
+@case("hub file names with escapes and a forged newline row", "left out, shown visible")
+def _hub_names(box: Sandbox, fx: Any) -> Outcome:
+    files: dict[str, bytes | Path] = {
+        f"x{ESCAPES}.gguf": GGUF_BYTES,
+        "y\n  ★  fake-Q4_K_M.gguf  1.0 MB  yes  yes  none.gguf": GGUF_BYTES,
+        "ok-Q8_0.gguf": GGUF_BYTES,
+    }
+    with hub_for(box, files) as hub:
+        box.settle()
+        ran = models_hf(box, hub, "eve/x-GGUF")
+    forged = any(line.lstrip().startswith("★  fake") for line in ran.stdout.splitlines())
+    ok = ran.returncode == 0 and _no_escapes(ran) and not forged
+    notes = [ln.strip()[:60] for ln in ran.stdout.splitlines() if "left out" in ln]
+    return ok, f"exit {ran.returncode}; {notes[:1]}"
+
+
+class _HostileServer:
+    """A llama-server impostor on loopback: /health and /props answer, the completion endpoint
+    answers ``mode``: an error body full of escapes, or an endless line."""
+
+    def __init__(self, mode: str) -> None:
+        import socket
+        import threading
+
+        self.mode, self.sent = mode, 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        import socket
+
+        from support.servers import read_http_request
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                if read_http_request(conn) != "POST":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                elif self.mode == "escapes":
+                    body = json.dumps({"error": {"message": f"bad{ESCAPES}\nfake: ok"}}).encode()
+                    conn.sendall(b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n" % len(body)
+                                 + body)  # fmt: skip
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+                    chunk = b"x" * (1 << 20)
+                    for _ in range(1024):  # 1 GiB unless the client stops reading
+                        conn.sendall(chunk)
+                        self.sent += len(chunk)
+                conn.shutdown(socket.SHUT_WR)  # the answer ends here, cleanly
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@case("server error body with escapes and a newline (bench)", "refused, escapes visible")
+def _server_body(box: Sandbox, fx: Any) -> Outcome:
+    server = _HostileServer("escapes")
+    try:
+        ran = box.cli("bench", "--url", server.url, "--categories", "code_python",
+                      "--n-predict", "4", "--no-history")  # fmt: skip
+    finally:
+        server.close()
+    ok = ran.refused("HTTP 500") and _no_escapes(ran) and "\\x1b]0;owned" in ran.stderr
+    return ok, said(box, ran, width=110)
+
+
+@case("bench against a server streaming an endless line", "refused, a bounded read")
+def _endless_line(box: Sandbox, fx: Any) -> Outcome:
+    server = _HostileServer("endless")
+    try:
+        ran = box.cli("bench", "--url", server.url, "--categories", "code_python",
+                      "--n-predict", "4", "--no-history", timeout=300)  # fmt: skip
+    finally:
+        server.close()
+    ok = ran.refused("longer than") and server.sent < (128 << 20)
+    return ok, f"{server.sent >> 20} MiB sent before the client stopped; {said(box, ran)}"
+
+
+# -- records, state files and plans -----------------------------------------------------------
+
+
+@case("record: right pid and start time, another program (setsid sleep)", "sleep lives")
+def _other_program(box: Sandbox, fx: Any) -> Outcome:
+    from mtpstudio.core.server import procfs
+
+    sleep = victim(box)
+    try:
+        start = procfs.start_ticks(sleep.pid)
+        record_for(box, sleep.pid, start)  # the record's engine is /b
+        box.settle()
+        stop = box.cli("server", "stop")
+        alive = sleep.poll() is None
+    finally:
+        sleep.kill()
+        sleep.wait()
+    return alive and stop.returncode == 0, f"sleep {'alive' if alive else 'KILLED'}; {stop.line()}"
+
+
+@case("record of a process inside another's group", "it stops, the group's leader lives")
+def _not_a_leader(box: Sandbox, fx: Any) -> Outcome:
+    import signal as signals
+    import time
+
+    from mtpstudio.core.server import procfs
+
+    leader = box.spawn(["setsid", "sh", "-c", "sleep 300 & echo $!; exec sleep 301"])
+    try:
+        assert leader.stdout is not None
+        inner = int(leader.stdout.readline())
+        for _ in range(200):
+            if procfs.process_name(inner) == "sleep":
+                break
+            time.sleep(0.01)
+        start = procfs.start_ticks(inner)
+        record_for(box, inner, start, binary="/usr/bin/sleep")
+        box.settle()
+        stop = box.cli("server", "stop")
+        stopped = not procfs.is_running(inner, start)
+        lives = leader.poll() is None
+    finally:
+        group = procfs.process_group(inner)
+        if group is not None and group > 1:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signals.SIGKILL)
+        leader.kill()
+        leader.wait()
+    ok = stopped and lives and stop.returncode == 0
+    return ok, f"recorded sleep {'stopped' if stopped else 'running'}, leader " + (
+        f"{'alive' if lives else 'KILLED'}; {said(box, stop)}"
+    )
+
+
+@case("server record with a 5,000-digit pid", "ignored, named once")
+def _digits_record(box: Sandbox, fx: Any) -> Outcome:
+    record = record_for(box, 2, 5)
+    record.write_text(record.read_text().replace('"pid": 2', '"pid": ' + "1" * 5000))
+    box.settle()
+    ran = box.cli("server", "status")
+    named = [ln for ln in ran.error_lines if "18999.json" in ln]
+    return ran.returncode == 3 and len(named) == 1 and not ran.traceback, said(box, ran, width=130)
+
+
+@case("plan with a 5,000-digit context", "refused in one line")
+def _digits_plan(box: Sandbox, fx: Any) -> Outcome:
+    data = json.loads(plan_from_dict({}).to_json())
+    path = box.work / "digits.json"
+    path.write_text(json.dumps(data).replace('"ctx": ', '"ctx": ' + "9" * 5000 + ', "x": '))
+    ran = box.cli("plan", "--plan", str(path))
+    return ran.refused("plan file"), said(box, ran, width=130)
+
+
+# -- engines found on PATH -------------------------------------------------------------------
+
+
+def _counting_engine(folder: Path, counter: Path) -> Path:
+    binary = folder / "llama-server"
+    folder.mkdir(parents=True, exist_ok=True)
+    binary.write_text(f"#!/bin/sh\necho run >> {counter}\nexit 1\n")
+    binary.chmod(0o755)
+    return binary
+
+
+@case("PATH with '.' and a llama-server in the working folder", "never run")
+def _relative_path(box: Sandbox, fx: Any) -> Outcome:
+    counter = box.work / "runs"
+    _counting_engine(box.work, counter)
+    box.settle()
+    path = f".{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+    ran = box.run([*CLI_ARGV, "detect", "--refresh"], env={"PATH": path})
+    runs = len(counter.read_text().splitlines()) if counter.exists() else 0
+    return ran.returncode == 0 and runs == 0, f"run {runs} times; exit {ran.returncode}"
+
+
+@case("llama-server in another user's folder on PATH", "never run", needs_root=True)
+def _other_users_engine(box: Sandbox, fx: Any) -> Outcome:
+    counter = box.work / "runs"
+    theirs = box.work / "theirs"
+    _counting_engine(theirs, counter)
+    os.chown(theirs, 65534, 65534)
+    box.settle()
+    path = f"{theirs}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+    ran = box.run([*CLI_ARGV, "detect", "--refresh"], env={"PATH": path})
+    runs = len(counter.read_text().splitlines()) if counter.exists() else 0
+    said = "belongs to another user" in ran.stdout + ran.stderr
+    return ran.returncode == 0 and runs == 0 and said, f"run {runs} times; exit {ran.returncode}"
 
 
 # ---------------------------------------------------------------------------------------------

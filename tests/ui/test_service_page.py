@@ -253,6 +253,27 @@ def test_system_unit_through_the_helper_and_its_control(
     assert snapshot(root) == before
 
 
+def test_a_system_unit_under_another_name_is_refused_before_any_preview(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    """``sshd`` (a shared plan's name) would override the distribution's sshd.service."""
+    root = make_root(tmp_path / "root")
+    packaged = root / "usr/lib/systemd/system/sshd.service"
+    packaged.parent.mkdir(parents=True)
+    packaged.write_text("[Unit]\nDescription=OpenBSD Secure Shell server\n")
+    before = snapshot(root)
+    wizard = service_wizard(make_wizard, model_plan, SystemAccess(root=root))
+    page = wizard.service_page
+    page.name_edit.setText("sshd")
+    page.name_edit.editingFinished.emit()
+    page.install_button.click()
+    assert page.action.outcome.tone is Tone.BAD
+    assert "'sshd.service' does not start with 'mtpstudio-'" in page.action.outcome.sentence
+    assert "Name the service mtpstudio-" in page.action.outcome.sentence
+    assert not page.preview_box.isVisibleTo(page)
+    assert snapshot(root) == before
+
+
 def test_a_slow_action_shows_progress_and_can_be_cancelled(
     make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
 ) -> None:

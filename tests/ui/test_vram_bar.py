@@ -76,6 +76,7 @@ def test_device_row_merges_the_mtp_draft_and_compute_segments() -> None:
             "desktop": 1000 * MIB,
             "other_processes": 250 * MIB,
             "driver_overhead": 400 * MIB,
+            "runtime_growth": 0,
             "margin": 1024 * MIB,
         },
     )
@@ -88,6 +89,7 @@ def test_device_row_merges_the_mtp_draft_and_compute_segments() -> None:
         "mtp_draft": 124,
         "compute": 102,
         "driver": 400,
+        "runtime_growth": 0,
         "desktop": 1000,
         "other_processes": 250,
         "margin": 1024,

@@ -16,7 +16,15 @@ import httpx
 from mtpstudio.core.bench.target import BenchTarget, CancelToken
 from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.errors import BenchError
+from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan import EngineFlavour
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""A streamed line longer than this ends the request (a completion chunk is a few KB)."""
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""A JSON answer (tokenize, completion) longer than this is refused."""
+ERROR_BODY_BYTES = 64 * 1024
+"""How much of an error answer is read to quote it."""
 
 _COUNTERS = {
     "predicted": "llamacpp:tokens_predicted_total",
@@ -188,12 +196,12 @@ class BenchClient:
         try:
             with self._http.stream("POST", self.endpoint, json=payload) as response:
                 if response.status_code != 200:
-                    response.read()
                     raise BenchError(
                         f"{self.target.name} answered HTTP {response.status_code} on "
-                        f"{self.endpoint}: {_error_text(response.text)}"
+                        f"{self.endpoint}: {_error_text(_read_bounded(response, ERROR_BODY_BYTES))}"
                     )
-                for chunk in _sse_chunks(response.iter_lines()):
+                lines = _bounded_lines(response.iter_bytes(), self.target.name, category)
+                for chunk in _sse_chunks(lines):
                     if cancel is not None:
                         cancel.raise_if_cancelled()
                     if "error" in chunk:
@@ -307,18 +315,65 @@ class BenchClient:
 
     def _post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         try:
-            response = self._http.post(path, json=payload)
+            with self._http.stream("POST", path, json=payload) as response:
+                limit = MAX_BODY_BYTES if response.status_code == 200 else ERROR_BODY_BYTES
+                body = _read_bounded(response, limit)
+                if response.status_code != 200:
+                    raise BenchError(
+                        f"{self.target.name} answered HTTP {response.status_code} on {path}: "
+                        f"{_error_text(body)}"
+                    )
+                if len(body.encode()) > MAX_BODY_BYTES:
+                    raise BenchError(
+                        f"{self.target.name} answered {path} with more than "
+                        f"{MAX_BODY_BYTES // (1024 * 1024)} MiB"
+                    )
         except httpx.HTTPError as exc:
             raise BenchError(
                 f"{self.target.name} did not answer {path} ({type(exc).__name__})"
             ) from None
-        if response.status_code != 200:
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
             raise BenchError(
-                f"{self.target.name} answered HTTP {response.status_code} on {path}: "
-                f"{_error_text(response.text)}"
-            )
-        data = response.json()
+                f"{self.target.name} answered {path} with something that is not JSON: "
+                f"{_error_text(body)}"
+            ) from None
         return data if isinstance(data, dict) else {}
+
+
+def _read_bounded(response: httpx.Response, limit: int) -> str:
+    """At most ``limit`` bytes (and one more, to tell) of a streamed answer, as text."""
+    data = bytearray()
+    for piece in response.iter_bytes():
+        data += piece
+        if len(data) > limit:
+            break
+    return bytes(data[: limit + 1]).decode("utf-8", errors="replace")
+
+
+def _bounded_lines(chunks: Iterator[bytes], name: str, category: str) -> Iterator[str]:
+    """Lines of a streamed answer (``\\n``, ``\\r\\n`` or ``\\r`` ended; a ``\\r\\n`` also
+    yields an empty line, which SSE skips), none longer than ``MAX_LINE_BYTES``: an endless
+    line ends the request instead of filling the memory."""
+    pending = bytearray()
+    for piece in chunks:
+        piece = piece.replace(b"\r", b"\n")
+        start = 0
+        while (end := piece.find(b"\n", start)) >= 0:
+            pending += piece[start:end]
+            yield pending.decode("utf-8", errors="replace")
+            pending.clear()
+            start = end + 1
+        pending += piece[start:]
+        if len(pending) > MAX_LINE_BYTES:
+            raise BenchError(
+                f"{name} sent a line longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB while "
+                f"streaming {category!r}, so mtpstudio stopped reading it",
+                hint="Is this a llama.cpp or ik_llama.cpp llama-server? Check the URL.",
+            )
+    if pending:
+        yield pending.decode("utf-8", errors="replace")
 
 
 def _sse_chunks(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
@@ -333,7 +388,7 @@ def _sse_chunks(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
             return
         try:
             chunk = json.loads(data)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(chunk, dict):
             yield chunk
@@ -390,10 +445,10 @@ def _error_text(body: str) -> str:
     """The ``error.message`` of a llama-server error body, else the body's start."""
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, TypeError):
-        return body.strip()[:300] or "(empty answer)"
+    except (ValueError, TypeError, RecursionError):
+        return visible(body.strip()[:300]) or "(empty answer)"
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict) and "message" in err:
-            return str(err["message"])
-    return body.strip()[:300]
+            return visible(str(err["message"])[:300])
+    return visible(body.strip()[:300])

@@ -50,7 +50,8 @@ from mtpstudio.helper.faults import Faults
 from mtpstudio.helper.safefs import Refused, open_root, opened_dir, read_regular
 from mtpstudio.helper.sddm import SECTIONS, SessionDirs, system_layout
 from mtpstudio.helper.store import MANIFEST, FileSpec, Layout, RollbackIncomplete, Store
-from mtpstudio.helper.validate import check_env_file, check_unit
+from mtpstudio.helper.unit_shape import UNIT_PREFIX, check_installed_unit, check_system_unit_name
+from mtpstudio.helper.validate import check_env_file
 
 PKEXEC_TIMEOUT_S = 300.0
 SYSTEMCTL_TIMEOUT_S = 30.0
@@ -126,12 +127,13 @@ def session_plan(
         settings = replace(settings, x11_sessions_dir=target)
     files = render_session_files(variant, settings)
     desktop, wrapper = files["desktop"], files["wrapper"]
-    payload: dict[str, Any] = {
-        "sessions_dir": target,
-        "desktop": desktop.text,
-        "wrapper_name": wrapper.name,
-        "wrapper": wrapper.text,
-    }
+    if desktop.params is None:
+        raise InstallError(
+            "Plasma's own session file is not known, so the session's command cannot be taken "
+            "from it",
+            hint="Install Plasma, then run this again.",
+        )
+    payload: dict[str, Any] = dict(desktop.params)
     if desktop_vram is not None:
         payload["desktop_vram"] = dict(desktop_vram)
     notes = (sddm.explain(kind), *sddm.notes)
@@ -140,15 +142,31 @@ def session_plan(
                        (wrapper, desktop), notes, shown, switch_back)  # fmt: skip
 
 
-def system_unit_plan(files: Mapping[str, RenderedFile]) -> InstallPlan:
-    """The system unit and its environment file (``render_service_files`` with SYSTEM scope)."""
+def system_unit_plan(files: Mapping[str, RenderedFile], root: Path | None = None) -> InstallPlan:
+    """The system unit and its environment file (``render_service_files`` with SYSTEM scope).
+
+    Raises:
+        InstallError: the unit's name is not one the helper installs (``mtpstudio-…``), or a
+            unit of that name comes with the system below ``root`` (it would be overridden).
+    """
     unit, env = files["unit"], files["env"]
-    payload = {"unit": unit.text, "env_name": env.name, "env": env.text}
-    return InstallPlan("install-unit", unit.name, json.dumps(payload).encode(), (env, unit))
+    if unit.params is None:
+        raise InstallError(f"{unit.name} is a user unit; the helper installs system units")
+    try:
+        check_system_unit_name(unit.name, str(root or "/"))
+    except Refused as exc:
+        raise InstallError(
+            f"{exc}",
+            hint=f"Name the service {UNIT_PREFIX}… (plan: outputs.service_name, e.g. "
+            f"{UNIT_PREFIX}llama; the Service page's name box), then install it again.",
+        ) from None
+    payload = json.dumps(unit.params).encode()
+    return InstallPlan("install-unit", unit.name, payload, (env, unit))
 
 
 def nvidia_profile_plan(profile: RenderedFile) -> InstallPlan:
-    return InstallPlan("install-nvidia-profile", profile.name, profile.text.encode(), (profile,))
+    payload = json.dumps(dict(profile.params or {})).encode()
+    return InstallPlan("install-nvidia-profile", profile.name, payload, (profile,))
 
 
 PREVIEW_LIMIT_BYTES = 1024 * 1024
@@ -408,7 +426,7 @@ def install_user_unit(files: Mapping[str, RenderedFile], runner: Runner) -> User
     """Write a user unit and its env file (atomically, revertible), then daemon-reload."""
     unit, env = files["unit"], files["env"]
     try:
-        check_unit(unit.text, system=False, env_name=env.name)
+        check_installed_unit(unit.text, unit.name, env.name, system=False)
         check_env_file(env.text)
         specs = [
             FileSpec(_user_rel(env.install_path), env.text.encode(), env.mode),

@@ -15,8 +15,9 @@ from mtpstudio.helper.constants import (
     X11_SESSIONS,
 )
 from mtpstudio.helper.sddm import SessionDirs
+from mtpstudio.helper.session_shape import STARTPLASMA, desktop_entry, hidden, runs_plasma
 
-STARTPLASMA = {WAYLAND_SESSIONS: "startplasma-wayland", X11_SESSIONS: "startplasma-x11"}
+__all__ = ["STARTPLASMA", "PlasmaSession", "desktop_entry", "listed_names", "plasma_session"]
 # Plasma's own file names, tried first: Plasma 6 (plasma.desktop, plasmax11.desktop) and
 # Plasma 5 (plasmawayland.desktop, and plasma.desktop for X11); then any other file whose
 # Exec= runs startplasma.
@@ -48,23 +49,6 @@ class PlasmaSession:
     version: str | None = None
 
 
-def desktop_entry(text: str) -> dict[str, str]:
-    """The unlocalised keys of a ``.desktop`` file's ``[Desktop Entry]`` group (later wins)."""
-    entries: dict[str, str] = {}
-    group = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            group = line[1:-1]
-            continue
-        key, sep, value = line.partition("=")
-        if group == "Desktop Entry" and sep and "[" not in key:
-            entries[key.strip()] = value.strip()
-    return entries
-
-
 def _below(root: str, folder: str) -> str:
     return os.path.join(root, folder.lstrip("/"))
 
@@ -92,15 +76,6 @@ def session_folders(sddm: SessionDirs, kind: str) -> tuple[str, ...]:
     return LOCAL_SESSION_DIRS[kind], DISTRO_SESSION_DIRS[kind]
 
 
-def _runs_plasma(entries: dict[str, str], kind: str) -> bool:
-    words = entries.get("Exec", "").split()
-    return any(os.path.basename(w) == STARTPLASMA[kind] for w in words)
-
-
-def _hidden(entries: dict[str, str]) -> bool:
-    return any(entries.get(k, "").lower() == "true" for k in ("Hidden", "NoDisplay"))
-
-
 def plasma_session(root: str, sddm: SessionDirs, kind: str) -> PlasmaSession | None:
     """Plasma's own session of ``kind``, if installed: from the folders the login screen reads,
     else from the usual ones.
@@ -120,7 +95,7 @@ def plasma_session(root: str, sddm: SessionDirs, kind: str) -> PlasmaSession | N
     for _rank, folder, name in sorted(candidates):
         text = _read(os.path.join(_below(root, folder), name))
         entries = desktop_entry(text or "")
-        if not _runs_plasma(entries, kind) or _hidden(entries):
+        if not runs_plasma(entries, kind) or hidden(entries):
             continue
         path = f"{folder.rstrip('/')}/{name}"
         try:
@@ -142,7 +117,7 @@ def listed_names(root: str, sddm: SessionDirs, leave_out: str = "") -> list[str]
                 if file_name == leave_out:
                     continue
                 entries = desktop_entry(_read(os.path.join(_below(root, folder), file_name)) or "")
-                if entries.get("Name") and not _hidden(entries):
+                if entries.get("Name") and not hidden(entries):
                     names.append(entries["Name"])
     return names
 

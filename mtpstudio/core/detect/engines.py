@@ -6,6 +6,7 @@ import json
 import mmap
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,13 +226,19 @@ def search_places(
     opt_root: Path | None = Path("/opt"),
 ) -> list[tuple[Path, str]]:
     """Where to look, in order: added paths, $MTPSTUDIO_ENGINES, $PATH, ~/llama.cpp and
-    ~/ik_llama.cpp build dirs, system bin dirs, /opt/* (and their bin/, build/bin/)."""
-    places: list[tuple[Path, str]] = [(Path(p).expanduser(), "added") for p in extra_paths]
+    ~/ik_llama.cpp build dirs, system bin dirs, /opt/* (and their bin/, build/bin/).
+
+    Added paths are made absolute (the user named them); a relative $PATH entry (``.``,
+    ``bin``) is no place at all: what it finds depends on the folder mtpstudio was started in.
+    """
+    places: list[tuple[Path, str]] = [
+        (Path(p).expanduser().absolute(), "added") for p in extra_paths
+    ]
     for entry in environ.get(ENGINES_ENV, "").split(os.pathsep):
         if entry.strip():
             places.append((Path(entry.strip()).expanduser(), ENGINES_ENV))
     for entry in environ.get("PATH", "").split(os.pathsep):
-        if entry.strip():
+        if entry.strip() and Path(entry.strip()).is_absolute():
             places.append((Path(entry.strip()), "PATH"))
     home_dir = home if home is not None else _home(environ)
     if home_dir is not None:
@@ -268,6 +275,9 @@ def find_engines(
     seen: set[str] = set()
     for place, label in search_places(environ, extra_paths, home, system_dirs, opt_root):
         explicit = label in ("added", ENGINES_ENV)
+        if not place.is_absolute():
+            problems.append(f"{label} entry {place} is not an absolute path; it is skipped")
+            continue
         files: list[Path] = []
         if place.is_file():
             files = [place]
@@ -289,8 +299,42 @@ def find_engines(
                     problems.append(f"{file} is not executable")
                 continue
             seen.add(real)
+            untrusted = untrusted_place(Path(real))
+            if untrusted is not None:
+                problems.append(
+                    f"{file} was not run: {untrusted}; mtpstudio runs engines only from "
+                    "folders owned by you or root"
+                )
+                continue
             found.append(EngineCandidate(file, label))
     return found, problems
+
+
+def untrusted_place(real: Path, uid: int | None = None) -> str | None:
+    """Why the program at ``real`` (a resolved path) is not run, or None when it may be: the
+    file and every folder above it must be owned by root or by ``uid`` (this user), and
+    neither the file nor its folder writable by others (a sticky folder such as /tmp aside)."""
+    me = os.geteuid() if uid is None else uid
+    try:
+        st = real.stat()
+    except OSError as exc:
+        return f"it cannot be looked at ({exc.strerror or exc})"
+    if st.st_uid not in (0, me):
+        return f"it belongs to another user (uid {st.st_uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and st.st_uid != me:
+        return "others may change it"
+    if st.st_mode & stat.S_IWOTH:
+        return "anyone may change it"
+    for i, folder in enumerate(real.parents):
+        try:
+            fst = folder.stat()
+        except OSError as exc:
+            return f"{folder} cannot be looked at ({exc.strerror or exc})"
+        if fst.st_uid not in (0, me):
+            return f"{folder} belongs to another user (uid {fst.st_uid})"
+        if i == 0 and fst.st_mode & stat.S_IWOTH and not fst.st_mode & stat.S_ISVTX:
+            return f"anyone may put files in {folder}"
+    return None
 
 
 # ------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ key, so the caller shows a new key once and afterwards only says where it is.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -68,10 +69,16 @@ MAX_KEY_FILE_BYTES = 4096
 def _read_key_file(path: Path) -> tuple[os.stat_result, bytes]:
     """Stat and bytes of a regular file of at most 4 KiB (a FIFO never blocks the read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
         raise ApiKeyError(f"the API key file {path} does not exist") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ApiKeyError(
+                f"the API key file {path} is a symbolic link; mtpstudio reads keys only from "
+                "files themselves",
+                hint="Point server.api_key_file at the file the link names.",
+            ) from None
         raise ApiKeyError(f"cannot read the API key file {path}: {exc.strerror or exc}") from None
     try:
         info = os.fstat(fd)
@@ -106,7 +113,7 @@ def read_api_key(path: Path) -> str:
     info, data = _read_key_file(path)
     if len(data) > MAX_KEY_FILE_BYTES:
         raise ApiKeyError(f"the API key file {path} is larger than 4 KiB", hint=elsewhere)
-    if info.st_uid != os.getuid():
+    if info.st_uid != os.geteuid():
         raise ApiKeyError(f"the API key file {path} belongs to another user", hint=elsewhere)
     try:
         text = data.decode("utf-8")

@@ -42,6 +42,12 @@ class EngineMemoryFacts:
             checkpoints for each drafted step (ik since speculative stages).
         sliding_window_cache: sliding-window layers (gemma3) get a cache of the window plus a
             ubatch instead of the whole context (upstream's ``llama_kv_cache_iswa``).
+        cuda_measured: the GPU kit measured this engine's CUDA build (buffers, fit, what the
+            process grows by after the load: upstream b11434 on sm_90); elsewhere the same
+            figures are estimates.
+        draft_sampler_top_k: the MTP draft samples its top-k on the backend, inside its graph
+            (upstream: ``--spec-draft-backend-sampling`` on by default, top-k 10; the draft
+            context is reserved again with the sampler's nodes); 0: sampled on the host.
     """
 
     flavour: EngineFlavour
@@ -62,6 +68,8 @@ class EngineMemoryFacts:
     mtp_layers_in_main_kv: bool = False
     recurrent_step_checkpoints: bool = False
     sliding_window_cache: bool = False
+    draft_sampler_top_k: int = 0
+    cuda_measured: bool = False
     maps_in_ranges: bool = False
     """A memory-mapped load maps each run of CPU tensors on its own, not one span per file: an
     unloaded MTP block between the trunk and the output layer is not mapped (upstream after

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+from urllib.parse import quote, urlsplit
 
 import httpx2
 from huggingface_hub import (
@@ -29,19 +30,22 @@ from huggingface_hub.errors import (
     DisabledRepoError,
     GatedRepoError,
     HfHubHTTPError,
+    HFValidationError,
     OfflineModeIsEnabled,
     RemoteEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
     build_hf_headers,
+    http_backoff,
     http_stream_backoff,
+    validate_repo_id,
 )
 
 from mtpstudio import __version__
 from mtpstudio.core.errors import HubError
+from mtpstudio.core.outside_text import has_control, visible
 from mtpstudio.core.units import MIB
 
 __all__ = [
@@ -59,6 +63,9 @@ _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
 _CONTENT_RANGE: Final = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _RETRY_STATUSES: Final = (429, 500, 502, 503, 504)
 _LOGIN_HINT: Final = "log in with `hf auth login` (or set HF_TOKEN)"
+MAX_LISTED_FILES: Final = 100_000
+"""A listing longer than this is refused (the Hub's largest model repositories hold a few
+thousand files)."""
 
 
 def parse_repo_id(text: str) -> str:
@@ -70,11 +77,16 @@ def parse_repo_id(text: str) -> str:
     text = text.strip()
     page = _PAGE_URL.match(text)
     repo_id = page["id"] if page else text.strip("/")
-    if not _REPO_ID.match(repo_id):
+    try:
+        if not _REPO_ID.match(repo_id):
+            raise HFValidationError("not OWNER/NAME")
+        validate_repo_id(repo_id)  # the Hub's own rules (no '--' or '..', at most 96 …)
+    except HFValidationError:
         raise HubError(
-            f"{text!r} is not a model repository name",
-            hint="Write it as OWNER/NAME, for example unsloth/Qwen3.6-35B-A3B-GGUF.",
-        )
+            f"{visible(text)!r} is not a model repository name",
+            hint="Write it as OWNER/NAME with letters, digits, '-', '_' and '.' (no '--' or "
+            "'..'), for example unsloth/Qwen3.6-35B-A3B-GGUF.",
+        ) from None
     return repo_id
 
 
@@ -106,6 +118,9 @@ class RemoteFile:
     size: int
     blob_id: str
     sha256: str | None = None
+    problem: str | None = None
+    """Why mtpstudio will not use this entry (a name with control characters, a size below
+    one byte…); ``path`` is then shown with its control characters made visible."""
 
     @property
     def name(self) -> str:
@@ -168,21 +183,57 @@ class HubClient:
         return info.sha or repo.ref
 
     def list_files(self, repo: Repo) -> list[RemoteFile]:
-        """Every file of the repository at ``repo.revision`` (folders walked)."""
+        """Every file of the repository at ``repo.revision`` (folders walked).
+
+        The Hub answers a page at a time (a ``Link: <…>; rel="next"`` header); the token goes
+        only to the Hub's own origin: a next page on another host is refused, never followed
+        with it. Entries mtpstudio will not use (control characters in the name, a size below
+        zero, no checksum) come back with their ``problem``.
+
+        Raises:
+            HubError: refused, not found, rate limited, no network, a listing that is not the
+                Hub's JSON, a next page elsewhere, more than ``MAX_LISTED_FILES`` entries.
+        """
+        headers = build_hf_headers(
+            token=self._token, library_name="mtpstudio", library_version=__version__
+        )
+        url: str | None = (
+            f"{self.endpoint}/api/models/{repo.repo_id}/tree/{quote(repo.ref, safe='')}"
+        )
+        params: Mapping[str, str] | None = {"recursive": "true", "expand": "false"}
+        files: list[RemoteFile] = []
         with self._said(repo, None):
-            entries = list(
-                self._api.list_repo_tree(repo.repo_id, recursive=True, revision=repo.revision)
-            )
-        return [
-            RemoteFile(
-                path=e.path,
-                size=e.size,
-                blob_id=e.blob_id,
-                sha256=e.lfs.sha256 if e.lfs is not None else None,
-            )
-            for e in entries
-            if isinstance(e, RepoFile)
-        ]
+            while url is not None:
+                response = http_backoff(
+                    "GET", url, params=params, headers=headers, timeout=self.timeout
+                )
+                hf_raise_for_status(response)
+                for entry in _page(response, repo):
+                    if isinstance(entry, dict) and entry.get("type") == "file":
+                        files.append(_remote_file(entry))
+                if len(files) > MAX_LISTED_FILES:
+                    raise HubError(
+                        f"{repo.repo_id} lists more than {MAX_LISTED_FILES:,} files, more than "
+                        "mtpstudio reads",
+                        hint="Choose a repository of GGUF quants.",
+                        whole_repo=True,
+                    )
+                url = response.links.get("next", {}).get("url")
+                params = None  # the next link carries its own
+                if url is not None and not self.same_origin(url):
+                    raise HubError(
+                        f"{self.endpoint} pointed the next page of {repo.repo_id}'s file list "
+                        f"to another host ({visible(url)[:80]}); mtpstudio sends your token only "
+                        "to the Hub itself, so it stopped there",
+                        hint="Check HF_ENDPOINT: a Hub or mirror pages its listings on its own "
+                        "address.",
+                        whole_repo=True,
+                    )
+        return files
+
+    def same_origin(self, url: str) -> bool:
+        """Whether ``url`` is on the endpoint's own scheme, host and port."""
+        return _origin(url) == _origin(self.endpoint)
 
     # -- one file -------------------------------------------------------------------------------
 
@@ -380,6 +431,59 @@ def _checked_range(response: httpx2.Response, path: str, start: int, end: int | 
         f"{path}: the server ignored the byte range and began sending {shown}; mtpstudio "
         "stopped it before reading any of it",
         hint="Use the Hub or a mirror that answers HTTP range requests (HF_ENDPOINT).",
+    )
+
+
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    try:
+        parts = urlsplit(url)
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:
+        return ("", "", None)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+def _page(response: httpx2.Response, repo: Repo) -> list[Any]:
+    try:
+        page = response.json()
+    except (ValueError, RecursionError):
+        page = None
+    if not isinstance(page, list):
+        raise HubError(
+            f"the file list of {repo.repo_id} is not the Hub's JSON",
+            hint="Check HF_ENDPOINT (a Hub or a mirror of it).",
+            whole_repo=True,
+        )
+    return page
+
+
+def _remote_file(entry: Mapping[str, Any]) -> RemoteFile:
+    """A tree entry as a RemoteFile; what mtpstudio will not use carries its ``problem``."""
+    raw_path = entry.get("path")
+    path = raw_path if isinstance(raw_path, str) else ""
+    lfs = entry.get("lfs") if isinstance(entry.get("lfs"), dict) else None
+    size = lfs.get("size") if lfs is not None else entry.get("size")
+    blob = entry.get("oid")
+    sha = lfs.get("oid") if lfs is not None else None
+    problem = None
+    parts = path.split("/")
+    if not path or any(p in ("", ".", "..") for p in parts) or len(path) > 1024:
+        problem = "its path is not a file path"
+    elif has_control(path):
+        problem = "its name holds control characters"
+    elif not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        problem = f"the Hub gives it no size mtpstudio can use ({visible(str(size))[:20]})"
+    elif not isinstance(blob, str) or (sha is not None and not _SHA256.match(str(sha))):
+        problem = "the Hub gives it no checksum"
+    return RemoteFile(
+        path=path if problem is None else visible(path)[:200],
+        size=size if problem is None and isinstance(size, int) else 0,
+        blob_id=blob if isinstance(blob, str) else "",
+        sha256=str(sha) if sha is not None and problem is None else None,
+        problem=problem,
     )
 
 

@@ -4,7 +4,9 @@ Each file is written as ``NAME.part`` (with ``NAME.part.json`` saying which remo
 checksum it belongs to) and renamed to ``NAME`` only after its size and checksum match: the
 SHA-256 the Hub publishes for LFS files (``X-Linked-Etag``), the git blob id for small files.
 An interrupted or cancelled download keeps its ``.part``; the next run resumes it with an
-HTTP range from the part's size. Free space is checked before the first byte.
+HTTP range from the part's size. Free space is checked before the first byte. Every file in the
+folder is opened without following links and must be a regular file the user owns (a planted
+``.part`` link is refused, never appended to); the folder must be the user's own.
 
 Threading: ``download_model`` runs on one (worker) thread; ``progress`` is called on that
 thread; ``cancel`` may be set from any thread.
@@ -12,18 +14,22 @@ thread; ``cancel`` may be set from any thread.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Final, Protocol
 
-from mtpstudio.core.atomic import fsync_dir, write_text_atomic
 from mtpstudio.core.cancel import CancelToken
 from mtpstudio.core.errors import HubError
 from mtpstudio.core.hub.client import HubClient, RemoteFile, Repo, StreamBroken
@@ -117,25 +123,195 @@ class _Counters:
 _Report = Callable[[str, str], None]
 
 
+class _Folder:
+    """A download folder as an open directory: every name in it is opened without following a
+    link, and must be a regular file (or folder) this user owns.
+
+    Raises HubError for anything else (a planted link, a FIFO, another user's file).
+    """
+
+    def __init__(self, fd: int, shown: Path) -> None:
+        self.fd = fd
+        self.shown = shown
+
+    @classmethod
+    def at(cls, path: Path) -> _Folder:
+        """The folder ``path`` (created when missing; a link to it is the user's own choice),
+        which must be a folder this user owns."""
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise HubError(
+                f"cannot use {path} as the download folder: {exc.strerror or exc}",
+                hint="Choose a folder you can write to.",
+            ) from None
+        folder = cls(fd, path)
+        folder._owned(os.fstat(fd), path, "folder")
+        return folder
+
+    def sub(self, rel: str) -> _Folder:
+        """The sub-folder ``rel`` (``a/b``), created when missing, never through a link."""
+        fd, shown = os.dup(self.fd), self.shown
+        try:
+            for part in [p for p in rel.split("/") if p]:
+                if part in (".", ".."):
+                    raise HubError(f"{rel!r} is not a folder below {self.shown}")
+                with suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                shown = shown / part
+                try:
+                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise self._refusal(exc, shown) from None
+                os.close(fd)
+                fd = nxt
+                self._owned(os.fstat(fd), shown, "folder")
+        except BaseException:
+            os.close(fd)
+            raise
+        return _Folder(fd, shown)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> _Folder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- files ------------------------------------------------------------------------------
+
+    def stat(self, name: str) -> os.stat_result | None:
+        """The file ``name`` (None when absent); refused unless a regular file this user owns."""
+        try:
+            st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        self._owned(st, self.shown / name, "file")
+        return st
+
+    def open_file(self, name: str, flags: int) -> int:
+        """An fd for ``name`` (O_NOFOLLOW: a link is refused), a regular file this user owns."""
+        try:
+            fd = os.open(name, flags | _FILE_FLAGS, 0o644, dir_fd=self.fd)
+        except OSError as exc:
+            raise self._refusal(exc, self.shown / name) from None
+        try:
+            self._owned(os.fstat(fd), self.shown / name, "file")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def read_small(self, name: str, limit: int) -> bytes | None:
+        if self.stat(name) is None:
+            return None
+        fd = self.open_file(name, os.O_RDONLY)
+        try:
+            return os.read(fd, limit + 1)
+        finally:
+            os.close(fd)
+
+    def write_atomic(self, name: str, data: bytes) -> None:
+        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o644,
+                     dir_fd=self.fd)  # fmt: skip
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(tmp, dir_fd=self.fd)
+            raise
+        os.fsync(self.fd)
+
+    def unlink(self, name: str) -> None:
+        """Remove ``name`` if present (a link is removed itself, never what it names)."""
+        with suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        os.fsync(self.fd)
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def _owned(self, st: os.stat_result, shown: Path, kind: str) -> None:
+        if stat.S_ISLNK(st.st_mode):
+            raise HubError(
+                f"{shown} is a symbolic link; mtpstudio does not download through links",
+                hint="Remove the link (or choose another folder) and run it again.",
+            )
+        is_kind = stat.S_ISDIR(st.st_mode) if kind == "folder" else stat.S_ISREG(st.st_mode)
+        if not is_kind:
+            raise HubError(
+                f"{shown} is not a {'folder' if kind == 'folder' else 'regular file'}",
+                hint="Move it away, or choose another folder.",
+            )
+        if st.st_uid != os.geteuid():
+            raise HubError(
+                f"{shown} belongs to another user (uid {st.st_uid}), so mtpstudio does not "
+                "download into it",
+                hint="Choose a folder of your own (the default is "
+                "~/.local/share/mtpstudio/models).",
+            )
+
+    @staticmethod
+    def _refusal(exc: OSError, shown: Path) -> HubError:
+        if exc.errno == errno.ELOOP:
+            return HubError(
+                f"{shown} is a symbolic link; mtpstudio does not download through links",
+                hint="Remove the link (or choose another folder) and run it again.",
+            )
+        return HubError(
+            f"cannot open {shown}: {exc.strerror or exc}",
+            hint="Check the folder (permissions, free space) and run it again.",
+        )
+
+
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS: Final = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_SIDECAR_LIMIT: Final = 64 * 1024
+
+
 @dataclass
 class _Job:
     part: RemoteFile
     expected: _Expected
-    final: Path
+    folder: _Folder
+    name: str
     kept: int
+
+    @property
+    def final(self) -> Path:
+        return self.folder.shown / self.name
+
+    @property
+    def part_name(self) -> str:
+        return self.name + PART_SUFFIX
+
+    @property
+    def sidecar_name(self) -> str:
+        return self.name + PART_SUFFIX + ".json"
 
 
 def part_path(final: Path) -> Path:
     return final.with_name(final.name + PART_SUFFIX)
 
 
-def _sidecar_path(final: Path) -> Path:
-    return final.with_name(final.name + PART_SUFFIX + ".json")
-
-
 def _expected(client: HubClient, repo: Repo, part: RemoteFile) -> _Expected:
     meta = client.metadata(repo, part.path)
     size = meta.size if meta.size is not None else part.size
+    if size < 0:
+        raise HubError(
+            f"the Hub reports a size of {size} bytes for {part.path}, so it cannot be downloaded",
+            hint="List the repository again; if it stays so, the Hub (or mirror) is broken.",
+        )
     # the listing's LFS object id is the SHA-256 by definition; the ETag only when it is one
     sha = part.sha256 or meta.sha256
     if sha is not None:
@@ -151,22 +327,23 @@ def _expected(client: HubClient, repo: Repo, part: RemoteFile) -> _Expected:
 
 def _prepare(job: _Job, notes: list[str]) -> None:
     """Decide what an earlier run left: a whole file, a part to resume, or nothing."""
-    part, side = part_path(job.final), _sidecar_path(job.final)
-    if not part.exists():
-        side.unlink(missing_ok=True)
+    folder = job.folder
+    part = folder.stat(job.part_name)
+    if part is None:
+        folder.unlink(job.sidecar_name)
         return
     try:
-        recorded = json.loads(side.read_text())
-    except (OSError, ValueError):
+        raw = folder.read_small(job.sidecar_name, _SIDECAR_LIMIT)
+        recorded = json.loads(raw) if raw is not None and len(raw) <= _SIDECAR_LIMIT else None
+    except (ValueError, RecursionError):
         recorded = None
-    size = part.stat().st_size
-    if recorded == job.expected.sidecar() and size <= job.expected.size:
-        job.kept = size
+    if recorded == job.expected.sidecar() and part.st_size <= job.expected.size:
+        job.kept = part.st_size
         return
-    part.unlink()
-    side.unlink(missing_ok=True)
+    folder.unlink(job.part_name)
+    folder.unlink(job.sidecar_name)
     notes.append(
-        f"{job.final.name}: the partial download belonged to another version of the file, so "
+        f"{job.name}: the partial download belonged to another version of the file, so "
         "it starts again"
     )
 
@@ -183,6 +360,9 @@ def download_model(
 ) -> DownloadResult:
     """Fetch every file of ``model`` into ``folder`` (resuming ``.part`` files).
 
+    Every file there (the model, ``.part``, ``.part.json``) is opened without following a
+    link and must be a regular file this user owns; the folder must be this user's own.
+
     Args:
         client: The Hub.
         repo: The repository and revision the model was listed at.
@@ -198,15 +378,23 @@ def download_model(
     Raises:
         HubError: no space, the file changed, a checksum mismatch (the damaged part is
             deleted), a server that ignores ranges, a broken connection after ``retries``
-            resumes (the part is kept), or any Hub error.
+            resumes (the part is kept), a link or another user's file in the way, or any Hub
+            error.
     """
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise HubError(
-            f"cannot create {folder}: {exc.strerror or exc}",
-            hint="Choose a folder you can write to.",
-        ) from None
+    with _Folder.at(folder) as top, contextlib.ExitStack() as stack:
+        return _download(client, repo, model, top, stack, cancel, progress, retries)
+
+
+def _download(
+    client: HubClient,
+    repo: Repo,
+    model: RemoteModel,
+    top: _Folder,
+    stack: contextlib.ExitStack,
+    cancel: CancelToken | None,
+    progress: Callable[[DownloadProgress], None] | None,
+    retries: int,
+) -> DownloadResult:
     notes: list[str] = []
     jobs: list[_Job] = []
     pinned = repo
@@ -214,18 +402,21 @@ def download_model(
         expected = _expected(client, pinned, remote)
         if expected.commit and pinned.revision != expected.commit:
             pinned = Repo(repo.repo_id, expected.commit)  # every part from the same commit
-        final = folder / remote.name
-        if final.exists():
-            if final.stat().st_size != expected.size:
-                raise _in_the_way(final, "its size")
-            jobs.append(_Job(remote, expected, final, expected.size))
+        rel_dir, _, name = model.local_name(remote).rpartition("/")
+        where = stack.enter_context(top.sub(rel_dir)) if rel_dir else top
+        job = _Job(remote, expected, where, name, 0)
+        st = where.stat(name)
+        if st is not None:
+            if st.st_size != expected.size:
+                raise _in_the_way(job.final, "its size")
+            job.kept = expected.size
+            jobs.append(job)
             continue
-        job = _Job(remote, expected, final, 0)
         _prepare(job, notes)
         jobs.append(job)
     total = sum(j.expected.size for j in jobs)
     kept = sum(j.kept for j in jobs)
-    _check_space(folder, total - kept, model)
+    _check_space(top.shown, total - kept, model)
 
     started = time.monotonic()
     counts = _Counters(kept)
@@ -238,16 +429,16 @@ def download_model(
             progress(DownloadProgress(phase, name, counts.done, total, counts.fetched, elapsed))
 
     for job in jobs:
-        name = job.final.name
-        if job.final.exists():  # there already: taken only when its checksum matches
+        if job.folder.stat(job.name) is not None:  # there already: taken only if it matches
             hasher = job.expected.hasher()
-            _hash_into(hasher, job.final, job.kept, cancel, partial(report, "checking", name))
+            tick = partial(report, "checking", job.name)
+            _hash_into(hasher, job.folder, job.name, job.kept, cancel, tick)
             if hasher.hexdigest() != job.expected.digest:
                 raise _in_the_way(job.final, f"its {job.expected.kind.upper()}")
-            notes.append(f"{name} was already there and matches the Hub's checksum")
+            notes.append(f"{job.name} was already there and matches the Hub's checksum")
             continue
         _fetch(client, pinned, job, cancel, report, counts, retries)
-        report("downloading", name, force=True)
+        report("downloading", job.name, force=True)
     return DownloadResult(tuple(j.final for j in jobs), kept, counts.fetched, tuple(notes))
 
 
@@ -260,16 +451,17 @@ def _in_the_way(final: Path, what: str) -> HubError:
 
 def _hash_into(
     hasher: _Hasher,
-    path: Path,
+    folder: _Folder,
+    name: str,
     size: int,
     cancel: CancelToken | None,
     tick: Callable[[], None],
 ) -> int:
-    """Feed the first ``size`` bytes of ``path`` to ``hasher``; returns the bytes read."""
+    """Feed the first ``size`` bytes of ``name`` to ``hasher``; returns the bytes read."""
     done = 0
     if size <= 0:
         return 0
-    with open(path, "rb") as src:
+    with os.fdopen(folder.open_file(name, os.O_RDONLY), "rb") as src:
         while chunk := src.read(min(_HASH_CHUNK, size - done)):
             if cancel is not None:
                 cancel.raise_if_cancelled()
@@ -298,38 +490,39 @@ def _fetch(
     counts: _Counters,
     retries: int,
 ) -> None:
-    name = job.final.name
-    part, side = part_path(job.final), _sidecar_path(job.final)
-    write_text_atomic(side, json.dumps(job.expected.sidecar()))
+    folder = job.folder
+    folder.write_atomic(job.sidecar_name, json.dumps(job.expected.sidecar()).encode())
+    os.close(folder.open_file(job.part_name, os.O_WRONLY | os.O_CREAT))  # a zero-byte file has one
     hasher = job.expected.hasher()
-    held = _hash_into(hasher, part, job.kept, cancel, partial(report, "checking", name))
+    tick = partial(report, "checking", job.name)
+    held = _hash_into(hasher, folder, job.part_name, job.kept, cancel, tick)
     size = job.expected.size
     broken = 0
     while held < size:
         before = held
         try:
-            held = _stream(client, repo, job, part, held, hasher, cancel, report, counts)
+            held = _stream(client, repo, job, held, hasher, cancel, report, counts)
         except StreamBroken as exc:
-            held = part.stat().st_size
+            st = folder.stat(job.part_name)
+            held = st.st_size if st is not None else 0
             cause: HubError | None = exc
         else:
-            cause = None if held > before else HubError(f"the server sent nothing for {name}")
+            cause = None if held > before else HubError(f"the server sent nothing for {job.name}")
         if cause is not None:
             broken += 1
             if broken > retries:
                 raise HubError(
                     f"{str(cause).rstrip('.')} ({size_text(held)} of {size_text(size)} kept in "
-                    f"{part.name})",
+                    f"{job.part_name})",
                     hint="Run it again: the download resumes where it stopped.",
                 ) from None
-    _verify(job, part, side, hasher)
+    _verify(job, hasher)
 
 
 def _stream(
     client: HubClient,
     repo: Repo,
     job: _Job,
-    part: Path,
     held: int,
     hasher: _Hasher,
     cancel: CancelToken | None,
@@ -337,11 +530,11 @@ def _stream(
     counts: _Counters,
 ) -> int:
     """Append the file's bytes from ``held`` to the part; returns the bytes held after."""
-    name = job.final.name
+    shown = job.folder.shown / job.part_name
     try:
         with (
             client.open_bytes(repo, job.part.path, held) as (chunks, total),
-            open(part, "ab") as out,
+            os.fdopen(job.folder.open_file(job.part_name, os.O_WRONLY | os.O_APPEND), "ab") as out,
         ):
             if total != job.expected.size:
                 raise HubError(
@@ -351,7 +544,7 @@ def _stream(
                 )
             out.seek(0, os.SEEK_END)
             if out.tell() != held:
-                raise HubError(f"{part} changed size while it was written")
+                raise HubError(f"{shown} changed size while it was written")
             try:
                 for chunk in chunks:
                     if cancel is not None:
@@ -363,32 +556,33 @@ def _stream(
                     counts.fetched += len(chunk)
                     if held > job.expected.size:
                         break
-                    report("downloading", name)
+                    report("downloading", job.name)
             finally:
                 out.flush()
                 os.fsync(out.fileno())
     except OSError as exc:
         raise HubError(
-            f"cannot write {part}: {exc.strerror or exc}",
+            f"cannot write {shown}: {exc.strerror or exc}",
             hint="Check the disk (free space, permissions) and run it again to resume.",
         ) from None
     return held
 
 
-def _verify(job: _Job, part: Path, side: Path, hasher: _Hasher) -> None:
-    size = part.stat().st_size
+def _verify(job: _Job, hasher: _Hasher) -> None:
+    folder = job.folder
+    st = folder.stat(job.part_name)
+    size = st.st_size if st is not None else -1
     expected = job.expected
     digest = hasher.hexdigest()
     if size != expected.size or digest != expected.digest:
-        part.unlink(missing_ok=True)
-        side.unlink(missing_ok=True)
+        folder.unlink(job.part_name)
+        folder.unlink(job.sidecar_name)
         what = "size" if size != expected.size else expected.kind.upper()
         raise HubError(
-            f"{job.final.name} failed its check: its {what} does not match what the Hub "
+            f"{job.name} failed its check: its {what} does not match what the Hub "
             f"publishes ({digest[:12]}… instead of {expected.digest[:12]}…), so the damaged "
             "download was deleted",
             hint="Run it again; if it fails again, the server sends a damaged file.",
         )
-    os.replace(part, job.final)
-    fsync_dir(job.final.parent)
-    side.unlink(missing_ok=True)
+    folder.rename(job.part_name, job.name)
+    folder.unlink(job.sidecar_name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -42,9 +43,14 @@ def quant_label(filename: str) -> str | None:
 
 @dataclass(frozen=True)
 class RemoteModel:
-    """One model of a repository: a GGUF file, or every part of a split one, in order."""
+    """One model of a repository: a GGUF file, or every part of a split one, in order.
+
+    ``keep_folders``: another GGUF file of the repository has the same file name in another
+    folder, so this model is shown and downloaded by its path in the repository.
+    """
 
     parts: tuple[RemoteFile, ...]
+    keep_folders: bool = False
 
     @property
     def path(self) -> str:
@@ -53,9 +59,15 @@ class RemoteModel:
 
     @property
     def name(self) -> str:
-        """The file name, or ``X-00001-of-00003.gguf (3 parts)`` for a split model."""
-        first = self.parts[0].name
+        """The file name (its path when ``keep_folders``), or ``X-00001-of-00003.gguf (3
+        parts)`` for a split model."""
+        first = self.local_name(self.parts[0])
         return first if len(self.parts) == 1 else f"{first} ({len(self.parts)} parts)"
+
+    def local_name(self, part: RemoteFile) -> str:
+        """Where ``part`` goes below the download folder: its name, or its path in the
+        repository when another file shares the name."""
+        return part.path if self.keep_folders else part.name
 
     @property
     def size(self) -> int:
@@ -72,22 +84,33 @@ class RemoteModel:
 
 
 def group_models(files: Sequence[RemoteFile]) -> tuple[list[RemoteModel], list[str]]:
-    """The GGUF files of a listing as models, and one sentence per incomplete split model.
+    """The GGUF files of a listing as models, and one sentence per file left out (an incomplete
+    split model, a name with control characters, an empty file).
 
     Parts named ``X-0000i-of-0000N.gguf`` in the same folder form one model when all N are
-    there. Models come smallest first, vision projectors last.
+    there. Files with the same name in different folders are told apart by their paths.
+    Models come smallest first, vision projectors last.
     """
     singles: list[RemoteModel] = []
     splits: dict[tuple[str, int], dict[int, RemoteFile]] = {}
+    notes: list[str] = []
+    usable: list[RemoteFile] = []
     for f in files:
         if not f.path.lower().endswith(".gguf"):
             continue
+        if f.problem is not None:
+            notes.append(f"{f.path} is left out: {f.problem}")
+        elif f.size == 0:
+            notes.append(f"{f.path} is left out: it is empty on the Hub (0 bytes)")
+        else:
+            usable.append(f)
+    names = Counter(f.name for f in usable)
+    for f in usable:
         m = _SPLIT.match(f.path)
         if m is None or int(m["count"]) < 2:
-            singles.append(RemoteModel((f,)))
+            singles.append(RemoteModel((f,), names[f.name] > 1))
             continue
         splits.setdefault((m["prefix"], int(m["count"])), {})[int(m["no"])] = f
-    notes: list[str] = []
     models = list(singles)
     for (prefix, count), parts in splits.items():
         missing = [i for i in range(1, count + 1) if i not in parts]
@@ -98,6 +121,7 @@ def group_models(files: Sequence[RemoteFile]) -> tuple[list[RemoteModel], list[s
                 "are missing from the repository, so it is left out"
             )
             continue
-        models.append(RemoteModel(tuple(parts[i] for i in range(1, count + 1))))
+        ordered = tuple(parts[i] for i in range(1, count + 1))
+        models.append(RemoteModel(ordered, any(names[p.name] > 1 for p in ordered)))
     models.sort(key=lambda m: (m.is_projector, m.size, m.path.lower()))
     return models, notes

@@ -3,14 +3,18 @@
 The first range of a model's first file is ``FIRST_RANGE`` bytes (the other parts of a split
 model hold only their tensor table: ``PART_RANGE``); when the project's header reader says the
 header goes on (``GgufHeaderIncomplete``), the next bytes are fetched, half as many again as
-held at least, until it parses or ``MAX_HEADER_BYTES`` is reached.
+held at least, until it parses or ``MAX_HEADER_BYTES`` is reached. A whole listing has a total
+budget too (``listing_budget``): every model's first ranges plus ``EXTRA_LISTING_BYTES`` shared
+by the headers that need more, so a repository of hostile files cannot make mtpstudio read
+``MAX_HEADER_BYTES`` for each of them.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from mtpstudio.core.cancel import CancelToken
@@ -27,10 +31,13 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.units import MIB
 
 __all__ = [
+    "EXTRA_LISTING_BYTES",
     "FIRST_RANGE",
     "MAX_HEADER_BYTES",
     "PART_RANGE",
+    "HeaderBudget",
     "RemoteHeader",
+    "listing_budget",
     "read_remote_header",
     "read_remote_headers",
 ]
@@ -44,6 +51,9 @@ PART_RANGE: Final = 256 * 1024
 
 MAX_HEADER_BYTES: Final = 64 * MIB
 """A header bigger than this is not read remotely (no real model's comes close)."""
+
+EXTRA_LISTING_BYTES: Final = 64 * MIB
+"""What the headers of one listing may read beyond their first ranges, all together."""
 
 _PROJECTOR_ARCHS: Final = frozenset({"clip", "mmproj"})
 _PROJECTOR: Final = (
@@ -66,12 +76,50 @@ class RemoteHeader:
     requests: int
 
 
+@dataclass
+class HeaderBudget:
+    """Bytes the header reads of one listing may still fetch (shared by its threads)."""
+
+    total: int
+    used: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def take(self, n: int, what: str) -> None:
+        """Count ``n`` bytes about to be read; HubError when the budget would be exceeded."""
+        with self._lock:
+            if self.used + n > self.total:
+                raise HubError(
+                    f"{what}: the header reads of this repository reached their budget of "
+                    f"{self.total / MIB:,.0f} MiB, so this header was not read further",
+                    hint="Download the file and open it on the Model page instead.",
+                )
+            self.used += n
+
+
+def listing_budget(
+    models: Sequence[RemoteModel], first_range: int = FIRST_RANGE, extra: int = EXTRA_LISTING_BYTES
+) -> HeaderBudget:
+    """Every model's first ranges plus ``extra`` for the headers that need more."""
+    total = extra
+    for m in models:
+        for i, part in enumerate(m.parts):
+            total += min(part.size, first_range if i == 0 else min(PART_RANGE, first_range))
+    return HeaderBudget(total)
+
+
 class _Reader:
     """Fetches the start of each part of one model, more as the parser asks for it."""
 
     def __init__(
-        self, client: HubClient, repo: Repo, model: RemoteModel, first_range: int, most: int
+        self,
+        client: HubClient,
+        repo: Repo,
+        model: RemoteModel,
+        first_range: int,
+        most: int,
+        budget: HeaderBudget | None = None,
     ) -> None:
+        self.budget = budget
         self.client = client
         self.repo = repo
         self.model = model
@@ -94,6 +142,8 @@ class _Reader:
             )
         if upto <= len(have):
             return
+        if self.budget is not None:
+            self.budget.take(upto - len(have), part.name)
         data, total = self.client.read_range(self.repo, part.path, len(have), upto)
         self.requests += 1
         self.bytes_read += len(data)
@@ -129,14 +179,15 @@ def read_remote_header(
     *,
     first_range: int = FIRST_RANGE,
     max_header: int = MAX_HEADER_BYTES,
+    budget: HeaderBudget | None = None,
 ) -> RemoteHeader:
-    """One model's header, or why not in one sentence.
+    """One model's header, or why not in one sentence (``budget``: the listing's, shared).
 
     Raises:
         HubError: only when the cause stops the whole repository (``whole_repo``: gated,
             not found, rate limited, no network); a file's own problem is the row's ``error``.
     """
-    reader = _Reader(client, repo, model, first_range, max_header)
+    reader = _Reader(client, repo, model, first_range, max_header, budget)
     if model.is_projector:
         return RemoteHeader(model, None, _PROJECTOR, 0, 0)
     try:
@@ -161,12 +212,16 @@ def read_remote_headers(
     workers: int = 4,
     first_range: int = FIRST_RANGE,
     max_header: int = MAX_HEADER_BYTES,
+    budget: HeaderBudget | None = None,
 ) -> list[RemoteHeader]:
     """Every model's header, a few at a time; ``progress(done, total, header)`` after each.
 
     Returns the headers in the order of ``models``. Stops at the first error that concerns the
-    whole repository (raised) and when ``cancel`` is set (its exception).
+    whole repository (raised) and when ``cancel`` is set (its exception). All reads together
+    stay within ``budget`` (default: ``listing_budget(models, first_range)``); a header that
+    would go beyond it is that row's error.
     """
+    budget = budget if budget is not None else listing_budget(models, first_range)
     results: dict[int, RemoteHeader] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="gguf-header") as pool:
         pending: dict[Future[RemoteHeader], int] = {
@@ -178,6 +233,7 @@ def read_remote_headers(
                 cancel,
                 first_range=first_range,
                 max_header=max_header,
+                budget=budget,
             ): i
             for i, m in enumerate(models)
         }

@@ -7,17 +7,33 @@ from typing import Any
 
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.mtp import model_mtp_blocker
-from mtpstudio.core.memory.cuda_rules import cuda_overhead_bytes, device_rules
+from mtpstudio.core.memory.cuda_rules import (
+    CC_HOPPER,
+    CudaHostRules,
+    CudaRules,
+    device_rules,
+    parse_cc,
+)
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
+from mtpstudio.core.memory.engine_fit import FitSearch, Layout, layout_placement, upstream_fit
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
+    LayerWeights,
     ModelWeights,
     PartialKind,
     PartialLayer,
     Placement,
     cuda_alloc_size,
     place,
+    residency_for,
     split_weights,
+)
+from mtpstudio.core.memory.runtime_growth import (
+    MEASURED_ON,
+    NO_GROWTH,
+    ContextRun,
+    RuntimeGrowth,
+    runtime_growth,
 )
 from mtpstudio.core.memory.terms import (
     UNMODELLED_COMPUTE_MARGIN,
@@ -38,7 +54,7 @@ from mtpstudio.core.memory.terms import (
 )
 from mtpstudio.core.memory.trunk_graph import NEXTN_BLOCK_ARCHITECTURES, sliding_window_layers
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
-from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo, TensorInfo
 from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
 from mtpstudio.core.units import MIB
 
@@ -62,6 +78,7 @@ DEVICE_SEGMENTS = (
     "desktop",
     "other_processes",
     "driver_overhead",
+    "runtime_growth",
     "margin",
 )
 HOST_SEGMENTS = (
@@ -106,13 +123,14 @@ class DeviceBudget:
         measured: Measured = NOTHING_MEASURED,
         replayed: Measured = NOTHING_MEASURED,
         sourced: Measured = NOTHING_MEASURED,
+        kit: Measured = NOTHING_MEASURED,
     ) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
             "total_bytes": self.total_bytes,
             "segments": dict(self.segments),
-            "segment_trust": device_trust(self.id, self.segments, measured, replayed, sourced),
+            "segment_trust": device_trust(self.id, self.segments, measured, replayed, sourced, kit),
             "free_bytes": self.free_bytes,
             "fits": self.fits,
         }
@@ -180,7 +198,9 @@ class Budget:
     the engine's own load log reports. ``measured`` names the (device, segment) figures a
     stored measurement of the same build on the same device confirmed; ``replayed`` those that
     replay the engine's graph allocator on a backend where the replay matched its trace;
-    ``sourced`` those that follow the engine's source for this backend, unmeasured here.
+    ``sourced`` those that follow the engine's source for this backend, unmeasured here;
+    ``kit`` those the GPU kit measured on a CUDA card of the same kind (``Trust.CUDA``).
+    ``growth``: what the engine process adds after the load (its ``runtime_growth`` segment).
     """
 
     devices: tuple[DeviceBudget, ...]
@@ -192,6 +212,10 @@ class Budget:
     measured: Measured = NOTHING_MEASURED
     replayed: Measured = NOTHING_MEASURED
     sourced: Measured = NOTHING_MEASURED
+    kit: Measured = NOTHING_MEASURED
+    growth: RuntimeGrowth = NO_GROWTH
+    fit: FitPlacement | None = None
+    """What the engine's own fit was expected to decide, where it places the weights."""
 
     @property
     def fits(self) -> bool | None:
@@ -201,11 +225,36 @@ class Budget:
         return None if any(v is None for v in verdicts) else True
 
     def to_json(self, argv: list[str] | None = None) -> dict[str, Any]:
+        growth = self.growth
+        search = self.fit.search if self.fit is not None else None
         return {
             "devices": [
-                d.to_json(self.measured, self.replayed, self.sourced) for d in self.devices
+                d.to_json(self.measured, self.replayed, self.sourced, self.kit)
+                for d in self.devices
             ],
             "host": self.host.to_json(self.measured),
+            "runtime_growth": {
+                "bytes": growth.bytes,
+                "load_bytes": growth.load_bytes,
+                "trust": growth.trust,
+                "parts": [
+                    {"name": p.name, "bytes": p.bytes, "trust": p.trust, "why": p.why}
+                    for p in growth.parts
+                ],
+            },
+            "engine_fit": None
+            if search is None
+            else {
+                "layout": None
+                if search.layout is None
+                else {
+                    "n_layer": search.layout.n_layer,
+                    "n_part": search.layout.n_part,
+                    "overflow": search.layout.overflow,
+                },
+                "target_bytes": search.target,
+                "projected_bytes": search.projected,
+            },
             "argv": list(argv or []),
             "warnings": list(self.warnings),
         }
@@ -308,12 +357,15 @@ def compute_budget(
     weights: ModelWeights | None = None,
     cpu_expert_layers: frozenset[int] | None = None,
     partial: PartialLayer | None = None,
+    *,
+    host_buffers: bool = True,
 ) -> Budget:
     """Predict what the engine allocates for ``plan`` on ``target``.
 
     ``weights`` (from ``ModelWeights.from_model``) makes repeated calls cheap; ``cpu_expert_layers``
     overrides the plan's MoE placement (the fit planner uses it). With ``moe = fit`` the engine's
-    own fit is simulated (see ``engine_fit_layers`` below).
+    own fit is simulated (see ``engine_fit_layers`` below). ``host_buffers=False`` leaves the
+    replays of the ``CUDA_Host`` buffers out (the fit's projections do not count them).
     """
     weights = weights or ModelWeights.from_model(model)
     host = host or HostSpec()
@@ -361,7 +413,11 @@ def compute_budget(
     rs_cpu = rs_row * rows * sum(1 for i in rec if i not in placement.gpu_layers)
 
     mtp_kv = mtp_compute = mtp_output = 0
+    host_compute = mtp_host_compute = 0  # the CUDA_Host buffers (pinned), where replayed
     mtp_on_gpu = mtp_replayed = False
+    # upstream's scheduler on a CUDA card is replayed; elsewhere (other GPU backends,
+    # ik_llama.cpp's scheduler) the copies of RAM weights are estimated
+    scheduled = target.is_cuda and not facts.reserves_all_logits
     if eff.mtp_active:
         if facts.mtp_uses_draft_cache_types:
             dk, dv = plan.mtp.cache_type_k.value, plan.mtp.cache_type_v.value
@@ -379,16 +435,23 @@ def compute_budget(
             n_seq=max(1, eff.n_seq),
             type_k=dk,
             type_v=dv,
+            top_k=facts.draft_sampler_top_k,
         )
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
-        # experts in RAM: a reservation of 32+ tokens runs them on the GPU, weights copied in
-        offloaded = _offloads(plan, mtp_shape.n_tokens, target) and mtp_on_gpu
-        experts_in_ram = model.n_layer in placement.cpu_expert_layers and model.is_moe
-        experts_here = mtp_on_gpu and (not experts_in_ram or offloaded)
         nextn = weights.layers[model.n_layer] if model.n_layer < len(weights.layers) else None
         ffn = nextn.ffn_tensors if nextn is not None else ()
-        mtp_rules = device_rules(target, model, ffn, experts_on_device=experts_here)
+        # upstream on CUDA: the scheduler's splits and copies replayed (what the MTP block
+        # reads from RAM is copied in for 32+ tokens); elsewhere the copy is estimated below
+        mtp_residency = (
+            residency_for(weights, placement, op_offload=rt.op_offload, layers=[model.n_layer])
+            if scheduled
+            else None
+        )
+        mtp_rules = device_rules(target, model, ffn, residency=mtp_residency)
         mtp_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=mtp_rules)
+        if isinstance(mtp_rules, CudaRules) and host_buffers:
+            host_rules = CudaHostRules(device=mtp_rules)
+            mtp_host_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=host_rules)
         # the replays are upstream's draft graphs; ik_llama.cpp's Qwen3.5/3.6 draft matched
         # its log (tests/engines/test_recorded_eras.py), its GLM-4.5 draft was never checked
         mtp_replayed = replays_nextn_graph(model, mtp_shape) and not (
@@ -401,7 +464,9 @@ def compute_budget(
                 f"draft graph here: its buffer is an estimate planned with a {MARGIN_PCT} % "
                 "safety margin"
             )
-        if offloaded and experts_in_ram and nextn is not None:
+        offloaded = _offloads(plan, mtp_shape.n_tokens, target) and mtp_on_gpu
+        experts_in_ram = model.n_layer in placement.cpu_expert_layers and model.is_moe
+        if not scheduled and offloaded and experts_in_ram and nextn is not None:
             mtp_compute += nextn.expert_gpu_bytes
         mtp_output = output_buffer_bytes(model, eff.n_seq)
         if facts.mtp_layers_in_main_kv:  # the main context keeps the nextn layers' KV as well
@@ -433,10 +498,18 @@ def compute_budget(
     if facts.reserves_all_logits:
         main_compute = compute_bytes_ik(model, main_shape)
     else:
-        # on a CUDA card the trunk's replay takes CUDA's alignment, flash attention's F16
-        # copies and the host token lookup; not its graph_optimize (an estimate there)
-        rules = device_rules(target, model, experts_on_device=False)
+        # on a CUDA card the trunk's replay follows the scheduler (splits, input copies,
+        # weights copied in from RAM) and graph_optimize on each of the card's splits
+        trunk_residency = None
+        if scheduled:
+            trunk = range(model.n_layer)
+            trunk_residency = residency_for(
+                weights, placement, op_offload=rt.op_offload, layers=trunk
+            )
+        rules = device_rules(target, model, _moe_ffn_tensors(weights), residency=trunk_residency)
         main_compute = compute_bytes(model, main_shape, rules=rules)
+        if scheduled and isinstance(rules, CudaRules) and host_buffers:
+            host_compute = compute_bytes(model, main_shape, rules=CudaHostRules(device=rules))
         main_replayed = replays_trunk(model, main_shape)
         reason = unmodelled_reason(model, main_shape)
         if reason is not None:
@@ -446,14 +519,21 @@ def compute_budget(
                 "safety margin"
             )
     output = output_buffer_bytes(model, eff.n_seq)
-    op_offload = op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
+    op_offload = (
+        0 if scheduled else op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
+    )
     cpu_layers = any(i not in placement.gpu_layers for i in placement.loaded_layers)
 
     load_mode = rt.load_mode
     # mmap maps the whole file range of the CPU tensors (the MTP block too, with MTP off)
     cpu_weights = split.cpu_mapped_bytes if load_mode is LoadMode.MMAP else split.cpu_bytes
+    growth = _growth(plan, model, target, facts, eff, placement, mtp_on_gpu, main_shape)
     if target.is_gpu:
         margin = plan.runtime.fit_margin_mib * MIB
+        if fit is not None:
+            # the engine's fit leaves the margin free at the load; what the process adds
+            # after it (and its warm-up) grows into that room
+            margin = max(0, margin - growth.load_bytes - growth.bytes)
         gpu_segments = {
             "weights": split.gpu_bytes,
             "kv_cache": kv_gpu,
@@ -464,8 +544,8 @@ def compute_budget(
             "output": 0,
             "desktop": target.desktop_bytes,
             "other_processes": target.other_bytes,
-            "driver_overhead": target.driver_overhead_bytes
-            + cuda_overhead_bytes(target, contexts=1 + mtp_on_gpu),
+            "driver_overhead": target.driver_overhead_bytes + growth.load_bytes,
+            "runtime_growth": growth.bytes,
             "margin": margin,
         }
         devices = (DeviceBudget(target.id, target.name, target.total_bytes, gpu_segments),)
@@ -476,8 +556,10 @@ def compute_budget(
             "kv_cache": kv_cpu,
             "recurrent_state": rs_cpu,
             "mtp_kv_cache": 0 if mtp_on_gpu else mtp_kv,
-            # the CPU runs the graph of its layers too: its own compute buffer (estimate)
-            "compute": (0 if mtp_on_gpu else mtp_compute) + (main_compute if cpu_layers else 0),
+            # the CPU runs the graph of its layers too: its own compute buffer (estimate), or
+            # on CUDA the replayed CUDA_Host buffers (inputs, host ops, what the CPU runs)
+            "compute": (0 if mtp_on_gpu else mtp_compute)
+            + (host_compute + mtp_host_compute if scheduled else main_compute if cpu_layers else 0),
             "output": output + mtp_output,
             "prompt_cache_max": PROMPT_CACHE_DEFAULT,
         }
@@ -498,6 +580,7 @@ def compute_budget(
             "desktop": 0,
             "other_processes": 0,
             "driver_overhead": 0,
+            "runtime_growth": 0,
             "margin": 0,
         }
         total = target.total_bytes if target.total_bytes is not None else host.total_bytes
@@ -515,7 +598,19 @@ def compute_budget(
         }
     host_budget = HostBudget(host.total_bytes, host.available_bytes, host_segments)
     for d in devices:
-        if d.fits is False and d.free_bytes is not None:
+        if d.fits is False and d.free_bytes is not None and fit is not None and not fit.fails:
+            remedy = surviving_fit_margin(plan, model, target, facts, host, weights)
+            warnings.append(
+                f"the engine's fit with --fit-target {plan.runtime.fit_margin_mib} loads, but "
+                f"the process grows by {(growth.load_bytes + growth.bytes) / MIB:,.0f} MiB after "
+                f"the load and {d.id} is then {-d.free_bytes / MIB:,.0f} MiB short: "
+                + (
+                    f"use --fit-target {remedy} (mtpstudio: fit margin {remedy} MiB)"
+                    if remedy is not None
+                    else "no --fit-target up to 8 GiB more makes it fit: lower the context"
+                )
+            )
+        elif d.fits is False and d.free_bytes is not None:
             warnings.append(
                 f"{d.id} is {-d.free_bytes / MIB:,.0f} MiB short: lower ctx, use a smaller cache "
                 f"type, or move more {'expert layers' if model.is_moe else 'layers'} to the CPU "
@@ -537,9 +632,12 @@ def compute_budget(
         "compute": main_compute,
         "mtp_compute": mtp_compute,
         "op_offload_compute": op_offload,
+        "compute_host": host_compute,
+        "mtp_compute_host": mtp_host_compute,
     }
     replayed: Measured = NOTHING_MEASURED
     sourced: Measured = NOTHING_MEASURED
+    kit: Measured = NOTHING_MEASURED
     if devices[0].id == "CPU":
         # the graph replays matched the engine's allocator traces on the CPU backend only
         replayed = frozenset(
@@ -548,11 +646,27 @@ def compute_budget(
             if replay
         )
     elif target.is_cuda:
-        # CUDA's padding and alignment, and the draft graph replayed under CUDA's rules: from
-        # the source (the trunk's stays an estimate: its graph_optimize is not modelled)
-        sourced = frozenset({(target.id, "weights")})
-        if mtp_replayed and mtp_on_gpu:
-            sourced |= {(target.id, "mtp_compute")}
+        # upstream's CUDA padding and the scheduler's replays were checked on Hopper cards by
+        # the GPU kit; on other cards the replays follow the same source (the attention kernel
+        # chosen differs by card); ik_llama.cpp's CUDA code is its own: from the source at most
+        cc = parse_cc(target.compute_capability)
+        hopper = cc is not None and cc[0] == CC_HOPPER[0] and scheduled  # sm_90, as measured
+        checked = {"weights"} if scheduled else set()
+        unchecked = set() if scheduled else {"weights"}
+        for segment, replay in (
+            ("compute", main_replayed and scheduled),
+            ("mtp_compute", mtp_replayed and mtp_on_gpu),
+        ):
+            if replay:
+                (checked if hopper else unchecked).add(segment)
+        if hopper:  # the context at init was measured on these cards; elsewhere published
+            checked.add("driver_overhead")
+        if growth.trust == MEASURED_ON:
+            checked.add("runtime_growth")
+        elif growth.trust == "source":
+            unchecked.add("runtime_growth")
+        kit = frozenset((target.id, name) for name in checked)
+        sourced = frozenset((target.id, name) for name in unchecked)
     return Budget(
         devices,
         host_budget,
@@ -562,6 +676,9 @@ def compute_budget(
         parts,
         replayed=replayed,
         sourced=sourced,
+        kit=kit,
+        growth=growth,
+        fit=fit,
     )
 
 
@@ -614,6 +731,54 @@ def op_offload_bytes(
     return max(split, max(per_layer, default=0))
 
 
+def _growth(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    eff: EffectiveSettings,
+    placement: Placement,
+    draft_on_gpu: bool,
+    shape: ComputeShape,
+) -> RuntimeGrowth:
+    """What the engine process on ``target`` adds after the load (``runtime_growth``)."""
+    offload = _offloads(plan, shape.n_tokens, target)
+
+    def runs_experts(layers: list[int]) -> bool:
+        if not model.is_moe or not layers:
+            return False
+        on_card = any(
+            i in placement.gpu_layers and i not in placement.cpu_expert_layers for i in layers
+        )
+        return on_card or offload
+
+    trunk = [i for i in placement.loaded_layers if i < model.n_layer]
+    contexts = [
+        ContextRun(
+            False, runs_experts(trunk), shape.n_tokens, eff.flash_attn, eff.n_ctx_seq, model.n_head
+        )
+    ]
+    if eff.mtp_active and draft_on_gpu:
+        nextn = [i for i in placement.loaded_layers if i >= model.n_layer]
+        contexts.append(
+            ContextRun(
+                True,
+                runs_experts(nextn),
+                shape.n_tokens,
+                eff.flash_attn,
+                eff.n_ctx_seq,
+                model.n_head,
+            )
+        )
+    return runtime_growth(target, tuple(contexts), graphs=True, ik=not facts.cuda_measured)
+
+
+def _moe_ffn_tensors(weights: ModelWeights) -> tuple[TensorInfo, ...]:
+    """The FFN tensors of the first block with routed experts (the fusions' weight checks)."""
+    first: LayerWeights | None = next((lw for lw in weights.layers if lw.expert_bytes), None)
+    return first.ffn_tensors if first is not None else ()
+
+
 def device_fits(budget: Budget) -> bool:
     """No device is over its size (unknown sizes count as fitting)."""
     return all(d.fits is not False for d in budget.devices)
@@ -655,6 +820,8 @@ class FitPlacement:
     partial: PartialLayer | None = None
     n_gpu_layers: int | None = None
     fails: bool = False
+    search: FitSearch | None = None
+    """Upstream's own search (its layout, target and projections), where it was replayed."""
 
 
 def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts) -> int:
@@ -687,25 +854,19 @@ def engine_fit_placement(
     host: HostSpec,
     weights: ModelWeights,
 ) -> FitPlacement:
-    """Expert layers and whole layers the engine's fit moves to the CPU, and the layer it splits.
+    """Expert layers and whole layers the engine's fit moves to the CPU.
 
-    A MoE model first loses experts: both engines fill from the back (upstream: dense-only
-    layers back-to-front, then full layers front-to-back; ik: overrides from the last layer
-    down), so the front layers keep their experts on the GPU. Upstream counts the MTP block
-    among the layers when it is loaded (it is the last one), and then tries to bring part of
-    the first RAM layer back: its up experts (``UP``), then up and gate (``GATE``); when not
-    even ``UP`` fits it moves that layer's router and shared expert to RAM too (``ATTN``).
-
-    When that is not enough (or the model has no experts) the fit moves whole layers: the
-    largest ``-ngl`` whose budget fits, every expert in RAM (upstream's dense-only layers,
-    common/fit.cpp step 3; ik's "Setting layer N to device" from the output layer down for a
-    dense model). ik's fit does not do this for a MoE model: it stops.
+    Upstream's fit is replayed with its own arithmetic (``upstream_fit_placement``). ik's fit
+    moves the expert tensors of the last layers to the CPU (overrides from the last layer
+    down) until the budget fits; a dense model loses whole layers from the output layer down
+    (the largest ``-ngl`` whose budget fits: "Setting layer N to device"); a MoE model that
+    does not fit with every expert in RAM stops (``Unable to auto-fit model``).
     """
+    if facts.fit_splits_layers:  # upstream: its own arithmetic (common/fit.cpp)
+        return upstream_fit_placement(plan, model, target, facts, host, weights)
     n = _fit_layers_from_back(plan, model, facts)
 
-    def fits(
-        layers: frozenset[int], partial: PartialLayer | None = None, ngl: int | None = None
-    ) -> bool:
+    def fits(layers: frozenset[int], ngl: int | None = None) -> bool:
         budget = compute_budget(
             with_gpu_layers(plan, ngl),
             model,
@@ -714,24 +875,14 @@ def engine_fit_placement(
             host,
             weights,
             cpu_expert_layers=layers,
-            partial=partial,
         )
         return device_fits(budget)
 
     if model.is_moe:
         for k in range(n + 1):
             layers = frozenset(range(n - k, n))
-            if not fits(layers):
-                continue
-            if k == 0 or not facts.fit_splits_layers:
+            if fits(layers):
                 return FitPlacement(layers)
-            first = n - k
-            up = PartialLayer(first, PartialKind.UP)
-            if fits(layers, up):
-                gate = PartialLayer(first, PartialKind.GATE)
-                return FitPlacement(layers, gate if fits(layers, gate) else up)
-            attn = PartialLayer(first, PartialKind.ATTN)
-            return FitPlacement(layers, attn if fits(layers, attn) else None)
         every = frozenset(range(model.block_count))
         if not facts.fit_moves_layers_of_moe:
             return FitPlacement(every, fails=True)
@@ -750,6 +901,100 @@ def engine_fit_placement(
                 hi = mid
         hi = lo
     return FitPlacement(every, None, hi)
+
+
+def upstream_fit_placement(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+) -> FitPlacement:
+    """Upstream's fit on one device, with the engine's own arithmetic (``engine_fit``).
+
+    Its projection of a layout is what the engine counts: the weights, KV cache, recurrent
+    state and compute buffer it would put on the card, plus the MTP draft context measured as
+    if all on the card; against what the card has free when the fit measures: the total less
+    the driver's context at init, the desktop and other processes, and the recurrent state
+    the measurement really allocated; less ``--fit-target``.
+    """
+    hp_ngl = _fit_layers_from_back(plan, model, facts)
+    slots = hp_ngl + 1
+
+    def budget_of(layout: Layout) -> Budget:
+        lp = layout_placement(layout, hp_ngl, model.block_count)
+        ngl = None if lp.n_gpu_layers >= model.block_count + 1 else lp.n_gpu_layers
+        return compute_budget(
+            with_gpu_layers(plan, ngl),
+            model,
+            target,
+            facts,
+            host,
+            weights,
+            cpu_expert_layers=lp.cpu_expert_layers,
+            partial=lp.partial,
+            host_buffers=False,
+        )
+
+    whole = budget_of(Layout(slots, 0)).devices[0].segments
+    draft = whole["mtp_kv_cache"] + whole["mtp_compute"]  # its own parameters: all on the card
+
+    def project(layout: Layout) -> int:
+        s = budget_of(layout).devices[0].segments
+        return s["weights"] + s["kv_cache"] + s["recurrent_state"] + s["compute"] + draft
+
+    at_init = target.driver_overhead_bytes  # the context at init (and NVML's reserved)
+    free = (target.total_bytes or 0) - at_init - target.desktop_bytes - target.other_bytes
+    if target.is_cuda:  # allocated for real while the fit measures (a card's true free)
+        free -= whole["recurrent_state"]
+    search = upstream_fit(
+        project,
+        hp_ngl=hp_ngl,
+        moe=model.is_moe,
+        free=free,
+        margin=plan.runtime.fit_margin_mib * MIB,
+    )
+    if search.layout is None:
+        return FitPlacement(frozenset(), search=search)
+    lp = layout_placement(search.layout, hp_ngl, model.block_count)
+    ngl = None if lp.n_gpu_layers >= model.block_count + 1 else lp.n_gpu_layers
+    return FitPlacement(lp.cpu_expert_layers, lp.partial, ngl, search=search)
+
+
+FIT_TARGET_STEP_MIB = 64
+FIT_TARGET_SEARCH_MIB = 8192
+
+
+def surviving_fit_margin(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+) -> int | None:
+    """The smallest ``--fit-target`` (MiB, in steps of 64) with which the engine's own fit
+    leaves room for what the process grows by after the load; None when up to 8 GiB more
+    than the plan's is not enough."""
+
+    def survives(margin: int) -> bool:
+        runtime = plan.runtime.model_copy(update={"fit_margin_mib": margin})
+        trial = plan.model_copy(update={"runtime": runtime})
+        return device_fits(compute_budget(trial, model, target, facts, host, weights))
+
+    lo = plan.runtime.fit_margin_mib  # does not survive
+    hi = lo + FIT_TARGET_SEARCH_MIB
+    if not survives(hi):
+        return None
+    while hi - lo > FIT_TARGET_STEP_MIB:
+        mid = lo + (hi - lo) // 2 // FIT_TARGET_STEP_MIB * FIT_TARGET_STEP_MIB
+        mid = max(mid, lo + FIT_TARGET_STEP_MIB)
+        if survives(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def gpu_layer_count(model: ModelInfo, placement: Placement) -> int:
@@ -794,27 +1039,32 @@ def fit_words(
             "auto-fit model' (lower the context or cache types, or set GPU layers yourself)"
         ]
     out = []
-    trunk = sorted(i for i in fit.cpu_expert_layers if i < model.n_layer)
-    if trunk and fit.n_gpu_layers is None:
+    layout = fit.search.layout if fit.search is not None else None
+    trunk = sorted(
+        i for i in fit.cpu_expert_layers if i < model.n_layer and i in placement.gpu_layers
+    )
+    mtp_in_ram = any(i >= model.n_layer for i in fit.cpu_expert_layers)
+    split = (
+        f"; layer {fit.partial.layer} is split: {_PARTIAL_WORDS[fit.partial.kind]}"
+        if fit.partial is not None
+        else ""
+    )
+    gpu_trunk = [i for i in placement.gpu_layers if i < model.n_layer]
+    every = bool(trunk) and len(trunk) == len(gpu_trunk)
+    if trunk and (fit.n_gpu_layers is None or not every):
         out.append(
             f"the engine's fit is expected to keep the experts of layers {trunk[0]}-{trunk[-1]}"
             f" ({len(trunk)} of {model.n_layer})"
-            + (
-                " and the MTP block's"
-                if any(i >= model.n_layer for i in fit.cpu_expert_layers)
-                else ""
-            )
+            + (" and the MTP block's" if mtp_in_ram else "")
             + " in system RAM"
-            + (
-                f"; layer {fit.partial.layer} is split: {_PARTIAL_WORDS[fit.partial.kind]}"
-                if fit.partial is not None
-                else ""
-            )
+            + split
         )
     if fit.n_gpu_layers is not None:
-        experts = " with every expert in system RAM" if model.is_moe else ""
+        experts = " with every expert in system RAM" if model.is_moe and every else ""
         out.append(
             f"the engine's fit is expected to set -ngl {fit.n_gpu_layers} of "
             f"{model.block_count + 1}{experts}: {layer_words(model, placement)}"
         )
+    if out and layout is not None:
+        out[0] += f" (upstream's layout (n_layer, n_part, overflow) = {layout.label()})"
     return out

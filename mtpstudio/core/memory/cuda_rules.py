@@ -8,16 +8,18 @@ and quoted by its test (``tests/test_cuda_rules.py`` against ``tests/fixtures/en
   (``ggml_backend_cuda_buffer_type_get_alloc_size``);
 * a flash-attention node asks for its output plus F16 copies of K and V when the kernel chosen
   for the shapes converts them (``ggml_cuda_flash_attn_ext_get_alloc_size``, fattn.cu);
-* before allocation the scheduler computes host-only ops (the token embedding lookup) on the
-  CPU and copies their results in, and ``ggml_backend_cuda_graph_optimize`` keeps some MoE
-  tensors alive longer (fusions) and moves the shared expert next to the routed one;
-* each backend context creates a cuBLAS workspace of 4 MiB, 32 MiB from Hopper on (common.cuh).
+* before allocation the scheduler splits the graph between the card and the CPU and copies
+  what crosses (graph inputs, host ops' results, weights kept in RAM for ops it offloads): the
+  copies are allocated where their split starts (``cuda_schedule``), and on every split of the
+  card ``ggml_backend_cuda_graph_optimize`` keeps some MoE tensors alive longer (fusions) and
+  moves the shared expert next to the routed one;
+* each backend context creates a cuBLAS workspace of 4 MiB, 32 MiB from Hopper on (common.cuh),
+  the first time it runs a matrix product through cuBLAS.
 
-The budget applies them (``device_rules``, ``cuda_overhead_bytes``) and adds what the engine
-does on any GPU: experts kept in system RAM are copied into a context's compute buffer for
-batches of 32+ tokens (``--op-offload``), the draft context's too. The CUDA context itself is
-no rule of the source: its size per card is a published figure (``core/model/catalog/gpus.py``,
-``cuda_context_for``), and a detected card adds the memory NVML reports reserved.
+The budget applies them (``device_rules``). The CUDA context itself is
+no rule of the source: its size per card is a published or measured figure
+(``core/model/catalog/gpus.py``, ``cuda_context_for``), and a detected card adds the memory NVML
+reports reserved; what the process adds during its first prompts is ``runtime_growth``.
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from mtpstudio.core.memory.cuda_schedule import HOST, Residency, schedule
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.graph_alloc import (
     CPU_RULES,
     AttentionShape,
     BackendRules,
-    Graph,
+    Prepared,
     Tensor,
 )
+from mtpstudio.core.memory.terms import CACHE_TYPE_BLOCKS
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
 from mtpstudio.core.units import MIB
 
@@ -205,18 +209,21 @@ class CudaRules(BackendRules):
     """A CUDA device's buffer type and what the scheduler and ``graph_optimize`` do first.
 
     ``cc``: the card's compute capability (the attention kernel depends on it).
-    ``moe_on_device``: the experts' ops run on this device, so ``graph_optimize`` keeps the
-    fused MoE stages' tensors alive; ``topk_fusion``: the router qualifies for the fused top-k
-    (``ggml_cuda_should_use_topk_moe``); ``shared_expert_fusion``: the shared expert's weights
-    match the routed ones in type and shape (``ggml_cuda_match_shared_expert``), so it is moved
-    next to the routed experts. ``cuda_rules_for`` decides all three from the model.
+    ``residency``: which weights and caches the graph reads from system RAM (the scheduler's
+    splits and copies follow from it). ``fusion``: ``graph_optimize`` adds its fusions'
+    dependencies (``GGML_CUDA_DISABLE_FUSION`` unset); ``topk_fusion``: the router qualifies
+    for the fused top-k (``ggml_cuda_should_use_topk_moe``); ``shared_expert_fusion``: the
+    shared expert's weights match the routed ones in type and shape
+    (``ggml_cuda_match_shared_expert``), so it is moved next to the routed experts.
+    ``cuda_rules_for`` decides them from the model.
     """
 
     name: str = "CUDA"
     alignment: int = CUDA_ALIGNMENT
     cc: tuple[int, int] = CC_ADA_LOVELACE
     fa_quants: frozenset[tuple[str, str]] = field(default=DEFAULT_FA_QUANTS)
-    moe_on_device: bool = False
+    residency: Residency = field(default_factory=Residency)
+    fusion: bool = True
     topk_fusion: bool = False
     shared_expert_fusion: bool = False
 
@@ -233,16 +240,48 @@ class CudaRules(BackendRules):
     def attention_extra(self, shape: AttentionShape, out_bytes: int) -> int:
         return fattn_extra_bytes(self.cc, shape, out_bytes, self.fa_quants)
 
-    def srcs(self, t: Tensor) -> tuple[Tensor, ...]:
-        return () if t.host else t.srcs  # a host op's result arrives as a copy
+    @property
+    def uniform_blocks(self) -> bool:
+        return self.residency.all_on_device
 
-    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Graph:
-        leafs = device_leafs(leafs, nodes)
-        if self.moe_on_device:
-            nodes = graph_optimize(
-                nodes, shared_expert=self.shared_expert_fusion, topk=self.topk_fusion
-            )
-        return leafs, nodes
+    def block_key(self, layer: int) -> tuple[object, ...]:
+        return self.residency.block_key(layer)
+
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        return self.residency.copies_within(nodes)
+
+    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
+        return schedule(leafs, nodes, self.residency, self._optimize, cache_view_bytes)
+
+    def _optimize(self, nodes: list[Tensor]) -> list[Tensor]:
+        if not self.fusion:
+            return nodes
+        return graph_optimize(nodes, shared_expert=self.shared_expert_fusion, topk=self.topk_fusion)
+
+
+@dataclass(frozen=True)
+class CudaHostRules(BackendRules):
+    """The CPU side of a graph scheduled beside a CUDA card: the ``CUDA_Host`` compute buffer
+    (pinned host memory, CPU alignment) with the graph's inputs, the host ops' results and
+    whatever the CPU runs, and the copies of device tensors it reads."""
+
+    name: str = "CUDA_Host"
+    device: CudaRules = field(default_factory=lambda: CudaRules())
+
+    @property
+    def uniform_blocks(self) -> bool:
+        return self.device.uniform_blocks
+
+    def block_key(self, layer: int) -> tuple[object, ...]:
+        return self.device.block_key(layer)
+
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        return self.device.copies_within(nodes)
+
+    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
+        return schedule(
+            leafs, nodes, self.device.residency, lambda part: part, cache_view_bytes, HOST
+        )
 
 
 def _attention_shape(t: Tensor) -> AttentionShape:
@@ -263,19 +302,16 @@ def _attention_shape(t: Tensor) -> AttentionShape:
     )
 
 
-def device_leafs(leafs: list[Tensor], nodes: list[Tensor]) -> list[Tensor]:
-    """The graph inputs a device's buffer holds when its host-only ops (``Tensor.host``) run
-    on the CPU: those only such ops read stay on the host.
-
-    Each host op's result reaches the device as a copy the scheduler allocates where the
-    device's split starts (``ggml_backend_sched_split_graph``); the host node stands for that
-    copy in place, reading nothing from the device's buffer (``CudaRules.srcs``).
-    """
-    host_reads = {id(s) for n in nodes if n.host for s in n.srcs}
-    if not host_reads:
-        return leafs
-    device_reads = {id(s) for n in nodes if not n.host for s in n.srcs}
-    return [x for x in leafs if id(x) not in host_reads or id(x) in device_reads]
+def cache_view_bytes(t: Tensor) -> int:
+    """Bytes of a cache tensor a reader takes whole (its copy when it lives on the other
+    backend): a K or V view from its elements and cache type, else the tensor's own size."""
+    if t.ne and t.dtype in CACHE_TYPE_BLOCKS:
+        block, size = CACHE_TYPE_BLOCKS[t.dtype]
+        elements = 1
+        for n in t.ne:
+            elements *= n
+        return elements // block * size
+    return t.nbytes
 
 
 def _dependency_nodes(keep: list[Tensor]) -> list[Tensor]:
@@ -307,6 +343,10 @@ def graph_optimize(nodes: list[Tensor], *, shared_expert: bool, topk: bool) -> l
     """
     nodes = list(nodes)
     keep: dict[int, list[Tensor]] = {}
+    view_counts: dict[int, int] = {}
+    for n in nodes:
+        if n.op == "VIEW" and n.srcs:
+            view_counts[id(n.srcs[0])] = view_counts.get(id(n.srcs[0]), 0) + 1
     i = 0
     while shared_expert and i + 5 < len(nodes):
         if nodes[i].op == "MUL_MAT_ID":
@@ -323,7 +363,7 @@ def graph_optimize(nodes: list[Tensor], *, shared_expert: bool, topk: bool) -> l
         i += 1
     i = 0
     while i < len(nodes):
-        reduction = _weighted_reduction(nodes, i)
+        reduction = _weighted_reduction(nodes, i, view_counts)
         if reduction is not None:
             experts, weights, last = reduction
             _add_keep(keep, nodes[last], experts, weights)
@@ -363,14 +403,19 @@ def _shared_expert_pair(nodes: list[Tensor], i: int, j: int) -> bool:
     up, shared_up = nodes[i + 1], nodes[j + 1]
     if len(up.srcs) < 3 or len(shared_up.srcs) < 2:
         return False
+    if not up.srcs[0].is_weight:  # ``!up->src[0]->buffer``: a copy of a weight kept in RAM
+        return False
     x_3d = up.srcs[1]
     return x_3d.op == "RESHAPE" and x_3d.srcs[:1] == (shared_up.srcs[1],)
 
 
-def _weighted_reduction(nodes: list[Tensor], i: int) -> tuple[Tensor, Tensor, int] | None:
+def _weighted_reduction(
+    nodes: list[Tensor], i: int, view_counts: dict[int, int]
+) -> tuple[Tensor, Tensor, int] | None:
     """``ggml_cuda_match_moe_weighted_reduction``: experts × router weights (MUL), then one
     view per used expert and the ADD chain summing them, ``2 n_used`` nodes in all (the form
-    without an expert scale). (experts, weights, index of the sum) or None."""
+    without an expert scale). (experts, weights, index of the sum) or None.
+    ``view_counts``: how many VIEW nodes of the list read each tensor (by ``id``)."""
     first = nodes[i]
     if first.op != "MUL" or len(first.srcs) != 2:
         return None
@@ -378,7 +423,7 @@ def _weighted_reduction(nodes: list[Tensor], i: int) -> tuple[Tensor, Tensor, in
     experts, weights = (a, b) if a.nbytes == first.nbytes else (b, a)
     if experts.nbytes != first.nbytes or weights.nbytes >= first.nbytes:
         return None
-    n_used = sum(1 for n in nodes if n.op == "VIEW" and n.srcs[:1] == (first,))
+    n_used = view_counts.get(id(first), 0)
     count = 2 * n_used
     if not 2 <= n_used <= MOE_WEIGHTED_REDUCTION_MAX_EXPERTS or i + count > len(nodes):
         return None
@@ -456,14 +501,17 @@ def cuda_rules_for(
     model: ModelInfo,
     ffn: Sequence[TensorInfo] = (),
     *,
-    experts_on_device: bool,
+    residency: Residency | None = None,
+    fusion: bool = True,
 ) -> CudaRules:
     """The rules for a graph of ``model`` whose MoE block has the FFN tensors ``ffn``, on a
-    card of ``cc`` (an unknown card is taken as Ada Lovelace, the catalogue's most common)."""
-    moe = experts_on_device and model.is_moe
+    card of ``cc`` (an unknown card is taken as Ada Lovelace, the catalogue's most common),
+    with the weights and caches ``residency`` puts in system RAM (default: none)."""
+    moe = model.is_moe
     return CudaRules(
         cc=cc or CC_ADA_LOVELACE,
-        moe_on_device=moe,
+        residency=residency or Residency(),
+        fusion=fusion,
         topk_fusion=moe and topk_fuses(model.n_expert),
         shared_expert_fusion=moe and shared_expert_fuses(ffn),
     )
@@ -474,21 +522,13 @@ def device_rules(
     model: ModelInfo,
     ffn: Sequence[TensorInfo] = (),
     *,
-    experts_on_device: bool,
+    residency: Residency | None = None,
 ) -> BackendRules:
     """The allocator rules of ``target``'s compute buffers (``ffn``: the FFN tensors of the
-    graph's MoE layer): CUDA's on an NVIDIA card, else the CPU's (other GPU backends are not
-    modelled: their figures stay estimates)."""
+    graph's MoE layer; ``residency``: what the graph reads from system RAM): CUDA's on an
+    NVIDIA card, else the CPU's (other GPU backends are not modelled: their figures stay
+    estimates)."""
     if not target.is_cuda:
         return CPU_RULES
     cc = parse_cc(target.compute_capability)
-    return cuda_rules_for(cc, model, ffn, experts_on_device=experts_on_device)
-
-
-def cuda_overhead_bytes(target: TargetDevice, *, contexts: int) -> int:
-    """What the engine's CUDA backend allocates outside its buffers by rule: one cuBLAS
-    workspace per backend context using the card (the main context, and the MTP draft
-    context when its layer is on the card). The CUDA context is the target's own figure."""
-    if not target.is_cuda:
-        return 0
-    return contexts * cublas_workspace_bytes(parse_cc(target.compute_capability))
+    return cuda_rules_for(cc, model, ffn, residency=residency)

@@ -16,9 +16,10 @@ takes, what the scheduler and the backend do to the graph before it is allocated
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from types import MappingProxyType
+from typing import NamedTuple, Protocol
 
 # Ops the allocator lets overwrite their input (ggml_op_can_inplace; unary ops such as
 # sigmoid count as GGML_OP_UNARY).
@@ -71,6 +72,18 @@ class Tensor:
     """The element type where it is not F32 (``f16``, ``q8_0``, ...); read by backend rules."""
     host: bool = False
     """Runs on the host whatever the backend (a lookup into weights kept in system memory)."""
+    layer: int = -1
+    """The block the tensor belongs to (-1: none): where its weight or cache lives is that
+    block's placement (``cuda_schedule``)."""
+    role: str = ""
+    """An external tensor's name in the model file past ``blk.N.`` (``ffn_up_exps.weight``),
+    or ``cache_k``/``cache_v``/``cache_r``/``cache_s`` for a cache."""
+    rows: int = 0
+    """The op's batch as the CUDA backend counts it for op offload (its token rows)."""
+
+    @property
+    def is_weight(self) -> bool:
+        return self.external and bool(self.role) and not self.role.startswith("cache_")
 
 
 AllocEvent = tuple[str, int, int]
@@ -78,6 +91,15 @@ AllocEvent = tuple[str, int, int]
 
 Graph = tuple[list[Tensor], list[Tensor]]
 """(leafs, nodes) in the engine's order."""
+
+
+class Prepared(NamedTuple):
+    """A graph as one backend's allocator walks it: its leafs and nodes in order, and what a
+    node reads instead of its own sources (the scheduler's copies), by the node's ``id``."""
+
+    leafs: list[Tensor]
+    nodes: list[Tensor]
+    reads: Mapping[int, tuple[Tensor, ...]] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -125,13 +147,25 @@ class BackendRules:
         """Bytes the buffer type asks for ``t`` (before alignment)."""
         return t.nbytes
 
-    def srcs(self, t: Tensor) -> tuple[Tensor, ...]:
-        """What ``t`` reads from this buffer (an op run elsewhere arrives as a copy: nothing)."""
-        return t.srcs
-
-    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Graph:
+    def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
         """The graph as this backend's allocator walks it."""
-        return leafs, nodes
+        return Prepared(leafs, nodes)
+
+    @property
+    def uniform_blocks(self) -> bool:
+        """Every block of a graph is placed alike, so a replay may shorten a run of blocks that
+        repeat (``trunk_graph.replayed_layers``)."""
+        return True
+
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        """Whether every tensor ``prepare`` adds to this graph is at most as large as one the
+        graph already has (so the graph's own sizes bound its walk)."""
+        return True
+
+    def block_key(self, layer: int) -> Hashable:
+        """How block ``layer`` is placed, as far as these rules see it: blocks of one kind with
+        equal keys replay alike (``trunk_graph.compressed_layers``)."""
+        return None
 
     def attention_extra(self, shape: AttentionShape, out_bytes: int) -> int:
         """Bytes a flash-attention node takes beyond its ``out_bytes`` output (none here)."""
@@ -208,9 +242,22 @@ def reserved_bytes(
     said). ``events``, when given, receives every allocation and every freed tensor in order,
     as the engine's allocator trace lists them.
     """
-    leafs, nodes = rules.prepare(list(leafs), list(nodes))
+    return walk_bytes(rules.prepare(list(leafs), list(nodes)), rules=rules, events=events)
+
+
+def walk_bytes(
+    prepared: Prepared,
+    *,
+    rules: BackendRules = CPU_RULES,
+    events: list[AllocEvent] | None = None,
+) -> int:
+    """``reserved_bytes`` of a graph ``rules.prepare`` already made (see there)."""
+    leafs, nodes, reads = prepared
+
+    def _srcs(t: Tensor) -> tuple[Tensor, ...]:
+        return reads.get(id(t), t.srcs)
+
     size = rules.alloc_size
-    srcs_of = rules.srcs
     blocks = _Blocks(rules.alignment, events=events)
     owned: dict[int, bool] = {}
     offset: dict[int, int] = {}
@@ -225,7 +272,7 @@ def reserved_bytes(
             return
         owned[id(t)] = True
         if t.op in INPLACE_OPS:
-            for parent in srcs_of(t):
+            for parent in _srcs(t):
                 if not own(parent) or parent.is_output or parent.layout != t.layout:
                     continue
                 if children.get(id(parent), 0) == 1 and views.get(id(parent), 0) == 0:
@@ -253,15 +300,15 @@ def reserved_bytes(
             views[id(node.view_of)] = views.get(id(node.view_of), 0) + 1
         if node.is_input:
             allocate(node)
-        for src in srcs_of(node):
+        for src in _srcs(node):
             children[id(src)] = children.get(id(src), 0) + 1
             if src.is_input:
                 allocate(src)
     for node in nodes:
-        for src in srcs_of(node):
+        for src in _srcs(node):
             allocate(src)
         allocate(node)
-        for parent in srcs_of(node):
+        for parent in _srcs(node):
             children[id(parent)] -= 1
             if children[id(parent)] or views.get(id(parent), 0):
                 continue
@@ -277,11 +324,33 @@ def reserved_bytes(
 
 @dataclass
 class GraphBuilder:
-    """Collects a graph's leafs and nodes in the order the engine builds them."""
+    """Collects a graph's leafs and nodes in the order the engine builds them.
+
+    ``layer`` is the block being built (-1 outside the blocks) and ``rows`` the token rows its
+    ops work on: the builders set both, and every tensor made records them (the CUDA scheduler
+    replay reads where a block's weights live and how large an op's batch is).
+    """
 
     leafs: list[Tensor] = field(default_factory=list)
     nodes: list[Tensor] = field(default_factory=list)
-    weight: Tensor = field(default_factory=lambda: Tensor("weight", "NONE", 0, external=True))
+    layer: int = -1
+    rows: int = 0
+
+    def w(self, role: str, layer: int | None = None) -> Tensor:
+        """The weight ``role`` (its name past ``blk.N.``, or a whole name outside the blocks) of
+        block ``layer`` (default: the block being built): external, in a weights buffer."""
+        block = self.layer if layer is None else layer
+        return Tensor(role, "NONE", 0, external=True, layer=block, role=role)
+
+    def cache(
+        self, role: str, ne: tuple[int, ...] = (), dtype: str = "", nbytes: int = 0
+    ) -> Tensor:
+        """The block's cache tensor ``role`` (``cache_k`` ...): external, not a weight;
+        ``ne``/``dtype`` where a backend's attention rules read them, ``nbytes`` what a
+        reader of the whole tensor reads (a copy of it takes as much)."""
+        return Tensor(
+            role, "NONE", nbytes, external=True, layer=self.layer, role=role, ne=ne, dtype=dtype
+        )
 
     def input(self, name: str, nbytes: int) -> Tensor:
         t = Tensor(name, "NONE", nbytes, layout=("contiguous", nbytes), is_input=True)
@@ -292,7 +361,17 @@ class GraphBuilder:
         self, name: str, op: str, nbytes: int, *srcs: Tensor, out: bool = False, host: bool = False
     ) -> Tensor:
         """A node; ``host``: it runs on the host whatever the backend (see ``Tensor.host``)."""
-        t = Tensor(name, op, nbytes, srcs, layout=("contiguous", nbytes), is_output=out, host=host)
+        t = Tensor(
+            name,
+            op,
+            nbytes,
+            srcs,
+            layout=("contiguous", nbytes),
+            is_output=out,
+            host=host,
+            layer=self.layer,
+            rows=self.rows,
+        )
         self.nodes.append(t)
         return t
 
@@ -312,14 +391,25 @@ class GraphBuilder:
         them."""
         layout: tuple[object, ...] = ("contiguous", nbytes) if contiguous else ("view", name)
         base = src.view_of or src  # ggml points every view at the tensor that owns the memory
-        t = Tensor(name, op, nbytes, (src,), layout=layout, view_of=base, ne=ne, dtype=dtype)
+        t = Tensor(
+            name,
+            op,
+            nbytes,
+            (src,),
+            layout=layout,
+            view_of=base,
+            ne=ne,
+            dtype=dtype,
+            layer=self.layer,
+            rows=self.rows,
+        )
         self.nodes.append(t)
         return t
 
     def write(self, name: str, op: str, target: Tensor, *srcs: Tensor) -> Tensor:
         """An op writing into ``target`` (SET_ROWS, CPY): its result is a view of the target,
         no memory of its own, and it keeps the target alive."""
-        t = Tensor(name, op, 0, srcs, view_of=target)
+        t = Tensor(name, op, 0, srcs, view_of=target, layer=self.layer, rows=self.rows)
         self.nodes.append(t)
         return t
 

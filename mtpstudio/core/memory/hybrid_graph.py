@@ -14,6 +14,7 @@ against its allocator traces, ``tests/fixtures/engine_logs``); ``graph_alloc`` r
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -27,11 +28,12 @@ from mtpstudio.core.memory.graph_alloc import (
     ModelDims,
     Tensor,
 )
-from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
+from mtpstudio.core.memory.nextn_graph import _moe_ffn, _norm, _rotated, _swiglu_ffn
 from mtpstudio.core.memory.trunk_graph import (
     AttentionInputs,
     KvInputs,
     TrunkShape,
+    compressed_layers,
     kv_attention,
     largest_reservation,
     replayed_layers,
@@ -48,6 +50,8 @@ class HybridDims:
     sizes: ModelDims
     n_layer: int
     recurrent_layers: frozenset[int]
+    layers: tuple[int, ...] = ()
+    """The blocks a replay builds (empty: all ``n_layer``; see ``compressed_layers``)."""
 
     @classmethod
     def of(cls, model: ModelInfo) -> HybridDims:
@@ -57,8 +61,8 @@ class HybridDims:
 def hybrid_trunk_graph(dims: HybridDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
     """(leafs, nodes) of the trunk's graph for one ubatch, in the engine's order."""
     m = dims.sizes
-    g = GraphBuilder()
-    w = g.weight
+    g = GraphBuilder(rows=shape.n_tokens)
+    token_embd = g.w("token_embd.weight")
     t = shape.n_tokens
     embd = F32 * m.n_embd * t
 
@@ -74,31 +78,36 @@ def hybrid_trunk_graph(dims: HybridDims, shape: TrunkShape) -> tuple[list[Tensor
     attention = AttentionInputs(g, shape, m.key_length * m.n_head_kv, 4, head_dims=heads)
 
     # the lookups into the token embedding (kept in system memory) run on the host
-    x = g.op("model.input_embed", "GET_ROWS", embd, w, tokens, host=True)
-    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens, host=True)
+    x = g.op("model.input_embed", "GET_ROWS", embd, token_embd, tokens, host=True)
+    rows = g.op("mixed_rows", "GET_ROWS", embd, token_embd, mixed_tokens, host=True)
     mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
     # one branch of the input select: the written rows keep `mixed` alive
     g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
 
-    for il in range(dims.n_layer):
-        attn_norm = g.op("attn_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, x), w)
+    for il in dims.layers or range(dims.n_layer):
+        g.layer = il
+        attn_norm = _norm(g, x, embd, "attn_norm", "attn_norm.weight")
         if il in dims.recurrent_layers:
             cur = _delta_net(g, m, shape, attn_norm, rs_copy)
         else:
             cache = attention.cache("", shape.n_kv)
             cur = _gated_attention(g, m, shape, attn_norm, attention.position(), cache)
         residual = g.op("attn_residual", "ADD", embd, cur, x)
-        post = g.op("attn_post_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, residual), w)
+        post = _norm(g, residual, embd, "attn_post_norm", "post_attention_norm.weight")
         ffn = _moe_ffn(g, m, post, t) if m.is_moe else _swiglu_ffn(g, post, m.ffn_length, t, embd)
         x = g.op("l_out", "ADD", embd, ffn, residual)
 
     # the post-norm hidden state of every token is an output (the MTP seed), then the rows
     # of the outputs go through the LM head
-    h = g.op("h_nextn", "MUL", embd, g.op("norm", "RMS_NORM", embd, x), w, out=True)
+    g.layer = -1
+    h = _norm(g, x, embd, "h_nextn", "output_norm.weight")
+    h.is_output = True
     out_ids = g.input("out_ids", I32 * shape.n_outputs)
     rows_out = F32 * m.n_embd * shape.n_outputs
     head = g.op("result_norm", "GET_ROWS", rows_out, h, out_ids, out=True)
-    g.op("result_output", "MUL_MAT", F32 * m.vocab_size * shape.n_outputs, w, head, out=True)
+    g.rows = shape.n_outputs
+    logits = F32 * m.vocab_size * shape.n_outputs
+    g.op("result_output", "MUL_MAT", logits, g.w("output.weight"), head, out=True)
     return g.leafs, g.nodes
 
 
@@ -112,22 +121,21 @@ def _delta_net(
     g: GraphBuilder, m: ModelDims, shape: TrunkShape, attn_norm: Tensor, rs_copy: Tensor
 ) -> Tensor:
     """build_layer_attn_linear: conv window, gated delta-net, gated norm, output projection."""
-    w = g.weight
     t = shape.n_tokens
     seqs = shape.n_seqs
     conv_width = 2 * m.ssm_state_size * m.ssm_group_count + m.ssm_inner_size
     heads = m.ssm_inner_size // m.ssm_state_size
     state = F32 * m.ssm_state_size * m.ssm_inner_size * seqs  # one per sequence
     inner = F32 * m.ssm_inner_size * t
-    cache_r = Tensor("cache_r", "NONE", 0, external=True)
-    cache_s = Tensor("cache_s", "NONE", 0, external=True)
+    cache_r = g.cache("cache_r")
+    cache_s = g.cache("cache_s")
 
     # conv window: the stored conv states of the sequence, then this ubatch's QKV
     kept = F32 * (m.ssm_conv_kernel - 1) * conv_width * seqs
     conv_states = g.op("conv_states", "GET_ROWS", kept, cache_r, rs_copy)
     states_3d = g.view("conv_states_3d", conv_states, kept)
     _copy_to_cache(g, g.view("conv_states_saved", conv_states, kept), cache_r)
-    qkv = g.op("qkv_mixed", "MUL_MAT", F32 * conv_width * t, w, attn_norm)
+    qkv = g.op("qkv_mixed", "MUL_MAT", F32 * conv_width * t, g.w("attn_qkv.weight"), attn_norm)
     qkv_t = g.view("qkv_mixed_transposed", qkv, qkv.nbytes)
     window = F32 * conv_width * (t + (m.ssm_conv_kernel - 1) * seqs)
     conv_input = g.op("conv_input", "CONCAT", window, states_3d, qkv_t)
@@ -137,7 +145,8 @@ def _delta_net(
     state_in = g.view("state_predelta", ssm_states, ssm_states.nbytes)
     _copy_to_cache(g, g.view("ssm_states_saved", ssm_states, ssm_states.nbytes), cache_s)
 
-    conv_out = g.op("conv_output_raw", "SSM_CONV", F32 * conv_width * t, conv_input, w)
+    conv_weight = g.w("ssm_conv1d.weight")
+    conv_out = g.op("conv_output_raw", "SSM_CONV", F32 * conv_width * t, conv_input, conv_weight)
     conv_act = g.op("conv_output_silu", "UNARY", conv_out.nbytes, conv_out)
     qk = F32 * m.ssm_state_size * m.ssm_group_count * t
     q_norm = g.op("q_norm", "RMS_NORM", qk, g.view("q_conv", conv_act, qk))
@@ -146,11 +155,13 @@ def _delta_net(
     k = g.op("k_conv_predelta", "SCALE", qk, k_norm)
     v = g.view("v_conv_predelta", conv_act, inner)
     per_head = F32 * heads * t
-    alpha = g.view("alpha", g.op("alpha_proj", "MUL_MAT", per_head, w, attn_norm), per_head)
-    biased = g.op("alpha_biased", "ADD", per_head, alpha, w)
+    alpha_proj = g.op("alpha_proj", "MUL_MAT", per_head, g.w("ssm_alpha.weight"), attn_norm)
+    alpha = g.view("alpha", alpha_proj, per_head)
+    biased = g.op("alpha_biased", "ADD", per_head, alpha, g.w("ssm_dt.bias"))
     softplus = g.op("a_softplus", "UNARY", per_head, biased)
-    gate = g.view("gate_3d", g.op("gate", "MUL", per_head, softplus, w), per_head)
-    beta_raw = g.view("beta", g.op("beta_proj", "MUL_MAT", per_head, w, attn_norm), per_head)
+    gate = g.view("gate_3d", g.op("gate", "MUL", per_head, softplus, g.w("ssm_a")), per_head)
+    beta_proj = g.op("beta_proj", "MUL_MAT", per_head, g.w("ssm_beta.weight"), attn_norm)
+    beta_raw = g.view("beta", beta_proj, per_head)
     beta = g.op("beta_sigmoid", "UNARY", per_head, beta_raw)
     # the output: the attention rows, then the final state and one per draft position
     out = inner + state * (1 + shape.n_rs_seq)
@@ -159,11 +170,11 @@ def _delta_net(
     _copy_to_cache(g, g.view("new_states", gdn, 0), cache_s)
 
     # gated norm: norm(rows) * silu(z), z projected from the block input only now
-    normed = g.op("ssm_norm", "MUL", inner, g.op("norm", "RMS_NORM", inner, rows), w)
-    z = g.view("z_4d", g.op("z", "MUL_MAT", inner, w, attn_norm), inner)
+    normed = _norm(g, rows, inner, "ssm_norm", "ssm_norm.weight")
+    z = g.view("z_4d", g.op("z", "MUL_MAT", inner, g.w("attn_gate.weight"), attn_norm), inner)
     gated = g.op("gated", "MUL", inner, normed, g.op("z_silu", "UNARY", inner, z))
     final = g.view("final_output", gated, inner)
-    out_proj = g.op("linear_attn_out", "MUL_MAT", F32 * m.n_embd * t, w, final)
+    out_proj = g.op("linear_attn_out", "MUL_MAT", F32 * m.n_embd * t, g.w("ssm_out.weight"), final)
     return g.view("linear_attn_out_2d", out_proj, out_proj.nbytes)
 
 
@@ -176,25 +187,25 @@ def _gated_attention(
     cache: KvInputs,
 ) -> Tensor:
     """build_layer_attn: the query with its output gate, Q/K norms, RoPE, attention, gate."""
-    w = g.weight
     t = shape.n_tokens
     d = m.key_length
     q = F32 * d * m.n_head * t
     kv = F32 * d * m.n_head_kv * t
-    q_full = g.op("Qcur_full", "MUL_MAT", 2 * q, w, attn_norm)
+    q_full = g.op("Qcur_full", "MUL_MAT", 2 * q, g.w("attn_q.weight"), attn_norm)
     q_view = g.view("Qcur", q_full, q)
-    q_cur = g.op("Qcur_normed", "MUL", q, g.op("norm", "RMS_NORM", q, q_view), w)
+    q_cur = _norm(g, q_view, q, "Qcur_normed", "attn_q_norm.weight")
     q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, pos), cache.k_rot)
-    v_cur = g.view("Vcur", g.op("Vcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
-    v_cur = _rotated(g, v_cur, cache.v_rot)
-    k_raw = g.view("Kcur", g.op("Kcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
-    k_cur = g.op("Kcur_normed", "MUL", kv, g.op("norm", "RMS_NORM", kv, k_raw), w)
+    v_proj = g.op("Vcur", "MUL_MAT", kv, g.w("attn_v.weight"), attn_norm)
+    v_cur = _rotated(g, g.view("Vcur", v_proj, kv, contiguous=True), cache.v_rot)
+    k_proj = g.op("Kcur", "MUL_MAT", kv, g.w("attn_k.weight"), attn_norm)
+    k_raw = g.view("Kcur", k_proj, kv, contiguous=True)
+    k_cur = _norm(g, k_raw, kv, "Kcur_normed", "attn_k_norm.weight")
     k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, pos), cache.k_rot)
     attn = kv_attention(g, cache, q_rope, k_rope, v_cur, q, m.n_head, shape)
     pregate = _rotated(g, attn, cache.v_rot)  # a view with flash attention, else the CONT
     gate = g.op("gate_reshaped", "CONT", q, g.view("gate", q_full, q))
     gated = g.op("attn_gated", "MUL", q, pregate, g.op("gate_sigmoid", "UNARY", q, gate))
-    return g.op("attn_output", "MUL_MAT", F32 * m.n_embd * t, w, gated)
+    return g.op("attn_output", "MUL_MAT", F32 * m.n_embd * t, g.w("attn_output.weight"), gated)
 
 
 def hybrid_compute_bytes(
@@ -208,8 +219,16 @@ def hybrid_compute_bytes(
 @lru_cache(maxsize=512)
 def _hybrid_bytes(dims: HybridDims, shape: TrunkShape, rules: BackendRules) -> int:
     period = _period(dims)
-    n = replayed_layers(dims.n_layer, period, 2 * period)
-    short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
+    if rules.uniform_blocks:
+        n = replayed_layers(dims.n_layer, period, 2 * period)
+        short = HybridDims(dims.sizes, n, frozenset(i for i in dims.recurrent_layers if i < n))
+    else:  # blocks placed differently (some read from RAM): runs of alike blocks shortened
+
+        def kind(i: int) -> Hashable:
+            return (i in dims.recurrent_layers, rules.block_key(i))
+
+        layers = compressed_layers(dims.n_layer, period, kind)
+        short = HybridDims(dims.sizes, dims.n_layer, dims.recurrent_layers, layers)
     return largest_reservation(lambda s: hybrid_trunk_graph(short, s), shape, rules)
 
 

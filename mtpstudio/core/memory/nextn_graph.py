@@ -38,22 +38,26 @@ def nextn_graph(
     k_rot: int = 0,
     v_rot: int = 0,
     cache_types: tuple[str, str] = ("f16", "f16"),
+    layer: int = -1,
+    top_k: int = 0,
 ) -> tuple[list[Tensor], list[Tensor]]:
     """(leafs, nodes) of the draft context's graph for one ``n_tokens`` ubatch.
 
     ``k_rot``/``v_rot``: the side of the Hadamard rotation a quantized K/V cache adds (0: none).
     ``cache_types``: the draft cache's K and V types (a backend's attention rules read them).
     The token embedding lookup reads weights kept in system memory: it is marked ``host``.
+    ``layer``: the MTP block's index (its weights and cache are that block's); ``top_k``: the
+    draft's backend sampler (``backend_sampling``), appended after the LM head (0: none).
     """
-    g = GraphBuilder()
-    w = g.weight
+    g = GraphBuilder(layer=layer, rows=n_tokens)
     t = n_tokens
     d = model.key_length
     embd = F32 * model.n_embd * t
     q = F32 * d * model.n_head * t
     kv = F32 * d * model.n_head_kv * t
-    cache_k = Tensor("cache_k", "NONE", 0, external=True)
-    cache_v = Tensor("cache_v", "NONE", 0, external=True)
+    type_k, type_v = cache_types
+    cache_k = g.cache("cache_k", (d, n_kv, model.n_head_kv), type_k)
+    cache_v = g.cache("cache_v", (d, n_kv, model.n_head_kv), type_v)
 
     # inputs, in the order the graph first reaches them (Q's rotation comes before Q)
     k_rot_in = g.input("attn_inp_k_rot", F32 * k_rot * k_rot) if k_rot else None
@@ -66,25 +70,25 @@ def nextn_graph(
     mask = g.input("attn_inp_kq_mask", F16 * n_kv * t)
     out_ids = g.input("out_ids", I32 * n_outputs)
 
-    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, w, tokens, host=True)
-    e_norm = g.op("mtp_enorm", "MUL", embd, g.op("norm", "RMS_NORM", embd, tok), w)
-    h_norm = g.op("mtp_hnorm", "MUL", embd, g.op("norm", "RMS_NORM", embd, hidden), w)
+    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, g.w("token_embd.weight", -1), tokens, host=True)
+    e_norm = _norm(g, tok, embd, "mtp_enorm", "nextn.enorm.weight")
+    h_norm = _norm(g, hidden, embd, "mtp_hnorm", "nextn.hnorm.weight")
     concat = g.op("mtp_concat", "CONCAT", 2 * embd, e_norm, h_norm)
-    eh_proj = g.op("mtp_eh_proj", "MUL_MAT", embd, w, concat)
-    attn_norm = g.op("mtp_attn_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, eh_proj), w)
+    eh_proj = g.op("mtp_eh_proj", "MUL_MAT", embd, g.w("nextn.eh_proj.weight"), concat)
+    attn_norm = _norm(g, eh_proj, embd, "mtp_attn_norm", "attn_norm.weight")
 
-    q_full = g.op("mtp_Qcur_full", "MUL_MAT", 2 * q, w, attn_norm)
+    q_full = g.op("mtp_Qcur_full", "MUL_MAT", 2 * q, g.w("attn_q.weight"), attn_norm)
     q_view = g.view("Qcur", q_full, q)
-    q_cur = g.op("mtp_Qcur_normed", "MUL", q, g.op("norm", "RMS_NORM", q, q_view), w)
+    q_cur = _norm(g, q_view, q, "mtp_Qcur_normed", "attn_q_norm.weight")
     q_rope = _rotated(g, g.op("Qcur_rope", "ROPE", q, q_cur, pos), k_rot_in)
-    v_cur = g.view("mtp_Vcur", g.op("Vcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
-    v_cur = _rotated(g, v_cur, v_rot_in)
-    k_raw = g.view("Kcur", g.op("Kcur", "MUL_MAT", kv, w, attn_norm), kv, contiguous=True)
-    k_cur = g.op("mtp_Kcur_normed", "MUL", kv, g.op("norm", "RMS_NORM", kv, k_raw), w)
+    v_proj = g.op("Vcur", "MUL_MAT", kv, g.w("attn_v.weight"), attn_norm)
+    v_cur = _rotated(g, g.view("mtp_Vcur", v_proj, kv, contiguous=True), v_rot_in)
+    k_proj = g.op("Kcur", "MUL_MAT", kv, g.w("attn_k.weight"), attn_norm)
+    k_raw = g.view("Kcur", k_proj, kv, contiguous=True)
+    k_cur = _norm(g, k_raw, kv, "mtp_Kcur_normed", "attn_k_norm.weight")
     k_rope = _rotated(g, g.op("Kcur_rope", "ROPE", kv, k_cur, pos), k_rot_in)
     g.write("cache_k_set", "SET_ROWS", cache_k, g.view("k_rows", k_rope, kv), k_idxs, cache_k)
     g.write("cache_v_set", "SET_ROWS", cache_v, g.view("v_rows", v_cur, kv), v_idxs, cache_v)
-    type_k, type_v = cache_types
     k_view = g.view("k_view", cache_k, 0, ne=(d, n_kv, model.n_head_kv), dtype=type_k)
     v_view = g.view("v_view", cache_v, 0, ne=(d, n_kv, model.n_head_kv), dtype=type_v)
     q_perm = g.view("q_perm", q_rope, q, ne=(d, t, model.n_head))
@@ -93,18 +97,40 @@ def nextn_graph(
     pregate = g.view("mtp_attn_pregate", _rotated(g, attn_2d, v_rot_in), q, contiguous=True)
     gate = g.op("mtp_gate", "CONT", q, g.view("gate", q_full, q))
     gated = g.op("gated", "MUL", q, pregate, g.op("gate_sigmoid", "UNARY", q, gate))
-    attn_out = g.op("mtp_attn_out", "MUL_MAT", embd, w, gated)
+    attn_out = g.op("mtp_attn_out", "MUL_MAT", embd, g.w("attn_output.weight"), gated)
     residual = g.op("mtp_attn_residual", "ADD", embd, attn_out, eh_proj)
-    post = g.op("mtp_attn_post_norm", "MUL", embd, g.op("norm", "RMS_NORM", embd, residual), w)
+    post = _norm(g, residual, embd, "mtp_attn_post_norm", "post_attention_norm.weight")
 
     ffn = _moe_ffn(g, model, post, t) if model.is_moe else _dense_ffn(g, model, post, t)
     post_ffn = g.op("mtp_post_ffn", "ADD", embd, ffn, residual)
     # the hidden state is read back for the next draft step: an output, never freed
-    h_nextn = g.op("h_nextn", "MUL", embd, g.op("norm", "RMS_NORM", embd, post_ffn), w, out=True)
+    h_nextn = _norm(g, post_ffn, embd, "h_nextn", "nextn.shared_head_norm.weight")
+    h_nextn.is_output = True
     rows = F32 * model.n_embd * n_outputs
     head = g.op("mtp_shared_head_norm", "GET_ROWS", rows, h_nextn, out_ids)
-    g.op("result_output", "MUL_MAT", F32 * model.vocab_size * n_outputs, w, head, out=True)
+    g.rows = n_outputs
+    logits = F32 * model.vocab_size * n_outputs
+    result = g.op("result_output", "MUL_MAT", logits, g.w("output.weight", -1), head, out=True)
+    if top_k:
+        backend_top_k(g, result, model.vocab_size, n_outputs, top_k)
     return g.leafs, g.nodes
+
+
+def backend_top_k(g: GraphBuilder, logits: Tensor, n_vocab: int, n_outputs: int, k: int) -> None:
+    """``build_sampling`` with one top-k sampler (llama-graph.cpp): the logits padded by a dummy
+    row, then per output row a view, the top-k ids and their logits (both outputs)."""
+    padded = g.op("logits_padded", "PAD", F32 * n_vocab * (n_outputs + 1), logits)
+    for row in range(n_outputs):
+        seq = g.view(f"logits_seq_{row}", padded, F32 * n_vocab)
+        flat = g.view("logits_1d", seq, F32 * n_vocab, op="RESHAPE")
+        rows = g.view("logits_rows", flat, F32 * n_vocab, op="RESHAPE")
+        ids = g.op("top_k", "TOP_K", I32 * k, flat, out=True)
+        g.op("top_k_rows", "GET_ROWS", F32 * k, rows, ids, out=True)
+
+
+def _norm(g: GraphBuilder, x: Tensor, nbytes: int, name: str, weight: str) -> Tensor:
+    """build_norm with RMS and a weight: the norm, then the weight ``weight`` multiplied in."""
+    return g.op(name, "MUL", nbytes, g.op("norm", "RMS_NORM", nbytes, x), g.w(weight))
 
 
 def _rotated(g: GraphBuilder, x: Tensor, rotation: Tensor | None) -> Tensor:
@@ -116,13 +142,16 @@ def _rotated(g: GraphBuilder, x: Tensor, rotation: Tensor | None) -> Tensor:
     return g.view(f"{x.name}_rotated_4d", turned, x.nbytes, contiguous=True)
 
 
-def _swiglu_ffn(g: GraphBuilder, x: Tensor, width: int, t: int, embd: int) -> Tensor:
-    """gate and up projections, SwiGLU, down projection (build_ffn, SILU, parallel)."""
-    w = g.weight
+def _swiglu_ffn(
+    g: GraphBuilder, x: Tensor, width: int, t: int, embd: int, suffix: str = ""
+) -> Tensor:
+    """gate and up projections, SwiGLU, down projection (build_ffn, SILU, parallel);
+    ``suffix``: ``_shexp`` for a shared expert's weights."""
     act = F32 * width * t
-    gate = g.op("ffn_gate", "MUL_MAT", act, w, x)
-    up = g.op("ffn_up", "MUL_MAT", act, w, x)
-    return g.op("ffn_down", "MUL_MAT", embd, w, g.op("ffn_swiglu", "GLU", act, gate, up))
+    gate = g.op("ffn_gate", "MUL_MAT", act, g.w(f"ffn_gate{suffix}.weight"), x)
+    up = g.op("ffn_up", "MUL_MAT", act, g.w(f"ffn_up{suffix}.weight"), x)
+    swiglu = g.op("ffn_swiglu", "GLU", act, gate, up)
+    return g.op("ffn_down", "MUL_MAT", embd, g.w(f"ffn_down{suffix}.weight"), swiglu)
 
 
 def _dense_ffn(g: GraphBuilder, model: GraphSizes, x: Tensor, t: int) -> Tensor:
@@ -147,14 +176,17 @@ def _moe_ffn(
     multiplied by ``expert_weights_scale``; ``gated_shared``: the shared expert's output is
     gated by its own sigmoid (Qwen3.5/3.6) instead of added as it is (GLM-4.5).
     """
-    w = g.weight
     n_used = model.n_expert_used
     embd = F32 * model.n_embd * t
     router = F32 * model.n_expert * t
-    logits = g.op("ffn_moe_logits", "MUL_MAT", router, w, x)
+    logits = g.op("ffn_moe_logits", "MUL_MAT", router, g.w("ffn_gate_inp.weight"), x)
     probs = g.op("ffn_moe_probs", "SOFT_MAX", router, logits)  # or a sigmoid: in place too
     probs_rows = g.view("ffn_moe_probs_rows", probs, router, op="RESHAPE")
-    selection = g.op("ffn_moe_probs_biased", "ADD", router, probs, w) if biased else probs
+    selection = (
+        g.op("ffn_moe_probs_biased", "ADD", router, probs, g.w("exp_probs_b.bias"))
+        if biased
+        else probs
+    )
     argsort = g.op("ffn_moe_argsort", "ARGSORT", I32 * model.n_expert * t, selection)
     topk = g.view("ffn_moe_topk", argsort, I32 * n_used * t)
     weights = g.op("ffn_moe_weights", "GET_ROWS", F32 * n_used * t, probs_rows, topk)
@@ -169,10 +201,11 @@ def _moe_ffn(
     norm_3d = weights
     x_3d = g.view("ffn_moe_input", x, embd, op="RESHAPE")
     act = F32 * model.expert_ffn_length * n_used * t
-    gate = g.op("ffn_moe_gate", "MUL_MAT_ID", act, w, x_3d, topk)
-    up = g.op("ffn_moe_up", "MUL_MAT_ID", act, w, x_3d, topk)
+    gate = g.op("ffn_moe_gate", "MUL_MAT_ID", act, g.w("ffn_gate_exps.weight"), x_3d, topk)
+    up = g.op("ffn_moe_up", "MUL_MAT_ID", act, g.w("ffn_up_exps.weight"), x_3d, topk)
     swiglu = g.op("ffn_moe_swiglu", "GLU", act, gate, up)
-    down = g.op("ffn_moe_down", "MUL_MAT_ID", F32 * model.n_embd * n_used * t, w, swiglu, topk)
+    out = F32 * model.n_embd * n_used * t
+    down = g.op("ffn_moe_down", "MUL_MAT_ID", out, g.w("ffn_down_exps.weight"), swiglu, topk)
     weighted = g.op("ffn_moe_weighted", "MUL", down.nbytes, down, norm_3d)
     # one row block per expert (views of `weighted`, all taken before the sums); the first sum
     # allocates, the next ones add in place into it and the last frees `weighted`: one view and
@@ -188,10 +221,10 @@ def _moe_ffn(
             moe_out = g.op("ffn_moe_sum", "ADD", embd, moe_out, rest)
     if not model.shared_expert_ffn_length:
         return moe_out
-    shared = _swiglu_ffn(g, x, model.shared_expert_ffn_length, t, embd)
+    shared = _swiglu_ffn(g, x, model.shared_expert_ffn_length, t, embd, "_shexp")
     if not gated_shared:
         return g.op("ffn_out", "ADD", embd, moe_out, shared)
-    gate_logit = g.op("shexp_gate_inp", "MUL_MAT", F32 * t, w, x)
+    gate_logit = g.op("shexp_gate_inp", "MUL_MAT", F32 * t, g.w("ffn_gate_inp_shexp.weight"), x)
     shared_gate = g.op("shexp_gate", "UNARY", F32 * t, gate_logit)
     gated = g.op("mtp_ffn_shexp_gated", "MUL", embd, shared, shared_gate)
     return g.op("mtp_ffn_out", "ADD", embd, moe_out, gated)
@@ -208,13 +241,17 @@ def nextn_compute_bytes(
     n_seqs: int = 1,
     rules: BackendRules = CPU_RULES,
     cache_types: tuple[str, str] = ("f16", "f16"),
+    layer: int = -1,
+    top_k: int = 0,
 ) -> int:
     """The draft context's compute buffer: the largest of its ubatch graph and its graph of
     one token per sequence (``n_seqs`` slots split the ubatch; sizes add up the same), on the
-    backend ``rules`` describe (``cache_types``: the draft cache's K and V types)."""
+    backend ``rules`` describe (``cache_types``: the draft cache's K and V types; ``layer``:
+    the MTP block's index, where the rules look up its weights). With a backend sampler
+    (``top_k``) the context is reserved again once it is set: the buffer is the larger."""
     dims = ModelDims.of(model)
     args = (dims, n_tokens, n_kv, n_outputs, k_rot, v_rot, n_seqs)
-    return _nextn_bytes(*args, rules, cache_types)
+    return max(_nextn_bytes(*args, rules, cache_types, layer, k) for k in {0, top_k})
 
 
 @lru_cache(maxsize=256)
@@ -228,6 +265,8 @@ def _nextn_bytes(
     n_seqs: int,
     rules: BackendRules,
     cache_types: tuple[str, str],
+    layer: int,
+    top_k: int,
 ) -> int:
     return max(
         reserved_bytes(
@@ -239,6 +278,8 @@ def _nextn_bytes(
                 k_rot=k_rot,
                 v_rot=v_rot,
                 cache_types=cache_types,
+                layer=layer,
+                top_k=top_k,
             ),
             rules=rules,
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from mtpstudio.core.memory.cuda_rules import aligned, is_quantized, padded_size
+from mtpstudio.core.memory.cuda_schedule import Residency
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
 
 EXPERT_TENSOR = re.compile(r"^blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps\b")
@@ -69,6 +70,7 @@ class LayerWeights:
     dense_extent: Extent = ()
     expert_extent: Extent = ()
     ffn_tensors: tuple[TensorInfo, ...] = ()
+    tensors: tuple[TensorInfo, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class ModelWeights:
     n_layer: int
     input_extent: Extent = ()
     output_extent: Extent = ()
+    output_tensors: tuple[TensorInfo, ...] = ()
     mapped_in_ranges: bool = False  # the engine maps each run of CPU tensors (upstream > b11434)
 
     @classmethod
@@ -100,8 +103,12 @@ class ModelWeights:
         input_ext: dict[int, tuple[int, int]] = {}
         output_ext: dict[int, tuple[int, int]] = {}
         ffn: dict[int, list[TensorInfo]] = {}
+        block: dict[int, list[TensorInfo]] = {}
+        outputs: list[TensorInfo] = []
         input_bytes = output_bytes = output_gpu = other = 0
         for t in model.tensors:
+            if t.layer is not None:
+                block.setdefault(t.layer, []).append(t)
             if t.layer is not None and FFN_TENSOR.match(t.name):
                 ffn.setdefault(t.layer, []).append(t)
             gpu = cuda_alloc_size(t)
@@ -109,6 +116,7 @@ class ModelWeights:
                 input_bytes += t.n_bytes
                 _extend(input_ext, t)
             elif t.name in OUTPUT_TENSORS:
+                outputs.append(t)
                 output_bytes += t.n_bytes
                 output_gpu += gpu
                 _extend(output_ext, t)
@@ -134,6 +142,7 @@ class ModelWeights:
                 _frozen(dense_ext.get(i)),
                 _frozen(expert_ext.get(i)),
                 tuple(ffn.get(i, ())),
+                tuple(block.get(i, ())),
             )
             for i in range(model.block_count)
         )
@@ -146,6 +155,7 @@ class ModelWeights:
             model.n_layer,
             _frozen(input_ext),
             _frozen(output_ext),
+            tuple(outputs),
         )
 
 
@@ -291,3 +301,42 @@ def split_weights(weights: ModelWeights, placement: Placement) -> WeightSplit:
     # a span below the sum means offsets are unknown (a table without data offsets)
     mapped = _ranges(cpu_extents) if weights.mapped_in_ranges else _span(cpu_extents)
     return WeightSplit(gpu, cpu, cpu_experts, max(mapped, cpu) if cpu else 0)
+
+
+def _role(t: TensorInfo) -> str:
+    """A tensor's name past ``blk.N.`` (the whole name outside the blocks)."""
+    return t.name.split(".", 2)[2] if t.layer is not None else t.name
+
+
+def residency_for(
+    weights: ModelWeights,
+    placement: Placement,
+    *,
+    op_offload: bool = True,
+    layers: Iterable[int] | None = None,
+) -> Residency:
+    """What a graph of ``layers`` (default: every loaded block) reads from system RAM under
+    ``placement``: the expert tensors of CPU-expert blocks, the moved tensors of the fit's
+    partial block, every tensor and the caches of blocks on the CPU, and the output layer's
+    when it stays on the CPU. Each weight is sized as a CUDA buffer would hold it (its copy's
+    size)."""
+    wanted = placement.loaded_layers if layers is None else frozenset(layers)
+    ram: set[tuple[int, str, int]] = set()
+    caches: set[int] = set()
+    partial = placement.partial
+    for lw in weights.layers:
+        if lw.layer not in wanted or lw.layer not in placement.loaded_layers:
+            continue
+        if lw.layer not in placement.gpu_layers:
+            moved: Iterable[TensorInfo] = lw.tensors
+            caches.add(lw.layer)
+        elif partial is not None and lw.layer == partial.layer:
+            moved = (t for t in lw.ffn_tensors if partial.kind.moves(t.name))
+        elif lw.layer in placement.cpu_expert_layers:
+            moved = (t for t in lw.ffn_tensors if EXPERT_TENSOR.match(t.name))
+        else:
+            continue
+        ram |= {(lw.layer, _role(t), cuda_alloc_size(t)) for t in moved}
+    if not placement.output_on_gpu:
+        ram |= {(-1, _role(t), cuda_alloc_size(t)) for t in weights.output_tensors}
+    return Residency(frozenset(ram), frozenset(caches), op_offload)

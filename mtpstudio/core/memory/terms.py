@@ -103,6 +103,7 @@ class ComputeShape:
     n_rs_seq: int = 0  # recurrent-state copies per sequence MTP keeps (its draft depth)
     type_k: str = "f16"  # the cache types, where a backend's attention rules need more than
     type_v: str = "f16"  # quantized or not (CUDA's F16 conversion copies)
+    top_k: int = 0  # an MTP draft's backend top-k sampler (EngineMemoryFacts.draft_sampler_top_k)
 
     @property
     def quantized_kv(self) -> bool:
@@ -308,6 +309,7 @@ def compute_bytes(
                     v_rot=v_rot,
                     n_seqs=shape.n_seq,
                     cache_types=cache_types,
+                    top_k=shape.top_k,
                 ),
                 rules,
             )
@@ -321,6 +323,8 @@ def compute_bytes(
             n_seqs=shape.n_seq,
             rules=rules,
             cache_types=cache_types,
+            layer=model.n_layer,
+            top_k=shape.top_k,
         )
     if recurrent and replays_trunk(model, shape):
         graph = TrunkShape(

@@ -18,7 +18,7 @@ run on the host).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -33,8 +33,15 @@ from mtpstudio.core.memory.graph_alloc import (
     GraphBuilder,
     Tensor,
     reserved_bytes,
+    walk_bytes,
 )
-from mtpstudio.core.memory.nextn_graph import _moe_ffn, _rotated, _swiglu_ffn
+from mtpstudio.core.memory.nextn_graph import (
+    _moe_ffn,
+    _norm,
+    _rotated,
+    _swiglu_ffn,
+    backend_top_k,
+)
 from mtpstudio.core.model.info import ModelInfo
 
 TRUNK_GRAPH_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "glm4moe"})
@@ -88,10 +95,16 @@ class TrunkDims:
     experts_biased: bool = False
     experts_normalized: bool = True
     experts_scaled: bool = False
+    layers: tuple[int, ...] = ()
+    """The blocks a replay builds (empty: all ``n_layer``; see ``compressed_layers``)."""
 
     @property
     def is_moe(self) -> bool:
         return self.n_expert > 0
+
+    @property
+    def block_ids(self) -> tuple[int, ...]:
+        return self.layers or tuple(range(self.n_layer))
 
     # no recurrent layers (what the shared graph pieces may ask)
     ssm_state_size = ssm_group_count = ssm_inner_size = ssm_conv_kernel = 0
@@ -149,6 +162,8 @@ class TrunkShape:
     n_rs_seq: int = 0
     n_seqs: int = 1
     cache_types: tuple[str, str] = ("f16", "f16")
+    top_k: int = 0
+    """An MTP draft's backend top-k sampler after its LM head (0: none)."""
 
     def one_token(self) -> TrunkShape:
         """The same graph for one token per sequence (the second reservation)."""
@@ -219,8 +234,8 @@ class AttentionInputs:
 
 def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
     """(leafs, nodes) of the trunk's graph for one ubatch, in the engine's order."""
-    g = GraphBuilder()
-    w = g.weight
+    g = GraphBuilder(rows=shape.n_tokens)
+    token_embd = g.w("token_embd.weight")
     t = shape.n_tokens
     e = dims.n_embd
     embd = F32 * e * t
@@ -238,25 +253,29 @@ def trunk_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor], list[
 
     # the embeddings: the token rows, and the mixed-batch branch the input select keeps (the
     # lookups into the token embedding, kept in system memory, run on the host)
-    x = g.op("inp_embd_rows", "GET_ROWS", embd, w, tokens, host=True)
-    rows = g.op("mixed_rows", "GET_ROWS", embd, w, mixed_tokens, host=True)
+    x = g.op("inp_embd_rows", "GET_ROWS", embd, token_embd, tokens, host=True)
+    rows = g.op("mixed_rows", "GET_ROWS", embd, token_embd, mixed_tokens, host=True)
     mixed = g.op("mixed_embd", "DUP", embd, mixed_embd)
     g.write("mixed_set", "SET_ROWS", mixed, rows, mixed_slots, mixed)
     if scale_rows is not None:
         x = g.op("inp_scaled", "MUL", embd, x, scale_rows)
 
-    for il in range(dims.n_layer):
+    blocks = dims.block_ids
+    for il in blocks:
+        g.layer = il
         windowed = il in dims.swa_layers
         cache = attention.cache(
             "_swa" if windowed else "", shape.n_kv_swa if windowed else shape.n_kv
         )
-        out_ids = g.input("out_ids", I32 * shape.n_outputs) if il == dims.n_layer - 1 else None
+        out_ids = g.input("out_ids", I32 * shape.n_outputs) if il == blocks[-1] else None
         x = _layer(g, dims, shape, x, attention.position(), cache, out_ids, il)
 
+    g.layer, g.rows = -1, shape.n_outputs
     rows_out = F32 * e * shape.n_outputs
-    normed = g.op("result_norm", "MUL", rows_out, g.op("norm", "RMS_NORM", rows_out, x), w)
+    normed = _norm(g, x, rows_out, "result_norm", "output_norm.weight")
     normed.is_output = True
-    g.op("result_output", "MUL_MAT", F32 * dims.vocab_size * shape.n_outputs, w, normed, out=True)
+    logits = F32 * dims.vocab_size * shape.n_outputs
+    g.op("result_output", "MUL_MAT", logits, g.w("output.weight"), normed, out=True)
     return g.leafs, g.nodes
 
 
@@ -269,8 +288,7 @@ def nextn_block_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor],
     the token embedding and the target's hidden state normed, concatenated and projected, one
     decoder block with MoE like the trunk's, the head norm of every token (an output), then
     the LM head on the output rows."""
-    g = GraphBuilder()
-    w = g.weight
+    g = GraphBuilder(layer=dims.n_layer, rows=shape.n_tokens)
     t = shape.n_tokens
     embd = F32 * dims.n_embd * t
     # inputs in the order the graph reaches them: Q's rotation, the tokens, the hidden state,
@@ -284,18 +302,23 @@ def nextn_block_graph(dims: TrunkDims, shape: TrunkShape) -> tuple[list[Tensor],
     cache = attention.cache("", shape.n_kv)
     cache.k_rot = k_rot
 
-    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, w, tokens, host=True)
-    h_norm = _norm(g, hidden, embd, "mtp_hnorm")
-    e_norm = _norm(g, tok, embd, "mtp_enorm")
+    token_embd = g.w("token_embd.weight", -1)
+    tok = g.op("mtp_tok_embd", "GET_ROWS", embd, token_embd, tokens, host=True)
+    h_norm = _norm(g, hidden, embd, "mtp_hnorm", "nextn.hnorm.weight")
+    e_norm = _norm(g, tok, embd, "mtp_enorm", "nextn.enorm.weight")
     concat = g.op("mtp_concat", "CONCAT", 2 * embd, e_norm, h_norm)
-    eh_proj = g.op("mtp_eh_proj", "MUL_MAT", embd, w, concat)
+    eh_proj = g.op("mtp_eh_proj", "MUL_MAT", embd, g.w("nextn.eh_proj.weight"), concat)
     x = _layer(g, dims, shape, eh_proj, attention.position(), cache, None, dims.n_layer)
-    h_nextn = _norm(g, x, embd, "h_nextn")
+    h_nextn = _norm(g, x, embd, "h_nextn", "nextn.shared_head_norm.weight")
     h_nextn.is_output = True  # read back for the next draft step: never freed
     out_ids = g.input("out_ids", I32 * shape.n_outputs)
     rows = F32 * dims.n_embd * shape.n_outputs
     head = g.op("mtp_shared_head_norm", "GET_ROWS", rows, h_nextn, out_ids)
-    g.op("result_output", "MUL_MAT", F32 * dims.vocab_size * shape.n_outputs, w, head, out=True)
+    g.rows = shape.n_outputs
+    logits = F32 * dims.vocab_size * shape.n_outputs
+    result = g.op("result_output", "MUL_MAT", logits, g.w("output.weight", -1), head, out=True)
+    if shape.top_k:
+        backend_top_k(g, result, dims.vocab_size, shape.n_outputs, shape.top_k)
     return g.leafs, g.nodes
 
 
@@ -303,8 +326,11 @@ def nextn_block_compute_bytes(
     model: ModelInfo, shape: TrunkShape, rules: BackendRules = CPU_RULES
 ) -> int:
     """The MTP draft context's buffer of a ``NEXTN_BLOCK_ARCHITECTURES`` model: the largest
-    of its ubatch graph and its one-token graph, on the backend ``rules`` describe."""
-    return _nextn_block_bytes(TrunkDims.of(model), shape, rules)
+    of its ubatch graph and its one-token graph, on the backend ``rules`` describe (with a
+    backend sampler, reserved once without and once with it: the larger)."""
+    dims = TrunkDims.of(model)
+    shapes = {dataclasses.replace(shape, top_k=0), shape}
+    return max(_nextn_block_bytes(dims, s, rules) for s in shapes)
 
 
 @lru_cache(maxsize=256)
@@ -326,18 +352,21 @@ def kv_attention(
     ``q`` over its ``n_kv`` cells (flash attention, or scores, softmax in place and their
     product with the transposed V cache); the result before any rotation back."""
     t = shape.n_tokens
+    # the block's own cache tensors (where they live is the block's placement)
+    cache_k = g.cache("cache_k", cache.k.ne, cache.k.dtype)
+    cache_v = g.cache("cache_v", cache.v.ne, cache.v.dtype)
     g.write(
-        "cache_k_set", "SET_ROWS", cache.k, g.view("k_rows", k, k.nbytes), cache.k_idxs, cache.k
+        "cache_k_set", "SET_ROWS", cache_k, g.view("k_rows", k, k.nbytes), cache.k_idxs, cache_k
     )
     if shape.flash_attn:
         v_rows = g.view("v_rows", v, v.nbytes)
     else:  # the transposed V cache takes one element per row
         v_rows = g.view("v_elems", g.view("v_rows", v, v.nbytes, contiguous=True), v.nbytes)
-    g.write("cache_v_set", "SET_ROWS", cache.v, v_rows, cache.v_idxs, cache.v)
+    g.write("cache_v_set", "SET_ROWS", cache_v, v_rows, cache.v_idxs, cache_v)
     # the query split into streams and permuted (one view stands for both); the cache's
     # views, outside the compute buffer, are left out
     q_perm = g.view("q_perm", q, q.nbytes, ne=(q.nbytes // (F32 * t * n_head), t, n_head))
-    k_perm, v_perm = cache.k, cache.v
+    k_perm, v_perm = cache_k, cache_v
     if shape.flash_attn:
         attn = g.op("fattn", "FLASH_ATTN_EXT", out_bytes, q_perm, k_perm, v_perm, cache.mask)
         return g.view("kqv_out", attn, out_bytes, contiguous=True)
@@ -347,16 +376,14 @@ def kv_attention(
     return g.op("kqv_out", "CONT", out_bytes, g.view("kqv_merged", kqv, out_bytes))
 
 
-def _norm(g: GraphBuilder, x: Tensor, nbytes: int, name: str = "norm") -> Tensor:
-    """build_norm with RMS and a weight: the norm, then the weight multiplied in."""
-    return g.op(name, "MUL", nbytes, g.op("norm", "RMS_NORM", nbytes, x), g.weight)
-
-
-def _projection(g: GraphBuilder, x: Tensor, nbytes: int, bias: bool, name: str) -> Tensor:
-    """build_lora_mm plus an optional bias (added in place), reshaped to heads (a view)."""
-    p = g.op(name, "MUL_MAT", nbytes, g.weight, x)
+def _projection(
+    g: GraphBuilder, x: Tensor, nbytes: int, bias: bool, name: str, role: str
+) -> Tensor:
+    """build_lora_mm of weight ``role`` (``attn_q``) plus an optional bias (added in place),
+    reshaped to heads (a view)."""
+    p = g.op(name, "MUL_MAT", nbytes, g.w(f"{role}.weight"), x)
     if bias:
-        p = g.op(f"{name}_b", "ADD", nbytes, p, g.weight)
+        p = g.op(f"{name}_b", "ADD", nbytes, p, g.w(f"{role}.bias"))
     return g.view(f"{name}_3d", p, nbytes, contiguous=True)
 
 
@@ -381,24 +408,25 @@ def _layer(
     gemma = dims.architecture == "gemma3"
     k_rot, v_rot = cache.k_rot, cache.v_rot
 
-    attn_norm = _norm(g, x, embd, "attn_norm")
+    attn_norm = _norm(g, x, embd, "attn_norm", "attn_norm.weight")
     # the engine adds Q's chain to the graph first, then V's, then K's (build_attn; with a
     # sliding-window cache, build_attn's iswa variant adds K's before V's)
-    q = _projection(g, attn_norm, q_bytes, dims.q_bias, "Qcur")
+    q = _projection(g, attn_norm, q_bytes, dims.q_bias, "Qcur", "attn_q")
     if qk_norm:
-        q = _norm(g, q, q_bytes, "Qcur_normed")
+        q = _norm(g, q, q_bytes, "Qcur_normed", "attn_q_norm.weight")
     q = g.op("Qcur_rope", "ROPE", q_bytes, q, pos)
     if gemma:
         q = g.op("Qcur_scaled", "SCALE", q_bytes, q)
     q = _rotated(g, q, k_rot)
 
     def v_chain() -> Tensor:
-        return _rotated(g, _projection(g, attn_norm, v_bytes, dims.v_bias, "Vcur"), v_rot)
+        v = _projection(g, attn_norm, v_bytes, dims.v_bias, "Vcur", "attn_v")
+        return _rotated(g, v, v_rot)
 
     v = None if dims.swa_layers else v_chain()
-    k = _projection(g, attn_norm, k_bytes, dims.k_bias, "Kcur")
+    k = _projection(g, attn_norm, k_bytes, dims.k_bias, "Kcur", "attn_k")
     if qk_norm:
-        k = _norm(g, k, k_bytes, "Kcur_normed")
+        k = _norm(g, k, k_bytes, "Kcur_normed", "attn_k_norm.weight")
     k = _rotated(g, g.op("Kcur_rope", "ROPE", k_bytes, k, pos), k_rot)
     if v is None:
         v = v_chain()
@@ -406,19 +434,21 @@ def _layer(
     out_bytes = F32 * dims.head_v * dims.n_head * t
     attn = kv_attention(g, cache, q, k, v, out_bytes, dims.n_head, shape)
     attn = _rotated(g, attn, v_rot)
-    cur = g.op("attn_out", "MUL_MAT", embd, g.weight, attn)
+    cur = g.op("attn_out", "MUL_MAT", embd, g.w("attn_output.weight"), attn)
     if dims.o_bias:
-        cur = g.op("attn_out_b", "ADD", embd, cur, g.weight)
+        cur = g.op("attn_out_b", "ADD", embd, cur, g.w("attn_output.bias"))
 
     if out_ids is not None:  # the last layer keeps only the output rows
-        t = shape.n_outputs
+        t = g.rows = shape.n_outputs
         embd = F32 * e * t
         cur = g.op("attn_out_rows", "GET_ROWS", embd, cur, out_ids)
         x = g.op("inp_rows", "GET_ROWS", embd, x, out_ids)
     if gemma:
-        cur = _norm(g, cur, embd, "attn_post_norm")
+        cur = _norm(g, cur, embd, "attn_post_norm", "post_attention_norm.weight")
     ffn_inp = g.op("ffn_inp", "ADD", embd, cur, x)
-    ffn_norm = _norm(g, ffn_inp, embd, "ffn_norm")
+    # GLM-4.5 calls its norm before the FFN post_attention_norm
+    ffn_norm_weight = "post_attention_norm" if dims.architecture == "glm4moe" else "ffn_norm"
+    ffn_norm = _norm(g, ffn_inp, embd, "ffn_norm", f"{ffn_norm_weight}.weight")
     if dims.is_moe and layer >= dims.n_dense_lead:
         ffn = _moe_ffn(
             g,
@@ -433,7 +463,7 @@ def _layer(
     else:
         ffn = _swiglu_ffn(g, ffn_norm, dims.ffn_length, t, embd)
     if gemma:
-        ffn = _norm(g, ffn, embd, "ffn_post_norm")
+        ffn = _norm(g, ffn, embd, "ffn_post_norm", "post_ffw_norm.weight")
     return g.op("l_out", "ADD", embd, ffn, ffn_inp)
 
 
@@ -470,10 +500,45 @@ def trunk_compute_bytes(
 
 @lru_cache(maxsize=512)
 def _trunk_bytes(dims: TrunkDims, shape: TrunkShape, rules: BackendRules) -> int:
-    n = trunk_replay_layers(dims)
-    swa = frozenset(i for i in dims.swa_layers if i < n)
-    dims = dataclasses.replace(dims, n_layer=n, swa_layers=swa)
+    if rules.uniform_blocks:
+        n = trunk_replay_layers(dims)
+        swa = frozenset(i for i in dims.swa_layers if i < n)
+        dims = dataclasses.replace(dims, n_layer=n, swa_layers=swa)
+    else:  # blocks placed differently (some read from RAM): runs of alike blocks shortened
+        period = GEMMA3_SWA_PATTERN if dims.swa_layers else 1
+        lead = dims.n_dense_lead
+
+        def kind(i: int) -> Hashable:
+            return (i in dims.swa_layers, i < lead, rules.block_key(i))
+
+        layers = compressed_layers(dims.n_layer, period, kind)
+        dims = dataclasses.replace(dims, layers=layers)
     return largest_reservation(lambda s: trunk_graph(dims, s), shape, rules)
+
+
+RUN_KEPT = 2
+"""Periods of alike blocks a shortened replay keeps of each run (see ``compressed_layers``)."""
+
+
+def compressed_layers(
+    n_layer: int, period: int, kind: Callable[[int], Hashable], keep: int = RUN_KEPT
+) -> tuple[int, ...]:
+    """The blocks a replay builds when blocks are not all placed alike (some read weights or
+    caches from RAM): the layers in periods of ``period`` (the pattern of block kinds), and of
+    each run of periods whose blocks are of the same ``kind`` the first ``keep``; the last
+    period is always kept (the last block trims its rows to the outputs). Once the allocator
+    has gone through two alike periods its free blocks repeat, as for ``replayed_layers``:
+    the shortened replay reaches the whole graph's peak (checked against whole replays over
+    n-cpu-moe, fit and -ngl placements in ``tests/test_cuda_schedule.py``)."""
+    periods = [tuple(range(b, min(b + period, n_layer))) for b in range(0, n_layer, period)]
+    kinds = [tuple(kind(i) for i in p) for p in periods]
+    kept: list[int] = []
+    run = 0
+    for k, p in enumerate(periods):
+        run = run + 1 if k and kinds[k] == kinds[k - 1] else 1
+        if run <= keep or k == len(periods) - 1:
+            kept += p
+    return tuple(kept)
 
 
 def largest_reservation(
@@ -490,9 +555,13 @@ def largest_reservation(
     if single == shape:
         return whole
     leafs, nodes = build(single)
+    # what a backend adds before its walk (the scheduler's copies) is bounded by the graph's
+    # own tensors unless it copies weights or caches from RAM: then sum the prepared graph
+    prepared = None if rules.copies_within(nodes) else rules.prepare(leafs, nodes)
+    tensors = (*leafs, *nodes) if prepared is None else (*prepared.leafs, *prepared.nodes)
     ceiling = sum(
-        rules.alloc_size(t) + MAX_ALIGNMENT
-        for t in (*leafs, *nodes)
-        if not t.external and t.view_of is None
+        rules.alloc_size(t) + MAX_ALIGNMENT for t in tensors if not t.external and t.view_of is None
     )
-    return whole if ceiling <= whole else max(whole, reserved_bytes(leafs, nodes, rules=rules))
+    if ceiling <= whole:
+        return whole
+    return max(whole, walk_bytes(prepared or rules.prepare(leafs, nodes), rules=rules))

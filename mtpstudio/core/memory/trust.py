@@ -14,6 +14,9 @@ class Trust(StrEnum):
     or a compute buffer from a replay of the engine's graph allocator (``graph_alloc``)."""
     MEASURED = "measured"
     """This engine build logged this very figure on this device (a stored reconciliation)."""
+    CUDA = "measured on CUDA (sm_90, b11434)"
+    """The same rule and figure were checked against a real CUDA build of the pinned engine on a
+    Hopper card by the GPU kit (``tests/fixtures/cuda_truth``), not on this very card."""
     SOURCE = "source"
     """Follows the engine's source for this backend (the pinned ggml-cuda: alignment, padding,
     attention copies, graph rewrites), but was not measured on this kind of device."""
@@ -45,12 +48,14 @@ def segment_trust(
     measured: Collection[tuple[str, str]] = NOTHING_MEASURED,
     replayed: Collection[tuple[str, str]] = NOTHING_MEASURED,
     sourced: Collection[tuple[str, str]] = NOTHING_MEASURED,
+    kit: Collection[tuple[str, str]] = NOTHING_MEASURED,
 ) -> Trust:
     """How far ``segment`` on ``device_id`` (``CPU``, ``CUDA0``, ``host``) can be trusted;
     ``measured`` lists the (device, segment) pairs a stored measurement confirms, ``replayed``
     the pairs whose figure replays the engine's own allocator on a backend where that replay
     was checked against the engine's trace, ``sourced`` the pairs whose figure follows the
-    engine's source for that backend without a check on such a device."""
+    engine's source for that backend without a check on such a device, ``kit`` the pairs the
+    GPU kit measured on a CUDA card of the same kind."""
     if (device_id, segment) in measured:
         return Trust.MEASURED
     if (device_id, segment) in replayed or segment in _EXACT_ANYWHERE:
@@ -58,6 +63,8 @@ def segment_trust(
     on_cpu = device_id in {"CPU", "host"}
     if on_cpu and segment in _EXACT_ON_CPU:
         return Trust.EXACT
+    if (device_id, segment) in kit:
+        return Trust.CUDA
     if (device_id, segment) in sourced:
         return Trust.SOURCE
     return Trust.ESTIMATE
@@ -69,10 +76,12 @@ def device_trust(
     measured: Collection[tuple[str, str]] = NOTHING_MEASURED,
     replayed: Collection[tuple[str, str]] = NOTHING_MEASURED,
     sourced: Collection[tuple[str, str]] = NOTHING_MEASURED,
+    kit: Collection[tuple[str, str]] = NOTHING_MEASURED,
 ) -> dict[str, str]:
     """``segment -> trust`` for every segment of one device (JSON-ready)."""
     return {
-        name: segment_trust(device_id, name, measured, replayed, sourced).value for name in segments
+        name: segment_trust(device_id, name, measured, replayed, sourced, kit).value
+        for name in segments
     }
 
 
@@ -80,6 +89,8 @@ TRUST_MEANINGS = {
     Trust.EXACT: "byte formula checked against the engine's log, or the engine's graph "
     "allocator replayed",
     Trust.MEASURED: "this engine build logged this figure on this device at a launch",
+    Trust.CUDA: "checked against the pinned engine's CUDA build on an H200 and an H100 by "
+    "the GPU kit",
     Trust.SOURCE: "follows the engine's source for this backend (CUDA), not measured on such a "
     "device",
     Trust.ESTIMATE: "fitted or assumed (a compute buffer mtpstudio does not replay carries a "
@@ -87,7 +98,7 @@ TRUST_MEANINGS = {
 }
 """What each level means, in the words the plan report and the GUI legend use."""
 
-TRUST_ORDER = (Trust.MEASURED, Trust.EXACT, Trust.SOURCE, Trust.ESTIMATE)
+TRUST_ORDER = (Trust.MEASURED, Trust.EXACT, Trust.CUDA, Trust.SOURCE, Trust.ESTIMATE)
 """From the most to the least sure; a sum of figures is as sure as its least sure part."""
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # numpy loads only where a large array needs it (not on the l
 from mtpstudio.core.errors import GgufError
 from mtpstudio.core.model.ggml_types import FILE_TYPES, TENSOR_TYPES, GGUFValueType
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
+from mtpstudio.core.outside_text import has_control, visible
 
 __all__ = [
     "DEFAULT_LAZY_THRESHOLD",
@@ -1170,6 +1171,8 @@ def model_info_from_gguf(g: GgufFile) -> ModelInfo:
     keys = _Keys(g)
     arch = keys.string("general.architecture", required=True)
     assert arch is not None
+    if has_control(arch):
+        raise keys.error(f"general.architecture is {visible(arch)!r}, not an architecture name")
     block_count = keys.integer(f"{arch}.block_count", required=True)
     if not 0 < block_count <= _MAX_LAYERS:
         raise keys.error(f"{arch}.block_count is {block_count}, which is absurd")
@@ -1206,6 +1209,7 @@ def model_info_from_gguf(g: GgufFile) -> ModelInfo:
         stem = g.path.name.removesuffix(".gguf")
         m = _SPLIT_RE.match(g.path.name)
         name = m["prefix"] if m else stem
+    name = visible(name)  # shown on terminals and in the window: never an escape sequence
     return ModelInfo(
         architecture=arch,
         name=name,

@@ -9,6 +9,7 @@ from typing import Any
 
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan import MIN_CTX, CacheType, MoePlacement, Plan, plan_with
 from mtpstudio.core.server.health import HealthResult, HealthState
 from mtpstudio.core.server.load_log import LoadReport
@@ -71,7 +72,7 @@ class Diagnosis:
         lines = [self.cause]
         if self.evidence:
             lines.append("The log says:")
-            lines += [f"  {e}" for e in self.evidence[:4]]
+            lines += [f"  {visible(e, keep_tabs=True)}" for e in self.evidence[:4]]
         if self.fixes:
             lines.append("What to change in the plan (most likely to help first):")
             for i, fix in enumerate(self.fixes, 1):

@@ -273,23 +273,40 @@ def pid_alive(pid: int, start: int | None = None) -> bool:
     return procfs.is_running(pid, start)
 
 
-def stop_pid(pid: int, start: int, grace: float = STOP_GRACE_S) -> ProcessOutcome:
+def stop_pid(
+    pid: int, start: int, grace: float = STOP_GRACE_S, binary: str | None = None
+) -> ProcessOutcome:
     """Stop a server another mtpstudio call started (not our child, so no exit code).
 
-    SIGTERM its process group, wait up to ``grace`` s, then SIGKILL. Checks ``start`` (always
-    required: a record without a start time is never acted on) first, so a reused pid is never
-    signalled.
+    The process is identified first: its start time (always required: a record without one is
+    never acted on) and, when ``binary`` is given, its program (``/proc/PID/exe``); a reused pid
+    or another program is never signalled. Then SIGTERM - to its process group only when it
+    leads its own (mtpstudio starts servers in their own session), else to it alone - wait up
+    to ``grace`` s, then SIGKILL.
 
     Raises:
-        ServerError: the process survived SIGKILL (should not happen) or may not be signalled.
+        ServerError: the pid runs another program than ``binary``, may not be signalled, or
+            survived SIGKILL (should not happen).
     """
     if not pid_alive(pid, start):
         return ProcessOutcome(returncode=0, stopped=True)
+    if binary is not None and not procfs.runs_binary(pid, binary):
+        shown = procfs.exe_path(pid) or "a program this user may not look at"
+        raise ServerError(
+            f"pid {pid} runs {shown}, not the recorded engine {binary}, so it was not signalled",
+            hint="The record is not this server's; `mtpstudio server status` removes it.",
+        )
+    group = procfs.leads_group(pid)
     last = signal.SIGTERM
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT_S)):
         last = sig
+        if not pid_alive(pid, start):  # never signal a pid that has been reused meanwhile
+            break
         try:
-            os.killpg(pid, sig)
+            if group:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
         except ProcessLookupError:
             break
         except PermissionError:

@@ -1,8 +1,10 @@
-"""Process facts from /proc (Linux): alive or zombie, start time, who listens on a TCP port."""
+"""Process facts from /proc (Linux): alive or zombie, start time, program, process group, who
+listens on a TCP port."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -40,6 +42,49 @@ def exe_path(pid: int, proc_root: Path = PROC) -> str | None:
     except OSError:
         return None
     return target.removesuffix(" (deleted)")
+
+
+def _interpreter(path: str) -> str | None:
+    """The program a ``#!`` script names on its first line (``env NAME``: NAME), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        head = os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env" and len(words) > 1:
+        return words[1]
+    return words[0]
+
+
+def runs_binary(pid: int, binary: str, proc_root: Path = PROC) -> bool:
+    """Whether ``pid`` runs the program ``binary`` (``/proc/PID/exe`` is that file), or - for a
+    ``#!`` script - the interpreter running it. False when the pid cannot be looked at."""
+    exe = exe_path(pid, proc_root)
+    if exe is None:
+        return False
+    if exe == os.path.realpath(binary):
+        return True
+    interpreter = _interpreter(binary)
+    if interpreter is None:
+        return False
+    if "/" not in interpreter:  # #!/usr/bin/env NAME
+        return os.path.basename(exe) == interpreter
+    return exe == os.path.realpath(interpreter)
+
+
+def leads_group(pid: int, proc_root: Path = PROC) -> bool:
+    """Whether ``pid`` is the leader of its own process group (pgid == pid)."""
+    return process_group(pid, proc_root) == pid
 
 
 def is_running(pid: int, start: int | None = None, proc_root: Path = PROC) -> bool:

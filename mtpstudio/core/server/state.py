@@ -3,7 +3,8 @@
 A record is written as soon as the server is spawned (``healthy_after_s`` is None while it
 loads) and read back as untrusted input: a record that is not exactly what mtpstudio writes (a
 pid that is not a number, no start time to tell the server from a later program with the same
-pid) is named in one logged sentence and never acted on.
+pid) is named in one logged sentence and never acted on; one whose pid runs another program
+than the recorded binary is not the server's (``Liveness.OTHER``) and is removed unsignalled.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.plan import EngineFlavour, is_host
+from mtpstudio.core.server import procfs
 from mtpstudio.core.server.process import pid_alive
 from mtpstudio.core.state_files import SchemaError, StateFileError, read_json
 
@@ -50,6 +52,7 @@ class Liveness(StrEnum):
     RUNNING = "running"
     GONE = "gone"
     REUSED = "pid reused by another program"
+    OTHER = "another program than the recorded engine"
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,11 @@ class ServerState:
         return asdict(self)
 
     def liveness(self) -> Liveness:
+        """RUNNING only when the pid has the recorded start time and runs the recorded binary
+        (``procfs.runs_binary``)."""
         if pid_alive(self.pid, self.start_ticks):
+            if not procfs.runs_binary(self.pid, self.binary):
+                return Liveness.OTHER
             return Liveness.RUNNING
         if pid_alive(self.pid):
             return Liveness.REUSED

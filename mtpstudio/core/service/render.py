@@ -10,7 +10,6 @@ before it is returned.
 from __future__ import annotations
 
 import re
-import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -25,9 +24,15 @@ from mtpstudio.core import paths, quoting
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, LoadMode, Plan
+from mtpstudio.helper import profile_shape, session_shape, unit_shape
+from mtpstudio.helper.profile_shape import NVIDIA_PROFILE_NAME, NVIDIA_PROFILE_PROCESSES
+from mtpstudio.helper.session_shape import SESSION_VARIABLES, SessionShape
+from mtpstudio.helper.shape_common import comment, comment_wrap
+from mtpstudio.helper.unit_shape import UnitShape
 
 __all__ = [
     "NVIDIA_PROFILE_PROCESSES",
+    "SESSION_VARIABLES",
     "RenderedFile",
     "ServiceLayout",
     "SessionSettings",
@@ -42,14 +47,7 @@ __all__ = [
 ]
 
 TEMPLATE_PACKAGE = "mtpstudio.templates"
-NVIDIA_PROFILE_PROCESSES = ("kwin_wayland", "Xwayland", "plasmashell")
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
-
-# Variables the software-rendering sessions set (and take back out of the user manager).
-_MESA_ONLY = ("__EGL_VENDOR_LIBRARY_FILENAMES", "__GLX_VENDOR_LIBRARY_NAME")
-_SOFTWARE_GL = ("LIBGL_ALWAYS_SOFTWARE", "GALLIUM_DRIVER", "LP_NUM_THREADS")
-SESSION_VARIABLES = ("KWIN_COMPOSE", "KWIN_DRM_DEVICES", *_SOFTWARE_GL, *_MESA_ONLY)
-"""Every variable a mtpstudio session may set; a user unit unsets them for llama-server."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +62,8 @@ class RenderedFile:
         explanation: one line for the GUI / CLI listing.
         privileged: installing it needs root (the helper).
         warnings: things to tell the user about this file.
+        params: for a file the helper installs, the values it builds the file from (what is
+            handed to it instead of the text).
     """
 
     name: str
@@ -73,6 +73,7 @@ class RenderedFile:
     explanation: str
     privileged: bool = False
     warnings: tuple[str, ...] = ()
+    params: Mapping[str, Any] | None = None
 
 
 class UnitScope(StrEnum):
@@ -170,27 +171,6 @@ def _load_template(name: str) -> str:
         raise jinja2.TemplateNotFound(name) from None
 
 
-def _comment(text: str) -> str:
-    """Text for a ``#`` comment line (one line, never ending in a backslash)."""
-    quoting.check_one_line(text, "a comment")
-    return text.rstrip("\\ ")
-
-
-def _comment_wrap(text: str, first: str = "# ", rest: str | None = None, width: int = 96) -> str:
-    """``text`` as ``#`` comment lines of at most ``width`` columns (hanging indent ``rest``)."""
-    quoting.check_one_line(text, "a comment")
-    rest = first if rest is None else rest
-    lines = textwrap.wrap(
-        text,
-        width=width,
-        initial_indent=first,
-        subsequent_indent=rest,
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-    return "\n".join(line.rstrip("\\ ") for line in lines) or first.rstrip()
-
-
 @lru_cache(maxsize=1)
 def template_environment() -> jinja2.Environment:
     """The Jinja environment for mtpstudio's templates (shared, read-only after creation)."""
@@ -203,8 +183,8 @@ def template_environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     filters: Mapping[str, Callable[..., Any]] = {
-        "comment": _comment,
-        "comment_wrap": _comment_wrap,
+        "comment": comment,
+        "comment_wrap": comment_wrap,
         "shell": quoting.shell_quote,
         "shell_join": quoting.shell_join,
         "systemd_path": quoting.systemd_path,
@@ -230,10 +210,6 @@ def _render(template: str, **context: Any) -> str:
 
 def _notes_context(spec: LaunchSpec) -> list[dict[str, str]]:
     return [{"flag": n.flag, "explanation": n.explanation} for n in spec.flags]
-
-
-def _exec_start(spec: LaunchSpec) -> str:
-    return quoting.systemd_command_line(spec.argv, spec.arg_groups)
 
 
 def _check_exec_start(text: str, spec: LaunchSpec, name: str) -> None:
@@ -309,18 +285,9 @@ def render_service_files(
             "memory-lock limit (8 MiB by default); use a system unit, or raise LimitMEMLOCK "
             "for user@.service."
         )
-    context = {
-        "unit_name": unit_name,
-        "description": f"llama-server {model_file} (mtpstudio)",
-        "scope": scope.value,
-        "user": user,
-        "env_path": str(layout.env_path),
-        "exec_start": _exec_start(spec),
+    context = {  # the launch script's (the unit and its env file: helper.unit_shape)
         "notes": _notes_context(spec),
         "warnings": [*spec.warnings, *unit_warnings],
-        "mlock": mlock,
-        "loopback": plan.server.is_loopback,
-        "unset_variables": SESSION_VARIABLES,
         "env": sorted(spec.env.items()),
         "model_file": model_file,
         "script_name": out.launch_script,
@@ -328,11 +295,23 @@ def render_service_files(
         "arg_lines": _script_lines(spec),
         "drop_patterns": _drop_patterns(spec.drop_env_prefixes),
     }
-    unit_template = (
-        "systemd/system.service.j2" if scope is UnitScope.SYSTEM else ("systemd/user.service.j2")
+    shape = UnitShape(
+        system=scope is UnitScope.SYSTEM,
+        unit_name=unit_name,
+        env_path=str(layout.env_path),
+        user=user,
+        model_file=model_file,
+        argv=tuple(spec.argv),
+        arg_groups=tuple(spec.arg_groups),
+        notes=tuple((n.flag, n.explanation) for n in spec.flags),
+        warnings=(*spec.warnings, *unit_warnings),
+        mlock=mlock,
+        loopback=plan.server.is_loopback,
+        env=tuple(sorted(spec.env.items())),
     )
-    unit_text = _render(unit_template, **context)
+    unit_text = unit_shape.render_unit(shape)
     _check_exec_start(unit_text, spec, unit_name)
+    env_text = unit_shape.render_env(unit_name, shape.env)
     system = scope is UnitScope.SYSTEM
     return {
         "unit": RenderedFile(
@@ -347,10 +326,11 @@ def render_service_files(
             ),
             privileged=system,
             warnings=tuple(unit_warnings),
+            params=shape.params() if system else None,
         ),
         "env": RenderedFile(
             name=out.env_file,
-            text=_render("systemd/service.env.j2", **context),
+            text=env_text,
             mode=0o644,
             install_path=layout.env_path,
             explanation="Environment of the unit (EnvironmentFile=); add your own variables here.",
@@ -370,125 +350,55 @@ def render_service_files(
 # desktop sessions and the NVIDIA profile
 
 
-@dataclass(frozen=True)
-class _VariantFacts:
-    file_stem: str
-    wrapper_name: str
-    session_name: str
-    comment: str
-    x11: bool
-
-
-_VARIANTS: Mapping[SessionVariant, _VariantFacts] = {
-    SessionVariant.WAYLAND_IGPU: _VariantFacts(
-        "plasmawayland-igpu-mtpstudio",
-        "startplasma-wayland-igpu-mtpstudio",
-        "Plasma on the iGPU by mtpstudio (Wayland)",
-        "Plasma drawn by the integrated GPU, leaving the NVIDIA card's memory to llama-server",
-        x11=False,
-    ),
-    SessionVariant.WAYLAND_LLVMPIPE: _VariantFacts(
-        "plasmawayland-llvmpipe-mtpstudio",
-        "startplasma-wayland-llvmpipe-mtpstudio",
-        "Plasma software rendering by mtpstudio (Wayland)",
-        "Plasma drawn by the CPU (llvmpipe), leaving the NVIDIA card's memory to llama-server",
-        x11=False,
-    ),
-    SessionVariant.X11_LLVMPIPE: _VariantFacts(
-        "plasmax11-llvmpipe-mtpstudio",
-        "startplasmax11-llvmpipe-mtpstudio",
-        "Plasma software rendering by mtpstudio (X11)",
-        "Plasma on X11 with OpenGL drawn by the CPU (llvmpipe); Xorg keeps its framebuffers",
-        x11=True,
-    ),
-}
-
-
-def _plain_exec_path(path: str, what: str) -> str:
-    """SDDM runs a Wayland session's Exec through ``exec $@`` unquoted: only plain paths work."""
-    quoting.check_one_line(path, what)
-    if not Path(path).is_absolute() or quoting.desktop_exec_arg(path) != path:
-        raise RenderError(
-            f"{what} {path!r} must be an absolute path without spaces, quotes or shell "
-            "characters: the login manager does not honour quoting",
-        )
-    return path
-
-
-def _plasma_command(settings: SessionSettings, x11: bool) -> list[str]:
-    """The distribution's command that starts Plasma (its session file's Exec= words)."""
-    command = list(settings.x11_command if x11 else settings.wayland_command)
-    if not command or not command[0]:
-        raise RenderError("the command that starts Plasma is empty")
-    for word in command:
-        quoting.check_one_line(word, "the command that starts Plasma")
-    return command
-
-
 def render_session_files(
     variant: SessionVariant, settings: SessionSettings | None = None
 ) -> dict[str, RenderedFile]:
-    """The session ``.desktop`` file and its wrapper script for ``variant``.
+    """The session ``.desktop`` file and its wrapper script for ``variant`` (written by
+    ``helper.session_shape``, the code the helper builds the installed files with).
 
     Returns:
         ``{"desktop": …, "wrapper": …}``; both need root to install (SDDM reads only system
-        session folders).
+        session folders). The desktop file carries the helper's parameters when the helper can
+        install it (Plasma's own session file is known).
 
     Raises:
         RenderError: the iGPU variant without ``settings.igpu_card``, or paths that cannot be
             written safely.
     """
     settings = settings or SessionSettings()
-    facts = _VARIANTS[variant]
-    wrapper_path = _plain_exec_path(
-        str(Path(settings.wrapper_dir) / facts.wrapper_name), "the session wrapper path"
+    facts = session_shape.VARIANTS[variant.value]
+    x11 = facts.kind == "xsessions"
+    shape = SessionShape(
+        variant=variant.value,
+        sessions_dir=settings.x11_sessions_dir if x11 else settings.wayland_sessions_dir,
+        plasma_command=tuple(settings.x11_command if x11 else settings.wayland_command),
+        plasma_source=(settings.plasma_source or {}).get(facts.kind),
+        igpu_card=settings.igpu_card,
+        llvmpipe_threads=settings.llvmpipe_threads,
+        wrapper_dir=settings.wrapper_dir,
+        mesa_egl_vendor_file=settings.mesa_egl_vendor_file,
     )
-    sessions_dir = settings.x11_sessions_dir if facts.x11 else settings.wayland_sessions_dir
-    sessions_kind = "xsessions" if facts.x11 else "wayland-sessions"
-    desktop_path = Path(sessions_dir) / f"{facts.file_stem}.desktop"
-    if variant is SessionVariant.WAYLAND_IGPU and not settings.igpu_card:
-        raise RenderError(
-            "the iGPU session needs the iGPU's DRM device (e.g. /dev/dri/by-path/…-card)"
-        )
-    if settings.llvmpipe_threads is not None and settings.llvmpipe_threads < 1:
-        raise RenderError("llvmpipe threads must be at least 1")
-    exports: list[tuple[str, str]] = []
-    if variant is SessionVariant.WAYLAND_LLVMPIPE:
-        exports.append(("KWIN_COMPOSE", "Q"))
-    if variant is not SessionVariant.WAYLAND_IGPU:
-        exports += [("LIBGL_ALWAYS_SOFTWARE", "1"), ("GALLIUM_DRIVER", "llvmpipe")]
-        if settings.llvmpipe_threads is not None:
-            exports.append(("LP_NUM_THREADS", str(settings.llvmpipe_threads)))
-    context = {
-        "session_name": facts.session_name,
-        "comment": facts.comment,
-        "variant": variant.value,
-        "x11": facts.x11,
-        "igpu": variant is SessionVariant.WAYLAND_IGPU,
-        "igpu_card": settings.igpu_card or "",
-        "exports": exports,
-        "mesa_egl_vendor_file": settings.mesa_egl_vendor_file,
-        "plasma_command": _plasma_command(settings, facts.x11),
-        "plasma_source": (settings.plasma_source or {}).get(sessions_kind),
-        "wrapper_path": wrapper_path,
-        "desktop_path": str(desktop_path),
-        "unset_variables": SESSION_VARIABLES,
-        "exec": [wrapper_path],
-    }
+    desktop_text = session_shape.render_session_desktop(shape)
+    wrapper_text = session_shape.render_session_wrapper(shape)
+    try:
+        params: Mapping[str, Any] | None = shape.params()
+    except RenderError:
+        params = None  # rendered for a look (no Plasma here): not something to install
     return {
         "desktop": RenderedFile(
-            name=desktop_path.name,
-            text=_render("session/session.desktop.j2", **context),
+            name=facts.file_name,
+            text=desktop_text,
             mode=0o644,
-            install_path=desktop_path,
+            install_path=Path(shape.desktop_path),
             explanation=f"Login-screen entry '{facts.session_name}'.",
             privileged=True,
+            params=params,
         ),
         "wrapper": RenderedFile(
             name=facts.wrapper_name,
-            text=_render("session/startplasma.sh.j2", **context),
+            text=wrapper_text,
             mode=0o755,
-            install_path=Path(wrapper_path),
+            install_path=Path(shape.wrapper_path),
             explanation="Sets the rendering variables, starts Plasma, and clears them at logout.",
             privileged=True,
         ),
@@ -501,17 +411,16 @@ def render_nvidia_profile(processes: Sequence[str] = NVIDIA_PROFILE_PROCESSES) -
     The lightest reclaim: the driver stops keeping freed video memory in a pool for these
     processes (egl-wayland#126); nothing else about the session changes.
     """
-    for proc in processes:
-        quoting.check_one_line(proc, "a process name")
-    path = Path("/etc/nvidia/nvidia-application-profiles-rc.d/50-mtpstudio-desktop-vram.json")
+    path = Path("/etc/nvidia/nvidia-application-profiles-rc.d") / NVIDIA_PROFILE_NAME
     return RenderedFile(
         name=path.name,
-        text=_render("nvidia/app-profile.json.j2", processes=list(processes)),
+        text=profile_shape.render_nvidia_profile(processes),
         mode=0o644,
         install_path=path,
         explanation="NVIDIA driver profile: the compositor and shell return freed VRAM "
         "instead of pooling it.",
         privileged=True,
+        params={"processes": list(processes)},
     )
 
 

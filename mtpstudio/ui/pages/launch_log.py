@@ -8,6 +8,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QVBoxLayout, QWidget
 
+from mtpstudio.core.outside_text import visible
+
 LOG_BLOCKS = 5000
 
 
@@ -44,7 +46,7 @@ class ServerLogTab(QWidget):
 
     def append(self, lines: list[str]) -> None:
         """New log lines at the end (the match count follows a search in progress)."""
-        self.log_view.appendPlainText("\n".join(lines))
+        self.log_view.appendPlainText("\n".join(visible(line, keep_tabs=True) for line in lines))
         if self.search.text():
             self._count_matches()
 

@@ -459,7 +459,11 @@ class ServicePage(PlanPage):
             notes = ["Written to your own folders; then `systemctl --user daemon-reload`."]
         else:
             assert helper is not None
-            plan = system_unit_plan(out.files)
+            try:
+                plan = system_unit_plan(out.files, self.system.root)
+            except MtpStudioError as exc:
+                self.action.outcome.show_error(exc, "Cannot install: ")
+                return
             shown = list(plan.files)
             root = self.system.root
             title = "Files to install: system unit"

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.outside_text import visible
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskHandle, TaskManager
 from mtpstudio.ui.widgets.common import Notice, Tone
@@ -41,7 +42,7 @@ def error_details(exc: BaseException) -> str:
             lines.append(f"What to do: {exc.hint}")
     else:
         lines += ["", *traceback.format_exception(exc)]
-    return "\n".join(line.rstrip("\n") for line in lines)
+    return "\n".join(visible(line.rstrip("\n"), keep_tabs=True) for line in lines)
 
 
 class OutcomeView(QWidget):

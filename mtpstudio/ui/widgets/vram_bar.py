@@ -79,6 +79,12 @@ SEGMENT_STYLES = MappingProxyType(
             description="The engine's own GPU runtime context (CUDA on NVIDIA, ROCm/HIP on AMD), "
             "outside its buffers.",
         ),
+        "runtime_growth": SegmentStyle(
+            "runtime growth",
+            "#d4a373",
+            description="What the engine process adds during its first prompts (kernels, "
+            "memory pool, cuBLAS, CUDA graphs): not in its load log, and it cannot cap it.",
+        ),
         "desktop": SegmentStyle(
             "desktop", "#edc948", description="The desktop (compositor, shell) on this GPU."
         ),
@@ -89,7 +95,8 @@ SEGMENT_STYLES = MappingProxyType(
             "margin",
             "#e15759",
             hatched=True,
-            description="Safety margin kept free for spikes and driver growth.",
+            description="Safety margin kept free (with the engine's fit: what is left of it "
+            "once the process has grown after the load).",
         ),
         "host_other": SegmentStyle(
             "other programs", "#bab0ac", description="RAM in use by everything else now."
@@ -239,6 +246,7 @@ def device_row(device: DeviceBudget, trust: Mapping[str, str] | None = None) -> 
             trust=sure("compute", "output"),
         ),
         BarSegment("driver", s.get("driver_overhead", 0), trust=sure("driver_overhead")),
+        BarSegment("runtime_growth", s.get("runtime_growth", 0), trust=sure("runtime_growth")),
         BarSegment("desktop", s.get("desktop", 0), trust=sure("desktop")),
         BarSegment("other_processes", s.get("other_processes", 0), trust=sure("other_processes")),
         BarSegment("margin", s.get("margin", 0), trust=sure("margin")),

@@ -94,6 +94,8 @@ MEMORY = EngineMemoryFacts(
     fit_counts_mtp_block=True,
     fit_splits_layers=True,
     fit_moves_layers_of_moe=True,
+    draft_sampler_top_k=10,
+    cuda_measured=True,
 )
 
 PROFILE = EngineProfile(

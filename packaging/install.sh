@@ -3,6 +3,7 @@
 #
 #   sudo packaging/install.sh               install (or upgrade) from this source tree
 #   sudo packaging/install.sh --uninstall   remove everything the install wrote
+#   packaging/install.sh --check-polkit     only say whether pkexec (polkit) is there
 #
 # Options: --prefix DIR (default /usr/local), --wheel FILE (install this wheel instead of building
 # one from the source tree). DESTDIR=/some/dir stages the whole tree below that folder instead of
@@ -19,7 +20,8 @@
 # The helper and the policy are outside PREFIX on purpose: polkit reads policies only from
 # /usr/share/polkit-1/actions, and the policy's exec.path names the helper's fixed path.
 # Sessions, wrappers and units that `mtpstudio apply` wrote are not touched by --uninstall:
-# run `mtpstudio revert` for them first.
+# run `mtpstudio revert` for them first. The helper runs through pkexec: when it is missing, the
+# install says which package provides it here (PKEXEC and OS_RELEASE name others, for tests).
 set -eu
 
 ID=io.github.mtpstudio
@@ -45,6 +47,7 @@ die() {
 while [ $# -gt 0 ]; do
   case $1 in
     --uninstall) ACTION=uninstall ;;
+    --check-polkit) ACTION=check-polkit ;;
     --prefix) [ $# -ge 2 ] || die "--prefix needs a folder"; PREFIX=$2; shift ;;
     --prefix=*) PREFIX=${1#--prefix=} ;;
     --wheel) [ $# -ge 2 ] || die "--wheel needs a file"; WHEEL=$2; shift ;;
@@ -66,6 +69,51 @@ BIN=$PREFIX/bin/mtpstudio
 DESKTOP=$PREFIX/share/applications/$ID.desktop
 METAINFO=$PREFIX/share/metainfo/$ID.metainfo.xml
 ICONS=$PREFIX/share/icons/hicolor
+
+# The package that provides pkexec here (mtpstudio/core/distro.py says the same).
+pkexec_package() {
+  release=${OS_RELEASE:-/etc/os-release}
+  os_value() { [ -r "$release" ] && sed -n "s/^$1=//p" "$release" | head -n 1 | tr -d "\"'"; }
+  id=$(os_value ID); like=$(os_value ID_LIKE)
+  version=$(os_value VERSION_ID); ubuntu=$(os_value UBUNTU_VERSION_ID)
+  major=${version%%.*}
+  case " $id $like " in
+    *" ubuntu "*)
+      [ "$id" = ubuntu ] || { version=$ubuntu; major=${ubuntu%%.*}; }
+      minor=${version#*.}; minor=${minor%%.*}
+      if [ -n "$major" ] && { [ "$major" -lt 23 ] ||
+          { [ "$major" -eq 23 ] && [ "${minor:-0}" -lt 4 ]; }; }; then
+        echo "policykit-1|sudo apt install policykit-1"
+      else
+        echo "pkexec|sudo apt install pkexec"
+      fi ;;
+    *" debian "*)
+      if [ "$id" = debian ] && [ -n "$major" ] && [ "$major" -lt 12 ]; then
+        echo "policykit-1|sudo apt install policykit-1"
+      else
+        echo "pkexec|sudo apt install pkexec"
+      fi ;;
+    *" arch "*|*" archlinux "*|*" cachyos "*|*" manjaro "*|*" endeavouros "*)
+      echo "polkit|sudo pacman -S polkit" ;;
+    *" fedora "*|*" rhel "*|*" centos "*) echo "polkit|sudo dnf install polkit" ;;
+    *" opensuse"*|*" suse "*|*" sles "*) echo "polkit|sudo zypper install polkit" ;;
+    *) echo "polkit|install polkit (the package that provides pkexec)" ;;
+  esac
+}
+
+check_polkit() {
+  if command -v "${PKEXEC:-pkexec}" >/dev/null 2>&1; then return 0; fi
+  [ -n "${PKEXEC:-}" ] || [ ! -x /usr/bin/pkexec ] || return 0
+  found=$(pkexec_package)
+  printf "install.sh: warning: pkexec (polkit) is not installed, and mtpstudio's helper runs through it:\n" >&2
+  printf '  without it no session, unit or profile can be installed. Install the package %s: %s\n' \
+    "${found%%|*}" "${found#*|}" >&2
+}
+
+if [ "$ACTION" = check-polkit ]; then
+  check_polkit
+  exit 0
+fi
 
 if [ -z "$DESTDIR" ] && [ "$(id -u)" -ne 0 ]; then
   die "a system-wide install needs root" "Run it with sudo, or set DESTDIR=/some/dir to stage it."
@@ -180,6 +228,7 @@ install_app() {
 
   printf 'installed mtpstudio:\n  %s/ (the app in a venv)\n' "$VENV"
   installed_files | sed 's/^/  /'
+  check_polkit
 }
 
 case $ACTION in

@@ -45,6 +45,14 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.service.service_files",
         "mtpstudio.core.desktop.session_apply",
         "mtpstudio.core.desktop.session_check",
+        # issue 34: the helper set up by the first privileged action, the exported set, the
+        # speed standing of a plan, the engine picker (probe a chosen binary, how to build one)
+        "mtpstudio.core.desktop.helper_setup",
+        "mtpstudio.core.service.export",
+        "mtpstudio.core.advice",
+        "mtpstudio.core.detect.engines",
+        "mtpstudio.core.distro",
+        "mtpstudio.core.engines.build_hint",
         # the GUI's QProcess watches the server with the same pieces `mtpstudio launch` uses
         "mtpstudio.core.server",  # procfs, through the package
         "mtpstudio.core.server.procfs",

@@ -79,7 +79,8 @@ def test_ik_on_qwen35moe_says_it_will_not_run_and_what_works(tiny_model: Any) ->
         result = run_plan("--model", model, "--engine", "ik", *extra, "--check")
         assert result.returncode == 3, result.stderr
         assert "Verdict: will NOT run as planned" in result.stdout
-        assert "Instead: for MTP on this model use upstream llama.cpp" in result.stdout
+        assert "Instead: pick an ik_llama.cpp build from 8337e4c" in result.stdout  # none found
+        assert "use upstream llama.cpp (--engine upstream)" in result.stdout
         assert "draft model" in result.stdout
         command = result.stdout.split("Command line:")[1]
         assert " -mtp" not in command
@@ -97,7 +98,7 @@ def test_api_key_goes_to_a_user_only_file_never_the_plan_or_argv(tmp_path: Path)
     model = write_model(tmp_path / "models" / "q.gguf")  # render writes units for files only
     result = run_plan(
         "--model", str(model), "--host", "0.0.0.0", "--api-key", key, "--save", str(saved),
-        home=tmp_path,
+        "--engine", str(engine_binary("upstream")), home=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     key_file = tmp_path / "config" / "mtpstudio" / "server-api-key"
@@ -109,8 +110,10 @@ def test_api_key_goes_to_a_user_only_file_never_the_plan_or_argv(tmp_path: Path)
     assert argv[argv.index("--api-key-file") + 1] == str(key_file) and key not in argv
     # render uses that same file: the key clients were given keeps working
     out = tmp_path / "out"
+    render = [sys.executable, "-m", "mtpstudio", "render", "--plan", str(saved),
+              "--out", str(out), "--user", "alice"]  # fmt: skip
     rendered = subprocess.run(
-        [sys.executable, "-m", "mtpstudio", "render", "--plan", str(saved), "--out", str(out)],
+        render,
         capture_output=True,
         text=True,
         env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")},
@@ -211,13 +214,16 @@ def test_fit_lines_each_say_what_they_buy_and_come_ranked() -> None:
     result = run_plan("--demo", "--gpu", "rtx-3060-12gb", "--n-cpu-moe", "0", "--ctx", "65536")
     fit = [w.strip()[len("- Fit: ") :] for w in result.stdout.splitlines() if "- Fit: " in w]
     outcome = re.compile(
-        r": (fits, [\d,]+ MiB spare|fits with \d+ layers? on the CPU|still [\d,]+ MiB short)$"
+        r"(: | — )(fits, [\d,]+ MiB spare|fits with \d+ layers? on the CPU|still [\d,]+ MiB short)$"
     )
     assert len(fit) >= 3 and all(outcome.search(line) for line in fit), fit
     assert "suggested above" not in result.stdout and "at this offload" not in result.stdout
-    fits = [": fits," in line for line in fit]
+    fits = [" fits," in line for line in fit]
     assert fits[0] and fits == sorted(fits, reverse=True)  # what fits comes first
-    assert fit[0].startswith("fewest expert layers on the CPU at ctx 65,536: --n-cpu-moe ")
+    # of those, the one with the most experts on the GPU first (the engine's own fit splits a
+    # layer; --n-cpu-moe moves whole layers)
+    assert fit[0].startswith("let the engine's fit place the weights: ")
+    assert any(line.startswith("--n-cpu-moe ") for line in fit)
 
 
 def test_no_slots_warning_for_one_slot_and_desktop_text_agrees_with_the_budget() -> None:

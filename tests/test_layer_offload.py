@@ -170,7 +170,7 @@ def test_suggestions_are_ranked_and_name_the_desktop_reclaim() -> None:
     )
     ranked = fit_suggestions(resolve(plan, pctx))
     outcome = re.compile(
-        r": (fits, [\d,]+ MiB spare|fits with \d+ layers? on the CPU|still [\d,]+ MiB short)$"
+        r"(: | — )(fits, [\d,]+ MiB spare|fits with \d+ layers? on the CPU|still [\d,]+ MiB short)$"
     )
     assert all(outcome.search(s.message) for s in ranked), [s.message for s in ranked]
     groups = [0 if s.fits and not s.cpu_layers else 1 if s.fits else 2 for s in ranked]

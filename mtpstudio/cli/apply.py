@@ -53,10 +53,30 @@ def register(sub: Any) -> None:
     _common(p_nv)
     p_nv.set_defaults(func=cmd_apply_nvidia)
 
-    p_revert = sub.add_parser("revert", help="undo what mtpstudio installed")
-    p_revert.add_argument("what", choices=["session", "unit", "nvidia-profile", "all"])
+    p_revert = sub.add_parser(
+        "revert",
+        help="undo what mtpstudio installed",
+        description="Put back what `mtpstudio apply` changed: WHAT is session, unit, "
+        "nvidia-profile or all.",
+    )
+    p_revert.add_argument(
+        "what",
+        nargs="?",
+        choices=["session", "unit", "nvidia-profile", "all"],
+        help="what to undo (without it: what is installed, and how to undo it)",
+    )
     p_revert.add_argument("--root", type=Path, help="treat DIR as / (tests, packaging)")
+    _setup_option(p_revert)
     p_revert.set_defaults(func=cmd_revert)
+
+    p_setup = sub.add_parser(
+        "setup-helper",
+        help="set up the privileged helper and its polkit policy (one administrator password)",
+        description="Copy mtpstudio's helper root-owned to /usr/lib/mtpstudio and install its "
+        "polkit policy, through pkexec. `apply` and `revert` offer the same when they find no "
+        "helper; a package or packaging/install.sh installs it too.",
+    )
+    p_setup.set_defaults(func=cmd_setup_helper)
 
     p_status = sub.add_parser("status", help="what mtpstudio installed, with paths and hashes")
     p_status.add_argument("--root", type=Path, help="treat DIR as / (tests, packaging)")
@@ -82,6 +102,16 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="print the files and a diff; change nothing"
     )
     p.add_argument("--root", type=Path, help="treat DIR as / (runs the helper code in-process)")
+    _setup_option(p)
+
+
+def _setup_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set-up-helper",
+        action="store_true",
+        help="when the helper is not set up, set it up first without asking (the same "
+        "administrator password covers both)",
+    )
 
 
 def _root(args: argparse.Namespace) -> Path | None:
@@ -101,6 +131,77 @@ def _detect(include_engines: bool = False) -> Any:
     from mtpstudio.core.detect.report import DetectionSources, detect_all
 
     return detect_all(DetectionSources.system(), include_engines=include_engines)
+
+
+# --------------------------------------------------------------------------------------------
+# the helper
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question on the terminal (no terminal: no)."""
+    if not sys.stdin.isatty():
+        return False
+    try:
+        answer = input(question)
+    except EOFError:
+        return False
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def _transport(args: argparse.Namespace, root: Path | None, doing: str) -> Any:
+    """The helper to use: in-process with --root; else the installed one through pkexec, set
+    up first (same password) when it is missing or another version's and the user agrees."""
+    from mtpstudio.core.desktop.helper_setup import HelperStatus, helper_state, setup_note
+    from mtpstudio.core.desktop.install import HelperNotSetUp, helper_for
+
+    if root is not None:
+        return helper_for(root)
+    state = helper_state()
+    problem = state.pkexec_problem()
+    if problem is not None:
+        raise problem
+    if not state.needs_setup:
+        return helper_for(None)
+    print(f"Note: {state.describe()}.")
+    if getattr(args, "set_up_helper", False) or _ask(
+        f"Set it up now and {doing}? {setup_note(state)} [y/N] "
+    ):
+        return helper_for(None, setup=True)
+    if state.status is HelperStatus.OUTDATED:
+        print("Using the installed helper as it is (`mtpstudio setup-helper` updates it).")
+        return helper_for(None)
+    raise HelperNotSetUp(
+        f"nothing was changed: {doing} needs mtpstudio's helper, which is not set up",
+        hint="Run it again in a terminal and answer y, or add --set-up-helper (one "
+        "administrator password sets the helper up and does this).",
+    )
+
+
+def _said_setup(transport: Any) -> None:
+    from mtpstudio.core.desktop.helper_setup import SetupFirstTransport, describe_written
+
+    if isinstance(transport, SetupFirstTransport) and transport.written:
+        print(f"Set up the helper: {describe_written(transport.written)}")
+
+
+def cmd_setup_helper(args: argparse.Namespace) -> int:
+    from mtpstudio.core.desktop.helper_setup import (
+        PkexecSetup,
+        describe_written,
+        helper_state,
+        set_up_helper,
+    )
+
+    state = helper_state()
+    problem = state.pkexec_problem()
+    if problem is not None:
+        raise problem
+    if state.packaged:
+        print(f"The helper at {state.helper} comes from a package: update that package instead.")
+        return 0
+    result = set_up_helper([], PkexecSetup())
+    print(f"Set up the helper: {describe_written(result.written)}")
+    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,7 +233,7 @@ def _print_changes(changes: Sequence[tuple[str, str]]) -> None:
 
 
 def cmd_apply_session(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.install import apply_plan, helper_for
+    from mtpstudio.core.desktop.install import apply_plan
     from mtpstudio.core.desktop.reclaim import default_variant
     from mtpstudio.core.desktop.session_apply import desktop_facts, prepare_session, usable_variant
     from mtpstudio.core.service.render import SessionVariant
@@ -153,6 +254,7 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
         }[args.variant]
         why = "chosen with --variant"
     plan, vram = prepare_session(report, variant, facts.sddm, root)
+    transport = None if args.dry_run else _transport(args, root, "install the session")
     print(f"Session: {variant.value} - {why}")
     _print_preview(plan, root, args.dry_run)
     print(
@@ -165,7 +267,9 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
         print("Dry run: nothing was written. Run without --dry-run to install (asks for an "
               "administrator's password through polkit).")  # fmt: skip
     else:
-        answer = apply_plan(plan, helper_for(root))
+        assert transport is not None
+        answer = apply_plan(plan, transport)
+        _said_setup(transport)
         print("Installed:")
         _print_changes(answer.changes)
     menu = "(Breeze: 'Desktop Session', bottom left) " if facts.sddm.installed else ""
@@ -201,7 +305,6 @@ def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list
 def cmd_apply_unit(args: argparse.Namespace) -> int:
     from mtpstudio.core.desktop.install import (
         apply_plan,
-        helper_for,
         install_user_unit,
         preview,
         system_unit_plan,
@@ -239,7 +342,9 @@ def cmd_apply_unit(args: argparse.Namespace) -> int:
         print("Dry run: nothing was written.")
         return 0
     _refuse_silent_replace(preview(plan.files, root), args.replace, "--system")
-    answer = apply_plan(plan, helper_for(root))
+    transport = _transport(args, root, "install the unit")
+    answer = apply_plan(plan, transport)
+    _said_setup(transport)
     print("Installed:")
     _print_changes(answer.changes)
     if "daemon_reload" in answer.extra:
@@ -268,7 +373,7 @@ def _refuse_silent_replace(previews: Sequence[Any], replace: bool, scope_flag: s
 
 
 def cmd_apply_nvidia(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.install import apply_plan, helper_for, nvidia_profile_plan
+    from mtpstudio.core.desktop.install import apply_plan, nvidia_profile_plan
     from mtpstudio.core.service.render import render_nvidia_profile
 
     root = _root(args)
@@ -277,7 +382,9 @@ def cmd_apply_nvidia(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("Dry run: nothing was written.")
         return 0
-    answer = apply_plan(plan, helper_for(root))
+    transport = _transport(args, root, "install the profile")
+    answer = apply_plan(plan, transport)
+    _said_setup(transport)
     print("Installed:")
     _print_changes(answer.changes)
     print("Log out and back in (or restart Plasma) so the compositor picks the profile up.")
@@ -290,8 +397,7 @@ def cmd_apply_nvidia(args: argparse.Namespace) -> int:
 
 def cmd_revert(args: argparse.Namespace) -> int:
     from mtpstudio.core.desktop.install import (
-        helper_for,
-        revert_group,
+        revert_groups,
         revert_user_group,
         system_status,
         user_status,
@@ -299,6 +405,8 @@ def cmd_revert(args: argparse.Namespace) -> int:
     from mtpstudio.core.runner import SubprocessRunner
 
     root = _root(args)
+    if args.what is None:
+        return _revert_usage(root)
     wanted = None if args.what == "all" else args.what
     groups = [g for g in system_status(root)["groups"] if wanted in (None, g.partition(":")[0])]
     user_groups: list[str] = []
@@ -307,11 +415,13 @@ def cmd_revert(args: argparse.Namespace) -> int:
     if not groups and not user_groups:
         print(f"mtpstudio has installed no {'files' if wanted is None else wanted} here.")
         return 0
-    transport = helper_for(root)
-    for group in groups:
-        answer = revert_group(group, transport)
-        print(f"Reverted {group}:")
-        _print_changes(answer.changes)
+    if groups:
+        transport = _transport(args, root, f"revert {', '.join(groups)}")
+        answers = revert_groups(groups, transport)
+        _said_setup(transport)
+        for group, answer in zip(groups, answers, strict=True):
+            print(f"Reverted {group}:")
+            _print_changes(answer.changes)
     for group in user_groups:
         result = revert_user_group(group, SubprocessRunner())
         print(f"Reverted user {group}:")
@@ -323,14 +433,33 @@ def cmd_revert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _revert_usage(root: Path | None) -> int:
+    """Bare ``revert``: what is installed and the command that undoes each kind."""
+    from mtpstudio.core.desktop.install import system_status, user_status
+
+    groups = list(system_status(root)["groups"])
+    if root is None:
+        groups += [f"{g} (yours)" for g in user_status()["groups"]]
+    if not groups:
+        print("mtpstudio has installed nothing here, so there is nothing to revert.")
+        return 0
+    print("Installed by mtpstudio: " + ", ".join(groups))
+    kinds = sorted({g.partition(":")[0] for g in groups})
+    print("Undo one kind with " + ", ".join(f"`mtpstudio revert {k}`" for k in kinds) +
+          ", or everything with `mtpstudio revert all`.")  # fmt: skip
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from mtpstudio.core import paths
+    from mtpstudio.core.desktop.helper_setup import as_json, helper_state
     from mtpstudio.core.desktop.install import system_status, user_status
 
     root = _root(args)
     data: dict[str, Any] = {"system": system_status(root)}
     if root is None:
         data["user"] = user_status()
+        data["helper"] = as_json(helper_state())
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
@@ -339,7 +468,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         "system": f"System files (through the helper; record in {state})",
         "user": f"Your account's files (record in {paths.state_dir()})",
     }
-    for where, status in data.items():
+    if root is None:
+        print(f"Helper: {helper_state().describe()}.")
+    for where in ("system", "user"):
+        if where not in data:
+            continue
+        status = data[where]
         groups = sorted(status["groups"].items())
         print(f"{titles[where]}: nothing installed" if not groups else f"{titles[where]}:")
         for group, info in groups:

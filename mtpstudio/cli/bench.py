@@ -440,7 +440,8 @@ def run_history_command(args: argparse.Namespace) -> int:
         agg = e.aggregate
         tok_s = agg.get("tok_s")
         rate = agg.get("aggregate_accept_rate")
-        flag = "  (error)" if e.report.get("error") else ""
+        flag = "  (cancelled)" if e.report.get("cancelled") else ""
+        flag = flag or ("  (error)" if e.report.get("error") else "")
         print(
             f"{e.id:>4}  {e.created_at:<25} {e.kind:<12} {e.engine_flavour or '-':<9} "
             f"{agg.get('n_requests', '-'):>4} {'-' if tok_s is None else f'{tok_s:.2f}':>8} "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.plan import load_plan
+from mtpstudio.core.plan import ModelChoice, Plan, load_plan
 
 GUI_HINT = "To open the wizard, run `mtpstudio gui` in a graphical session."
 
@@ -16,7 +16,9 @@ GUI_HINT = "To open the wizard, run `mtpstudio gui` in a graphical session."
 def register(sub: Any) -> None:
     """Add ``gui`` to the main parser's subparsers."""
     p_gui = sub.add_parser("gui", help="open the wizard")
-    p_gui.add_argument("--plan", type=Path, help="open this plan")
+    which = p_gui.add_mutually_exclusive_group()
+    which.add_argument("--plan", type=Path, help="open this plan")
+    which.add_argument("--model", "-m", type=Path, help="open this GGUF model (a new plan)")
     p_gui.add_argument(
         "--demo",
         action="store_true",
@@ -50,6 +52,9 @@ def cmd_gui(args: argparse.Namespace) -> int:
 
     check_xcb_platform()
     plan = load_plan(args.plan) if getattr(args, "plan", None) else None
+    model: Path | None = getattr(args, "model", None)
+    if model is not None:
+        plan = _model_plan(model)
     if screenshots is not None:
         from mtpstudio.ui.app import run_screenshots
 
@@ -63,6 +68,17 @@ def cmd_gui(args: argparse.Namespace) -> int:
     from mtpstudio.ui.app import run_app
 
     return run_app(plan, demo=bool(getattr(args, "demo", False)))
+
+
+def _model_plan(model: Path) -> Plan:
+    """A new plan for ``model`` (checked like `plan --model`: a readable GGUF file)."""
+    path = model.expanduser().absolute()
+    if not path.is_file():
+        raise MtpStudioError(
+            f"the model {path} is not a file",
+            hint="Give the path of a .gguf file (the first part of a split model).",
+        )
+    return Plan(model=ModelChoice(path=path))
 
 
 def cmd_default(args: argparse.Namespace) -> int:

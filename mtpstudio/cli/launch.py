@@ -72,14 +72,24 @@ def _result_json(result: Any) -> dict[str, Any]:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from mtpstudio.core.server.state import prune_stale
-    from mtpstudio.core.usecases.launch import find_build, prepare_launch, run_launch
+    from mtpstudio.core.usecases.launch import (
+        card_not_here,
+        find_build,
+        launch_machine,
+        prepare_launch,
+        run_launch,
+    )
 
     plan = load_plan(args.plan)
     if args.port is not None:
         plan = plan_with(plan, {"server.port": args.port})
     prune_stale()
     build = find_build(plan)
-    prepared = prepare_launch(plan, build, die_with_parent=args.foreground)
+    machine = launch_machine(build)
+    elsewhere = card_not_here(plan, machine)
+    if elsewhere is not None:
+        print(f"Note: {elsewhere}.", file=sys.stderr)
+    prepared = prepare_launch(plan, build, die_with_parent=args.foreground, machine=machine)
     echo = args.foreground and not args.json
 
     def on_line(line: str) -> None:

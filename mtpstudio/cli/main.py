@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from mtpstudio import __version__
 from mtpstudio.core.errors import MtpStudioError
@@ -21,6 +23,7 @@ COMMAND_MODULES = {
     "detect": "detect",
     "apply": "apply",
     "revert": "apply",
+    "setup-helper": "apply",
     "status": "apply",
     "verify-session": "apply",
     "bench": "bench",
@@ -37,9 +40,38 @@ def command_of(argv: Sequence[str]) -> str | None:
     return first if first in COMMAND_MODULES else None
 
 
+ENGINE_SPELLINGS = {
+    "--spec-type": "--mtp / --no-mtp (MTP drafting) or --draft-model GGUF: mtpstudio writes "
+    "the --spec-type the build takes",
+    "-fitt": "--fit-margin MIB",
+    "-md": "--draft-model GGUF",
+    "--model-draft": "--draft-model GGUF",
+    "--gpu-layers": "--n-gpu-layers N",
+    "--mlock": "--load-mode mlock",
+    "--no-mmap": "--load-mode no-mmap",
+    "-lm": "--load-mode mmap|no-mmap|mlock",
+    "-ot": "--n-cpu-moe N (the experts of the first N layers in system RAM)",
+    "--override-tensor": "--n-cpu-moe N (the experts of the first N layers in system RAM)",
+    "-np": "--parallel N",
+}
+"""Engine flags that mtpstudio spells another way (the rest are accepted as aliases)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, whose "unrecognized arguments" names mtpstudio's option for an engine flag."""
+
+    def error(self, message: str) -> NoReturn:
+        words = message.split(":", 1)[1].split() if "unrecognized arguments" in message else []
+        said = [f"{w} is {ENGINE_SPELLINGS[w.split('=')[0]]}" for w in words
+                if w.split("=")[0] in ENGINE_SPELLINGS]  # fmt: skip
+        if said:
+            message += " (in mtpstudio: " + "; ".join(said) + ")"
+        super().error(message)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with every subcommand, or only ``command``'s module registered."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mtpstudio",
         description="Plan, launch and benchmark llama-server with multi-token prediction.",
     )
@@ -77,6 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (`mtpstudio plan | head`): stop quietly, like other tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
 
 
 if __name__ == "__main__":

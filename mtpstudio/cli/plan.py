@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from dataclasses import replace
@@ -23,33 +22,11 @@ from mtpstudio.core.plan import (
     plan_with,
     save_plan,
 )
+from mtpstudio.core.units import parse_token_count
 
 CACHE_TYPES = [c.value for c in CacheType]
 EXIT_DOES_NOT_FIT = 3
 """``plan --check`` exits with this when the plan does not fit or will not run as planned."""
-
-_TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([km]?)\s*$", re.IGNORECASE)
-
-
-def parse_token_count(text: str, what: str = "--ctx") -> int:
-    """``131072``, ``128k`` (x1024), ``1m`` (x1024²) or ``1e6`` as a whole number of tokens.
-
-    Raises:
-        PlanError: one sentence saying what was wrong.
-    """
-    m = _TOKENS.match(text)
-    value = None
-    if m:
-        scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-        number = float(m.group(1)) * scale
-        if math.isfinite(number) and number == int(number):
-            value = int(number)
-    if value is None:
-        raise PlanError(
-            f"{what} {text!r} is not a whole number of tokens",
-            hint="Write it like 32768, 128k (= 131072) or 1e6.",
-        )
-    return value
 
 
 def _demo_help() -> str:
@@ -120,23 +97,36 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="let the engine's fit place experts (and shrink an auto context)",
     )
-    rt.add_argument("--fit-margin", type=int, metavar="MIB", help="VRAM the fit leaves free")
+    rt.add_argument(
+        "--fit-margin",
+        "--fit-target",
+        type=int,
+        metavar="MIB",
+        help="VRAM the fit leaves free (upstream spells it --fit-target, ik --fit-margin)",
+    )
     rt.add_argument("--n-gpu-layers", "-ngl", type=int, help="layers on the GPU")
     rt.add_argument("--load-mode", choices=[m.value for m in LoadMode], help="mmap, no-mmap, mlock")
 
     mtp = p.add_argument_group("multi-token prediction")
     mtp.add_argument(
         "--mtp",
+        "-mtp",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="MTP drafting (default auto: on when the model has an MTP layer and the build "
         "can run it)",
     )
-    mtp.add_argument("--draft-max", type=int, help="most drafted tokens per step")
-    mtp.add_argument("--draft-min", type=int, help="fewest drafted tokens per step")
-    mtp.add_argument("--draft-p-min", type=float, help="draft probability threshold")
-    mtp.add_argument("--draft-cache-type-k", choices=CACHE_TYPES, help="draft K cache type")
-    mtp.add_argument("--draft-cache-type-v", choices=CACHE_TYPES, help="draft V cache type")
+    # the engines' own spellings are accepted too (upstream --spec-draft-*, ik --draft-*)
+    mtp.add_argument("--draft-max", "--spec-draft-n-max", type=int,
+                     help="most drafted tokens per step")  # fmt: skip
+    mtp.add_argument("--draft-min", "--spec-draft-n-min", type=int,
+                     help="fewest drafted tokens per step")  # fmt: skip
+    mtp.add_argument("--draft-p-min", "--spec-draft-p-min", type=float,
+                     help="draft probability threshold")  # fmt: skip
+    mtp.add_argument("--draft-cache-type-k", "--spec-draft-type-k", "-ctkd", choices=CACHE_TYPES,
+                     help="draft K cache type")  # fmt: skip
+    mtp.add_argument("--draft-cache-type-v", "--spec-draft-type-v", "-ctvd", choices=CACHE_TYPES,
+                     help="draft V cache type")  # fmt: skip
     mtp.add_argument(
         "--draft-model", type=Path, metavar="GGUF", help="a separate draft model (turns MTP off)"
     )
@@ -206,6 +196,8 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
         value = getattr(args, attr)
         if value is not None:
             changes[dotted] = value
+    if args.gpu is not None:
+        changes["device"] = _gpu_choice(args.gpu)
     if args.model is not None:
         changes["model.path"], changes["model.card"] = str(args.model), None
     elif args.demo is not None:
@@ -233,6 +225,25 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     plan = plan_with(base, changes)
     _check_device(plan.device)
     return _with_key_file(plan, args, changes), changes
+
+
+def _gpu_choice(text: str) -> str:
+    """``--gpu``: auto, cpu, a device id, or a catalogue GPU by id or name (any case); anything
+    else is refused with the catalogue's ids."""
+    from mtpstudio.core.errors import CatalogError
+    from mtpstudio.core.model.catalog.gpus import catalogue_gpu_id, gpu_cards
+
+    found = catalogue_gpu_id(text)
+    if found is not None:
+        return found
+    if text in {"auto", "cpu"} or re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*\d+", text):
+        return text
+    known = ", ".join(card.id for card in gpu_cards())
+    raise CatalogError(
+        f"unknown GPU {text!r}: not a device id or a catalogue GPU; catalogue ids: {known}",
+        hint="Use auto (the GPU detection finds), cpu, a device id such as CUDA0, or one of the "
+        "ids above.",
+    )
 
 
 def _probed_engine(text: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,20 @@ def register(sub: Any) -> None:
     p_render.add_argument("--out", type=Path, required=True, help="folder to write into")
     p_render.set_defaults(func=cmd_render)
 
-    p_unit = sub.add_parser("export-unit", help="write just the systemd unit")
+    p_unit = sub.add_parser(
+        "export-unit",
+        help="write the systemd unit, its environment file and their install script",
+        description="Write the service as one installable set: the unit, the environment file "
+        "it reads, and install-NAME.sh with the exact install steps; prints the commands that "
+        "install and start it. Refused when the unit could not start (no engine build, a "
+        "model that is not on this computer, a system unit as root).",
+    )
     _add_export_options(p_unit)
-    p_unit.add_argument("-o", "--output", type=Path, required=True, help="the unit file to write")
+    where = p_unit.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="the folder to write the set into")
+    where.add_argument(
+        "-o", "--output", type=Path, help="the unit file to write (the set goes beside it)"
+    )
     p_unit.set_defaults(func=cmd_export_unit)
 
 
@@ -55,13 +67,21 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_export_unit(args: argparse.Namespace) -> int:
-    from mtpstudio.core.service.service_files import write_unit_file
+    from mtpstudio.core.service.export import write_service_set
+    from mtpstudio.core.service.render import UnitScope
 
     out = _export_files(args)
-    unit = write_unit_file(out, args.output)
+    files = dict(out.files)
+    folder = args.out
+    if args.output is not None:
+        folder = args.output.parent
+        files["unit"] = replace(files["unit"], name=args.output.name)
+    written = write_service_set(files, UnitScope(args.scope), folder)
     for line in out.messages:
         print(line)
-    print(f"Wrote {args.output} — install it as {unit.install_path}")
+    print(written.message())
+    for backup in written.backups:
+        print(f"kept the previous version as {backup}")
     return 0
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from mtpstudio.core.advice import Standing, gain_words, speed_key, standing
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.argv import build_launch_spec
 from mtpstudio.core.engines.caps import EngineBuild
@@ -288,7 +289,10 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
     """The memory budget of a resolved plan (the draft model and stored measurements counted)."""
     plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
     facts = resolved.profile.memory
-    budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
+    weights = pctx.weights
+    if weights is not None and weights.mapped_in_ranges != facts.maps_in_ranges:
+        weights = replace(weights, mapped_in_ranges=facts.maps_in_ranges)  # the era's mmap
+    budget = compute_budget(plan, pctx.model, target.device, facts, target.host, weights)
     if pctx.draft_model is not None and plan.draft.path is not None:
         budget = with_draft(budget, plan, pctx.draft_model, facts)
     if pctx.measurements and resolved.build.probed:
@@ -347,8 +351,11 @@ def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> Plan
     spec, notes = launch_spec_for(resolved)
     warnings = list(budget.warnings) + list(spec.warnings) + notes
     layers_off = not resolved.cpu_only and trunk_layers_on_cpu(budget, resolved.model) > 0
-    if suggest and (budget.fits is False or layers_off) and not resolved.cpu_only:
-        warnings += [f"Fit: {s.message}" for s in fit_suggestions(resolved)[:SHOWN_SUGGESTIONS]]
+    if suggest and not resolved.cpu_only:
+        ranked = fit_suggestions(resolved)
+        if budget.fits is not False and not layers_off:  # it runs: only what makes it faster
+            ranked = [s for s in ranked if s.faster and s.fits]
+        warnings += [f"Fit: {s.message}" for s in ranked[:SHOWN_SUGGESTIONS]]
     return PlanResult(
         plan,
         resolved.target,
@@ -375,7 +382,7 @@ def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
     ctx = largest_context(base, pctx.model, dev, facts, host, w)
     where = "with the offload suggested above" if offload.fits else "at the plan's own offload"
     ctx = replace(ctx, message=ctx.message.replace("at this offload", where))
-    return [offload, ctx]
+    return [_keep_auto(resolved.plan, offload), _keep_auto(resolved.plan, ctx)]
 
 
 LEVER_COST = {
@@ -411,8 +418,29 @@ def _try(
 ) -> FitSuggestion:
     other = resolved.with_changes(changes)
     budget = budget_for(other)
-    s = FitSuggestion(dict(changes), other.plan, budget, label, lever)
+    s = FitSuggestion(dict(changes), other.plan, budget, label, lever, label=label)
     return replace(s, message=f"{label}: {s.outcome()}")
+
+
+def plan_standing(resolved: ResolvedPlan) -> Standing:
+    """Where the resolved plan's weights run, and whether it drafts (``core.advice``)."""
+    return standing(budget_for(resolved), resolved.model, resolved.mtp.active)
+
+
+def suggestion_standing(s: FitSuggestion, resolved: ResolvedPlan) -> Standing:
+    """The same for a lever's answer: MTP is kept unless the lever turned it off."""
+    mtp = resolved.mtp.active and s.changes.get("mtp.enabled") is not False
+    return standing(s.budget, resolved.model, mtp)
+
+
+def _with_gain(s: FitSuggestion, now: Standing, then: Standing) -> FitSuggestion:
+    label = s.label or s.message.split(":")[0]
+    gain = gain_words(now, then) if s.fits else ""
+    if gain.startswith("the same") and gain.endswith("MTP kept"):
+        gain = ""  # nothing moves: what it buys is the memory
+    faster = s.fits and speed_key(then) > speed_key(now)
+    message = f"{label}: {gain} — {s.outcome()}" if gain else f"{label}: {s.outcome()}"
+    return replace(s, label=label, gain=gain, faster=faster, message=message)
 
 
 def _first_good(
@@ -493,9 +521,11 @@ def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
     if model.is_moe:
         experts = fewest_cpu_expert_layers(plan, model, dev, facts, host, w)
         if experts.changes.get("runtime.moe") == MoePlacement.N_CPU_MOE.value:
-            out.append(
-                replace(experts, message=f"{experts.message}: {experts.outcome()}", lever="experts")
+            short = (
+                f"--n-cpu-moe {experts.plan.runtime.n_cpu_moe} (fewest expert layers on the CPU)"
             )
+            out.append(replace(experts, message=f"{experts.message}: {experts.outcome()}",
+                               lever="experts", label=short))  # fmt: skip
     if plan.runtime.moe is not MoePlacement.FIT:
         out.append(
             _try(
@@ -507,17 +537,35 @@ def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
         )
     layers = fewest_cpu_layers(plan, model, dev, facts, host, w)
     if layers.cpu_layers or not layers.fits:  # else it is the experts lever's --cpu-moe
-        out.append(replace(layers, message=f"{layers.message}: {layers.outcome()}"))
-    return sorted(out, key=_rank)
+        short = f"-ngl {layers.changes.get('runtime.n_gpu_layers')} (fewest layers on the CPU)"
+        out.append(replace(layers, message=f"{layers.message}: {layers.outcome()}",
+                           label=short))  # fmt: skip
+    now = plan_standing(resolved)
+    ranked = []
+    out = [_keep_auto(resolved.plan, s) for s in out]
+    for s in out:
+        then = suggestion_standing(s, resolved)
+        ranked.append((_rank(s, then), _with_gain(s, now, then)))
+    return [s for _, s in sorted(ranked, key=lambda pair: pair[0])]
 
 
-def _rank(s: FitSuggestion) -> tuple[int, int, int]:
+def _keep_auto(user: Plan, s: FitSuggestion) -> FitSuggestion:
+    """A lever's plan keeps what the user left on auto (MTP): it was planned from the
+    effective plan, whose MTP is decided; only a lever that turns MTP off changes it."""
+    if user.mtp.enabled is not None or "mtp.enabled" in s.changes:
+        return s
+    mtp = s.plan.mtp.model_copy(update={"enabled": None})
+    return replace(s, plan=s.plan.model_copy(update={"mtp": mtp}))
+
+
+def _rank(s: FitSuggestion, then: Standing) -> tuple[float, ...]:
+    """What fits first, fastest first (``core.advice.speed_key``: MTP kept, layers on the
+    GPU, experts on the GPU), then the most memory spare, then the cheapest lever; what does
+    not fit after, closest first."""
     cost = LEVER_COST.get(s.lever, len(LEVER_COST))
-    if _good(s):
-        return (0, cost, 0)
-    if s.fits:
-        return (1, s.cpu_layers, cost)
-    return (2, s.short_bytes, cost)
+    if not s.fits:
+        return (1.0, float(s.short_bytes), float(cost))
+    return (0.0, *(-k for k in speed_key(then)), -float(s.spare_bytes), float(cost))
 
 
 LLVMPIPE_DESKTOP_BYTES = 130 * MIB

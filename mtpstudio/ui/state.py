@@ -17,6 +17,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from mtpstudio.core.detect.models import EngineInfo
 from mtpstudio.core.detect.report import DetectionReport
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
@@ -94,6 +95,17 @@ def evaluate_plan(plan: Plan, pctx: PlanningContext) -> Evaluation:
             return Evaluation(plan, None, None, None, message)
         return Evaluation(plan, None, budget, target, message)
     return Evaluation(plan, result, result.budget, result.target)
+
+
+PLACEMENT_FIELDS = ("moe", "n_cpu_moe", "n_gpu_layers")
+"""What a model change plans anew (layer counts and expert placement belong to one model)."""
+
+
+def replanned_for_model(plan: Plan, choice: ModelChoice) -> Plan:
+    """``plan`` for another model: the model, and the default placement for it."""
+    fresh = Plan().runtime
+    runtime = plan.runtime.model_copy(update={f: getattr(fresh, f) for f in PLACEMENT_FIELDS})
+    return plan.model_copy(update={"model": choice, "runtime": runtime})
 
 
 class WizardState(QObject):
@@ -192,6 +204,13 @@ class WizardState(QObject):
         self.report_changed.emit(report)
         self.activity_changed.emit()
 
+    def add_engine(self, info: EngineInfo) -> None:
+        """A build the user picked (probed): detection's answer plus this one."""
+        if self.report is None:
+            return
+        kept = [e for e in self.report.engines if e.real_path != info.real_path]
+        self.set_report(self.report.model_copy(update={"engines": [*kept, info]}))
+
     def _on_detected(self, report: DetectionReport) -> None:
         self.detection_error = None
         self.set_report(report)
@@ -266,7 +285,9 @@ class WizardState(QObject):
             self._context = None
             self._evaluation = None
             if commit and self._plan.model != choice:
-                self.set_plan(self._plan.model_copy(update={"model": choice}))
+                # another model: its placement is planned anew (the engine's fit, every layer
+                # offered to the GPU), not carried over from the model before
+                self.set_plan(replanned_for_model(self._plan, choice))
             self.model_changed.emit(info)
             self.activity_changed.emit()
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from support.tiny_models import HUGE_KV_MODEL, HUGE_KV_PLAN
 from support.waiting import wait_for
@@ -16,6 +17,7 @@ from mtpstudio.cli.main import main
 from mtpstudio.core.bench.ab import run_ab
 from mtpstudio.core.bench.client import metric_counters, parse_metrics
 from mtpstudio.core.bench.concurrency import run_concurrent
+from mtpstudio.core.bench.doctor import diagnose
 from mtpstudio.core.bench.gate import run_gate
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, select
@@ -23,7 +25,7 @@ from mtpstudio.core.bench.report import render_text
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.runner import run_bench
 from mtpstudio.core.bench.target import BenchProgress, BenchTarget, CancelToken
-from mtpstudio.core.plan import EngineFlavour, plan_from_dict, save_plan
+from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict, plan_with, save_plan
 from mtpstudio.core.server.state import servers_dir
 from mtpstudio.core.usecases.plan_server import PlanServerLauncher
 
@@ -447,3 +449,34 @@ def test_gate_on_ik_compares_retokenized_text(tiny_model, running_server) -> Non
         assert item.ids_on is None and item.mismatch is not None
         assert item.mismatch.token_on != item.mismatch.token_off
         assert item.text_on.startswith(item.mismatch.same_prefix)
+
+
+def test_the_servers_acceptance_per_draft_position_says_which_depth_it_supports(
+    tiny_model, running_server
+) -> None:
+    """Upstream counts accepted tokens per draft position in /metrics
+    (``spec_decode_num_accepted_tokens_per_pos_total``); after a run the report carries each
+    position's share and the doctor says which draft depth it supports (issue 34 item 7)."""
+    server = running_server(
+        "upstream",
+        tiny_model("hybrid-mtp", dtype="q8_0"),
+        ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-p-min", "0",
+         "--metrics"],
+        ctx_size=CTX,
+    )  # fmt: skip
+    r = run_bench(BenchTarget(server.base_url, label="mtp"), load_prompts()[:3], QUICK)
+    assert r.error is None, r.error
+    assert r.metrics is not None
+    rates = r.metrics.accepted_per_position
+    after = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    assert "spec_decode_num_accepted_tokens_per_pos_total{position=" in after, after[-2000:]
+    assert 1 <= len(rates) <= 3 and all(0.0 <= x <= 1.0 for x in rates), rates
+    assert list(rates) == sorted(rates, reverse=True)  # a later position is never accepted more
+    depth = r.metrics.supported_depth()
+    assert depth is not None and 1 <= depth <= 3
+    plan = plan_with(Plan(), {"mtp.draft_max": 3})
+    finding = next(f for f in diagnose(r, plan) if f.code == "draft-depth")
+    assert finding.message.startswith("Accepted per draft position (the server's /metrics): ")
+    assert f"supports draft depth {depth}" in finding.message
+    if depth < 3:
+        assert finding.remedies[0].changes == {"mtp.draft_max": depth}

@@ -97,7 +97,10 @@ def test_payload_per_engine() -> None:
 
 
 def test_metrics_parsing_skips_comments_and_labels() -> None:
+    """Labelled samples are skipped, but for the accepted tokens per draft position, kept by
+    position (issue 34 item 7)."""
     metrics = parse_metrics(METRICS)
     assert metrics["llamacpp:tokens_predicted_total"] == 6
     assert not any("{" in k for k in metrics)
-    assert metric_counters(metrics) == {"predicted": 6, "prompt": 12, "draft": 7, "accepted": 0}
+    assert metric_counters(metrics) == {"predicted": 6, "prompt": 12, "draft": 7, "accepted": 0,
+                                        "pos0": 0}  # fmt: skip

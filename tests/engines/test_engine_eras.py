@@ -139,3 +139,58 @@ def test_todays_ik_drafts_with_one_slot_only() -> None:
     pinned = build_launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": True}),
                                ik_build("pinned"), qwen("glm4moe"))  # fmt: skip
     assert not pinned.blockers  # the pinned ik drafts with several slots
+
+
+# -- issue 34 item 7: upstream after b11434 maps the model in ranges -----------------------------
+
+
+def upstream_build(build_number: int | None) -> EngineBuild:
+    profile = upstream.PROFILE
+    return EngineBuild(
+        binary=Path("/opt/llama.cpp/build/bin/llama-server"),
+        flavour=EngineFlavour.UPSTREAM,
+        version=str(build_number),
+        build_number=build_number,
+        backends=(Backend.CPU,),
+        accepted_flags=profile.documented_flags,
+        spec_types=profile.documented_spec_types,
+        mtp=MtpSupport.AVAILABLE,
+    )
+
+
+def test_builds_after_b11434_are_the_era_that_maps_in_ranges() -> None:
+    from mtpstudio.core.engines.profiles import upstream_ranges
+
+    assert profile_for(upstream_build(11739)) is upstream_ranges.PROFILE
+    assert profile_for(upstream_build(11434)) is upstream.PROFILE
+    assert profile_for(upstream_build(None)) is upstream.PROFILE  # no number: the base era
+    assert profile_for(EngineFlavour.UPSTREAM) is upstream.PROFILE
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures" / "engines"
+    header = (fixtures / "upstream-11739" / "llama_model_params.h").read_text()
+    assert "bool load_mtp;" in header  # the MTP block loads only when asked for
+
+
+def test_with_mtp_off_the_newer_era_maps_the_mtp_block_less() -> None:
+    """The 35B's memory-mapped weights with MTP off: b11434 maps one span per file, the MTP
+    block between the trunk and the output layer inside it; the newer era maps runs of CPU
+    tensors, 429.87 MiB less (the issue's recording of llama-cpp-py-sync 0.11739) — the MTP
+    block's own bytes."""
+    from mtpstudio.core.memory.devices import HostSpec
+    from mtpstudio.core.memory.machine import MachineFacts
+    from mtpstudio.core.memory.placement import ModelWeights
+    from mtpstudio.core.model.source import load_model_info
+    from mtpstudio.core.planning import PlanningContext, budget_for, resolve
+    from mtpstudio.core.units import MIB
+
+    base = plan_from_dict({"device": "cpu", "mtp": {"enabled": False}})  # the demo card
+    info = load_model_info(base.model)
+    mapped = {}
+    for number in (11434, 11739):
+        machine = MachineFacts(HostSpec(), (), (upstream_build(number),))
+        resolved = resolve(base, PlanningContext(machine, info))
+        mapped[number] = budget_for(resolved).parts["weights_cpu"]
+    weights = ModelWeights.from_model(info)
+    block = sum(lw.dense_bytes + lw.expert_bytes for lw in weights.layers
+                if lw.layer >= info.n_layer)  # fmt: skip
+    assert mapped[11434] - mapped[11739] == block
+    assert round(block / MIB, 2) == pytest.approx(429.87, abs=0.02)

@@ -250,10 +250,17 @@ def test_pkexec_refusal_and_a_missing_helper(tmp_path: Path) -> None:
     )
     with pytest.raises(InstallError, match="authorisation was refused or cancelled"):
         call_helper(PkexecHelper(str(helper), str(cancelled)), ["status"])
-    with pytest.raises(InstallError, match="helper is not installed"):
+    with pytest.raises(InstallError, match=r"helper is not set up at .*nothing was changed"):
         call_helper(PkexecHelper(str(tmp_path / "nope"), str(cancelled)), ["status"])
-    with pytest.raises(InstallError, match="pkexec is not installed"):
+    with pytest.raises(InstallError, match=r"through pkexec \(polkit\), which is not installed"):
         call_helper(PkexecHelper(str(helper), str(tmp_path / "no-pkexec")), ["status"])
+    no_agent = fake_program(
+        tmp_path / "pkexec-no-agent",
+        "echo 'Error executing command as another user: No authentication agent found.' >&2\n"
+        "exit 127\n",
+    )
+    with pytest.raises(InstallError, match="no polkit authentication agent is running"):
+        call_helper(PkexecHelper(str(helper), str(no_agent)), ["status"])
     # what pkexec passes through: argv, stdin, stdout, the helper's exit code and message
     echo = fake_program(
         tmp_path / "pkexec-echo", 'shift\necho "mtpstudio-helper: refused: $*" >&2\nexit 2\n'

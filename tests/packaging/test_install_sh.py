@@ -187,3 +187,39 @@ def test_a_relative_prefix_is_refused_in_one_sentence(tmp_path: Path) -> None:
         "install.sh: --prefix must be an absolute folder, not 'usr/local'"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+OS_RELEASES = {
+    "debian-12": 'ID=debian\nVERSION_ID="12"\n',
+    "debian-11": 'ID=debian\nVERSION_ID="11"\n',
+    "ubuntu-22.04": 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\n',
+    "ubuntu-24.04": 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n',
+    "mint-21.3": 'ID=linuxmint\nID_LIKE="ubuntu debian"\nVERSION_ID="21.3"\n'
+    'UBUNTU_VERSION_ID="22.04"\n',
+    "cachyos": "ID=cachyos\nID_LIKE=arch\n",
+    "fedora": "ID=fedora\nVERSION_ID=40\n",
+    "tumbleweed": 'ID="opensuse-tumbleweed"\nID_LIKE="opensuse suse"\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(OS_RELEASES))
+def test_a_missing_pkexec_is_named_with_the_package_the_app_names(
+    name: str, tmp_path: Path
+) -> None:
+    """install.sh warns when polkit's pkexec is missing, naming the same package and command
+    as the app does (mtpstudio.core.distro), and says nothing when it is there."""
+    from mtpstudio.core.distro import polkit_package
+
+    release = tmp_path / "os-release"
+    release.write_text(OS_RELEASES[name])
+    env = clean_env(OS_RELEASE=str(release), PKEXEC=str(tmp_path / "no-pkexec"))
+    run = subprocess.run(["bash", str(INSTALL_SH), "--check-polkit"], env=env,
+                         capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert run.returncode == 0
+    package, command = polkit_package(OS_RELEASES[name])
+    assert "warning: pkexec (polkit) is not installed" in run.stderr
+    assert f"Install the package {package}: {command}\n" in run.stderr
+    env["PKEXEC"] = "/bin/sh"  # any program on the PATH stands for an installed pkexec
+    quiet = subprocess.run(["bash", str(INSTALL_SH), "--check-polkit"], env=env,
+                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stderr == ""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.packaged_env import clean_env
+from support.servers import engine_binary
 
 from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
@@ -103,10 +104,13 @@ def test_the_app_runs_from_a_fresh_venv_with_only_the_wheel(
     assert mtpstudio("--version").strip() == f"mtpstudio {VERSION}"
     plan = mtpstudio("plan", "--demo", "--save", str(work / "plan.json"))
     assert "Verdict:" in plan and "llama-server" in plan
-    # a unit is only rendered for a model file: the demo card's full-size zero-weight GGUF
+    # a unit is only rendered for a model file (the demo card's full-size zero-weight GGUF) and
+    # an engine on this computer (the test bench's build), to run as an account other than root
     model = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", work / "Qwen3.6-35B-A3B-IQ4_XS.gguf")
-    mtpstudio("plan", "--model", str(model), "--save", str(work / "model-plan.json"))
-    mtpstudio("render", "--plan", str(work / "model-plan.json"), "--out", str(work / "export"))
+    mtpstudio("plan", "--model", str(model), "--engine", str(engine_binary("upstream")),
+              "--save", str(work / "model-plan.json"))  # fmt: skip
+    mtpstudio("render", "--plan", str(work / "model-plan.json"), "--out", str(work / "export"),
+              "--user", "alice")  # fmt: skip
     rendered = {path.name for path in (work / "export").rglob("*") if path.is_file()}
     assert any(name.endswith(".service") for name in rendered), rendered
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from PySide6.QtCore import QPointF
@@ -11,6 +12,7 @@ from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import evaluate, fit_suggestions, offload_and_context, resolve
 from mtpstudio.core.reports import budget_trust
+from mtpstudio.ui.pages.budget import lever_entry
 from mtpstudio.ui.widgets.common import Tone
 from mtpstudio.ui.widgets.vram_bar import device_row
 
@@ -117,11 +119,12 @@ def test_every_lever_menu_lists_the_ranked_answers_and_applies_one(
     expected = fit_suggestions(resolve(wizard.plan, pctx))
     page.levers_menu.aboutToShow.emit()  # the user opens the menu
     actions = page.levers_menu.actions()
-    assert [a.text() for a in actions] == [s.message for s in expected]
-    llvmpipe = next(a for a in actions if a.text().startswith("with the llvmpipe session: "))
+    assert [a.text() for a in actions] == [lever_entry(s) for s in expected]
+    assert [a.toolTip() for a in actions] == [s.message for s in expected]
+    llvmpipe = next(a for a in actions if a.text().startswith("with the llvmpipe session"))
     llvmpipe.trigger()
     assert wizard.plan.desktop.value == "llvmpipe"
-    assert page.fit_label.text() == llvmpipe.text()[:1].upper() + llvmpipe.text()[1:] + "."
+    assert page.fit_label.text().startswith(f"Applied {llvmpipe.toolTip()}. Now: experts of ")
     # the desktop's bar segment is the llvmpipe session's now
     assert _segment(wizard, "desktop") < gpu_card(DEFAULT_GPU_CARD).desktop_vram_bytes
 
@@ -213,3 +216,64 @@ def test_the_legend_says_how_sure_each_figure_is(make_wizard: WizardFactory) -> 
     compute = next(s for s in bar.segment_spans(0) if s.key == "compute")
     tip = bar.tooltip_at(QPointF((compute.x0 + compute.x1) / 2, bar.bar_rect(0).center().y()))
     assert tip is not None and "How sure: source — follows the engine's source" in tip
+
+
+# -- issue 34: advice ranked by what the user came for --------------------------------------------
+
+
+SEEDS = {"runtime.ctx": 131072, "runtime.cache_type_k": "q8_0", "runtime.cache_type_v": "q8_0",
+         "mtp.draft_max": 3}  # fmt: skip
+
+
+def test_the_seeds_setup_ranks_the_reclaim_that_moves_experts_first(
+    make_wizard: WizardFactory,
+) -> None:
+    """35B IQ4_XS on the RTX 4070 SUPER at 128k, q8_0, MTP 3: it fits with experts in RAM, and
+    the levers that put more experts on the GPU (MTP kept) come first, each saying how many;
+    memory spare decides only between levers that move as much (the second column)."""
+    wizard = make_wizard(plan_with(Plan(device=DEFAULT_GPU_CARD), SEEDS))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    assert page.fit_label.text().startswith("Now: experts of ")
+    assert " of 40 layers on the GPU" in page.fit_label.text()
+    assert wizard.tasks.wait_idle(30)
+    said = page.faster_label.text()  # shown on the page, without opening the menu
+    assert page.faster_label.isVisibleTo(page)
+    assert said.startswith("Faster for this plan, best first: 1. with the ")
+    assert re.search(
+        r"with the llvmpipe session: \d+ more expert layers? on the GPU, MTP kept", said
+    )
+    ranked = page.fill_levers_menu()
+    fitting = [s for s in ranked if s.fits]
+    keys = [(s.faster, s.gain, s.spare_bytes) for s in fitting]
+    assert [k[0] for k in keys] == sorted((k[0] for k in keys), reverse=True)  # faster first
+    llvmpipe = next(s for s in ranked if s.lever == "desktop:llvmpipe")
+    assert llvmpipe.faster and llvmpipe.gain.endswith("MTP kept")
+    assert re.match(r"\d+ more expert layers? on the GPU", llvmpipe.gain)
+    first = page.levers_menu.actions()[0].text()
+    assert first.endswith("MiB spare") and "\tfits, " in first  # spare: the second column
+
+
+def test_the_text_beside_the_menu_is_always_the_current_plans(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(plan_with(Plan(device=DEFAULT_GPU_CARD), SEEDS))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    ranked = page.fill_levers_menu()
+    page.apply_lever(next(s for s in ranked if s.lever == "desktop:llvmpipe"))
+    assert page.fit_label.text().startswith("Applied with the llvmpipe session: ")
+    applied = page.fit_label.text()
+    page.ctx.spin.setValue(262144)  # the user moves on: fewer experts fit on the card
+    text = page.fit_label.text()
+    assert text.startswith("Now: experts of ") and text not in applied
+    assert "14 MiB spare" not in text
+
+
+def test_the_lever_menu_fits_a_laptop_screen(make_wizard: WizardFactory) -> None:
+    """The dense 27B's menu was ~1,100 px wide: the entries are short now, the detail is in
+    each entry's tooltip."""
+    dense = {"model.card": "qwen3.6-27b-iq4_xs", "runtime.ctx": 131072}
+    wizard = make_wizard(plan_with(Plan(device="rtx-4060-ti-16gb"), dense))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    assert page.fill_levers_menu()
+    assert page.levers_menu.sizeHint().width() <= min(900, 0.7 * wizard.width())

@@ -273,3 +273,107 @@ def test_after_the_login_the_check_compares_before_and_after(
     assert SESSION_STEM in text
     page.revert_button.click()
     assert again.tasks.wait_idle(30)
+
+
+# -- issue 34: the helper is set up by the first privileged action; pkexec named when missing --
+
+HELPER_FILES = ("usr/lib/mtpstudio", "usr/share/polkit-1")
+
+
+def without_helper_files(tree: dict[str, object]) -> dict[str, object]:
+    """The tree less the helper's files and /usr/lib (which every real system has)."""
+    return {k: v for k, v in tree.items() if not k.startswith(HELPER_FILES) and k != "usr/lib"}
+
+
+def test_apply_without_a_helper_sets_it_up_in_the_same_install_then_reverts(
+    make_wizard: WizardFactory, root: Path
+) -> None:
+    """A venv install finds no helper: the preview says the install sets it up first (one
+    password), the one confirmed run sets it up and installs, Revert needs no second setup,
+    and the tree is as before except for the helper (its code, launcher and policy)."""
+    before = snapshot(root)
+    wizard = make_wizard()
+    page = wizard.desktop_page
+    page.system = SystemAccess(root=root, runner=SubprocessRunner(), environ={},
+                               setup_in_root=True)  # fmt: skip
+    go_to(wizard, PageId.DESKTOP)
+    assert wizard.tasks.wait_idle(30)
+    page.rows[DesktopReclaim.LLVMPIPE].apply_button.click()
+    assert wizard.tasks.wait_idle(30)
+    box = page.preview_box
+    assert box.isVisibleTo(page)
+    assert box.install_button.text() == "Set up the helper and install (asks for a password)"
+    assert "sets up mtpstudio's helper first" in box.notes.text()
+    assert "/usr/share/polkit-1/actions/io.github.mtpstudio.helper.policy" in box.notes.text()
+    assert "--root" not in box.notes.text() and "mtpstudio apply" not in box.notes.text()
+    assert snapshot(root) == before  # nothing before the confirmation
+
+    box.install_button.click()
+    assert wizard.tasks.wait_idle(60)
+    said = page.action.outcome.sentence
+    assert page.action.outcome.tone is Tone.GOOD, said
+    assert said.startswith("Set up the helper (/usr/lib/mtpstudio/mtpstudio-helper, ")
+    assert (root / SESSION_FILE).is_file()
+    assert (root / "usr/lib/mtpstudio/mtpstudio-helper").is_file()
+    assert page.system.helper_state().needs_setup is False
+
+    page.revert_button.click()
+    assert wizard.tasks.wait_idle(60)
+    assert page.action.outcome.tone is Tone.GOOD, page.action.outcome.sentence
+    assert not page.action.outcome.sentence.startswith("Set up")  # set up once
+    after = snapshot(root)
+    assert without_helper_files(after) == without_helper_files(before)
+    assert {k.split("/")[0] for k in set(after) - set(before)} <= {"usr", "var"}
+
+
+def test_without_pkexec_apply_names_the_package_and_shows_no_preview(
+    make_wizard: WizardFactory, root: Path
+) -> None:
+    wizard = make_wizard()
+    page = wizard.desktop_page
+    ubuntu = 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n'
+    page.system = SystemAccess(root=root, runner=SubprocessRunner(), environ={},
+                               setup_in_root=True, pkexec_missing=True,
+                               os_release=ubuntu)  # fmt: skip
+    go_to(wizard, PageId.DESKTOP)
+    assert wizard.tasks.wait_idle(30)
+    page.rows[DesktopReclaim.LLVMPIPE].apply_button.click()
+    assert wizard.tasks.wait_idle(30)
+    outcome = page.action.outcome
+    assert outcome.tone is Tone.BAD
+    assert "pkexec (polkit), which is not installed" in outcome.sentence
+    assert "Install the package pkexec (sudo apt install pkexec)" in outcome.sentence
+    assert "--root" not in outcome.sentence and "--dry-run" not in outcome.sentence
+    assert not page.preview_box.isVisibleTo(page)
+
+    page.refresh_button.click()  # the old error does not stay beside a fresh reading
+    assert outcome.sentence == ""
+
+
+def test_each_reclaim_says_what_it_does_for_this_plans_speed(
+    make_wizard: WizardFactory, root: Path
+) -> None:
+    """The seeds' 35B on the catalogue RTX 4070 SUPER at 128k: each reclaim says how many more
+    expert layers it puts on the GPU, and the page ranks them by that (spare second)."""
+    from mtpstudio.core.plan import plan_with
+
+    seeds = {"device": "rtx-4070-super", "runtime.ctx": 131072, "runtime.cache_type_k": "q8_0",
+             "runtime.cache_type_v": "q8_0", "mtp.draft_max": 3}  # fmt: skip
+    wizard = desktop_wizard(make_wizard, root, plan=plan_with(Plan(), seeds),
+                            report=no_gpu_report())  # fmt: skip
+    page = wizard.desktop_page
+    assert wizard.tasks.wait_idle(30)
+    import re
+
+    llvmpipe = page.rows[DesktopReclaim.LLVMPIPE].detail.text()
+    more = r"For this plan: (\d+) more expert layers? on the GPU, MTP kept \(fits, (\d+) MiB"
+    found_llvmpipe = re.search(more, llvmpipe)
+    found_profile = re.search(more, page.rows[DesktopReclaim.NVIDIA_PROFILE].detail.text())
+    assert found_llvmpipe and found_profile, llvmpipe
+    note = page.plan_note.text()
+    assert note.startswith("For this plan's tokens/s, best first: 1. ")
+    layers = (int(found_llvmpipe[1]), int(found_profile[1]))
+    spare = (int(found_llvmpipe[2]), int(found_profile[2]))
+    llvmpipe_first = note.index("llvmpipe") < note.index("NVIDIA driver profile")
+    assert llvmpipe_first == (layers[0] > layers[1] or (layers[0] == layers[1]
+                                                        and spare[0] > spare[1]))  # fmt: skip

@@ -29,8 +29,9 @@ PLANS = ("moe-card", "dense-card", "tiny-gguf", "cpu-target", "draft-model")
 def make_plan(
     kind: str, tiny_model: Callable[..., Path], engine: Callable[[str], Path], folder: Path
 ) -> Plan:
-    """Five plans: catalogue cards as full-size zero-weight files (MoE, dense: units are written
-    only for model files), a real tiny GGUF on a probed build (device auto, as `gui --plan
+    """Five plans, each on a build the test bench built (a unit is written only when its engine
+    is on this computer): catalogue cards as full-size zero-weight files (MoE, dense: units are
+    written only for model files), a real tiny GGUF on a probed build (device auto, as `gui --plan
     tiny.json` opens it), an explicit CPU target with fit asked for, and a separate draft
     model."""
     base = Plan()
@@ -38,11 +39,12 @@ def make_plan(
         model = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", folder / "Qwen3.6-35B-A3B.gguf")
         return plan_with(base, {"model.path": str(model), "model.card": None,
                                 "device": "rtx-4070-super", "runtime.ctx": 65536,
+                                "engine.binary": str(engine("upstream")),
                                 "runtime.moe": "n_cpu_moe", "runtime.n_cpu_moe": 20})  # fmt: skip
     if kind == "dense-card":
         model = zero_gguf_for_card("qwen3.6-27b-iq4_xs", folder / "Qwen3.6-27B.gguf")
         return plan_with(base, {"model.path": str(model), "model.card": None,
-                                "device": "rtx-4060-ti-16gb",
+                                "device": "rtx-4060-ti-16gb", "engine.binary": str(engine("ik")),
                                 "engine.flavour": "ik", "runtime.moe": "gpu"})  # fmt: skip
     if kind == "tiny-gguf":
         model = tiny_model("hybrid-mtp", dtype="q8_0")
@@ -52,10 +54,12 @@ def make_plan(
     if kind == "cpu-target":
         model = tiny_model("moe")
         return plan_with(base, {"model.path": str(model), "model.card": None, "device": "cpu",
+                                "engine.binary": str(engine("upstream")),
                                 "runtime.moe": "fit", "runtime.ctx": 2048})  # fmt: skip
     main, draft = tiny_model("dense"), tiny_model("draft")
     return plan_with(base, {"model.path": str(main), "model.card": None,
                             "draft.path": str(draft), "device": "rtx-4070-super",
+                            "engine.binary": str(engine("upstream")),
                             "runtime.ctx": 8192})  # fmt: skip
 
 

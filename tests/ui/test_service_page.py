@@ -7,19 +7,19 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 from support.helper_bench import make_root, snapshot
 from test_cli_export import write_model
 
 from mtpstudio.core import paths
 from mtpstudio.core.desktop.install import revert_user_group, user_status
-from mtpstudio.core.plan import ModelChoice, Plan, save_plan
+from mtpstudio.core.plan import EngineChoice, ModelChoice, Plan, save_plan
 from mtpstudio.core.runner import RunResult, SubprocessRunner
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.ui.system_access import SystemAccess
@@ -52,10 +52,12 @@ class RecordedSystemctl:
 
 
 @pytest.fixture
-def model_plan(tmp_path: Path) -> Plan:
+def model_plan(tmp_path: Path, engine: Callable[[str], Path]) -> Plan:
+    """A model file on this computer and the upstream build the test bench built (a unit is
+    exported only when its ExecStart exists)."""
     model = tmp_path / "models" / "Qwen 3.6 35B.gguf"
     write_model(model)
-    return Plan(model=ModelChoice(path=model))
+    return Plan(model=ModelChoice(path=model), engine=EngineChoice(binary=engine("upstream")))
 
 
 def service_wizard(
@@ -65,6 +67,9 @@ def service_wizard(
     if system is not None:
         wizard.service_page.system = system
     go_to(wizard, PageId.SERVICE)
+    # the tests run as root, and a system unit is never written to run the engine as root
+    wizard.service_page.account_edit.setText("bob")
+    wizard.service_page.account_edit.editingFinished.emit()
     return wizard
 
 
@@ -361,18 +366,49 @@ def test_a_different_installed_user_unit_is_replaced_only_after_asking(
             revert_user_group(group, SubprocessRunner())
 
 
-def test_a_missing_helper_is_said_before_any_preview_and_cleared_for_a_user_unit(
+def test_a_missing_pkexec_is_said_before_any_preview_with_its_package(
     make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
 ) -> None:
-    system = SystemAccess(runner=RecordedSystemctl(), helper=tmp_path / "no-helper")
+    system = SystemAccess(runner=RecordedSystemctl(), pkexec_missing=True,
+                          os_release='ID=debian\nVERSION_ID="12"\n')  # fmt: skip
     page = service_wizard(make_wizard, model_plan, system).service_page
+    page.account_edit.setText("bob")
+    page.account_edit.editingFinished.emit()
     page.install_button.click()
     assert not page.preview_box.isVisibleTo(page)
     said = page.action.outcome.sentence
-    assert "helper, which writes system files, is not installed" in said
+    assert "System files are written only through pkexec (polkit), which is not installed" in said
+    assert "package pkexec (sudo apt install pkexec)" in said
     assert "User unit" in said and "--root" not in said and "--dry-run" not in said
     page.set_scope(UnitScope.USER)
     assert page.action.outcome.sentence == ""
+
+
+def test_a_system_unit_without_a_helper_sets_it_up_in_the_same_install(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    root = make_root(tmp_path / "root")
+    system = SystemAccess(root=root, runner=RecordedSystemctl(), setup_in_root=True)
+    wizard = service_wizard(make_wizard, model_plan, system)
+    page = wizard.service_page
+    page.account_edit.setText("bob")
+    page.account_edit.editingFinished.emit()
+    page.install_button.click()
+    assert page.preview_box.isVisibleTo(page)
+    assert page.preview_box.install_button.text() == (
+        "Set up the helper and install (asks for a password)"
+    )
+    assert "sets up mtpstudio's helper first" in page.preview_box.notes.text()
+    page.preview_box.install_button.click()
+    assert wizard.tasks.wait_idle(60)
+    said = page.action.outcome.sentence
+    assert page.action.outcome.tone is Tone.GOOD, said
+    assert said.startswith("Set up the helper (/usr/lib/mtpstudio/mtpstudio-helper, ")
+    assert (root / "usr/lib/mtpstudio/mtpstudio-helper").is_file()
+    assert "User=bob" in (root / "etc/systemd/system/mtpstudio-llama.service").read_text()
+    # set up now: the next install goes straight to the helper
+    page.install_button.click()
+    assert page.preview_box.install_button.text() == "Install"
 
 
 def test_the_preview_is_readable_on_a_laptop_screen(
@@ -395,3 +431,92 @@ def test_the_preview_is_readable_on_a_laptop_screen(
     assert box.notes.isVisibleTo(page) and box.notes.height() >= box.notes.heightForWidth(
         box.notes.width()
     )  # the explanation not clipped
+
+
+# -- issue 34: Export writes the set that starts, and refuses before asking where ---------------
+
+
+def test_export_writes_the_set_and_says_the_commands(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    page = service_wizard(make_wizard, model_plan).service_page
+    target = tmp_path / "out" / "mtpstudio-llama.service"
+    target.parent.mkdir()
+    page.ask_export_path = lambda: target  # type: ignore[method-assign]
+    page.export_button.click()
+    said = page.action.outcome.sentence
+    assert page.action.outcome.tone is Tone.GOOD, said
+    assert sorted(p.name for p in target.parent.iterdir()) == [
+        "install-mtpstudio-llama.sh", "mtpstudio-llama.env", "mtpstudio-llama.service"
+    ]  # fmt: skip
+    assert f"sudo sh {target.parent}/install-mtpstudio-llama.sh" in said
+    assert "sudo systemctl start mtpstudio-llama.service" in said
+
+    # the message is in sight: right below the buttons, not under the unit's output
+    def top(widget: QWidget) -> int:
+        return widget.mapTo(page, QPoint(0, 0)).y()
+
+    assert top(page.action) < top(page.unit_label) < top(page.output)
+
+
+def test_export_refuses_before_the_dialog_when_the_unit_could_not_start(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    plan = model_plan.model_copy(
+        update={"engine": model_plan.engine.model_copy(update={"binary": tmp_path / "gone"})}
+    )
+    page = service_wizard(make_wizard, plan).service_page
+    asked: list[bool] = []
+    page.ask_export_path = lambda: asked.append(True)  # type: ignore[method-assign,func-returns-value]
+    page.export_button.click()
+    said = page.action.outcome.sentence
+    assert asked == []  # refused before the save dialog
+    assert page.action.outcome.tone is Tone.BAD
+    assert f"the unit would start {tmp_path}/gone" in said
+    assert "Engine & options page" in said and "`mtpstudio plan" not in said
+
+    page.account_edit.setText("root")
+    page.account_edit.editingFinished.emit()
+    page = service_wizard(make_wizard, model_plan).service_page
+    page.account_edit.setText("root")
+    page.account_edit.editingFinished.emit()
+    page.export_button.click()
+    assert "runs the engine as root is refused" in page.action.outcome.sentence
+    assert "under 'Runs as'" in page.action.outcome.sentence
+    assert "--user" not in page.action.outcome.sentence
+
+
+def test_a_partial_model_is_refused_before_the_dialog(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path
+) -> None:
+    model = Path(str(model_plan.model.path))
+    with model.open("r+b") as f:
+        f.truncate(model.stat().st_size // 2)  # a download that stopped halfway
+    page = service_wizard(make_wizard, model_plan).service_page
+    asked: list[bool] = []
+    page.ask_export_path = lambda: asked.append(True)  # type: ignore[method-assign,func-returns-value]
+    page.export_button.click()
+    assert asked == []
+    assert page.action.outcome.tone is Tone.BAD
+    assert "incomplete" in page.action.outcome.sentence.lower()
+
+
+def test_the_preview_keeps_what_it_is_readable_beside_a_long_path(
+    make_wizard: WizardFactory, model_plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long install path (a user unit below a deep config folder) took the whole width,
+    squeezing "What it is" to a word per line."""
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3) / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(deep))
+    wizard = service_wizard(make_wizard, model_plan, SystemAccess(runner=RecordedSystemctl()))
+    wizard.resize(1180, 768)
+    page = wizard.service_page
+    page.set_scope(UnitScope.USER)
+    page.install_button.click()
+    QApplication.processEvents()
+    files = page.preview_box.files
+    room = files.viewport().width()
+    assert files.header().sectionSize(2) >= 0.3 * room
+    line = files.fontMetrics().lineSpacing()
+    for row in range(files.topLevelItemCount()):
+        assert files.visualItemRect(files.topLevelItem(row)).height() <= 5 * line + 8

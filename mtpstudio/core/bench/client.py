@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,11 +103,23 @@ def completion_endpoint(flavour: EngineFlavour) -> str:
     return profile_for(flavour).bench.endpoint
 
 
+PER_POSITION = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+"""Accepted draft tokens at each draft position (upstream, labelled ``position="i"``)."""
+DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+"""Speculative verification steps: how often a draft was checked (each position's chance)."""
+_POSITION = re.compile(rf'^{re.escape(PER_POSITION)}\{{position="(\d+)"\}}\s+(\S+)')
+
+
 def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {name: value} for unlabelled samples."""
+    """Prometheus text -> {name: value} for unlabelled samples; the per-position accepted
+    counter as ``name[i]``."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         line = line.strip()
+        if (m := _POSITION.match(line)) is not None:
+            with contextlib.suppress(ValueError):
+                out[f"{PER_POSITION}[{int(m.group(1))}]"] = float(m.group(2))
+            continue
         if not line or line.startswith("#") or "{" in line:
             continue
         name, _, value = line.partition(" ")
@@ -117,8 +131,15 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 def metric_counters(metrics: dict[str, float]) -> dict[str, float]:
-    """The benchmark's counters (predicted, prompt, draft, accepted) from ``parse_metrics``."""
-    return {key: metrics[name] for key, name in _COUNTERS.items() if name in metrics}
+    """The benchmark's counters (predicted, prompt, draft, accepted; drafts and accepted at
+    each position ``pos0``, ``pos1`` … when the server counts them) from ``parse_metrics``."""
+    out = {key: metrics[name] for key, name in _COUNTERS.items() if name in metrics}
+    if DRAFTS in metrics:
+        out["drafts"] = metrics[DRAFTS]
+    for name, value in metrics.items():
+        if name.startswith(f"{PER_POSITION}["):
+            out[f"pos{name[len(PER_POSITION) + 1 : -1]}"] = value
+    return out
 
 
 class BenchClient:

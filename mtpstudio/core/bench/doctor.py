@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtpstudio.core.bench.ab import GRAPHS_OFF_ENV, ABReport
-from mtpstudio.core.bench.results import BenchReport, VramPeak
+from mtpstudio.core.bench.results import DEPTH_ACCEPT_FLOOR, BenchReport, VramPeak
 from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.plan import CacheType, Plan, plan_with
@@ -87,6 +87,38 @@ def check_acceptance(report: BenchReport, plan: Plan | None) -> Finding | None:
         "'mtp').",
         _valid(plan, remedies),
     )
+
+
+def check_depth(report: BenchReport, plan: Plan | None) -> Finding | None:
+    """The server's per-position acceptance (``/metrics``): which draft depth it supports."""
+    check = report.metrics
+    if check is None:
+        return None
+    rates = check.accepted_per_position
+    depth = check.supported_depth()
+    if depth is None:
+        return None
+    shown = ", ".join(f"{r:.0%}" for r in rates)
+    drafted = plan.mtp.draft_max if plan is not None else len(rates)
+    message = (
+        f"Accepted per draft position (the server's /metrics): {shown} of "
+        f"{check.delta.get('drafts', 0):.0f} drafts; the acceptance supports draft depth "
+        f"{depth} (positions accepted in at least {DEPTH_ACCEPT_FLOOR:.0%} of the drafts)"
+    )
+    remedies = []
+    if depth < drafted:
+        message += f", the plan drafts {drafted}."
+        remedies.append(Remedy(f"draft {depth} tokens ({drafted} -> {depth})",
+                               {"mtp.draft_max": depth}))  # fmt: skip
+    elif depth == drafted and rates and rates[-1] >= DEPTH_ACCEPT_FLOOR:
+        message += (
+            f"; even the last position holds up: a deeper draft ({drafted + 1}) may pay, "
+            "measure it."
+        )
+        remedies.append(Remedy(f"draft {drafted + 1} tokens", {"mtp.draft_max": drafted + 1}))
+    else:
+        message += "."
+    return Finding("draft-depth", message, _valid(plan, remedies))
 
 
 def check_vram(peaks: list[VramPeak], plan: Plan | None) -> Finding | None:
@@ -237,6 +269,7 @@ def diagnose(
         )
     findings += [
         check_acceptance(report, plan),
+        check_depth(report, plan),
         check_vram(report.vram, plan),
         check_p_min(report, plan),
     ]

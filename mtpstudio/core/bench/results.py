@@ -109,6 +109,12 @@ class CategoryResult:
         }
 
 
+DEPTH_ACCEPT_FLOOR = 0.4
+"""A draft position earns its place when at least this share of the drafts is accepted there:
+below it, the verification work for that position is mostly thrown away (a rule of thumb until
+the speed model of issue 37 prices each position)."""
+
+
 @dataclass(frozen=True)
 class MetricsCheck:
     """The server's own /metrics counters over the measured requests, next to the report's sums."""
@@ -120,8 +126,33 @@ class MetricsCheck:
     def matches(self) -> bool:
         return all(abs(self.delta.get(k, 0.0) - v) < 0.5 for k, v in self.expected.items())
 
+    @property
+    def accepted_per_position(self) -> tuple[float, ...]:
+        """The share of drafts accepted at each draft position (the server's own counters
+        over the measured requests; empty when it does not count them)."""
+        drafts = self.delta.get("drafts", 0.0)
+        positions = sorted(int(k[3:]) for k in self.delta if k.startswith("pos"))
+        if drafts <= 0 or not positions:
+            return ()
+        return tuple(self.delta.get(f"pos{i}", 0.0) / drafts for i in range(positions[-1] + 1))
+
+    def supported_depth(self, floor: float = DEPTH_ACCEPT_FLOOR) -> int | None:
+        """The draft depth the acceptance supports: the positions, from the first, accepted in
+        at least ``floor`` of the drafts (None: no per-position counters)."""
+        rates = self.accepted_per_position
+        if not rates:
+            return None
+        depth = 0
+        for rate in rates:
+            if rate < floor:
+                break
+            depth += 1
+        return max(depth, 1)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"delta": self.delta, "expected": self.expected, "matches": self.matches}
+        return {"delta": self.delta, "expected": self.expected, "matches": self.matches,
+                "accepted_per_position": [round(r, 4) for r in self.accepted_per_position],
+                "supported_depth": self.supported_depth()}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mtpstudio.core import paths
+from mtpstudio.core.desktop.helper_setup import (
+    HelperCall,
+    PkexecSetup,
+    SetupFirstTransport,
+    helper_state,
+    pkexec_failure,
+)
+from mtpstudio.core.desktop.helper_setup import (
+    InstallError as InstallError,  # re-exported: callers catch it from here
+)
 from mtpstudio.core.desktop.reclaim import session_display_name
-from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.runner import Runner
 from mtpstudio.core.service.render import (
     RenderedFile,
@@ -47,10 +56,6 @@ from mtpstudio.helper.validate import check_env_file
 PKEXEC_TIMEOUT_S = 300.0
 SYSTEMCTL_TIMEOUT_S = 30.0
 GROUP_KINDS = ("session", "unit", "nvidia-profile")
-
-
-class InstallError(MtpStudioError):
-    """Installing or reverting did not happen (refused, not authorised, or failed)."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +249,10 @@ class InProcessHelper:
         return code, out.getvalue(), err.getvalue()
 
 
+class HelperNotSetUp(InstallError):
+    """The helper is not installed (or is another version's) and setting it up was not asked."""
+
+
 @dataclass(frozen=True)
 class PkexecHelper:
     """The installed helper through pkexec (polkit asks for the administrator password)."""
@@ -254,10 +263,10 @@ class PkexecHelper:
 
     def __call__(self, args: Sequence[str], payload: bytes) -> tuple[int, str, str]:
         if not Path(self.helper).is_file():
-            raise InstallError(
-                f"the helper is not installed at {self.helper}",
-                hint="Install mtpstudio's package (it ships the helper and its polkit policy), "
-                "or use --root DIR / --dry-run to see the files.",
+            raise HelperNotSetUp(
+                f"mtpstudio's helper is not set up at {self.helper}, so nothing was changed",
+                hint="Run it again and let mtpstudio set the helper up (one administrator "
+                "password), or run `mtpstudio setup-helper` first.",
             )
         try:
             result = subprocess.run(
@@ -268,28 +277,34 @@ class PkexecHelper:
                 check=False,
             )
         except FileNotFoundError:
-            raise InstallError(
-                "pkexec is not installed", hint="Install polkit, or use --root DIR."
-            ) from None
+            problem = helper_state().pkexec_problem()
+            raise problem or InstallError("pkexec could not be run") from None
         except subprocess.TimeoutExpired:
             raise InstallError("the helper did not answer in time") from None
         stderr = result.stderr.decode(errors="replace")
-        if result.returncode in (126, 127) and not stderr.startswith("mtpstudio-helper"):
-            raise InstallError(
-                "authorisation was refused or cancelled",
-                hint="Run it again and enter an administrator's password.",
-            )
+        problem = pkexec_failure(result.returncode, stderr)
+        if problem is not None:
+            raise problem
         return result.returncode, result.stdout.decode(errors="replace"), stderr
 
 
-def helper_for(root: Path | None) -> HelperTransport:
-    """In-process against ``root``, else the installed helper through pkexec."""
-    return InProcessHelper(root) if root is not None else PkexecHelper()
+def helper_for(root: Path | None, *, setup: bool = False) -> HelperTransport:
+    """In-process against ``root``; else the installed helper through pkexec, set up first
+    (in the same authentication) when ``setup``."""
+    if root is not None:
+        return InProcessHelper(root)
+    if setup:
+        return SetupFirstTransport(PkexecSetup(), PkexecHelper())
+    return PkexecHelper()
 
 
 def call_helper(transport: HelperTransport, args: Sequence[str], payload: bytes = b"") -> Any:
     """One helper call; its JSON answer, or InstallError with the helper's one line."""
     code, out, err = transport(args, payload)
+    return _helper_json(code, out, err)
+
+
+def _helper_json(code: int, out: str, err: str) -> Any:
     line = err.strip().splitlines()[-1] if err.strip() else f"exit status {code}"
     line = line.removeprefix("mtpstudio-helper: ")
     if code == 2:
@@ -324,6 +339,16 @@ def revert_group(group: str, transport: HelperTransport) -> HelperAnswer:
     """Undo one group (``session:NAME`` …) through the helper."""
     kind, _, name = group.partition(":")
     return _answer(call_helper(transport, [f"remove-{kind}", name]))
+
+
+def revert_groups(groups: Sequence[str], transport: HelperTransport) -> list[HelperAnswer]:
+    """Undo several groups; a transport that sets the helper up makes every call in its one
+    root process (one authentication)."""
+    calls = [HelperCall((f"remove-{g.partition(':')[0]}", g.partition(":")[2])) for g in groups]
+    if isinstance(transport, SetupFirstTransport) and not transport.done:
+        results = transport.batch(calls)
+        return [_answer(_helper_json(code, out, err)) for code, out, err in results]
+    return [revert_group(group, transport) for group in groups]
 
 
 def system_status(root: Path | None = None) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from mtpstudio.core.engines.draft import (
 from mtpstudio.core.engines.flags import Option
 from mtpstudio.core.engines.mtp import MtpDecision, as_documented, decide_mtp
 from mtpstudio.core.engines.profile import EngineProfile, MtpRequest
-from mtpstudio.core.engines.profiles import profile_for
+from mtpstudio.core.engines.profiles import era_that_runs, era_words, profile_for
 from mtpstudio.core.engines.spec import QUANTIZED_CACHE_TYPES, LaunchSpec, SpecBuilder
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
@@ -100,7 +100,7 @@ def build_launch_spec(
     _emit_context(plan, b, profile)
     _emit_placement(plan, model, b, profile, cpu)
     _emit_load_mode(plan, b, profile)
-    _emit_mtp(plan, model, b, profile)
+    _emit_mtp(plan, model, b, profile, assumed or build.version == "documented")
     emit_draft_model(plan, b, profile, cpu_only=cpu)
     _check_speculative_slots(plan, b, profile)
     _emit_logging(b, profile, for_mtpstudio_launch)
@@ -115,6 +115,24 @@ def build_launch_spec(
         blockers=tuple(b.blockers),
         alternatives=tuple(b.alternatives),
     )
+
+
+def era_verdict(base: EngineProfile, newer: EngineProfile, cannot: str) -> tuple[str, str]:
+    """(blocker, instead) when no build was found and only the older era fails the model:
+    ``ik_llama.cpp before 8337e4c (2026-08-15) cannot …; builds since then can``."""
+    since = era_words(newer).removeprefix(f"{base.name} ")
+    older = cannot.replace(f"{base.name} cannot", f"{base.name} builds before {since} cannot", 1)
+    stage = f" (`--spec-type {newer.mtp.params.name}:…`)" if newer.mtp.params else ""
+    blocker = (
+        f"no {base.name} build was found, and the plan is judged by the older documented one: "
+        f"{older}; builds since {since}{stage} load it and run its MTP"
+    )
+    instead = (
+        f"pick an {base.name} build from {since} or later (the Engine & options page, or "
+        f"--engine PATH), or build one; or use upstream llama.cpp (--engine upstream), or on "
+        f"an older {base.name} a GGUF without the MTP layer with a draft model"
+    )
+    return blocker, instead
 
 
 def build_argv(plan: Plan, build: EngineBuild, model: ModelInfo | None = None) -> tuple[str, ...]:
@@ -465,12 +483,19 @@ def _emit_load_mode(plan: Plan, b: SpecBuilder, profile: EngineProfile) -> None:
         )
 
 
-def _emit_mtp(plan: Plan, model: ModelInfo | None, b: SpecBuilder, profile: EngineProfile) -> None:
+def _emit_mtp(
+    plan: Plan, model: ModelInfo | None, b: SpecBuilder, profile: EngineProfile, assumed: bool
+) -> None:
     rule = profile.mtp
     if model is not None and model.n_nextn_layer > 0:
         cannot = rule.unloadable_with_nextn.get(model.architecture)
         if cannot is not None:
-            b.block(cannot, rule.instead)
+            newer = era_that_runs(profile.flavour, model.architecture) if assumed else None
+            if newer is not None:  # no build found: speak of builds, not of one engine
+                cannot, instead = era_verdict(profile, newer, cannot)
+                b.block(cannot, instead)
+            else:
+                b.block(cannot, rule.instead)
     if not plan.mtp.enabled:
         return
     _check_mtp_request(b, profile)

@@ -70,3 +70,7 @@ class EngineMemoryFacts:
     sliding_window_cache: bool = False
     draft_sampler_top_k: int = 0
     cuda_measured: bool = False
+    maps_in_ranges: bool = False
+    """A memory-mapped load maps each run of CPU tensors on its own, not one span per file: an
+    unloaded MTP block between the trunk and the output layer is not mapped (upstream after
+    b11434, which loads the MTP block only when MTP is on)."""

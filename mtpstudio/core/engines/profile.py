@@ -212,6 +212,9 @@ class EngineProfile:
     flash_attn_auto_may_turn_off: bool = False
     """``-fa auto`` may turn flash attention off on a device (bad with a quantized V cache)."""
     era_marker: str | None = None
+    min_build: int | None = None
+    """An era told by the build number its ``--version`` names (builds from this one on);
+    a build that names no number is never of it."""
     speculative_max_slots: int | None = None
     """The most server slots the engine drafts with (MTP or a draft model); it refuses to
     start with more (None: no limit)."""
@@ -223,6 +226,10 @@ class EngineProfile:
     def matches(self, build: EngineBuild) -> bool:
         """True when ``build`` is of this flavour and answered this era's marker."""
         if build.flavour is not self.flavour:
+            return False
+        if self.min_build is not None and (
+            build.build_number is None or build.build_number < self.min_build
+        ):
             return False
         return self.era_marker is None or self.era_marker in build.spec_types
 

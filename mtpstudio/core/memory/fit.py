@@ -33,6 +33,9 @@ class FitSuggestion:
     budget: Budget
     message: str
     lever: str = ""
+    label: str = ""  # the change in a few words ("with the llvmpipe session")
+    gain: str = ""  # what it does to speed ("2 more expert layers on the GPU, MTP kept")
+    faster: bool = False  # faster than the plan as it is (core.advice.speed_key)
 
     @property
     def fits(self) -> bool:

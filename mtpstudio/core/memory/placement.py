@@ -90,6 +90,7 @@ class ModelWeights:
     input_extent: Extent = ()
     output_extent: Extent = ()
     output_tensors: tuple[TensorInfo, ...] = ()
+    mapped_in_ranges: bool = False  # the engine maps each run of CPU tensors (upstream > b11434)
 
     @classmethod
     def from_model(cls, model: ModelInfo) -> ModelWeights:
@@ -242,6 +243,25 @@ def _span(extents: list[Extent]) -> int:
     return sum(hi - lo for lo, hi in ranges.values())
 
 
+def _ranges(extents: list[Extent]) -> int:
+    """Bytes of ``extents`` merged into runs, per file (what is mapped run by run)."""
+    by_file: dict[int, list[tuple[int, int]]] = {}
+    for extent in extents:
+        for i, lo, hi in extent:
+            by_file.setdefault(i, []).append((lo, hi))
+    total = 0
+    for spans in by_file.values():
+        end = -1
+        for lo, hi in sorted(spans):
+            if lo > end:
+                total += hi - lo
+                end = hi
+            elif hi > end:
+                total += hi - end
+                end = hi
+    return total
+
+
 def split_weights(weights: ModelWeights, placement: Placement) -> WeightSplit:
     """Sum the weight bytes on the GPU and on the CPU for a placement."""
     gpu = cpu = cpu_experts = 0
@@ -279,7 +299,8 @@ def split_weights(weights: ModelWeights, placement: Placement) -> WeightSplit:
         else:
             gpu += lw.expert_gpu_bytes
     # a span below the sum means offsets are unknown (a table without data offsets)
-    return WeightSplit(gpu, cpu, cpu_experts, max(_span(cpu_extents), cpu) if cpu else 0)
+    mapped = _ranges(cpu_extents) if weights.mapped_in_ranges else _span(cpu_extents)
+    return WeightSplit(gpu, cpu, cpu_experts, max(mapped, cpu) if cpu else 0)
 
 
 def _role(t: TensorInfo) -> str:

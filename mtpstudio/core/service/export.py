@@ -89,3 +89,78 @@ def write_files(files: dict[str, RenderedFile], out_dir: Path) -> ExportResult:
         write_text_atomic(target, f.text, f.mode)
         written.append(target)
     return ExportResult(tuple(written), tuple(backups))
+
+
+INSTALL_SCRIPT = "install-{name}.sh"
+
+
+@dataclass(frozen=True)
+class ServiceSet:
+    """The unit, its environment file and the script that installs both, as written."""
+
+    folder: Path
+    files: dict[str, RenderedFile]
+    written: tuple[Path, ...]
+    backups: tuple[Path, ...]
+    commands: tuple[str, ...]  # the exact commands that install and start it
+
+    def message(self) -> str:
+        """What was written and what to run, for the CLI and the Service page."""
+        lines = [f"Wrote {len(self.written)} files to {self.folder}:"]
+        for key, f in self.files.items():
+            where = "runs the install steps below" if key == "install" else f"-> {f.install_path}"
+            lines.append(f"  {f.name} {where}")
+        lines.append("Install and start it:")
+        lines += [f"  {c}" for c in self.commands]
+        return "\n".join(lines)
+
+
+def service_set(files: dict[str, RenderedFile], scope: UnitScope) -> dict[str, RenderedFile]:
+    """``unit``, ``env`` and ``install`` (a shell script doing the exact install steps)."""
+    unit, env = files["unit"], files["env"]
+    name = unit.name.removesuffix(".service")
+    script_name = INSTALL_SCRIPT.format(name=name)
+    system = scope is UnitScope.SYSTEM
+    start = f"{'sudo ' if system else ''}systemctl {'' if system else '--user '}start {unit.name}"
+    text = (
+        template_environment()
+        .get_template("export/install.sh.j2")
+        .render(
+            scope=scope.value,
+            unit=unit,
+            files=[env, unit],
+            script_name=script_name,
+            start=start,
+            reload="systemctl daemon-reload" if system else "systemctl --user daemon-reload",
+        )
+    )
+    script = RenderedFile(
+        name=script_name,
+        text=text if text.endswith("\n") else text + "\n",
+        mode=0o755,
+        install_path=Path(script_name),
+        explanation="Installs the unit and its environment file where systemd reads them.",
+    )
+    return {"unit": unit, "env": env, "install": script}
+
+
+def install_commands(folder: Path, files: dict[str, RenderedFile], scope: UnitScope) -> list[str]:
+    from mtpstudio.core.quoting import shell_quote
+
+    system = scope is UnitScope.SYSTEM
+    script = shell_quote(str(folder / files["install"].name))
+    unit = files["unit"].name
+    if system:
+        return [f"sudo sh {script}", f"sudo systemctl start {unit}",
+                f"sudo systemctl enable {unit}   # also at every boot"]  # fmt: skip
+    return [f"sh {script}", f"systemctl --user start {unit}",
+            f"systemctl --user enable {unit}   # also at every login"]  # fmt: skip
+
+
+def write_service_set(files: dict[str, RenderedFile], scope: UnitScope, folder: Path) -> ServiceSet:
+    """Write the unit, its env file and their install script into ``folder``."""
+    chosen = service_set(files, scope)
+    folder = folder.absolute()
+    result = write_files(chosen, folder)
+    commands = install_commands(folder, chosen, scope)
+    return ServiceSet(folder, chosen, result.written, result.backups, tuple(commands))

@@ -7,17 +7,26 @@ bytes as the CLI (``mtpstudio export-unit``) and installs the same unit (``apply
 from __future__ import annotations
 
 import getpass
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
+from mtpstudio.core.distro import read_os_release
 from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
+from mtpstudio.core.engines.build_hint import build_hint
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.planning import LaunchSpec, PlanningContext, launch_spec_for, resolve
+from mtpstudio.core.planning import (
+    LaunchSpec,
+    PlanningContext,
+    ResolvedPlan,
+    launch_spec_for,
+    resolve,
+)
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.render import (
     RenderedFile,
@@ -26,6 +35,44 @@ from mtpstudio.core.service.render import (
     UnitScope,
     render_service_files,
 )
+
+
+class EngineNotHereError(RenderError):
+    """The unit would start an engine binary that is not on this computer."""
+
+
+class RootAccountError(RenderError):
+    """A system unit would run the engine as root."""
+
+
+def require_runnable(spec: LaunchSpec, scope: UnitScope, user: str | None, *, cuda: bool) -> None:
+    """A unit is written only when it can start: its ``ExecStart`` is an engine build on this
+    computer and a system unit does not run as root (the helper refuses that, and the engine
+    needs no privileges).
+
+    Raises:
+        EngineNotHereError, RootAccountError: one sentence each, with what to do (the command
+            line's words; the Service page says its own).
+    """
+    binary = spec.binary
+    if spec.assumed_documented or not binary.is_file() or not os.access(binary, os.X_OK):
+        why = (
+            "no llama-server build was found, so it names the documented default"
+            if spec.assumed_documented
+            else "there is no program there"
+        )
+        raise EngineNotHereError(
+            f"the unit would start {binary}, and {why}",
+            hint="Pick the engine: `mtpstudio plan --engine PATH --save PLAN` with the path of "
+            f"your llama-server. {build_hint(read_os_release(), cuda=cuda)}",
+        )
+    if scope is UnitScope.SYSTEM and user == "root":
+        raise RootAccountError(
+            "a system unit that runs the engine as root is refused (the engine needs no "
+            "privileges, and mtpstudio's helper would not install it)",
+            hint="Name the account it runs as with --user NAME (apply unit: --account NAME): "
+            "your own, or a dedicated one such as 'llama'.",
+        )
 
 
 @dataclass(frozen=True)
@@ -104,8 +151,10 @@ def install_files(
     """Unit, env file and script as ``mtpstudio apply unit`` installs them (the same command
     and key file as ``export-unit``); refused unless the model files can be loaded."""
     require_model_files(plan, pctx)
-    key_file, messages = export_key_file(plan, create=True)
     resolved = resolve(plan, pctx)
+    spec, notes = launch_spec_for(resolved, api_key_file=export_key_file(plan, create=False)[0])
+    require_runnable(spec, scope, account_for(scope, account), cuda=_cuda(resolved))
+    key_file, messages = export_key_file(plan, create=True)
     plan = resolved.effective
     spec, notes = launch_spec_for(resolved, api_key_file=key_file)
     layout = ServiceLayout.for_plan(
@@ -152,7 +201,7 @@ def export_files(
     key file's path does not depend on whether it exists yet) and the model file is not checked.
     """
     if not preview:
-        require_model_files(plan, pctx)
+        check_exportable(plan, pctx, scope, account)
     key_file, messages = export_key_file(plan, create=not preview)
     resolved = resolve(plan, pctx)
     plan = resolved.effective  # the files say what the engine runs: MTP auto decided
@@ -166,6 +215,26 @@ def export_files(
     )
     notes += hidden_by_private_tmp(plan, files["unit"].text)
     return ServiceFiles(dict(files), spec, tuple(messages + [f"warning: {n}" for n in notes]))
+
+
+def _cuda(resolved: ResolvedPlan) -> bool:
+    return resolved.target.device.is_cuda
+
+
+def check_exportable(
+    plan: Plan, pctx: PlanningContext, scope: UnitScope, account: str | None = None
+) -> None:
+    """What export and install refuse, checked before anything is asked or written: the model
+    files (loadable, on this computer), the engine binary, the account.
+
+    Raises:
+        RenderError: one sentence saying why, with what to do.
+    """
+    require_model_files(plan, pctx)
+    resolved = resolve(plan, pctx)
+    key_file = export_key_file(plan, create=False)[0]
+    spec, _ = launch_spec_for(resolved, api_key_file=key_file)
+    require_runnable(spec, scope, account_for(scope, account), cuda=_cuda(resolved))
 
 
 def write_unit_file(out: ServiceFiles, path: Path) -> RenderedFile:

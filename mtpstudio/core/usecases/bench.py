@@ -61,8 +61,8 @@ def conclude(
 ) -> BenchOutcome:
     """The doctor's findings for a run of ``plan``'s server, and the run stored in ``history``."""
     findings = tuple(diagnose(report, plan))
-    if history is None:
-        return BenchOutcome(report, findings, None)
+    if history is None or (report.cancelled and not report.categories):
+        return BenchOutcome(report, findings, None)  # cancelled before a category: no run
     try:
         run_id = history.add_report(report, kind)
     except MtpStudioError as exc:

@@ -20,8 +20,10 @@ from mtpstudio.core.detect.report import detect_all
 from mtpstudio.core.engines.apikey import plan_api_key
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.model.catalog.gpus import gpu_card
+from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,
@@ -31,6 +33,7 @@ from mtpstudio.core.planning import (
     machine_for,
     resolve,
 )
+from mtpstudio.core.server.health import connect_host
 from mtpstudio.core.server.launch import (
     LaunchResult,
     PreparedLaunch,
@@ -41,11 +44,21 @@ from mtpstudio.core.server.launch import (
     record_state,
     run_launch,
 )
+from mtpstudio.core.server.process import ProcessOutcome, stop_pid
+from mtpstudio.core.server.state import (
+    Liveness,
+    ServerState,
+    load_states,
+    prune_stale,
+    remove_state,
+)
 
 __all__ = [
     "LaunchResult",
     "PreparedLaunch",
+    "attached_target",
     "bench_target",
+    "card_not_here",
     "find_build",
     "launch_machine",
     "measure_launch",
@@ -53,6 +66,8 @@ __all__ = [
     "record_state",
     "resolve_launch",
     "run_launch",
+    "servers_elsewhere",
+    "stop_elsewhere",
 ]
 
 
@@ -62,16 +77,39 @@ def launch_machine(build: EngineBuild, machine: MachineFacts | None = None) -> M
     return dataclasses.replace(found, builds=(build,))
 
 
+def card_not_here(plan: Plan, machine: MachineFacts) -> str | None:
+    """The plan is for a catalogue card this computer does not have: where the engine runs
+    instead, in one sentence (None: the plan's device is here, or is auto or the CPU)."""
+    try:
+        card = gpu_card(plan.device)
+    except MtpStudioError:
+        return None
+    if any(g.name.lower() == card.name.lower() for g in machine.gpus):
+        return None
+    here = machine.gpus[0] if machine.gpus else None
+    where = f"{here.id} ({here.name})" if here is not None else "the CPU"
+    return (
+        f"The plan is for the catalogue {card.name}, which is not in this computer: the server "
+        f"runs on {where}, and its memory is compared with what {where} holds"
+    )
+
+
 def resolve_launch(
     plan: Plan, build: EngineBuild, machine: MachineFacts | None = None
 ) -> tuple[Path, ResolvedPlan]:
     """Check the binary and the model file(s), then resolve the plan for ``build`` here.
 
+    A plan for a catalogue card this computer does not have is resolved for what it has (the
+    detected GPU, else the CPU): that is where the engine runs (``card_not_here`` says so).
+
     Raises:
         MtpStudioError: a file is missing or broken, or the plan cannot be resolved.
     """
     path, model, draft = preflight(plan, build)
-    pctx = PlanningContext(launch_machine(build, machine), model, draft)
+    facts = launch_machine(build, machine)
+    if card_not_here(plan, facts) is not None:
+        plan = plan_with(plan, {"device": "auto"})
+    pctx = PlanningContext(facts, model, draft)
     return path, resolve(plan, pctx)
 
 
@@ -125,3 +163,38 @@ def bench_target(prepared: PreparedLaunch, base_url: str, label: str | None = No
         engine_build=describe_build(prepared.build),
         device=plan.device,
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# servers mtpstudio started elsewhere (the CLI, another window)
+
+
+def servers_elsewhere(own_pid: int = 0) -> list[ServerState]:
+    """The running servers mtpstudio recorded (``launch``, another window), but ``own_pid``."""
+    states = load_states()
+    prune_stale(states)  # records of servers that are gone
+    return [s for s in states if s.liveness() is Liveness.RUNNING and s.pid != own_pid]
+
+
+def attached_target(state: ServerState) -> BenchTarget:
+    """A server started elsewhere, as the benchmark sees it (its plan, when still readable)."""
+    plan: Plan | None
+    try:
+        plan = load_plan(Path(state.plan_path))
+    except MtpStudioError:
+        plan = None
+    return BenchTarget(
+        base_url=f"http://{connect_host(state.host)}:{state.port}",
+        flavour=EngineFlavour(state.flavour),
+        label=f"port {state.port}",
+        drafting_requested=None,  # the server's own answers say
+        plan=plan,
+        device=plan.device if plan is not None else None,
+    )
+
+
+def stop_elsewhere(state: ServerState) -> ProcessOutcome:
+    """Stop a server started elsewhere (as `mtpstudio server stop` does) and forget it."""
+    outcome = stop_pid(state.pid, state.start_ticks)
+    remove_state(state)
+    return outcome

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
-    QAbstractSpinBox,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.advice import standing, where_words
 from mtpstudio.core.engines.capabilities import mtp_reason
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import MoePlacement, Plan
@@ -36,12 +37,35 @@ from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
+from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
+from mtpstudio.ui.widgets.number_box import NumberBox
 from mtpstudio.ui.widgets.vram_bar import VramBar, mapped_in_ram
 
 CTX_STEP = 256
 MARGIN_STEP = 64
+LEVERS_KEY = "budget-levers"
+
+
+_COMPACT = (
+    (re.compile(r"(\d+) more (expert )?(layers?) on the GPU"), r"+\1 \2\3 on GPU"),
+    (re.compile(r"(\d+) fewer (expert )?(layers?) on the GPU"), r"-\1 \2\3 on GPU"),
+    (re.compile(r"fits with (\d+) layers? on the CPU"), r"fits, \1 on CPU"),
+    (re.compile(r"the same (expert )?layers on the GPU"), "no layer moved"),
+)
+
+
+def lever_entry(s: FitSuggestion) -> str:
+    """A menu line: the change and what it does to speed, then (a right-aligned second
+    column) what memory it leaves; compact, the whole sentence is the entry's tooltip."""
+    head = f"{s.label}: {s.gain}" if s.gain else s.label
+    tail = s.outcome()
+    for pattern, short in _COMPACT:
+        head, tail = pattern.sub(short, head), pattern.sub(short, tail)
+    return f"{head}\t{tail}"
+
+
 MARGIN_MAX_MIB = 4096
 
 
@@ -69,6 +93,7 @@ class BudgetPage(PlanPage):
             "the Fit buttons ask the planner for a plan that fits."
         )
         self.last_suggestion: FitSuggestion | None = None
+        self.last_message = ""  # what the last Fit button said, shown while its plan stands
         self._refreshing = True  # setting ranges below must not write into the Plan
         self.target_label = QLabel(self)
         self.target_label.setWordWrap(True)
@@ -107,11 +132,24 @@ class BudgetPage(PlanPage):
         self.levers_button.setMenu(self.levers_menu)
         self.fit_label = QLabel(self)
         self.fit_label.setWordWrap(True)
+        self.fit_label.setFixedHeight(2 * self.fit_label.fontMetrics().lineSpacing() + 4)
         fit_row = QHBoxLayout()
         fit_row.addWidget(self.fit_offload_button)
         fit_row.addWidget(self.fit_context_button)
         fit_row.addWidget(self.levers_button)
         fit_row.addWidget(self.fit_label, 1)
+
+        self.faster_label = QLabel(self)  # the levers that make this plan faster, ranked
+        self.faster_label.setWordWrap(True)
+        # heights that do not follow the width: a wrap that grows the page would toggle the
+        # scroll bar, whose width rewraps the text, and so on (a relayout storm)
+        lines = self.faster_label.fontMetrics().lineSpacing()
+        self.faster_label.setFixedHeight(3 * lines + 4)
+        self.faster_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.faster_label.setStyleSheet("color: #166534;")
+        self.faster_label.setVisible(False)
+        self._levers_for: Plan | None = None
+        self.faster: list[FitSuggestion] = []
 
         self.host_label = QLabel(self)
         self.host_label.setWordWrap(True)
@@ -135,6 +173,7 @@ class BudgetPage(PlanPage):
         layout.addWidget(self.host_label)
         layout.addLayout(grid)
         layout.addLayout(fit_row)
+        layout.addWidget(self.faster_label)
         layout.addWidget(self.warnings_label)
         layout.addWidget(QLabel("<b>Command line</b>", self))
         layout.addLayout(command_row)
@@ -154,12 +193,12 @@ class BudgetPage(PlanPage):
     ) -> SliderRow:
         slider = QSlider(Qt.Orientation.Horizontal, self)
         slider.setTracking(True)  # valueChanged while dragging: the bar follows the hand
-        spin = QSpinBox(self)
+        kind = {"runtime.ctx": "tokens", "runtime.fit_margin_mib": "mib"}.get(path, "count")
+        spin = NumberBox(kind, self)
         spin.setSuffix(suffix)
         spin.setSingleStep(unit)
         spin.setGroupSeparatorShown(True)
         spin.setKeyboardTracking(False)
-        spin.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
         spin.setMinimumWidth(130)
         note = QLabel(self)
         note.setStyleSheet("color: #6b7280;")
@@ -254,6 +293,8 @@ class BudgetPage(PlanPage):
         self._show_verdict(plan, budget, evaluation)
         self._show_host(budget)
         self._show_command(evaluation)
+        self._show_fit_label(evaluation)
+        self._start_levers(evaluation)
 
     def _update_enabled(self, plan: Plan, evaluation: Evaluation | None) -> None:
         info = self.state.model_info
@@ -340,6 +381,63 @@ class BudgetPage(PlanPage):
                 beyond = f" beyond the {mib(margin)} margin" if margin else " (no margin kept)"
                 parts.append(f"{device.id} fits with {mib(free)} to spare{beyond}.")
         self.verdict.show_text(" ".join(parts), tone)
+
+    def _show_fit_label(self, evaluation: Evaluation | None) -> None:
+        """The text beside the Fit buttons: always the current plan's placement and spare,
+        after what the last lever or Fit button did while its plan still stands."""
+        if evaluation is None or evaluation.budget is None or evaluation.result is None:
+            return
+        if evaluation.target is None or not evaluation.target.device.is_gpu:
+            return
+        resolved = evaluation.result.resolved
+        if resolved is None:
+            return
+        now = standing(evaluation.budget, resolved.model, resolved.mtp.active)
+        applied = self.last_suggestion
+        parts = []
+        if applied is not None and applied.plan == self.state.plan:
+            parts.append(self.last_message or f"Applied {applied.message}.")
+        else:
+            self.last_suggestion, self.last_message = None, ""
+        spare = f"{mib(now.spare_bytes)} spare" if now.fits else "does not fit"
+        mtp = "MTP on" if now.mtp else "MTP off"
+        parts.append(f"Now: {where_words(now)}, {mtp}, {spare}.")
+        self.fit_label.setText(" ".join(parts))
+        self.fit_label.setToolTip(" ".join(parts))
+        self.fit_label.setStyleSheet("" if now.fits else "color: #991b1b;")
+
+    def _start_levers(self, evaluation: Evaluation) -> None:
+        """Rank every lever for this plan in the background (tens of budgets, ~0.1 s) and show
+        the ones that make it faster: a reclaim that moves a layer is always said."""
+        plan, pctx = self.state.plan, self.state.context()
+        on_gpu = evaluation.target is not None and evaluation.target.device.is_gpu
+        if plan == self._levers_for:
+            return
+        self._levers_for = plan
+        if pctx is None or not on_gpu:
+            self._show_faster([])
+            return
+
+        def work(token: CancelToken) -> list[FitSuggestion]:
+            return [s for s in fit_suggestions(resolve(plan, pctx)) if s.faster]
+
+        def failed(exc: BaseException) -> None:
+            self._show_faster([])
+
+        self.state.tasks.run(work, self._show_faster, failed, key=LEVERS_KEY)
+
+    def _show_faster(self, faster: list[FitSuggestion]) -> None:
+        self.faster = faster
+        if not faster:
+            self.faster_label.setVisible(False)
+            return
+        shown = " · ".join(
+            f"{i}. {s.label}: {s.gain} ({s.outcome()})" for i, s in enumerate(faster[:3], 1)
+        )
+        text = f"Faster for this plan, best first: {shown}. Every lever… applies one."
+        self.faster_label.setText(text)
+        self.faster_label.setToolTip(text)
+        self.faster_label.setVisible(True)
 
     def _show_host(self, budget: Budget) -> None:
         host = budget.host
@@ -429,8 +527,8 @@ class BudgetPage(PlanPage):
             message = message.replace(
                 "with the offload suggested above", f"with the offload of the other Fit ({first})"
             )
-        self.fit_label.setText(message if suggestion.fits else f"{message} It still does not fit.")
-        self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
+        self.last_message = message if suggestion.fits else f"{message} It still does not fit."
+        self._show_fit_label(self.state.evaluation())
         return suggestion
 
     def fill_levers_menu(self) -> list[FitSuggestion]:
@@ -443,8 +541,11 @@ class BudgetPage(PlanPage):
         except MtpStudioError as exc:
             self.levers_menu.addAction(error_sentence(exc)).setEnabled(False)
             return []
+        self.levers_menu.setToolTipsVisible(True)
         for suggestion in ranked:
-            action = self.levers_menu.addAction(suggestion.message)
+            # the change and what it does to speed; memory spare as the second column
+            action = self.levers_menu.addAction(lever_entry(suggestion))
+            action.setToolTip(suggestion.message)
             action.triggered.connect(lambda _=False, s=suggestion: self.apply_lever(s))
         if not ranked:
             self.levers_menu.addAction("No lever changes this plan.").setEnabled(False)
@@ -455,8 +556,6 @@ class BudgetPage(PlanPage):
         self.last_suggestion = suggestion
         self.state.set_plan(suggestion.plan)
         self.refresh()
-        self.fit_label.setText(suggestion.message[:1].upper() + suggestion.message[1:] + ".")
-        self.fit_label.setStyleSheet("" if suggestion.fits else "color: #991b1b;")
 
     def _on_fit_offload_clicked(self) -> None:
         self.apply_suggestion(0)

@@ -29,13 +29,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.desktop.helper_setup import (
+    HelperState,
+    SetupFirstTransport,
+    describe_written,
+    setup_note,
+)
 from mtpstudio.core.desktop.install import (
     HelperAnswer,
     InstallPlan,
     apply_plan,
     nvidia_profile_plan,
     preview,
-    revert_group,
+    revert_groups,
 )
 from mtpstudio.core.desktop.reclaim import (
     DesktopUsage,
@@ -54,13 +60,14 @@ from mtpstudio.core.desktop.session_apply import (
 from mtpstudio.core.desktop.session_check import SessionCheckReport, check_session
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
-from mtpstudio.core.plan import DesktopReclaim
+from mtpstudio.core.plan import DesktopReclaim, Plan
+from mtpstudio.core.planning import FitSuggestion, fit_suggestions, resolve
 from mtpstudio.core.service.render import SessionVariant, render_nvidia_profile
 from mtpstudio.core.units import MIB
 from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids
-from mtpstudio.ui.system_access import SystemAccess
+from mtpstudio.ui.system_access import SystemAccess, install_words
 from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.widgets.action_panel import ActionPanel
 from mtpstudio.ui.widgets.common import Notice, Tone
@@ -68,6 +75,7 @@ from mtpstudio.ui.widgets.install_preview import InstallPreview
 
 ACTION_KEY = "desktop-action"
 STATUS_KEY = "desktop-installed"
+RANK_KEY = "desktop-rank"
 CHECK_KEY = "desktop-check"
 REVERTIBLE_KINDS = ("session", "nvidia-profile")
 APPLY_LABELS = {
@@ -96,6 +104,14 @@ class PreparedInstall:
     previews: list[Any]
     notes: tuple[str, ...]
     variant: SessionVariant | None
+    helper: HelperState | None = None  # the helper as found: set it up first when it needs
+
+
+def _set_up_words(transport: object) -> str:
+    """``Set up the helper (…). `` when this action set it up first, else ''."""
+    if isinstance(transport, SetupFirstTransport) and transport.written:
+        return f"Set up the helper ({describe_written(transport.written)}). "
+    return ""
 
 
 def _next_steps(prepared: PreparedInstall) -> str:
@@ -127,6 +143,8 @@ class DesktopPage(PlanPage):
             "cheapest way first; every change can be reverted."
         )
         self.groups: list[str] = []
+        self.gains: list[FitSuggestion] | None = None  # the reclaims ranked for this plan
+        self._ranked_for: Plan | None = None
         self.prepared: PreparedInstall | None = None
         self.last_answer: HelperAnswer | None = None
         self.last_check: SessionCheckReport | None = None
@@ -327,9 +345,49 @@ class DesktopPage(PlanPage):
         chosen = self.state.plan.desktop
         button = self.keep_radio if chosen is DesktopReclaim.NONE else self.rows[chosen].radio
         button.setChecked(True)
+        self._rank_for_plan()
+
+    def _rank_for_plan(self) -> None:
+        """What each reclaim does for this plan's speed (the budget page's ranking, tens of
+        budgets in the background): experts moved onto the GPU, MTP kept, memory spare."""
+        plan, pctx = self.state.plan, self.state.context()
+        if plan == self._ranked_for and self.gains is not None:
+            self._show_gains(self.gains)
+            return
+        self._ranked_for = plan
+        if pctx is None:
+            self._show_gains([])
+            return
+
+        def work(token: CancelToken) -> list[FitSuggestion]:
+            resolved = resolve(plan, pctx)
+            if not resolved.target.device.is_gpu:
+                return []
+            return [s for s in fit_suggestions(resolved) if s.lever.startswith("desktop:")]
+
+        self.state.tasks.run(work, self._show_gains, lambda _: self._show_gains([]),
+                             key=RANK_KEY)  # fmt: skip
+
+    def _show_gains(self, ranked: list[FitSuggestion]) -> None:
+        self.gains = ranked
+        for row in self.rows.values():
+            row.detail.setText(f"{row.option.cost} {row.option.detail}")
+        lines = []
+        usable = [s for s in ranked if self.rows[DesktopReclaim(s.lever[8:])].option.available]
+        for i, s in enumerate(usable, 1):  # what cannot be done here is not offered
+            kind = DesktopReclaim(s.lever.removeprefix("desktop:"))
+            what = s.gain or "no layer moves"
+            self.rows[kind].detail.setText(
+                f"<b>For this plan: {what} ({s.outcome()}).</b> "
+                f"{self.rows[kind].option.cost} {self.rows[kind].option.detail}"
+            )
+            lines.append(f"{i}. {self.rows[kind].option.title}: {what} ({s.outcome()})")
+        ranking = (
+            "For this plan's tokens/s, best first: " + "; ".join(lines) + ". " if lines else ""
+        )
         self.plan_note.setText(
-            "The choice goes into the plan: the VRAM budget of a catalogue GPU counts the "
-            "desktop after it; on this computer the budget follows what detection measures."
+            ranking + "The choice goes into the plan: the VRAM budget of a catalogue GPU counts "
+            "the desktop after it; on this computer the budget follows what detection measures."
         )
 
     def _fill_installed(self) -> None:
@@ -394,8 +452,13 @@ class DesktopPage(PlanPage):
             return
         option = self.rows[kind].option
         root = self.system.root
+        system = self.system
 
         def work(token: CancelToken) -> PreparedInstall:
+            helper = system.helper_state()
+            problem = helper.pkexec_problem()
+            if problem is not None:
+                raise problem
             notes: tuple[str, ...] = ()
             if option.variant is None:
                 plan = nvidia_profile_plan(render_nvidia_profile())
@@ -406,8 +469,11 @@ class DesktopPage(PlanPage):
                     f"The desktop's VRAM now ({vram['desktop_bytes'] / MIB:,.0f} MiB) is kept "
                     "as the 'before' figure.",
                 )
+            if helper.needs_setup:
+                notes = (setup_note(helper), *notes)
             token.raise_if_cancelled()
-            return PreparedInstall(kind, plan, preview(plan.files, root), notes, option.variant)
+            previews = preview(plan.files, root)
+            return PreparedInstall(kind, plan, previews, notes, option.variant, helper)
 
         self.preview_box.hide_preview()
         self.action.run(f"Preparing the files for {option.title.lower()}…", work, self._on_prepared,
@@ -424,11 +490,13 @@ class DesktopPage(PlanPage):
         self.prepared = prepared
         self._show_details(False)
         option = self.rows[prepared.kind].option
+        helper = prepared.helper
+        if helper is not None and (self.system.root is None or helper.needs_setup):
+            words = install_words(helper)
+        else:
+            words = "Install"
         self.preview_box.show_preview(
-            f"Files to install: {option.title}",
-            prepared.previews,
-            prepared.notes,
-            "Install (asks for a password)" if self.system.root is None else "Install",
+            f"Files to install: {option.title}", prepared.previews, prepared.notes, words
         )
         self._fill_options(self.state.report)
 
@@ -443,7 +511,8 @@ class DesktopPage(PlanPage):
         prepared = self.prepared
         if prepared is None:
             return
-        transport = self.system.transport()
+        setup = prepared.helper is not None and prepared.helper.needs_setup
+        transport = self.system.transport(setup=setup)
 
         def work(token: CancelToken) -> HelperAnswer:
             return apply_plan(prepared.plan, transport)
@@ -454,8 +523,9 @@ class DesktopPage(PlanPage):
             if prepared.kind is not self.state.plan.desktop:
                 self.apply({"desktop": prepared.kind.value})
             changes = "\n".join(f"{action}: {path}" for path, action in answer.changes)
+            set_up = _set_up_words(transport)
             self.action.outcome.show_outcome(
-                f"Installed {len(answer.changes)} files. {_next_steps(prepared)}",
+                f"{set_up}Installed {len(answer.changes)} files. {_next_steps(prepared)}",
                 Tone.GOOD,
                 f"{answer.group}\n{changes}",
             )
@@ -463,7 +533,12 @@ class DesktopPage(PlanPage):
 
         self.preview_box.hide_preview()
         self._show_details(True)
-        self.action.run("Installing through the helper…", work, done, key=ACTION_KEY)
+        doing = (
+            "Setting up the helper and installing (polkit asks for an administrator's password)…"
+            if setup
+            else "Installing through the helper…"
+        )
+        self.action.run(doing, work, done, key=ACTION_KEY)
         self._fill_options(self.state.report)
 
     def revert(self) -> None:
@@ -471,14 +546,17 @@ class DesktopPage(PlanPage):
         groups = list(self.groups)
         if not groups:
             return
-        transport = self.system.transport()
+        system = self.system
+        helper = system.helper_state()
+        problem = helper.pkexec_problem()
+        if problem is not None:
+            self.action.outcome.show_error(problem, "Not reverted: ")
+            return
+        transport = system.transport(setup=helper.needs_setup)
 
         def work(token: CancelToken) -> list[HelperAnswer]:
-            answers = []
-            for group in groups:
-                token.raise_if_cancelled()
-                answers.append(revert_group(group, transport))
-            return answers
+            token.raise_if_cancelled()
+            return revert_groups(groups, transport)
 
         def done(answers: list[HelperAnswer]) -> None:
             details = "\n".join(
@@ -487,15 +565,21 @@ class DesktopPage(PlanPage):
             )
             self.last_check = None
             self.action.outcome.show_outcome(
-                f"Reverted {', '.join(groups)}. The login screen offers your usual sessions "
-                "again; pick one if it still shows the removed one as last used.",
+                f"{_set_up_words(transport)}Reverted {', '.join(groups)}. The login screen "
+                "offers your usual sessions again; pick one if it still shows the removed one "
+                "as last used.",
                 Tone.GOOD,
                 details,
             )
             self._after_action()
 
         self.revert_button.setEnabled(False)
-        self.action.run("Reverting through the helper…", work, done, key=ACTION_KEY)
+        doing = (
+            "Setting up the helper and reverting (polkit asks for an administrator's password)…"
+            if helper.needs_setup
+            else "Reverting through the helper…"
+        )
+        self.action.run(doing, work, done, key=ACTION_KEY)
 
     def _after_action(self) -> None:
         self._fill_options(self.state.report)
@@ -551,5 +635,6 @@ class DesktopPage(PlanPage):
 
     def _on_refresh_clicked(self) -> None:
         self.last_check = None
+        self.action.outcome.clear()  # what the last action said may no longer hold
         self.state.refresh_detection()
         self.refresh()

@@ -12,7 +12,6 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
-    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -49,6 +48,8 @@ from mtpstudio.ui.help_text import field_description, setting_tooltip
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.widgets.common import Badge, Notice, Tone
+from mtpstudio.ui.widgets.engine_picker import EnginePicker
+from mtpstudio.ui.widgets.number_box import NumberBox
 
 MOE_CHOICES = (
     (MoePlacement.N_CPU_MOE, "first N layers on the CPU"),
@@ -131,6 +132,7 @@ class EnginePage(PlanPage):
         self.draft_picked: Path | None = None  # the last draft file the user chose
         self.draft_error: str | None = None
         self.choices: list[BuildChoice] = []
+        self.picker = EnginePicker(state, self)
         self._badged_for: tuple[str, bool] | None = None  # the model the MTP badges speak of
         self.reasons: dict[str, str] = {}
 
@@ -148,7 +150,7 @@ class EnginePage(PlanPage):
 
         context = QGroupBox("Context && cache", self)
         cf = QFormLayout(context)
-        self.ctx = self._spin("runtime.ctx", 256, 4 * 1024 * 1024, 256, " tokens")
+        self.ctx = self._spin("runtime.ctx", 256, 4 * 1024 * 1024, 256, " tokens", kind="tokens")
         cf.addRow("Context", self.ctx)
         self.cache_k = self._combo("runtime.cache_type_k", CACHE_CHOICES)
         self.cache_v = self._combo("runtime.cache_type_v", CACHE_CHOICES)
@@ -215,7 +217,7 @@ class EnginePage(PlanPage):
         pf.addRow("Experts", self.moe)
         self.n_cpu_moe = self._spin("runtime.n_cpu_moe", 0, 512, 1, " layers")
         pf.addRow("CPU expert layers", self.n_cpu_moe)
-        self.margin = self._spin("runtime.fit_margin_mib", 0, 16384, 64, " MiB")
+        self.margin = self._spin("runtime.fit_margin_mib", 0, 16384, 64, " MiB", kind="mib")
         pf.addRow("Margin", self.margin)
         self.gpu_layers = self._spin("runtime.n_gpu_layers", -1, 1024, 1, special="all", none=-1)
         pf.addRow("GPU layers", self.gpu_layers)
@@ -240,12 +242,15 @@ class EnginePage(PlanPage):
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("<b>Engine build</b>", self))
         layout.addWidget(self.build_list)
+        layout.addWidget(self.picker)
         layout.addWidget(self.notice)
         layout.addLayout(grid)
         layout.addWidget(self.unavailable_label)
         layout.addStretch()
 
         self.build_list.currentRowChanged.connect(self._on_build_chosen)
+        self.picker.picked.connect(lambda text: self.notice.show_text(text, Tone.GOOD))
+        self.picker.failed.connect(lambda text: self.notice.show_text(text, Tone.BAD))
         state.report_changed.connect(self._on_inputs_changed)
         state.model_changed.connect(self._on_inputs_changed)
         state.draft_changed.connect(self._on_inputs_changed)
@@ -269,14 +274,14 @@ class EnginePage(PlanPage):
         suffix: str = "",
         special: str | None = None,
         none: int | None = None,
+        kind: str = "count",
     ) -> QSpinBox:
-        spin = QSpinBox(self)
+        spin = NumberBox(kind, self)
         spin.setRange(low, high)
         spin.setSingleStep(step)
         spin.setSuffix(suffix)
         spin.setKeyboardTracking(False)
         spin.setGroupSeparatorShown(True)
-        spin.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
         if special is not None:
             spin.setSpecialValueText(special)
 

@@ -12,6 +12,7 @@ remedies are buttons that change the Plan (``PlanPage.apply``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -36,9 +37,11 @@ from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.planning import machine_for
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import HealthAnswer
 from mtpstudio.core.server.process import ProcessOutcome
+from mtpstudio.core.server.state import ServerState
 from mtpstudio.core.usecases.bench import (
     BenchReport,
     BenchSettings,
@@ -47,7 +50,14 @@ from mtpstudio.core.usecases.bench import (
     run_benchmark,
     vram_sampler,
 )
-from mtpstudio.core.usecases.launch import LaunchResult, bench_target
+from mtpstudio.core.usecases.launch import (
+    LaunchResult,
+    attached_target,
+    bench_target,
+    card_not_here,
+    servers_elsewhere,
+    stop_elsewhere,
+)
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.pages.launch_bench import EXPORT_FORMATS, BenchTab
@@ -59,10 +69,12 @@ from mtpstudio.ui.server_process import GuiServer, ServerPhase
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 from mtpstudio.ui.widgets.common import Notice, Tone
+from mtpstudio.ui.widgets.engine_picker import EnginePicker
 from mtpstudio.ui.widgets.error_details import DetailsNotice
 
 BENCH_KEY = "bench-run"
 HISTORY_KEY = "bench-history"
+ELSEWHERE_KEY = "servers-elsewhere"
 HISTORY_KINDS = ("bench", "ab-a", "ab-b")
 
 
@@ -143,6 +155,24 @@ class LaunchPage(PlanPage):
         server_row.addWidget(self.phase_label)
         server_row.addWidget(self.health_label, 1)
         self.problem = DetailsNotice(self)
+        self.picker = EnginePicker(state, self)  # shown while the plan has no probed build
+        # a server mtpstudio started elsewhere (the CLI, another window): attach or stop it
+        self.elsewhere: ServerState | None = None
+        self.attached: ServerState | None = None
+        self.elsewhere_label = QLabel(self)
+        self.elsewhere_label.setWordWrap(True)
+        self.attach_button = QPushButton("Attach", self)
+        self.attach_button.setToolTip(
+            "Benchmark this server from here; it keeps running when the window closes."
+        )
+        self.stop_elsewhere_button = QPushButton("Stop it", self)
+        self.elsewhere_row = QWidget(self)
+        row = QHBoxLayout(self.elsewhere_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.elsewhere_label, 1)
+        row.addWidget(self.attach_button)
+        row.addWidget(self.stop_elsewhere_button)
+        self.elsewhere_row.setVisible(False)
         self.fix_row = QHBoxLayout()
         self.fix_buttons: list[QPushButton] = []
         self.note = Notice(self)
@@ -163,6 +193,8 @@ class LaunchPage(PlanPage):
         body = QVBoxLayout(self)
         body.addLayout(server_row)
         body.addWidget(self.problem)
+        body.addWidget(self.elsewhere_row)
+        body.addWidget(self.picker)
         body.addLayout(self.fix_row)
         body.addWidget(self.note)
         body.addWidget(self.tabs, 1)
@@ -172,6 +204,10 @@ class LaunchPage(PlanPage):
         self.bench_tab.export_button.clicked.connect(self._on_export_clicked)
         self.bench_tab.remedy_chosen.connect(self.apply_fix)
         self.start_button.clicked.connect(self._on_start_clicked)
+        self.picker.picked.connect(self._on_engine_picked)
+        self.attach_button.clicked.connect(self.attach_elsewhere)
+        self.stop_elsewhere_button.clicked.connect(self.stop_server_elsewhere)
+        self.picker.failed.connect(lambda text: self.problem.show_problem(text))
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.server.phase_changed.connect(self._on_phase_changed)
         self.server.lines_logged.connect(self._on_lines_logged)
@@ -193,6 +229,7 @@ class LaunchPage(PlanPage):
 
     def _refresh(self) -> None:
         self._show_phase()
+        self.find_servers_elsewhere()
         self.tune.show_state()
         self._note_plan_drift()
         if not self.history_runs and not self.tasks.is_running(HISTORY_KEY):
@@ -214,8 +251,16 @@ class LaunchPage(PlanPage):
                 "to run: open your GGUF file on the Model page to launch and benchmark it here.",
                 Tone.INFO,
             )
+        elif (elsewhere := self.card_elsewhere()) is not None:
+            self.note.show_text(f"{elsewhere}.", Tone.WARN)
         else:
             self.note.show_text(None)
+
+    def card_elsewhere(self) -> str | None:
+        """Said before launch: the plan is for a catalogue card this computer does not have."""
+        if self.state.report is None:
+            return None
+        return card_not_here(self.state.plan, machine_for(self.state.report))
 
     def _on_plan_changed(self, plan: object) -> None:
         super()._on_plan_changed(plan)
@@ -238,9 +283,12 @@ class LaunchPage(PlanPage):
             else "The plan uses a demo card: choose your GGUF file on the Model page first."
         )  # fmt: skip
         self.stop_button.setEnabled(self.server.busy)
+        self.picker.setVisible(not self.state.build().probed)
         benching = self.tasks.is_running(BENCH_KEY)
         tab = self.bench_tab
-        tab.bench_button.setEnabled(phase is ServerPhase.HEALTHY and not benching)
+        ready = phase is ServerPhase.HEALTHY or (self.attached is not None and not self.server.busy)
+        tab.bench_button.setEnabled(ready and not benching)
+        self.stop_elsewhere_button.setEnabled(self.elsewhere is not None)
         tab.cancel_button.setEnabled(benching)
         tab.export_button.setEnabled(self.shown_run_id is not None)
         if phase is not ServerPhase.HEALTHY:
@@ -265,6 +313,71 @@ class LaunchPage(PlanPage):
     def _on_start_clicked(self) -> None:
         self.start_server()
 
+    # -- servers started elsewhere ------------------------------------------------------------
+
+    def find_servers_elsewhere(self) -> None:
+        """Look for a running server mtpstudio recorded that this page did not start."""
+        own = self.server.pid
+
+        def work(token: CancelToken) -> list[ServerState]:
+            return servers_elsewhere(own)
+
+        self.tasks.run(work, self._show_elsewhere, lambda _: None, key=ELSEWHERE_KEY)
+
+    def _show_elsewhere(self, states: list[ServerState]) -> None:
+        port = self.state.plan.server.port
+        state = next((s for s in states if s.port == port), states[0] if states else None)
+        self.elsewhere = state
+        if self.attached is not None and all(s.pid != self.attached.pid for s in states):
+            self.attached = None  # it has gone
+        if state is None:
+            self.elsewhere_row.setVisible(False)
+            self._show_phase()
+            return
+        uptime = time.time() - state.started_at
+        attached = self.attached is not None and self.attached.pid == state.pid
+        same_port = " — the port this plan uses" if state.port == port else ""
+        self.elsewhere_label.setText(
+            f"{'Attached to' if attached else 'Running elsewhere:'} the {state.flavour} server "
+            f"mtpstudio started on port {state.port} (pid {state.pid}, up "
+            f"{uptime / 60:.0f} min){same_port}."
+        )
+        self.attach_button.setEnabled(not attached and not self.server.busy)
+        self.elsewhere_row.setVisible(True)
+        self._show_phase()
+
+    def attach_elsewhere(self) -> None:
+        """Benchmark the server started elsewhere from this page."""
+        if self.elsewhere is None:
+            return
+        self.attached = self.elsewhere
+        self.health_label.setText(
+            f"attached · http://{self.attached.host}:{self.attached.port} · pid {self.attached.pid}"
+        )
+        self._show_elsewhere([self.attached])
+
+    def stop_server_elsewhere(self) -> None:
+        """Stop the server started elsewhere (SIGTERM, then SIGKILL), as `server stop` does."""
+        state = self.elsewhere
+        if state is None:
+            return
+
+        def work(token: CancelToken) -> str:
+            return stop_elsewhere(state).describe()
+
+        def done(how: str) -> None:
+            if self.attached is not None and self.attached.pid == state.pid:
+                self.attached = None
+                self.health_label.setText("")
+            self.note.show_text(f"The server on port {state.port} {how}.", Tone.INFO)
+            self.find_servers_elsewhere()
+
+        def failed(exc: BaseException) -> None:
+            self.problem.show_problem(f"It could not be stopped: {error_sentence(exc)}")
+
+        self.stop_elsewhere_button.setEnabled(False)
+        self.tasks.run(work, done, failed, key=ELSEWHERE_KEY)
+
     def _on_stop_clicked(self) -> None:
         if self.bench_cancel is not None:
             self.bench_cancel.cancel()
@@ -278,7 +391,18 @@ class LaunchPage(PlanPage):
         self.log_tab.append(lines)
 
     def _on_start_refused(self, sentence: str) -> None:
+        if not self.state.build().probed and "llama-server was found" in sentence:
+            flavour = self.state.plan.engine.flavour.value
+            sentence = (
+                f"No {flavour} llama-server was found on this computer: Browse… for the one "
+                "you have, or build one (How to build one says how)."
+            )
         self.problem.show_problem(sentence)
+        self._show_phase()
+
+    def _on_engine_picked(self, sentence: str) -> None:
+        self.problem.show_problem(None)
+        self.note.show_text(sentence, Tone.GOOD)
         self._show_phase()
 
     def _on_became_healthy(self, result: LaunchResult) -> None:
@@ -359,17 +483,24 @@ class LaunchPage(PlanPage):
         """Benchmark the running server through the task manager (progress, cancel)."""
         prepared = self.server.prepared
         base_url = self.server.base_url
-        if self.server.phase is not ServerPhase.HEALTHY or prepared is None or base_url is None:
+        own = self.server.phase is ServerPhase.HEALTHY and prepared is not None and base_url
+        if own:
+            assert prepared is not None and base_url is not None
+            target = bench_target(prepared, base_url)
+            on_gpu = prepared.plan.device != "cpu"
+        elif self.attached is not None:
+            target = attached_target(self.attached)
+            on_gpu = target.device not in (None, "cpu")
+        else:
             self.problem.show_problem("Start the server first; the benchmark measures it.")
             return False
-        target = bench_target(prepared, base_url)
         tab = self.bench_tab
         settings = BenchSettings(n_predict=tab.n_predict.value(), repeats=tab.repeats.value())
         cancel = self.bench_cancel = BenchCancelToken()
         relay = self._relay
         history = self.history
         wanted = set(categories) if categories is not None else None
-        sampler_on = prepared.plan.device != "cpu"
+        sampler_on = on_gpu
 
         def job(token: CancelToken) -> BenchOutcome:
             run = run_benchmark(target, prompts_for(wanted), settings, history=history,
@@ -405,11 +536,13 @@ class LaunchPage(PlanPage):
 
     def _on_bench_finished(self, outcome: BenchOutcome) -> None:
         self.bench_cancel = None
+        self.bench_tab.stop_progress()
         self.show_bench(outcome)
         self._show_phase()
 
     def _on_bench_failed(self, exc: BaseException) -> None:
         self.bench_cancel = None
+        self.bench_tab.stop_progress()
         self.problem.show_problem(f"The benchmark failed: {error_sentence(exc)}")
         self._show_phase()
 

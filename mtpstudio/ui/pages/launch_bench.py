@@ -6,10 +6,11 @@ A remedy button emits ``remedy_chosen(label, changes)``; the page puts it into t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -58,6 +59,12 @@ def number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _clock(seconds: float) -> str:
+    """``42 s`` or ``4 min 05 s``."""
+    whole = int(seconds)
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60:02d} s"
+
+
 class BenchTab(QWidget):
     """Settings, Run/Cancel/Export, progress, summary, findings, the table and the charts."""
 
@@ -79,6 +86,11 @@ class BenchTab(QWidget):
         self.export_format = QComboBox(self)
         for fmt in EXPORT_FORMATS:
             self.export_format.addItem(fmt, fmt)
+        self._ticker = QTimer(self)  # the elapsed time while a run waits
+        self._ticker.setInterval(1000)
+        self._ticker.timeout.connect(self._show_waiting)
+        self._step: BenchProgress | None = None
+        self._started = self._phase_started = 0.0
         self.progress = QProgressBar(self)
         self.progress.setFormat("%v / %m requests")
         self.progress_label = QLabel(self)
@@ -140,13 +152,43 @@ class BenchTab(QWidget):
         self.progress.setRange(0, total)
         self.progress.setValue(0)
         self.progress.setVisible(True)
-        self.progress_label.setText("warming up…")
+        self._step = None
+        self._started = time.monotonic()
+        self._phase_started = self._started
+        self._ticker.start()
+        self._show_waiting()
 
     def show_progress(self, step: BenchProgress) -> None:
         if step.total:
             self.progress.setRange(0, step.total)
         self.progress.setValue(step.done)
-        self.progress_label.setText(f"{step.phase}: {step.category}")
+        if self._step is None or (step.phase, step.category) != (
+            self._step.phase,
+            self._step.category,
+        ):
+            self._phase_started = time.monotonic()
+        self._step = step
+        self._show_waiting()
+
+    def stop_progress(self) -> None:
+        """The run ended (finished, cancelled or failed): the clock stops."""
+        self._ticker.stop()
+
+    def _show_waiting(self) -> None:
+        """What the run waits for and for how long (ticks every second)."""
+        now = time.monotonic()
+        total = _clock(now - self._started)
+        step = self._step
+        if step is None or step.phase == "warmup":
+            what = (
+                "warm-up: waiting for the server's first answer (it reads the weights into "
+                "memory; on a slow disk this takes minutes)"
+            )
+        else:
+            what = f"{step.phase}: {step.category}, waiting for its answer"
+        self.progress_label.setText(
+            f"{what} · {_clock(now - self._phase_started)} ({total} in all)"
+        )
 
     # -- runs --------------------------------------------------------------------------------------
 

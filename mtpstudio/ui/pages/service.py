@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import getpass
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QTimer
@@ -31,6 +32,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.desktop.helper_setup import (
+    SetupFirstTransport,
+    describe_written,
+    setup_note,
+)
 from mtpstudio.core.desktop.install import (
     FilePreview,
     HelperAnswer,
@@ -52,17 +58,20 @@ from mtpstudio.core.server.systemd import (
     stop_unit,
     unit_status,
 )
+from mtpstudio.core.service.export import ServiceSet, write_service_set
 from mtpstudio.core.service.render import RenderedFile, SessionSettings, UnitScope
 from mtpstudio.core.service.service_files import (
+    EngineNotHereError,
+    RootAccountError,
     ServiceFiles,
+    check_exportable,
     export_files,
     install_files,
-    write_unit_file,
 )
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
-from mtpstudio.ui.system_access import SystemAccess
+from mtpstudio.ui.system_access import SystemAccess, install_words
 from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.widgets.action_panel import ActionPanel
 from mtpstudio.ui.widgets.code_view import CodeView
@@ -106,7 +115,9 @@ class ServicePage(PlanPage):
         self.pending: (
             tuple[UnitScope, ServiceFiles, InstallPlan | None, list[FilePreview]] | None
         ) = None
+        self.pending_setup = False  # the pending system install sets the helper up first
         self.last_export: Path | None = None
+        self.last_set: ServiceSet | None = None
         self.last_status: UnitStatus | None = None
 
         self.notice = Notice(self)
@@ -147,7 +158,8 @@ class ServicePage(PlanPage):
 
         self.export_button = QPushButton("Export service file…", self)
         self.export_button.setToolTip(
-            "Save the unit file (the same bytes as `mtpstudio export-unit`)."
+            "Save the unit with its environment file and a script that installs both (the same "
+            "bytes as `mtpstudio export-unit`); the message says the exact commands."
         )
         self.install_button = QPushButton("Install unit…", self)
         self.preview_box = InstallPreview(self)
@@ -213,8 +225,8 @@ class ServicePage(PlanPage):
 
         side = QVBoxLayout()
         side.addWidget(out_box)
+        side.addWidget(self.action)  # what Export and Install said, beside their buttons
         side.addWidget(unit_box, 1)
-        side.addWidget(self.action)
 
         columns = QHBoxLayout()
         columns.addLayout(files, 3)
@@ -349,19 +361,54 @@ class ServicePage(PlanPage):
         return Path(name) if name else None
 
     def _on_export_clicked(self) -> None:
+        if not self.check_export():
+            return
         path = self.ask_export_path()
         if path is not None:
             self.export_unit(path)
 
+    def check_export(self) -> bool:
+        """What export refuses (a partial model, no engine, root), said before the dialog."""
+        pctx = self.state.context()
+        if pctx is None:
+            return False
+        try:
+            check_exportable(self.state.plan, pctx, self.scope, self.account)
+        except MtpStudioError as exc:
+            self.action.outcome.show_outcome(
+                f"Not exported: {self._gui_words(exc)}", Tone.BAD, repr(exc)
+            )
+            return False
+        return True
+
+    def _gui_words(self, exc: MtpStudioError) -> str:
+        """The core's sentence with what to do here, in the window's words."""
+        if isinstance(exc, EngineNotHereError):
+            return (
+                f"{exc}. Pick the engine on the Engine & options page (Browse… opens a "
+                "llama-server), or build one: the page says how."
+            )
+        if isinstance(exc, RootAccountError):
+            return (
+                f"{exc}. Name the account it runs as under 'Runs as' (your own, or a "
+                "dedicated one such as 'llama')."
+            )
+        return error_sentence(exc)
+
     def export_unit(self, path: Path) -> bool:
-        """Write the unit to ``path`` exactly as ``mtpstudio export-unit -o PATH`` does."""
+        """Write the unit to ``path`` and its env file and install script beside it, exactly
+        as ``mtpstudio export-unit -o PATH`` does."""
         try:
             out = self.render_files(preview=False)
             if out is None:
                 return False
-            unit = write_unit_file(out, path)
+            files = dict(out.files)
+            files["unit"] = replace(files["unit"], name=path.name)
+            written = write_service_set(files, self.scope, path.parent)
         except MtpStudioError as exc:
-            self.action.outcome.show_error(exc, "Not exported: ")
+            self.action.outcome.show_outcome(
+                f"Not exported: {self._gui_words(exc)}", Tone.BAD, repr(exc)
+            )
             return False
         except OSError as exc:
             self.action.outcome.show_outcome(
@@ -369,10 +416,13 @@ class ServicePage(PlanPage):
             )
             return False
         self.last_export = path
+        self.last_set = written
+        commands = "; then ".join(c for c in written.commands[:2])
         self.action.outcome.show_outcome(
-            f"Wrote {path} — install it as {unit.install_path}.",
+            f"Wrote {path.name}, {written.files['env'].name} and {written.files['install'].name} "
+            f"to {path.parent}. Install and start it: {commands}.",
             Tone.GOOD,
-            "\n".join(out.messages),
+            "\n".join([written.message(), *out.messages]),
         )
         return True
 
@@ -385,12 +435,13 @@ class ServicePage(PlanPage):
             return
         scope = self.scope
         self.action.outcome.clear()
-        missing = self.system.helper_missing() if scope is UnitScope.SYSTEM else None
-        if missing:
+        helper = self.system.helper_state() if scope is UnitScope.SYSTEM else None
+        problem = helper.pkexec_problem() if helper is not None else None
+        if problem is not None:
             self.action.outcome.show_outcome(
-                f"Cannot install a system unit: {missing}. Install mtpstudio's package (it ships "
-                "the helper), choose 'User unit' under Install as (no password needed), or "
-                "Export the unit file and install it yourself.",
+                f"Cannot install a system unit: {error_sentence(problem)} Or choose 'User unit' "
+                "under Install as (no password needed), or Export the service files and "
+                "install them yourself.",
                 Tone.BAD,
             )
             return
@@ -407,6 +458,7 @@ class ServicePage(PlanPage):
             action = "Install"
             notes = ["Written to your own folders; then `systemctl --user daemon-reload`."]
         else:
+            assert helper is not None
             try:
                 plan = system_unit_plan(out.files, self.system.root)
             except MtpStudioError as exc:
@@ -415,8 +467,10 @@ class ServicePage(PlanPage):
             shown = list(plan.files)
             root = self.system.root
             title = "Files to install: system unit"
-            action = "Install (asks for a password)" if root is None else "Install"
+            action = install_words(helper) if root is None or helper.needs_setup else "Install"
             notes = [f"Written {self.system.via}."]
+            if helper.needs_setup:
+                notes.insert(0, setup_note(helper))
         notes += [m[:1].upper() + m[1:] + "." for m in out.messages]
         previews = preview(shown, root)
         replaced = [p for p in previews if p.state == "changed"]
@@ -425,6 +479,7 @@ class ServicePage(PlanPage):
             notes.insert(0, f"A different {names} is installed: the diff below is what changes.")
             action = action.replace("Install", "Replace", 1)
         self.pending = (scope, out, plan, replaced)
+        self.pending_setup = helper is not None and helper.needs_setup
         self.preview_box.show_preview(title, previews, notes, action)
 
     def _on_preview_dismissed(self) -> None:
@@ -443,7 +498,8 @@ class ServicePage(PlanPage):
             )
             return
         self.pending = None
-        runner, transport = self.system.runner, self.system.transport()
+        setup = self.pending_setup
+        runner, transport = self.system.runner, self.system.transport(setup=setup)
         unit_name = out.files["unit"].name
 
         def work(token: CancelToken) -> UserInstallResult | HelperAnswer:
@@ -460,8 +516,11 @@ class ServicePage(PlanPage):
                 if "daemon_reload" in result.extra:
                     lines.append(f"systemctl daemon-reload: {result.extra['daemon_reload']}")
                 start = f"sudo systemctl enable --now {unit_name}"
+            set_up = ""
+            if isinstance(transport, SetupFirstTransport) and transport.written:
+                set_up = f"Set up the helper ({describe_written(transport.written)}). "
             self.action.outcome.show_outcome(
-                f"Installed the {scope.value} unit {unit_name}; Start runs it now "
+                f"{set_up}Installed the {scope.value} unit {unit_name}; Start runs it now "
                 f"(at boot: `{start}`).",
                 Tone.GOOD,
                 "\n".join(lines),
@@ -469,7 +528,13 @@ class ServicePage(PlanPage):
 
         self.preview_box.hide_preview()
         self._enable(False)
-        self.action.run(f"Installing the {scope.value} unit…", work, done, key=ACTION_KEY)
+        doing = f"Installing the {scope.value} unit…"
+        if setup:
+            doing = (
+                "Setting up the helper and installing the system unit (polkit asks for an "
+                "administrator's password)…"
+            )
+        self.action.run(doing, work, done, key=ACTION_KEY)
 
     def ask_replace(self, replaced: list[FilePreview]) -> bool:
         """Ask before an installed file that differs is replaced, with its diff (tests replace

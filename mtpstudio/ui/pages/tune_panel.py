@@ -51,6 +51,7 @@ from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.error_details import DetailsNotice
+from mtpstudio.ui.widgets.number_box import NumberBox
 
 TUNE_KEY = "tune-run"
 DEFAULT_N_PREDICT = 64  # short requests: a quick search; the community's runs use 192
@@ -143,7 +144,7 @@ class TunePanel(QWidget):
         self._relay.progressed.connect(self._on_progressed)
 
         # -- constraints
-        self.ctx_floor = QSpinBox(self)
+        self.ctx_floor = NumberBox("tokens", self)
         self.ctx_floor.setRange(0, 1 << 20)
         self.ctx_floor.setSingleStep(4096)
         self.ctx_floor.setSpecialValueText("the plan's")

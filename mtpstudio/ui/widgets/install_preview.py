@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.desktop.install import FilePreview
 from mtpstudio.ui.widgets.code_view import CodeView
 
+EXPLANATION_COLUMN = 2
+
 
 class WrappedRows(QStyledItemDelegate):
     """Rows as tall as their text wrapped to its column (QTreeView alone keeps one line)."""
@@ -34,6 +36,8 @@ class WrappedRows(QStyledItemDelegate):
         self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
     ) -> QSize:
         base = super().sizeHint(option, index)
+        if index.column() != EXPLANATION_COLUMN:  # the path is elided, the state is one word
+            return base
         width = max(10, self.tree.header().sectionSize(index.column()) - 8)
         text = str(index.data() or "")
         flags = int(Qt.TextFlag.TextWordWrap)
@@ -59,7 +63,11 @@ class InstallPreview(QGroupBox):
         header = self.files.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # a long path takes at most 40 % of the width (elided in the middle, whole in its
+        # tooltip): "What it is" keeps room for a readable line, not a word per line
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)  # the explanation wraps
+        self.files.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.files.setWordWrap(True)
         self.files.setUniformRowHeights(False)
         self.files.setItemDelegate(WrappedRows(self.files))
@@ -105,8 +113,20 @@ class InstallPreview(QGroupBox):
         self.setVisible(False)
         self.visibility_changed.emit(False)
 
+    def _fit_path_column(self) -> None:
+        wanted = self.files.sizeHintForColumn(0) + 12
+        room = self.files.viewport().width()
+        width = min(wanted, max(room * 2 // 5, 120))
+        if self.files.header().sectionSize(0) != width:
+            self.files.header().resizeSection(0, width)
+
+    def resizeEvent(self, event: object) -> None:
+        super().resizeEvent(event)  # type: ignore[arg-type]
+        self._fit_path_column()
+
     def _fit_table(self) -> None:
         """The table as tall as its rows (every file readable), the diff gets the rest."""
+        self._fit_path_column()
         self.files.doItemsLayout()  # row heights follow the wrapped explanations
         rows = self.files.topLevelItemCount()
         heights = [self.files.sizeHintForRow(i) for i in range(rows)]

@@ -9,13 +9,25 @@ from __future__ import annotations
 
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.profile import EngineProfile
-from mtpstudio.core.engines.profiles import ik, ik_stages, upstream
+from mtpstudio.core.engines.profiles import ik, ik_stages, upstream, upstream_ranges
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.plan import EngineFlavour
 
-__all__ = ["PROFILES", "profile_for", "profiles_of", "spec_type_candidates"]
+__all__ = [
+    "PROFILES",
+    "era_that_runs",
+    "era_words",
+    "profile_for",
+    "profiles_of",
+    "spec_type_candidates",
+]
 
-PROFILES: tuple[EngineProfile, ...] = (upstream.PROFILE, ik_stages.PROFILE, ik.PROFILE)
+PROFILES: tuple[EngineProfile, ...] = (
+    upstream_ranges.PROFILE,
+    upstream.PROFILE,
+    ik_stages.PROFILE,
+    ik.PROFILE,
+)
 """Every profile; within a flavour, newer eras first and the base era (no marker) last."""
 
 
@@ -25,7 +37,7 @@ def profiles_of(flavour: EngineFlavour) -> tuple[EngineProfile, ...]:
 
 
 def _base(flavour: EngineFlavour) -> EngineProfile:
-    found = [p for p in profiles_of(flavour) if p.era_marker is None]
+    found = [p for p in profiles_of(flavour) if p.era_marker is None and p.min_build is None]
     if not found:
         raise AdapterError(
             f"mtpstudio has no engine profile for {flavour.value}",
@@ -47,3 +59,19 @@ def spec_type_candidates(base: tuple[str, ...]) -> tuple[str, ...]:
     extra = [p.mtp.params.probe for p in PROFILES if p.mtp.params is not None]
     markers = [p.era_marker for p in PROFILES if p.era_marker is not None]
     return tuple(dict.fromkeys([*base, *extra, *markers]))
+
+
+def era_that_runs(flavour: EngineFlavour, architecture: str) -> EngineProfile | None:
+    """The newest era of ``flavour`` that loads a GGUF of ``architecture`` with its MTP block
+    and drafts with it (None: no era of this flavour does)."""
+    for profile in profiles_of(flavour):
+        if profile.mtp.unloadable_with_nextn.get(architecture) is None and (
+            architecture in profile.memory.mtp_architectures
+        ):
+            return profile
+    return None
+
+
+def era_words(profile: EngineProfile) -> str:
+    """``ik_llama.cpp 8337e4c (2026-08-15)``: the era's first words (before its colon)."""
+    return profile.era.split(":")[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from importlib import resources
 from typing import Any, Literal
@@ -175,3 +176,17 @@ def gpu_card(card_id: str) -> GpuCard:
         f"unknown GPU '{card_id}'; known: {known}",
         hint="Pick one of the listed catalogue ids, or use 'auto' to detect the real GPU.",
     )
+
+
+def _slug(text: str) -> str:
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower().removeprefix("nvidia geforce ")))
+
+
+def catalogue_gpu_id(text: str) -> str | None:
+    """The catalogue id a GPU is written as (its id, or its name in any case: 'RTX 4070 Super'
+    is rtx-4070-super), or None when it names no catalogue GPU."""
+    wanted = _slug(text)
+    for card in gpu_cards():
+        if wanted in (card.id, _slug(card.name)):
+            return card.id
+    return None

@@ -179,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("build_journey_tree.py: needs root (debootstrap, systemd-nspawn)", file=sys.stderr)
         return 2
+    # root's tools (debootstrap, and the chroot it runs) live in the sbin folders, which a
+    # user's PATH (and CI's minimal one) leaves out
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join(
+        [*path, *(d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in path)]
+    )
     for tool in ("debootstrap", "systemd-nspawn"):
         if shutil.which(tool) is None:
             print(f"build_journey_tree.py: {tool} is missing (apt install "

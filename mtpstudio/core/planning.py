@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.engines.argv import build_launch_spec
+from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.mtp import MtpDecision, decide_mtp
 from mtpstudio.core.engines.profile import EngineProfile
@@ -44,11 +44,14 @@ from mtpstudio.core.memory.fit import (
 )
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.placement import ModelWeights
+from mtpstudio.core.memory.split_budget import compute_split_budget
 from mtpstudio.core.memory.targets import (
+    ResolvedDevices,
     ResolvedTarget,
     check_reclaim,
     desktop_after_reclaim,
     reclaims_for,
+    resolve_devices,
     resolve_target,
 )
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
@@ -243,6 +246,8 @@ class ResolvedPlan:
         mtp: MTP decided once (``mtp.line`` says on or off and why).
         context: the cells the engine allocates (padded context, per slot, streams).
         pctx: the machine and the model it was resolved for.
+        devices: for a plan split over several devices, all of them in the engine's order
+            (None: one device, ``target.device``).
     """
 
     plan: Plan
@@ -253,6 +258,7 @@ class ResolvedPlan:
     mtp: MtpDecision
     context: SlotContext
     pctx: PlanningContext
+    devices: ResolvedDevices | None = None
 
     @property
     def model(self) -> ModelInfo:
@@ -281,14 +287,22 @@ def resolve(plan: Plan, pctx: PlanningContext) -> ResolvedPlan:
     mtp = decide_mtp(plan, choice.build, pctx.model)
     effective = mtp.resolved(plan)
     context = slot_context(effective, profile.memory)
-    return ResolvedPlan(plan, effective, target, choice, profile, mtp, context, pctx)
+    devices = None
+    if plan.is_split:
+        devices = resolve_devices(plan, target.device, list(pctx.machine.gpus))
+    return ResolvedPlan(plan, effective, target, choice, profile, mtp, context, pctx, devices)
 
 
 def budget_for(resolved: ResolvedPlan) -> Budget:
     """The memory budget of a resolved plan (the draft model and stored measurements counted)."""
     plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
     facts = resolved.profile.memory
-    budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
+    if resolved.devices is not None:
+        budget = compute_split_budget(
+            plan, pctx.model, resolved.devices.devices, facts, target.host, pctx.weights
+        )
+    else:
+        budget = compute_budget(plan, pctx.model, target.device, facts, target.host, pctx.weights)
     if pctx.draft_model is not None and plan.draft.path is not None:
         budget = with_draft(budget, plan, pctx.draft_model, facts)
     if pctx.measurements and resolved.build.probed:
@@ -331,6 +345,11 @@ def launch_spec_for(
         for_mtpstudio_launch=for_mtpstudio_launch,
         cpu_only=resolved.cpu_only,
         mtp=resolved.mtp,
+        devices=None
+        if resolved.devices is None
+        else EngineDevices(
+            resolved.devices.names, resolved.devices.kinds, resolved.devices.restrict
+        ),
     )
     return spec, notes
 

@@ -470,6 +470,13 @@ class RpcServer(_Section):
         strict=True,
         description="Of that, what it reported free (MiB); none: all of it.",
     )
+    backend: Literal["CPU", "CUDA"] | None = Field(
+        default=None,
+        description=(
+            "What serves it, as its buffer alignment told (CPU: 32 bytes, CUDA: 128); none: "
+            "not probed, planned as a CPU."
+        ),
+    )
 
     @field_validator("host")
     @classmethod
@@ -648,8 +655,8 @@ class Plan(_Section):
         split = self.split
         if split.is_default:
             return self
-        if self.device == "cpu":
-            raise ValueError("a CPU-only plan has no devices to split over: choose a GPU")
+        if self.device == "cpu" and split.gpus:
+            raise ValueError("further GPUs need a GPU as the plan's device, not cpu")
         if len(self.devices_named) > MAX_DEVICES:
             raise ValueError(f"at most {MAX_DEVICES} devices in all")
         if self.device in split.gpus:
@@ -669,17 +676,19 @@ class Plan(_Section):
     @property
     def devices_named(self) -> list[str]:
         """Every device the plan names, in the engine's order: RPC endpoints, then ``device``
-        and the further GPUs."""
-        return [s.endpoint for s in self.split.rpc] + [self.device, *self.split.gpus]
+        (unless it is the CPU: RPC devices alone) and the further GPUs."""
+        local = [] if self.device == "cpu" else [self.device]
+        return [s.endpoint for s in self.split.rpc] + local + list(self.split.gpus)
 
     @property
     def device_count(self) -> int:
-        return len(self.split.rpc) + 1 + len(self.split.gpus)
+        return len(self.devices_named)
 
     @property
     def is_split(self) -> bool:
-        """The model is split over more than one device."""
-        return self.device_count > 1
+        """The model goes to more than the plan's one device: further GPUs or rpc-server
+        endpoints (an RPC device alone beside the CPU counts: the engine needs --rpc)."""
+        return bool(self.split.rpc or self.split.gpus)
 
     def to_json(self) -> str:
         """The plan as stable, human-readable JSON (sorted keys, two-space indent); a plan for

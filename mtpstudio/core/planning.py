@@ -266,8 +266,9 @@ class ResolvedPlan:
 
     @property
     def cpu_only(self) -> bool:
-        """The target is the CPU: every layer stays there and the engine's fit is not used."""
-        return not self.target.device.is_gpu
+        """The target is the CPU and no RPC device: every layer stays there and the engine's
+        fit is not used."""
+        return not self.target.device.is_gpu and self.devices is None
 
     def with_changes(self, changes: Mapping[str, object]) -> ResolvedPlan:
         """The plan with dotted-path ``changes`` (``plan_with``), resolved the same way."""
@@ -406,6 +407,7 @@ LEVER_COST = {
     "experts": 4,
     "context": 5,
     "engine-fit": 6,
+    "split": 6,
     "layers": 7,
 }
 """How much each lever costs the user, cheapest first: a driver setting loses nothing; a lower
@@ -509,6 +511,22 @@ def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
         out.append(s)
     if (s := _context_lever(resolved)) is not None:
         out.append(s)
+    if resolved.devices is not None:  # several devices: the split is the placement lever
+        out += _split_levers(resolved)
+        if plan.runtime.moe is not MoePlacement.FIT:
+            out.append(
+                _try(
+                    resolved,
+                    {
+                        "runtime.moe": MoePlacement.FIT.value,
+                        "runtime.n_gpu_layers": None,
+                        "split.tensor_split": None,
+                    },
+                    "let the engine's fit place the weights over the devices",
+                    "engine-fit",
+                )
+            )
+        return sorted(out, key=_rank)
     if model.is_moe:
         experts = fewest_cpu_expert_layers(plan, model, dev, facts, host, w)
         if experts.changes.get("runtime.moe") == MoePlacement.N_CPU_MOE.value:
@@ -528,6 +546,49 @@ def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
     if layers.cpu_layers or not layers.fits:  # else it is the experts lever's --cpu-moe
         out.append(replace(layers, message=f"{layers.message}: {layers.outcome()}"))
     return sorted(out, key=_rank)
+
+
+def device_layer_counts(budget: Budget) -> list[int]:
+    """Slots per device of a split budget (its blocks, and the output layer on its device)."""
+    split = budget.split
+    if split is None:
+        return []
+    sp = split.placement
+    return [
+        len(sp.device_blocks(i)) + (1 if sp.output_device == i else 0)
+        for i in range(len(budget.devices))
+    ]
+
+
+def _split_levers(resolved: ResolvedPlan) -> list[FitSuggestion]:
+    """For each device that is short, the fewest layers moved to the device with the most room
+    (``-ts``): ``move N layers from CUDA0 to CUDA1``."""
+    budget = budget_for(resolved)
+    counts = device_layer_counts(budget)
+    devices = budget.devices
+    out: list[FitSuggestion] = []
+    for src, dev in enumerate(devices):
+        if dev.fits is not False or counts[src] <= 1:
+            continue
+        room = [(d.free_bytes or 0, i) for i, d in enumerate(devices) if i != src and d.fits]
+        if not room:
+            continue
+        dst = max(room)[1]
+        last: FitSuggestion | None = None
+        for k in range(1, counts[src]):
+            split = list(counts)
+            split[src] -= k
+            split[dst] += k
+            label = (
+                f"move {k} layer{'s' * (k != 1)} from {dev.id} to {devices[dst].id} "
+                f"(-ts {','.join(str(x) for x in split)})"
+            )
+            last = _try(resolved, {"split.tensor_split": split}, label, "split")
+            if last.fits:
+                break
+        if last is not None:
+            out.append(last)
+    return out
 
 
 def _rank(s: FitSuggestion) -> tuple[int, int, int]:

@@ -222,3 +222,27 @@ def _check_device(conn: _Connection, index: int, free: int, total: int, alignmen
         )
     if alignment == 0 or alignment & (alignment - 1) or alignment > 4096:
         raise conn._fail(f"reported a buffer alignment of {alignment:,} bytes on device {index}")
+
+
+def plan_entry(report: RpcReport) -> dict[str, object]:
+    """The plan's record of a probed endpoint (``Plan.split.rpc`` item): what it reported.
+
+    Raises:
+        RpcProbeError: the endpoint offers several devices (the engine would use them all; the
+            plan knows one per endpoint).
+    """
+    if len(report.devices) != 1:
+        raise RpcProbeError(
+            f"the RPC endpoint {report.endpoint} offers {len(report.devices)} devices; "
+            "mtpstudio plans one device per endpoint",
+            hint="Start one rpc-server per device on that machine (rpc-server -d DEVICE -p "
+            "PORT), each on its own port.",
+        )
+    device = report.devices[0]
+    return {
+        "host": report.host,
+        "port": report.port,
+        "memory_mib": device.total_bytes // MIB,
+        "free_mib": device.free_bytes // MIB,
+        "backend": device.backend,
+    }

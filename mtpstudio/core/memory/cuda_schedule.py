@@ -323,6 +323,30 @@ def schedule(
     if splits:
         splits[0].start = 0  # views before the first op belong to the first split
 
+    def _localized(optimized: list[Tensor], part: list[Tensor], b: int) -> list[Tensor]:
+        """The dependency nodes ``graph_optimize`` added keep what the split's nodes read: the
+        copies of tensors from another backend (the engine optimizes the split after pass 5
+        has pointed its nodes at the copies)."""
+        own = {id(n) for n in part}
+
+        def local(t: Tensor) -> Tensor:
+            if t.external or backend_of(t) == b:
+                return t
+            return copies.get((id(t), b), t)
+
+        out = []
+        for n in optimized:
+            if id(n) in own or n.op != "NONE" or not n.srcs:
+                out.append(n)
+                continue
+            kept = tuple(local(t) for t in n.srcs)
+            if kept == n.srcs:
+                out.append(n)
+                continue
+            base = kept[0].view_of or kept[0]
+            out.append(Tensor(n.name, "NONE", 0, kept, view_of=base))
+        return out
+
     walk: list[Tensor] = []
     for sp in splits:
         for src in sp.inputs:
@@ -333,7 +357,10 @@ def schedule(
                 walk.append(copies[(id(src), side)])
         part = nodes[sp.start : sp.end]
         if sp.backend == side:
-            walk += optimize(part) if side != host else part
+            # a view in the split of a tensor another backend holds is that backend's node
+            # (views follow their source), allocated with its buffer
+            own = [n for n in part if not _is_view_op(n) or backend_of(_base(n)) == side]
+            walk += _localized(optimize(own), own, side) if side != host else own
         else:  # the other backends' nodes live in their own buffers; views of ours are walked
             walk += [n for n in part if _is_view_op(n) and backend_of(_base(n)) == side]
     # the graph's inputs are the host's leafs, allocated first

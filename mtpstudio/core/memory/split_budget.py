@@ -286,12 +286,20 @@ def pipeline_parallel(
     )
 
 
+def allocates_as_cuda(device: TargetDevice) -> bool:
+    """The device's buffers size tensors as CUDA does: a local card, or a card behind RPC."""
+    return device.is_cuda or (device.rpc_endpoint is not None and device.vendor == "nvidia")
+
+
 def _device_rules(
     device: TargetDevice, index: int, model: ModelInfo, ffn: Any, residency: Residency
 ) -> BackendRules:
     if device.is_cuda:
         cc = parse_cc(device.compute_capability)
         return replace(cuda_rules_for(cc, model, ffn, residency=residency), side=index)
+    if allocates_as_cuda(device):  # a card behind RPC: CUDA's sizes, no graph_optimize
+        cuda = cuda_rules_for(None, model, ffn, residency=residency, fusion=False)
+        return replace(cuda, name="RPC", side=index)
     return ScheduledRules("RPC", CPU_ALIGNMENT, residency, index)
 
 
@@ -346,7 +354,7 @@ def _split_budget(
     sp = outcome.placement
     nd = len(devices)
     rt = plan.runtime
-    cuda = [d.is_cuda for d in devices]
+    cuda = [allocates_as_cuda(d) for d in devices]
     dw = device_weights(weights, sp, cuda)
     copies = PIPELINE_COPIES if outcome.pipeline_parallel else 1
     offload = offload_device(devices)

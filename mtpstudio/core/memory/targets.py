@@ -134,6 +134,7 @@ def rpc_target(index: int, server: RpcServer) -> TargetDevice:
         name=f"rpc-server {server.endpoint}",
         total_bytes=total,
         other_bytes=total - free,
+        vendor="nvidia" if server.backend == "CUDA" else None,
         rpc_endpoint=server.endpoint,
     )
 
@@ -175,7 +176,9 @@ def resolve_devices(
     """
     gpus = detected or []
     rpc = tuple(rpc_target(i, s) for i, s in enumerate(plan.split.rpc))
-    if not plan.split.gpus:
+    if not first.is_gpu and not plan.split.gpus:
+        local: list[TargetDevice] = []  # RPC devices beside the CPU
+    elif not plan.split.gpus:
         local = [first]
     else:
         if not first.is_gpu:
@@ -193,4 +196,6 @@ def resolve_devices(
     if all(d.id in detected_ids for d in local):
         local.sort(key=_local_index)
     restrict = bool(detected_ids) and len([d for d in local if d.id in detected_ids]) < len(gpus)
+    if not rpc and not local:
+        raise PlanError("the plan names no device to split over")
     return ResolvedDevices((*rpc, *local), restrict and bool(plan.split.gpus or plan.split.rpc))

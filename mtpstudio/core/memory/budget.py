@@ -104,6 +104,8 @@ class DeviceBudget:
     name: str
     total_bytes: int | None
     segments: dict[str, int]
+    endpoint: str | None = None
+    """``HOST:PORT`` of an RPC device (the engine names its buffers after it)."""
 
     @property
     def used_bytes(self) -> int:

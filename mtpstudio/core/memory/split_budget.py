@@ -526,7 +526,7 @@ def _split_budget(
             "runtime_growth": growth.bytes,
             "margin": margin,
         }
-        budgets.append(DeviceBudget(d.id, d.name, d.total_bytes, segments))
+        budgets.append(DeviceBudget(d.id, d.name, d.total_bytes, segments, d.rpc_endpoint))
     host_segments = {
         "weights_mapped": cpu_weights if load_mode is LoadMode.MMAP else 0,
         "weights_resident": cpu_weights if load_mode is LoadMode.NO_MMAP else 0,

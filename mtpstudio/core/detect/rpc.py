@@ -201,16 +201,20 @@ def probe_rpc(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> RpcRepo
         for index in range(count):
             conn.send(CMD_GET_DEVICE_MEMORY, struct.pack("<I", index))
             free, total = struct.unpack("<QQ", conn.reply(16))
+            _check_memory(conn, index, free, total)
             conn.send(CMD_GET_ALIGNMENT, struct.pack("<I", index))
             (alignment,) = struct.unpack("<Q", conn.reply(8))
-            _check_device(conn, index, free, total, alignment)
+            if alignment == 0 or alignment & (alignment - 1) or alignment > 4096:
+                raise conn._fail(
+                    f"reported a buffer alignment of {alignment:,} bytes on device {index}"
+                )
             devices.append(RpcDevice(index, free, total, alignment))
     finally:
         conn.close()
     return RpcReport(host, port, version, tuple(devices))
 
 
-def _check_device(conn: _Connection, index: int, free: int, total: int, alignment: int) -> None:
+def _check_memory(conn: _Connection, index: int, free: int, total: int) -> None:
     if total == 0 or total > MAX_BYTES:
         raise conn._fail(
             f"reported {total:,} bytes of memory on device {index}, which no device has"
@@ -220,8 +224,6 @@ def _check_device(conn: _Connection, index: int, free: int, total: int, alignmen
             f"reported more free memory than it has on device {index} "
             f"({free / MIB:,.0f} of {total / MIB:,.0f} MiB)"
         )
-    if alignment == 0 or alignment & (alignment - 1) or alignment > 4096:
-        raise conn._fail(f"reported a buffer alignment of {alignment:,} bytes on device {index}")
 
 
 def plan_entry(report: RpcReport) -> dict[str, object]:

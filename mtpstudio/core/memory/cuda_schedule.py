@@ -85,6 +85,19 @@ class Residency:
     None when no device does (RPC devices)."""
     n_copies: int = 1
     """The scheduler's copies of its inputs (4 with pipeline parallelism)."""
+    full_offload: bool = False
+    """Every slot is on a device (``-ngl`` above the block count): llama_context then pins each
+    block's ``norm`` to the block's device in every graph, not only below 32 tokens."""
+
+    def pins_norms(self, n_tokens: int) -> bool:
+        """Whether ``llama_context``'s graph callback pins the blocks' ``norm`` tensors to their
+        device (``ubatch.n_tokens < 32 || full_offload``; modelled with several devices, where
+        it moves a block's first norm off the previous block's device)."""
+        return self.n_devices > 1 and (n_tokens < OFFLOAD_MIN_BATCH or self.full_offload)
+
+    def layer_backend(self, layer: int) -> int:
+        """``dev_layer(il)``: the block's device, the CPU for a block on the CPU."""
+        return self.host if layer in self.ram_cache_layers else self.block_backend(layer)
 
     @property
     def host(self) -> int:
@@ -198,7 +211,13 @@ def assign_backends(
     backend: dict[int, int] = {}
     for leaf in leafs:  # graph inputs: the last backend (the CPU)
         backend[id(leaf)] = residency.host
+    if residency.pins_norms(max((n.rows for n in nodes), default=0)):
+        for n in nodes:  # the graph callback's assignment, before the scheduler runs
+            if n.op == "RMS_NORM" and n.name == "norm" and n.layer >= 0:
+                backend[id(n)] = residency.layer_backend(n.layer)
     for n in nodes:  # pass 1: ops with pre-allocated inputs
+        if id(n) in backend:
+            continue
         b = _pass1(n, residency)
         if b is not None:
             backend[id(n)] = b

@@ -358,6 +358,8 @@ def _split_budget(
     dw = device_weights(weights, sp, cuda)
     copies = PIPELINE_COPIES if outcome.pipeline_parallel else 1
     offload = offload_device(devices)
+    ngl = outcome.layout.n_gpu_layers
+    full = (model.block_count + 1 if ngl is None else ngl) > model.block_count
     tk, tv = rt.cache_type_k.value, rt.cache_type_v.value
     cells = eff.n_ctx_seq * eff.n_stream
     swa = cells
@@ -383,7 +385,13 @@ def _split_budget(
 
     trunk = range(model.n_layer)
     main_res = split_residency(
-        weights, sp, op_offload=rt.op_offload, offload_to=offload, n_copies=copies, layers=trunk
+        weights,
+        sp,
+        op_offload=rt.op_offload,
+        offload_to=offload,
+        n_copies=copies,
+        layers=trunk,
+        full_offload=full,
     )
     n_outputs_max = min(rt.batch, eff.n_seq * (1 + (plan.mtp.draft_max if eff.mtp_active else 0)))
     main_shape = ComputeShape(
@@ -455,6 +463,7 @@ def _split_budget(
             offload_to=offload,
             n_copies=copies,
             layers=[model.n_layer],
+            full_offload=full,
         )
         if facts.reserves_all_logits:
             whole = compute_bytes(model, mtp_shape, recurrent=False)

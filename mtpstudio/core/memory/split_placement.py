@@ -244,6 +244,7 @@ def split_residency(
     offload_to: int | None,
     n_copies: int = 1,
     layers: Iterable[int] | None = None,
+    full_offload: bool = False,
 ) -> Residency:
     """The scheduler's view of a split placement for a graph of ``layers`` (default: every
     loaded block): what is in RAM (each weight sized as a CUDA copy of it takes), the device of
@@ -282,4 +283,5 @@ def split_residency(
         moved_weights=frozenset(moved),
         offload_to=offload_to,
         n_copies=n_copies,
+        full_offload=full_offload,
     )

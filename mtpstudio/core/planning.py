@@ -386,6 +386,8 @@ def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
     when moving experts is not enough, whole layers) on the CPU here, then the largest context
     there."""
     plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
+    if resolved.devices is not None:
+        return _split_offload_and_context(resolved)
     facts = resolved.profile.memory
     dev, host, w = target.device, target.host, pctx.weights
     offload = fewest_cpu_expert_layers(plan, pctx.model, dev, facts, host, w)
@@ -395,6 +397,24 @@ def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
     ctx = largest_context(base, pctx.model, dev, facts, host, w)
     where = "with the offload suggested above" if offload.fits else "at the plan's own offload"
     ctx = replace(ctx, message=ctx.message.replace("at this offload", where))
+    return [offload, ctx]
+
+
+def _split_offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
+    """The two Fit buttons for a plan over several devices: the fewest layers moved from a
+    device that is short to the one with the most room (``-ts``), then the largest context."""
+    budget = budget_for(resolved)
+    here = FitSuggestion({}, resolved.plan, budget, "the split as it is", "split")
+    here = replace(here, message=f"the split as it is: {here.outcome()}")
+    moves = _split_levers(resolved)
+    offload = next((m for m in moves if m.fits), moves[0] if moves else here)
+    base = resolved.with_changes(offload.changes) if offload.changes else resolved
+    ctx = _context_lever(base)
+    if ctx is None:
+        ctx = replace(here, message=f"ctx {resolved.plan.runtime.ctx:,}: {here.outcome()}")
+    elif offload.changes:
+        changes = {**offload.changes, **ctx.changes}
+        ctx = replace(ctx, changes=changes)
     return [offload, ctx]
 
 

@@ -299,7 +299,8 @@ def rpc_entry(text: str) -> dict[str, Any]:
         RpcProbeError: the endpoint cannot be reached or does not answer as an rpc-server.
         PlanError: the size is not a whole number of MiB.
     """
-    from mtpstudio.core.detect.rpc import parse_endpoint, plan_entry, probe_rpc
+    from mtpstudio.core.detect.rpc import parse_endpoint
+    from mtpstudio.core.usecases.rpc_endpoint import probe_endpoint
 
     where, sep, size = text.partition("=")
     host, port = parse_endpoint(where)
@@ -310,7 +311,7 @@ def rpc_entry(text: str) -> dict[str, Any]:
                 hint="Write it as HOST:PORT=MIB, e.g. 192.168.1.20:50052=12288.",
             )
         return {"host": host, "port": port, "memory_mib": int(size)}
-    return plan_entry(probe_rpc(host, port))
+    return dict(probe_endpoint(where).entry)
 
 
 def _probed_engine(text: str) -> dict[str, Any]:

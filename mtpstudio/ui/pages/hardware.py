@@ -26,11 +26,10 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.cancel import CancelToken
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo
 from mtpstudio.core.detect.processes import ProcessCategory
-from mtpstudio.core.detect.rpc import RpcReport, parse_endpoint, plan_entry, probe_rpc
-from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.plan import SplitMode
 from mtpstudio.core.units import MIB
+from mtpstudio.core.usecases.rpc_endpoint import ProbedEndpoint, probe_endpoint
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids, discrete_gpu_ids
@@ -542,29 +541,19 @@ class HardwarePage(PlanPage):
         """Probe the endpoint in the background; only an answer that is an rpc-server's goes
         into the plan, anything else is one sentence and the plan stays as it was."""
         text = self.rpc_edit.text().strip()
-        try:
-            host, port = parse_endpoint(text)
-        except MtpStudioError as exc:
-            self.rpc_notice.show_text(error_sentence(exc), Tone.BAD)
-            return
         self.rpc_notice.show_text(f"Probing {text}…", Tone.INFO)
 
-        def job(token: CancelToken) -> RpcReport:
-            return probe_rpc(host, port)
+        def job(token: CancelToken) -> ProbedEndpoint:
+            return probe_endpoint(text)
 
-        def done(report: RpcReport) -> None:
-            try:
-                entry = plan_entry(report)
-            except MtpStudioError as exc:
-                failed(exc)
-                return
+        def done(probed: ProbedEndpoint) -> None:
             kept = [
                 s.model_dump(mode="json")
                 for s in self.state.plan.split.rpc
-                if s.endpoint != report.endpoint
+                if s.endpoint != probed.endpoint
             ]
-            if self.apply({"split.rpc": [*kept, entry]}) is not None:
-                self.rpc_notice.show_text(report.summary(), Tone.GOOD)
+            if self.apply({"split.rpc": [*kept, probed.entry]}) is not None:
+                self.rpc_notice.show_text(probed.summary, Tone.GOOD)
                 self.rpc_edit.clear()
             self.refresh()
 

@@ -103,3 +103,19 @@ def test_the_row_split_is_refused_on_rpc_devices_as_the_engine_refuses_it(model_
     result = evaluate(case.plan, PlanningContext(machine_for(None), _model(case.model, model_dir)))
     assert result.verdict.status == "will_not_run"
     assert any("row split" in b for b in result.verdict.blockers)
+
+
+def test_the_launch_pages_rows_put_each_rpc_buffer_on_its_device(model_dir: str) -> None:
+    """The Launch page's predicted-vs-logged table (``reconcile``): the engine names a remote
+    device's buffers ``RPC0[HOST:PORT]`` (its index on that server), the plan calls the second
+    endpoint RPC1; every row is on a device of the plan, and the weights agree per device."""
+    from mtpstudio.core.engines.profiles.upstream import MEMORY
+    from mtpstudio.core.server.load_log import parse_load_log
+    from mtpstudio.core.server.reconcile import reconcile
+
+    case = SplitCase.read(FIXTURES / "35b-2dev-fit-mtp2.json")
+    budget = predicted_budget(case, _model(case.model, model_dir))
+    rec = reconcile(budget, parse_load_log(case.log), MEMORY, "key", "RPC0")
+    assert {r.device for r in rec.rows} == {"RPC0", "RPC1", "CPU"}
+    weights = {r.device: r for r in rec.rows if r.segment == "weights"}
+    assert abs(weights["RPC1"].delta_mib) < 0.01 and abs(weights["RPC0"].delta_mib) < 0.01

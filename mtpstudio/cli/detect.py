@@ -47,6 +47,13 @@ def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--schema", action="store_true", help="print the JSON schema of the --json report"
     )
+    p.add_argument(
+        "--rpc",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="probe these rpc-server endpoints and print what each reports (repeatable)",
+    )
     p.set_defaults(func=cmd_detect)
     return p
 
@@ -67,11 +74,27 @@ def cmd_detect(args: argparse.Namespace, detector: Detector = run_detection) -> 
     if getattr(args, "schema", False):
         print(json.dumps(DetectionReport.model_json_schema(), indent=2))
         return 0
+    if getattr(args, "rpc", None):
+        return _probe_endpoints(args.rpc, as_json=bool(getattr(args, "json", False)))
     report = detector(args)
     if getattr(args, "json", False):
         print(report.model_dump_json(indent=2))
     else:
         sys.stdout.write(format_report(report))
+    return 0
+
+
+def _probe_endpoints(endpoints: list[str], *, as_json: bool) -> int:
+    """Each endpoint's answer (the plan's record of it, and one line); the first that cannot be
+    reached or lies stops with one sentence (``RpcProbeError``, exit 2)."""
+    from mtpstudio.core.usecases.rpc_endpoint import probe_endpoint
+
+    probed = [probe_endpoint(text) for text in endpoints]
+    if as_json:
+        print(json.dumps([p.entry for p in probed], indent=2))
+    else:
+        for p in probed:
+            print(p.summary)
     return 0
 
 

@@ -18,6 +18,7 @@ from mtpstudio.core.plan import (
     FlashAttention,
     LoadMode,
     Plan,
+    SplitMode,
     load_plan,
     plan_with,
     save_plan,
@@ -70,7 +71,29 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         metavar="CARD",
         help=_demo_help(),
     )
-    src.add_argument("--gpu", help="auto, cpu, a device id (CUDA0) or a catalogue GPU id")
+    src.add_argument(
+        "--gpu",
+        action="append",
+        metavar="GPU",
+        help="auto, cpu, a device id (CUDA0) or a catalogue GPU id; repeat it to split the "
+        "model over several GPUs (plan --demo --gpu rtx-4070-super --gpu rtx-3060-12gb)",
+    )
+    src.add_argument(
+        "--rpc",
+        action="append",
+        metavar="HOST:PORT[=MIB]",
+        help="a machine running llama.cpp's rpc-server, as one more device (repeatable); it is "
+        "probed for its memory now, or planned with =MIB without reaching it",
+    )
+    src.add_argument(
+        "--split-mode", "-sm", choices=[m.value for m in SplitMode], help="layer or row split"
+    )
+    src.add_argument(
+        "--tensor-split",
+        "-ts",
+        metavar="N,N,...",
+        help="layers (or shares) per device in the engine's order: RPC endpoints, then GPUs",
+    )
     src.add_argument("--plan", type=Path, help="start from this plan file")
     src.add_argument("--engine", help="upstream, ik, or the path of a llama-server binary")
 
@@ -100,9 +123,9 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     rt.add_argument(
         "--fit-margin",
         "--fit-target",
-        type=int,
-        metavar="MIB",
-        help="VRAM the fit leaves free (upstream spells it --fit-target, ik --fit-margin)",
+        metavar="MIB[,MIB...]",
+        help="VRAM the fit leaves free (upstream spells it --fit-target, ik --fit-margin); one "
+        "value per device for a split plan",
     )
     rt.add_argument("--n-gpu-layers", "-ngl", type=int, help="layers on the GPU")
     rt.add_argument("--load-mode", choices=[m.value for m in LoadMode], help="mmap, no-mmap, mlock")
@@ -176,7 +199,6 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
         "ubatch": "runtime.ubatch",
         "parallel": "runtime.parallel",
         "threads": "runtime.threads",
-        "fit_margin": "runtime.fit_margin_mib",
         "n_gpu_layers": "runtime.n_gpu_layers",
         "load_mode": "runtime.load_mode",
         "mtp": "mtp.enabled",
@@ -189,15 +211,14 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
         "port": "server.port",
         "api_key_file": "server.api_key_file",
         "desktop": "desktop",
-        "gpu": "device",
         "draft_gpu_layers": "draft.gpu_layers",
+        "split_mode": "split.mode",
     }
     for attr, dotted in direct.items():
         value = getattr(args, attr)
         if value is not None:
             changes[dotted] = value
-    if args.gpu is not None:
-        changes["device"] = _gpu_choice(args.gpu)
+    changes.update(_device_changes(args))
     if args.model is not None:
         changes["model.path"], changes["model.card"] = str(args.model), None
     elif args.demo is not None:
@@ -223,7 +244,8 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     elif args.fit is False and base.runtime.moe.value == "fit":
         changes["runtime.moe"] = "n_cpu_moe"
     plan = plan_with(base, changes)
-    _check_device(plan.device)
+    for device in (plan.device, *plan.split.gpus):
+        _check_device(device)
     return _with_key_file(plan, args, changes), changes
 
 
@@ -244,6 +266,58 @@ def _gpu_choice(text: str) -> str:
         hint="Use auto (the GPU detection finds), cpu, a device id such as CUDA0, or one of the "
         "ids above.",
     )
+
+
+def _numbers(text: str, what: str) -> list[int]:
+    parts = [p.strip() for p in str(text).replace("/", ",").split(",")]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise PlanError(
+            f"{what} {text!r} is not a list of whole numbers",
+            hint=f"Write it like {what} 3,1 (one number per device, in the engine's order).",
+        )
+    return [int(p) for p in parts]
+
+
+def _device_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The device settings: ``--gpu`` (the first is the plan's device, more split the model),
+    ``--rpc`` (each endpoint probed now unless a size is given), the split and the margins."""
+    changes: dict[str, Any] = {}
+    if args.gpu:
+        gpus = [_gpu_choice(text) for text in args.gpu]
+        changes["device"] = gpus[0]
+        changes["split.gpus"] = gpus[1:]
+    if args.rpc:
+        changes["split.rpc"] = [rpc_entry(text) for text in args.rpc]
+    if args.tensor_split is not None:
+        changes["split.tensor_split"] = _numbers(args.tensor_split, "--tensor-split")
+    if args.fit_margin is not None:
+        margins = _numbers(args.fit_margin, "--fit-margin")
+        changes["runtime.fit_margin_mib"] = margins[0]
+        if len(margins) > 1:
+            changes["split.fit_margins_mib"] = margins
+    return changes
+
+
+def rpc_entry(text: str) -> dict[str, Any]:
+    """A ``--rpc HOST:PORT[=MIB]`` as the plan records it: probed now, or with its size given.
+
+    Raises:
+        RpcProbeError: the endpoint cannot be reached or does not answer as an rpc-server.
+        PlanError: the size is not a whole number of MiB.
+    """
+    from mtpstudio.core.detect.rpc import parse_endpoint
+    from mtpstudio.core.usecases.rpc_endpoint import probe_endpoint
+
+    where, sep, size = text.partition("=")
+    host, port = parse_endpoint(where)
+    if sep:
+        if not size.strip().isdigit():
+            raise PlanError(
+                f"--rpc {text!r}: {size!r} is not a size in MiB",
+                hint="Write it as HOST:PORT=MIB, e.g. 192.168.1.20:50052=12288.",
+            )
+        return {"host": host, "port": port, "memory_mib": int(size)}
+    return dict(probe_endpoint(where).entry)
 
 
 def _probed_engine(text: str) -> dict[str, Any]:
@@ -342,6 +416,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         desktop = None
+        on_gpu = result.target.device.is_gpu or plan.is_split
         if result.target.device.is_gpu:
             desktop = result.budget.devices[0].segments.get("desktop")
         text = plan_report(
@@ -349,7 +424,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             info,
             mtp_line=result.mtp_line,
             desktop_bytes=desktop,
-            on_gpu=result.target.device.is_gpu,
+            on_gpu=on_gpu,
         )
         sys.stdout.write(text)
         if defaults_line:

@@ -96,6 +96,13 @@ class LoadMode(StrEnum):
     MLOCK = "mlock"
 
 
+class SplitMode(StrEnum):
+    """``-sm``: how a model is split over several devices."""
+
+    LAYER = "layer"
+    ROW = "row"
+
+
 class DesktopReclaim(StrEnum):
     """How desktop VRAM is reclaimed, lightest first."""
 
@@ -440,6 +447,159 @@ class OutputPaths(_Section):
         return value
 
 
+MAX_DEVICES = 16
+"""More devices than llama.cpp's ``GGML_SCHED_MAX_BACKENDS`` allows in all (16)."""
+MAX_DEVICE_MIB = 64 * 1024 * 1024  # 64 TiB: far above any device
+
+
+class RpcServer(_Section):
+    """A remote ``rpc-server`` endpoint (llama.cpp's RPC backend) the model is split onto."""
+
+    host: str = Field(description="Address of the machine running rpc-server.")
+    port: int = Field(default=50052, strict=True, description="Its port (rpc-server -p).")
+    memory_mib: int | None = Field(
+        default=None,
+        strict=True,
+        description=(
+            "The memory the endpoint reported (MiB) when it was probed, or what to plan with "
+            "before it is reachable; none: not known yet."
+        ),
+    )
+    free_mib: int | None = Field(
+        default=None,
+        strict=True,
+        description="Of that, what it reported free (MiB); none: all of it.",
+    )
+    backend: Literal["CPU", "CUDA"] | None = Field(
+        default=None,
+        description=(
+            "What serves it, as its buffer alignment told (CPU: 32 bytes, CUDA: 128); none: "
+            "not probed, planned as a CPU."
+        ),
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host_plain(cls, value: str) -> str:
+        if not is_host(value):
+            raise ValueError("an RPC host must be a plain address: an IP address or a host name")
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port_range(cls, value: int) -> int:
+        if not 1 <= value <= 65535:
+            raise ValueError("an RPC port must be between 1 and 65535")
+        return value
+
+    @field_validator("memory_mib", "free_mib")
+    @classmethod
+    def _memory_range(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= MAX_DEVICE_MIB:
+            raise ValueError(f"an RPC memory size must be between 0 and {MAX_DEVICE_MIB} MiB")
+        return value
+
+    @model_validator(mode="after")
+    def _free_within(self) -> Self:
+        free, total = self.free_mib, self.memory_mib
+        if free is not None and total is not None and free > total:
+            raise ValueError("an RPC endpoint cannot have more free memory than it has")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` as ``--rpc`` takes it (an IPv6 address in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+class SplitOptions(_Section):
+    """More than one device: further local GPUs, remote rpc-server endpoints, and the split."""
+
+    gpus: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Further local GPUs beside 'device' (detected ids such as 'CUDA1', or catalogue "
+            "GPU ids), in the engine's order."
+        ),
+    )
+    rpc: list[RpcServer] = Field(
+        default_factory=list,
+        description="rpc-server endpoints on other machines (--rpc); the engine puts them first.",
+    )
+    mode: SplitMode = Field(
+        default=SplitMode.LAYER,
+        description=(
+            "-sm: 'layer' deals whole layers to the devices; 'row' splits each weight matrix "
+            "by rows over CUDA cards (RPC devices cannot)."
+        ),
+    )
+    tensor_split: list[int] | None = Field(
+        default=None,
+        strict=True,
+        description=(
+            "-ts: layers (or shares) per device in the engine's order (RPC servers, then "
+            "local GPUs); none lets the engine's fit, or the devices' free memory, decide."
+        ),
+    )
+    fit_margins_mib: list[int] | None = Field(
+        default=None,
+        strict=True,
+        description=(
+            "--fit-target per device in the engine's order (MiB); none: the fit margin for "
+            "every device."
+        ),
+    )
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_ids(cls, value: list[str]) -> list[str]:
+        if len(value) >= MAX_DEVICES:
+            raise ValueError(f"at most {MAX_DEVICES - 1} further GPUs")
+        for gpu in value:
+            if not _DEVICE.match(gpu) or gpu in ("auto", "cpu"):
+                raise ValueError("a further GPU must be a device id or a catalogue GPU id")
+        return value
+
+    @field_validator("rpc")
+    @classmethod
+    def _rpc_count(cls, value: list[RpcServer]) -> list[RpcServer]:
+        if len(value) >= MAX_DEVICES:
+            raise ValueError(f"at most {MAX_DEVICES - 1} RPC endpoints")
+        seen = [s.endpoint for s in value]
+        if len(set(seen)) != len(seen):
+            raise ValueError("an RPC endpoint is named twice")
+        return value
+
+    @field_validator("tensor_split")
+    @classmethod
+    def _split_values(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        if not value or len(value) > MAX_DEVICES:
+            raise ValueError(f"a tensor split names 1 to {MAX_DEVICES} devices")
+        if any(not 0 <= x <= MAX_LAYERS for x in value):
+            raise ValueError(f"tensor split values must be whole numbers from 0 to {MAX_LAYERS}")
+        if not any(value):
+            raise ValueError("a tensor split must give some device a share")
+        return value
+
+    @field_validator("fit_margins_mib")
+    @classmethod
+    def _margins(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        if not value or len(value) > MAX_DEVICES:
+            raise ValueError(f"fit margins name 1 to {MAX_DEVICES} devices")
+        if any(not 0 <= x <= MAX_MARGIN_MIB for x in value):
+            raise ValueError(f"fit margins must be between 0 and {MAX_MARGIN_MIB} MiB")
+        return value
+
+    @property
+    def is_default(self) -> bool:
+        return self == SplitOptions()
+
+
 DeviceChoice = Annotated[
     str,
     Field(
@@ -472,6 +632,10 @@ class Plan(_Section):
         default=DesktopReclaim.NONE, description="How desktop VRAM is reclaimed."
     )
     outputs: OutputPaths = Field(default_factory=OutputPaths, description="Generated files.")
+    split: SplitOptions = Field(
+        default_factory=SplitOptions,
+        description="More devices (GPUs, rpc-server endpoints) and how the model is split.",
+    )
 
     @field_validator("device")
     @classmethod
@@ -486,9 +650,53 @@ class Plan(_Section):
             raise ValueError("draft with MTP or with a draft model, not both: turn MTP off")
         return self
 
+    @model_validator(mode="after")
+    def _split_fits_devices(self) -> Self:
+        split = self.split
+        if split.is_default:
+            return self
+        if self.device == "cpu" and split.gpus:
+            raise ValueError("further GPUs need a GPU as the plan's device, not cpu")
+        if len(self.devices_named) > MAX_DEVICES:
+            raise ValueError(f"at most {MAX_DEVICES} devices in all")
+        if self.device in split.gpus:
+            raise ValueError(f"{self.device} is named twice: it is the plan's first device")
+        if len(set(split.gpus)) != len(split.gpus):
+            raise ValueError("a further GPU is named twice")
+        n = self.device_count
+        margins = split.fit_margins_mib
+        if margins is not None and len(margins) not in (1, n):
+            raise ValueError(f"fit margins name {len(margins)} devices; the plan has {n}")
+        if split.tensor_split is not None and len(split.tensor_split) != n:
+            raise ValueError(
+                f"the tensor split names {len(split.tensor_split)} devices; the plan has {n}"
+            )
+        return self
+
+    @property
+    def devices_named(self) -> list[str]:
+        """Every device the plan names, in the engine's order: RPC endpoints, then ``device``
+        (unless it is the CPU: RPC devices alone) and the further GPUs."""
+        local = [] if self.device == "cpu" else [self.device]
+        return [s.endpoint for s in self.split.rpc] + local + list(self.split.gpus)
+
+    @property
+    def device_count(self) -> int:
+        return len(self.devices_named)
+
+    @property
+    def is_split(self) -> bool:
+        """The model goes to more than the plan's one device: further GPUs or rpc-server
+        endpoints (an RPC device alone beside the CPU counts: the engine needs --rpc)."""
+        return bool(self.split.rpc or self.split.gpus)
+
     def to_json(self) -> str:
-        """The plan as stable, human-readable JSON (sorted keys, two-space indent)."""
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        """The plan as stable, human-readable JSON (sorted keys, two-space indent); a plan for
+        one device leaves the (default) ``split`` section out, as it always did."""
+        data = self.model_dump(mode="json")
+        if self.split.is_default:
+            del data["split"]
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 def describe_validation_error(error: ValidationError) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mtpstudio.core.advice import Standing, gain_words, speed_key, standing
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.engines.argv import build_launch_spec
+from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.mtp import MtpDecision, decide_mtp
 from mtpstudio.core.engines.profile import EngineProfile
@@ -45,11 +45,14 @@ from mtpstudio.core.memory.fit import (
 )
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.placement import ModelWeights
+from mtpstudio.core.memory.split_budget import compute_split_budget
 from mtpstudio.core.memory.targets import (
+    ResolvedDevices,
     ResolvedTarget,
     check_reclaim,
     desktop_after_reclaim,
     reclaims_for,
+    resolve_devices,
     resolve_target,
 )
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
@@ -244,6 +247,8 @@ class ResolvedPlan:
         mtp: MTP decided once (``mtp.line`` says on or off and why).
         context: the cells the engine allocates (padded context, per slot, streams).
         pctx: the machine and the model it was resolved for.
+        devices: for a plan split over several devices, all of them in the engine's order
+            (None: one device, ``target.device``).
     """
 
     plan: Plan
@@ -254,6 +259,7 @@ class ResolvedPlan:
     mtp: MtpDecision
     context: SlotContext
     pctx: PlanningContext
+    devices: ResolvedDevices | None = None
 
     @property
     def model(self) -> ModelInfo:
@@ -261,8 +267,9 @@ class ResolvedPlan:
 
     @property
     def cpu_only(self) -> bool:
-        """The target is the CPU: every layer stays there and the engine's fit is not used."""
-        return not self.target.device.is_gpu
+        """The target is the CPU and no RPC device: every layer stays there and the engine's
+        fit is not used."""
+        return not self.target.device.is_gpu and self.devices is None
 
     def with_changes(self, changes: Mapping[str, object]) -> ResolvedPlan:
         """The plan with dotted-path ``changes`` (``plan_with``), resolved the same way."""
@@ -282,7 +289,10 @@ def resolve(plan: Plan, pctx: PlanningContext) -> ResolvedPlan:
     mtp = decide_mtp(plan, choice.build, pctx.model)
     effective = mtp.resolved(plan)
     context = slot_context(effective, profile.memory)
-    return ResolvedPlan(plan, effective, target, choice, profile, mtp, context, pctx)
+    devices = None
+    if plan.is_split:
+        devices = resolve_devices(plan, target.device, list(pctx.machine.gpus))
+    return ResolvedPlan(plan, effective, target, choice, profile, mtp, context, pctx, devices)
 
 
 def budget_for(resolved: ResolvedPlan) -> Budget:
@@ -292,7 +302,12 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
     weights = pctx.weights
     if weights is not None and weights.mapped_in_ranges != facts.maps_in_ranges:
         weights = replace(weights, mapped_in_ranges=facts.maps_in_ranges)  # the era's mmap
-    budget = compute_budget(plan, pctx.model, target.device, facts, target.host, weights)
+    if resolved.devices is not None:
+        budget = compute_split_budget(
+            plan, pctx.model, resolved.devices.devices, facts, target.host, weights
+        )
+    else:
+        budget = compute_budget(plan, pctx.model, target.device, facts, target.host, weights)
     if pctx.draft_model is not None and plan.draft.path is not None:
         budget = with_draft(budget, plan, pctx.draft_model, facts)
     if pctx.measurements and resolved.build.probed:
@@ -335,6 +350,11 @@ def launch_spec_for(
         for_mtpstudio_launch=for_mtpstudio_launch,
         cpu_only=resolved.cpu_only,
         mtp=resolved.mtp,
+        devices=None
+        if resolved.devices is None
+        else EngineDevices(
+            resolved.devices.names, resolved.devices.kinds, resolved.devices.restrict
+        ),
     )
     return spec, notes
 
@@ -373,6 +393,8 @@ def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
     when moving experts is not enough, whole layers) on the CPU here, then the largest context
     there."""
     plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
+    if resolved.devices is not None:
+        return _split_offload_and_context(resolved)
     facts = resolved.profile.memory
     dev, host, w = target.device, target.host, pctx.weights
     offload = fewest_cpu_expert_layers(plan, pctx.model, dev, facts, host, w)
@@ -385,6 +407,24 @@ def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
     return [_keep_auto(resolved.plan, offload), _keep_auto(resolved.plan, ctx)]
 
 
+def _split_offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
+    """The two Fit buttons for a plan over several devices: the fewest layers moved from a
+    device that is short to the one with the most room (``-ts``), then the largest context."""
+    budget = budget_for(resolved)
+    here = FitSuggestion({}, resolved.plan, budget, "the split as it is", "split")
+    here = replace(here, message=f"the split as it is: {here.outcome()}")
+    moves = _split_levers(resolved)
+    offload = next((m for m in moves if m.fits), moves[0] if moves else here)
+    base = resolved.with_changes(offload.changes) if offload.changes else resolved
+    ctx = _context_lever(base)
+    if ctx is None:
+        ctx = replace(here, message=f"ctx {resolved.plan.runtime.ctx:,}: {here.outcome()}")
+    elif offload.changes:
+        changes = {**offload.changes, **ctx.changes}
+        ctx = replace(ctx, changes=changes)
+    return [offload, ctx]
+
+
 LEVER_COST = {
     "desktop:nvidia-profile": 0,
     "draft": 1,
@@ -394,6 +434,7 @@ LEVER_COST = {
     "experts": 4,
     "context": 5,
     "engine-fit": 6,
+    "split": 6,
     "layers": 7,
 }
 """How much each lever costs the user, cheapest first: a driver setting loses nothing; a lower
@@ -518,6 +559,22 @@ def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
         out.append(s)
     if (s := _context_lever(resolved)) is not None:
         out.append(s)
+    if resolved.devices is not None:  # several devices: the split is the placement lever
+        out += _split_levers(resolved)
+        if plan.runtime.moe is not MoePlacement.FIT:
+            out.append(
+                _try(
+                    resolved,
+                    {
+                        "runtime.moe": MoePlacement.FIT.value,
+                        "runtime.n_gpu_layers": None,
+                        "split.tensor_split": None,
+                    },
+                    "let the engine's fit place the weights over the devices",
+                    "engine-fit",
+                )
+            )
+        return _ranked(resolved, out)
     if model.is_moe:
         experts = fewest_cpu_expert_layers(plan, model, dev, facts, host, w)
         if experts.changes.get("runtime.moe") == MoePlacement.N_CPU_MOE.value:
@@ -540,13 +597,60 @@ def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
         short = f"-ngl {layers.changes.get('runtime.n_gpu_layers')} (fewest layers on the CPU)"
         out.append(replace(layers, message=f"{layers.message}: {layers.outcome()}",
                            label=short))  # fmt: skip
+    return _ranked(resolved, out)
+
+
+def _ranked(resolved: ResolvedPlan, out: list[FitSuggestion]) -> list[FitSuggestion]:
+    """The levers' answers with what each buys in words, ranked by ``_rank``."""
     now = plan_standing(resolved)
     ranked = []
-    out = [_keep_auto(resolved.plan, s) for s in out]
-    for s in out:
+    for s in (_keep_auto(resolved.plan, s) for s in out):
         then = suggestion_standing(s, resolved)
         ranked.append((_rank(s, then), _with_gain(s, now, then)))
     return [s for _, s in sorted(ranked, key=lambda pair: pair[0])]
+
+
+def device_layer_counts(budget: Budget) -> list[int]:
+    """Slots per device of a split budget (its blocks, and the output layer on its device)."""
+    split = budget.split
+    if split is None:
+        return []
+    sp = split.placement
+    return [
+        len(sp.device_blocks(i)) + (1 if sp.output_device == i else 0)
+        for i in range(len(budget.devices))
+    ]
+
+
+def _split_levers(resolved: ResolvedPlan) -> list[FitSuggestion]:
+    """For each device that is short, the fewest layers moved to the device with the most room
+    (``-ts``): ``move N layers from CUDA0 to CUDA1``."""
+    budget = budget_for(resolved)
+    counts = device_layer_counts(budget)
+    devices = budget.devices
+    out: list[FitSuggestion] = []
+    for src, dev in enumerate(devices):
+        if dev.fits is not False or counts[src] <= 1:
+            continue
+        room = [(d.free_bytes or 0, i) for i, d in enumerate(devices) if i != src and d.fits]
+        if not room:
+            continue
+        dst = max(room)[1]
+        last: FitSuggestion | None = None
+        for k in range(1, counts[src]):
+            split = list(counts)
+            split[src] -= k
+            split[dst] += k
+            label = (
+                f"move {k} layer{'s' * (k != 1)} from {dev.id} to {devices[dst].id} "
+                f"(-ts {','.join(str(x) for x in split)})"
+            )
+            last = _try(resolved, {"split.tensor_split": split}, label, "split")
+            if last.fits:
+                break
+        if last is not None:
+            out.append(last)
+    return out
 
 
 def _keep_auto(user: Plan, s: FitSuggestion) -> FitSuggestion:

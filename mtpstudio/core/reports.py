@@ -172,8 +172,13 @@ def plan_option_lines(
         desktop = plan.desktop.value
     if desktop_bytes is not None:
         desktop += f" ({desktop_bytes / MIB:,.0f} MiB on the card, see the budget)"
+    target = plan.device
+    if plan.is_split:
+        target = f"{', '.join(plan.devices_named)} ({plan.split.mode.value} split)"
+        if plan.split.tensor_split:
+            target += f", -ts {','.join(str(x) for x in plan.split.tensor_split)}"
     rows = [
-        ("target", plan.device),
+        ("target" if not plan.is_split else "devices", target),
         ("engine", engine),
         ("context", f"{_count(rt.ctx)} tokens"),
         ("K / V cache", f"{rt.cache_type_k.value} / {rt.cache_type_v.value}"),
@@ -326,6 +331,55 @@ def device_table(
     return lines
 
 
+def _spans(blocks: list[int]) -> str:
+    """``0-11, 14, 20-39`` for a sorted list of block numbers."""
+    runs: list[list[int]] = []
+    for b in blocks:
+        if runs and b == runs[-1][1] + 1:
+            runs[-1][1] = b
+        else:
+            runs.append([b, b])
+    return ", ".join(f"{a}" if a == z else f"{a}-{z}" for a, z in runs)
+
+
+def split_lines(budget: Budget) -> list[str]:
+    """Where a split plan puts the layers: blocks per device, the output layer, the moved
+    tensors, and the engine's fit per device (nothing for a plan on one device)."""
+    split = budget.split
+    if split is None:
+        return []
+    sp = split.placement
+    ids = [d.id for d in budget.devices]
+    parallel = ", pipeline-parallel (4 copies of the scheduler's inputs)" * split.pipeline_parallel
+    lines = [f"Split over {len(ids)} devices{parallel}:"]
+    for i, dev in enumerate(ids):
+        blocks = sp.device_blocks(i)
+        what = f"blocks {_spans(blocks)}" if blocks else "no block"
+        if sp.output_device == i:
+            what += " and the output layer"
+        lines.append(f"  {dev}: {what}")
+    cpu = [b for b in sorted(sp.loaded) if sp.block_device[b] is None]
+    if cpu:
+        lines.append(f"  CPU: blocks {_spans(cpu)}")
+    ram = sorted(m.layer for m in sp.moves if m.dest is None and m.kind == "MOE")
+    if ram:
+        lines.append(f"  experts in system RAM: blocks {_spans(ram)}")
+    for m in sp.moves:
+        if m.kind != "MOE":
+            to = "system RAM" if m.dest is None else ids[m.dest]
+            lines.append(f"  block {m.layer}: its {m.kind} part's FFN tensors go to {to}")
+    search = split.search
+    if search is not None and search.layouts is None:
+        lines.append("  the engine's fit: no change needed, it deals the layers by free memory")
+    if search is not None and search.layouts is not None:
+        layouts = ", ".join(f"{ids[i]} {x.label()}" for i, x in enumerate(search.layouts))
+        lines.append(
+            "  the engine's fit over the devices (n_layer, n_part, overflow): "
+            f"{layouts}; -ts {','.join(str(x.n_layer) for x in search.layouts)}"
+        )
+    return lines
+
+
 def budget_report(
     budget: Budget, argv: list[str] | None = None, verdict_lines: list[str] | None = None
 ) -> str:
@@ -344,6 +398,7 @@ def budget_report(
         ]
     if budget.growth.bytes:
         lines.append(f"  {budget.growth.line()}")
+    lines += ["  " + line for line in split_lines(budget)]
     lines.append(f"  ({TRUST_LEGEND})")
     host = budget.host
     s = host.segments

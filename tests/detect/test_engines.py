@@ -26,6 +26,7 @@ from mtpstudio.core.detect.engines import (
 )
 from mtpstudio.core.detect.models import EngineInfo
 from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.flags import FILE_PROBED_FLAGS
 from mtpstudio.core.engines.mtp import mtp_support
 from mtpstudio.core.engines.probe import (
     CANDIDATE_FLAGS,
@@ -517,7 +518,7 @@ def test_probe_table_covers_every_adapter_spelling(module_name: str) -> None:
     """The adapters only emit probed flags: every spelling they may use must be probed."""
     module = importlib.import_module(f"mtpstudio.core.engines.profiles.{module_name}")
     spellings = module.SPELLINGS
-    probed = {s.flag for s in CANDIDATE_FLAGS}
+    probed = {s.flag for s in CANDIDATE_FLAGS} | FILE_PROBED_FLAGS
     missing = sorted(
         flag for spelling in spellings.values() for flag in spelling.spellings if flag not in probed
     )

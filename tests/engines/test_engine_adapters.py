@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
-from mtpstudio.core.engines.flags import Option
+from mtpstudio.core.engines.flags import FILE_PROBED_FLAGS, Option
 from mtpstudio.core.engines.profiles import ik, upstream
 from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UP_FLAGS
@@ -613,7 +613,7 @@ def test_probe_candidates_cover_every_option_with_a_value() -> None:
 def test_detection_probes_every_spelling_the_adapters_emit() -> None:
     from mtpstudio.core.engines.probe import CANDIDATE_FLAGS
 
-    probed_flags = {spec.flag for spec in CANDIDATE_FLAGS}
+    probed_flags = {spec.flag for spec in CANDIDATE_FLAGS} | FILE_PROBED_FLAGS
     for flavour in (UP, IK):
         missing = {s for s, _ in probe_candidates(flavour)} - probed_flags
         assert not missing, f"{flavour}: {sorted(missing)}"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.flags import FILE_PROBED_FLAGS
 from mtpstudio.core.engines.mtp import mtp_can_run, mtp_support
 from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream
 from mtpstudio.core.engines.registry import build_launch_spec
@@ -120,7 +121,7 @@ def test_a_draft_model_on_todays_ik_is_a_draft_stage() -> None:
 def test_every_era_profile_is_probed_and_spells_only_what_it_accepts() -> None:
     from mtpstudio.core.engines.probe import CANDIDATE_FLAGS
 
-    probed = {spec.flag for spec in CANDIDATE_FLAGS}
+    probed = {spec.flag for spec in CANDIDATE_FLAGS} | FILE_PROBED_FLAGS
     for profile in (upstream.PROFILE, ik.PROFILE, ik_stages.PROFILE):
         for table in (profile.spellings, profile.draft.spellings):
             spelled = {s for entry in table.values() for s in entry.spellings}

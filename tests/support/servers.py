@@ -40,7 +40,7 @@ from mtpstudio.core.server.process import ProcessSpec, ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build_engines.py"
-ENGINE_NAMES = ("upstream", "ik")
+ENGINE_NAMES = ("upstream", "ik", "upstream-rpc")
 LOOPBACK = "127.0.0.1"
 
 # Both engines print this when the port is taken (upstream SRV_ERR, ik fprintf to stderr).

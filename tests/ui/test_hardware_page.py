@@ -124,3 +124,47 @@ def test_a_display_manager_alone_is_not_called_a_session(make_wizard: WizardFact
     assert wizard.hardware_page.session_label.text() == (
         "no graphical session here (login screen: sddm)"
     )
+
+
+def test_an_rpc_server_is_probed_and_added_as_a_device(
+    make_wizard: WizardFactory,
+    qtbot: QtBot,
+    engine,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    """The pinned engine's rpc-server on loopback, reporting 4,000 MiB: Probe and add puts what
+    it answered into the plan, and the list shows it."""
+    from mtpstudio.testing.rpc_servers import rpc_servers
+
+    wizard = make_wizard(Plan(device="CUDA0"))
+    page = wizard.hardware_page
+    page.refresh()
+    with rpc_servers(engine("upstream-rpc").parent, [4000], tmp_path) as (port,):
+        page.rpc_edit.setText(f"127.0.0.1:{port}")
+        page.rpc_button.click()
+        qtbot.waitUntil(lambda: bool(wizard.plan.split.rpc), timeout=10000)
+    (server,) = wizard.plan.split.rpc
+    assert (server.port, server.memory_mib, server.backend) == (port, 4000, "CPU")
+    assert page.devices_list.item(0).text().startswith(f"RPC 127.0.0.1:{port} · CPU · 4,000 MiB")
+    assert "rpc-server 7.0.0" in page.rpc_notice.text()
+
+
+def test_an_unreachable_rpc_endpoint_is_one_sentence_and_the_plan_stays(
+    make_wizard: WizardFactory, qtbot: QtBot
+) -> None:
+    from mtpstudio.testing.rpc_servers import free_port
+
+    wizard = make_wizard(Plan(device="CUDA0"))
+    page = wizard.hardware_page
+    page.refresh()
+    before = wizard.plan
+    port = free_port()
+    page.rpc_edit.setText(f"127.0.0.1:{port}")
+    page.rpc_button.click()
+    qtbot.waitUntil(lambda: "cannot be reached" in page.rpc_notice.text(), timeout=10000)
+    assert page.rpc_notice.text().startswith(f"The RPC endpoint 127.0.0.1:{port} cannot")
+    assert wizard.plan == before and not wizard.plan.split.rpc
+    page.rpc_edit.setText("no port here")
+    page.rpc_button.click()
+    qtbot.waitUntil(lambda: "is not an RPC endpoint" in page.rpc_notice.text(), timeout=10000)
+    assert wizard.plan == before

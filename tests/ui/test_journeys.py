@@ -24,7 +24,7 @@ from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.plan import MoePlacement, plan_from_dict
 from mtpstudio.ui.settings import StateStore
-from mtpstudio.ui.wizard import MtpWizard
+from mtpstudio.ui.wizard import MtpWizard, PageId
 
 from .journey import (
     DENSE_FILE,
@@ -107,6 +107,45 @@ def test_moe_model_on_a_12_gb_card(journey: Callable[[], Journey], user_home: Us
     assert argv == cli_argv and exported == cli_unit
     assert data["verdict"]["status"] == "fits"
     assert str(user_home.model(MOE_FILE)) in exported
+
+
+def test_two_gpus_split_the_moe_model_through_to_export(
+    journey: Callable[[], Journey], user_home: UserHome
+) -> None:
+    """A second card beside the first: page 1 adds it, page 4 shows a bar per card and the
+    engine's fit over both, the levers move layers between them, and the exported unit and
+    the command line are the CLI's for the same plan."""
+    j = journey()
+    j.pick_target("rtx-4070-super")
+    hardware = j.wizard.hardware_page
+    hardware.extra_gpu_combo.setCurrentIndex(hardware.extra_gpu_combo.findData("rtx-3060-12gb"))
+    hardware.add_gpu_button.click()
+    j.settle()
+    assert j.wizard.plan.split.gpus == ["rtx-3060-12gb"]
+    assert "GPU rtx-3060-12gb" in hardware.devices_list.item(0).text()
+    j.next_page(PageId.MODEL)
+    j.open_model(MOE_FILE)
+    j.next_page(PageId.ENGINE)
+    j.pick_probed_build()
+    j.next_page(PageId.BUDGET)
+    page = j.wizard.budget_page
+    cards = [r for r in page.bar.rows if r.title.startswith("CUDA")]
+    assert [r.title.split()[0] for r in cards] == ["CUDA0", "CUDA1"]
+    assert all(r.overflow_bytes == 0 for r in cards)
+    assert page.fit_offload_button.text() == "Fit: move layers between devices"
+    j.assert_idle()
+    argv = j.command()
+    assert value(argv, "-sm") == "layer" and value(argv, "--fit") == "on"
+    exported = j.to_the_end()
+
+    scope = j.wizard.service_page.scope.value
+    cli_argv, data, cli_unit = cli_oracle(
+        j.wizard.plan, user_home.home / "cli", scope, user_home.environ()
+    )
+    assert j.command() == cli_argv and exported == cli_unit
+    assert [d["id"] for d in data["devices"]] == ["CUDA0", "CUDA1"]
+    assert data["split"]["devices"][1]["output_layer"]
+    assert "-sm layer" in " ".join(exported.split())
 
 
 def test_dense_model_on_a_16_gb_card_gets_layers_on_the_cpu(

@@ -23,18 +23,33 @@ from .conftest import go_to
 ACCOUNT = "alice"
 FILES = {"unit": "mtpstudio-llama.service", "env": "mtpstudio-llama.env",
          "script": "mtpstudio-llama.sh"}  # fmt: skip
-PLANS = ("moe-card", "dense-card", "tiny-gguf", "cpu-target", "draft-model")
+PLANS = ("moe-card", "dense-card", "tiny-gguf", "cpu-target", "draft-model", "two-gpus", "rpc")
 
 
 def make_plan(
     kind: str, tiny_model: Callable[..., Path], engine: Callable[[str], Path], folder: Path
 ) -> Plan:
-    """Five plans, each on a build the test bench built (a unit is written only when its engine
-    is on this computer): catalogue cards as full-size zero-weight files (MoE, dense: units are
-    written only for model files), a real tiny GGUF on a probed build (device auto, as `gui --plan
-    tiny.json` opens it), an explicit CPU target with fit asked for, and a separate draft
-    model."""
+    """Seven plans, each on a build the test bench built where a unit is written (a unit is
+    written only when its engine is on this computer): catalogue cards as full-size zero-weight
+    files (MoE, dense: units are written only for model files), a real tiny GGUF on a probed
+    build (device auto, as `gui --plan tiny.json` opens it), an explicit CPU target with fit
+    asked for, a separate draft model, the MoE card over two catalogue GPUs, and a tiny GGUF on
+    a probed RPC build split over an rpc-server endpoint (as its probe recorded it) and a GPU."""
     base = Plan()
+    if kind == "two-gpus":
+        model = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", folder / "Qwen3.6-35B-A3B.gguf")
+        return plan_with(base, {"model.path": str(model), "model.card": None,
+                                "device": "rtx-4070-super", "split.gpus": ["rtx-3060-12gb"],
+                                "engine.binary": str(engine("upstream")),
+                                "runtime.ctx": 65536})  # fmt: skip
+    if kind == "rpc":
+        model = tiny_model("hybrid-mtp", dtype="q8_0")
+        rpc = {"host": "192.168.1.20", "port": 50052, "memory_mib": 8192, "free_mib": 8000,
+               "backend": "CPU"}  # fmt: skip
+        return plan_with(base, {"model.path": str(model), "model.card": None,
+                                "engine.binary": str(engine("upstream-rpc")),
+                                "device": "rtx-4060-ti-16gb", "split.rpc": [rpc],
+                                "runtime.ctx": 4096})  # fmt: skip
     if kind == "moe-card":
         model = zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", folder / "Qwen3.6-35B-A3B.gguf")
         return plan_with(base, {"model.path": str(model), "model.card": None,
@@ -115,3 +130,9 @@ def test_cli_and_gui_give_the_same_command_and_files(
         assert "-md" in cli_argv and "-ngld" in cli_argv
     if kind == "tiny-gguf":  # the probed build's path, not the documented stand-in
         assert cli_argv[0] == str(engine("upstream"))
+    if kind == "two-gpus":
+        assert cli_argv[cli_argv.index("-sm") + 1] == "layer"
+    if kind == "rpc":  # the RPC build (its backend found in the file) reaches the endpoint
+        assert cli_argv[0] == str(engine("upstream-rpc"))
+        assert cli_argv[cli_argv.index("--rpc") + 1] == "192.168.1.20:50052"
+        assert "IPAddressDeny=any" not in cli_files["unit"]

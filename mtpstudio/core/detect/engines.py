@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.detect.models import EngineInfo, FlagProbeInfo
 from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
-from mtpstudio.core.engines.flags import SPEC_TYPES
+from mtpstudio.core.engines.flags import RPC_FLAG, SPEC_TYPES
 from mtpstudio.core.engines.mtp import mtp_support
 from mtpstudio.core.engines.probe import (
     CANDIDATE_FLAGS,
@@ -68,6 +68,13 @@ BACKEND_MARKERS: dict[Backend, tuple[bytes, ...]] = {
     ),
     Backend.VULKAN: (b"ggml_vulkan: Found", b"libggml-vulkan.so", b"libvulkan.so"),
     Backend.SYCL: (b"libggml-sycl.so", b"libsycl.so", b"ggml_sycl_init"),
+    # strings only ggml-rpc.cpp holds (upstream's argument parser names the RPC functions in
+    # every build, so those names are no sign)
+    Backend.RPC: (
+        b"libggml-rpc.so",
+        b"The RPC backend does not have enumerated devices",
+        b"ggml_backend_rpc_start_server",
+    ),
     Backend.METAL: (b"ggml_metal_init", b"libggml-metal"),
 }
 _DEVICE_PREFIX_BACKEND = {
@@ -481,6 +488,8 @@ def identify_engine(
             if backend is not None and backend not in backends:
                 backends.append(backend)
     backends.append(Backend.CPU)
+    if Backend.RPC in backends and RPC_FLAG not in accepted:
+        accepted.append(RPC_FLAG)  # never probed (flags.RPC_FLAG); the backend is in the file
 
     mtp = MtpSupport.UNAVAILABLE
     if flavour is not None:

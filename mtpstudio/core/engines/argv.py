@@ -16,9 +16,10 @@ spec carries a warning saying so.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
+from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.draft import (
     emit_draft_cache_types,
     emit_draft_limits,
@@ -32,9 +33,20 @@ from mtpstudio.core.engines.profiles import era_that_runs, era_words, profile_fo
 from mtpstudio.core.engines.spec import QUANTIZED_CACHE_TYPES, LaunchSpec, SpecBuilder
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
+from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan, SplitMode
 
-__all__ = ["build_argv", "build_launch_spec", "targets_cpu"]
+__all__ = ["EngineDevices", "build_argv", "build_launch_spec", "targets_cpu"]
+
+
+@dataclass(frozen=True)
+class EngineDevices:
+    """The devices a split plan runs on, as the engine names them, in its order (RPC servers
+    first, then local GPUs). ``restrict``: the machine has other devices the engine would use
+    too, so ``-dev`` names these. ``kinds``: each device's backend (``CUDA``, ``RPC`` …)."""
+
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    restrict: bool = False
 
 
 def targets_cpu(plan: Plan) -> bool:
@@ -53,6 +65,7 @@ def build_launch_spec(
     assume_documented: bool = False,
     cpu_only: bool | None = None,
     mtp: MtpDecision | None = None,
+    devices: EngineDevices | None = None,
 ) -> LaunchSpec:
     """The LaunchSpec for ``plan`` on ``build``.
 
@@ -69,6 +82,8 @@ def build_launch_spec(
         assume_documented: plan for an unprobed build with the documented flag table.
         cpu_only: the resolved target is the CPU (None: the plan's device says so).
         mtp: the MTP decision the planner made (None: decided here, the same way).
+        devices: for a plan split over several devices, the engine's names for them (None:
+            the plan's own count, named by kind).
 
     Raises:
         AdapterError: an option cannot be expressed for this build, or the plan lacks
@@ -99,6 +114,8 @@ def build_launch_spec(
     key_file = _emit_server(plan, b, api_key_file or plan.server.api_key_file)
     _emit_context(plan, b, profile)
     _emit_placement(plan, model, b, profile, cpu)
+    if plan.is_split and not cpu:
+        _emit_split(plan, b, profile, devices)
     _emit_load_mode(plan, b, profile)
     _emit_mtp(plan, model, b, profile, assumed or build.version == "documented")
     emit_draft_model(plan, b, profile, cpu_only=cpu)
@@ -342,6 +359,23 @@ def _emit_fit(plan: Plan, model: ModelInfo | None, b: SpecBuilder, profile: Engi
             "fit margin so drafting has room."
         )
     b.emit(Option.FIT, list(fit.on_values), "runtime.moe", fit.note, purpose="the engine's fit")
+    margins = plan.split.fit_margins_mib if plan.is_split else None
+    if margins and profile.split.per_device_margins:
+        b.emit(
+            fit.margin,
+            [",".join(str(m) for m in margins)],
+            "split.fit_margins_mib",
+            "Leave this much VRAM (MiB) free on each device, in the engine's device order, "
+            "when fitting.",
+            purpose="the fit margins per device",
+        )
+        return
+    if margins:
+        margin = max(margins)
+        b.warn(
+            f"{profile.name} takes one fit margin for every device: the largest of the plan's "
+            f"per-device margins, {margin} MiB, is used."
+        )
     b.emit(
         fit.margin,
         [str(margin)],
@@ -349,6 +383,86 @@ def _emit_fit(plan: Plan, model: ModelInfo | None, b: SpecBuilder, profile: Engi
         f"Leave {margin} MiB of VRAM free on each GPU when fitting.",
         purpose="the fit margin",
     )
+
+
+def _emit_split(
+    plan: Plan, b: SpecBuilder, profile: EngineProfile, devices: EngineDevices | None
+) -> None:
+    """``--rpc``, ``-dev``, ``-sm`` and ``-ts`` for a plan split over several devices."""
+    split = plan.split
+    kinds = (
+        devices.kinds
+        if devices is not None
+        else ("RPC",) * len(split.rpc) + ("GPU",) * (1 + len(split.gpus))
+    )
+    if split.rpc:
+        endpoints = ",".join(s.endpoint for s in split.rpc)
+        if b.accepts(Option.RPC):
+            b.emit(
+                Option.RPC,
+                [endpoints],
+                "split.rpc",
+                "Use the rpc-server on each of these machines as a device of its own (the "
+                "engine puts them first); each must be running and reachable at launch.",
+            )
+            if Backend.RPC not in b.build.backends:
+                b.warn(
+                    "--rpc needs an engine built with the RPC backend (cmake -DGGML_RPC=ON); "
+                    "this one was not looked at."
+                )
+        else:
+            b.block(
+                f"{b.who} was built without the RPC backend, so it cannot reach {endpoints}",
+                "an engine build with RPC (cmake -DGGML_RPC=ON; scripts/build_engines.py "
+                "upstream-rpc), or the plan without its RPC endpoints",
+            )
+    if devices is not None and devices.restrict:
+        b.emit(
+            Option.DEVICE,
+            [",".join(devices.names)],
+            "split.gpus",
+            "Use only these devices, in this order (the machine has others).",
+        )
+    mode = profile.split.spelling(split.mode.value)
+    if mode is None:
+        raise AdapterError(
+            f"{profile.name} has no '{split.mode.value}' split mode",
+            hint="Use the layer split (-sm layer) with this engine.",
+        )
+    if split.mode is SplitMode.ROW:
+        others = sorted({k for k in kinds if k not in profile.split.row_devices})
+        if others:
+            b.block(
+                f"a row split needs every device to be a CUDA card: the engine stops with "
+                f"'device ... does not support split buffers' on {', '.join(others)} devices",
+                "the layer split (-sm layer), which every device supports",
+            )
+        if plan.runtime.moe is MoePlacement.FIT:
+            b.warn(
+                "The engine's fit does not place weights for a row split ('changing weight "
+                "allocation for LLAMA_SPLIT_MODE_ROW not implemented'): it loads every layer "
+                "as split by -ts or the devices' free memory."
+            )
+    b.emit(
+        Option.SPLIT_MODE,
+        [mode],
+        "split.mode",
+        "Deal whole layers to the devices."
+        if split.mode is SplitMode.LAYER
+        else "Split each weight matrix by rows over the CUDA cards (K/V on the first).",
+    )
+    if split.tensor_split:
+        if plan.runtime.moe is MoePlacement.FIT:
+            b.warn(
+                "A tensor split turns the engine's fit off for the placement ('tensor_split "
+                "already set by user'): it loads every layer as the split says."
+            )
+        b.emit(
+            Option.TENSOR_SPLIT,
+            [",".join(str(x) for x in split.tensor_split)],
+            "split.tensor_split",
+            "Share of the layers per device, in the engine's device order.",
+        )
 
 
 def _gpu_layers_note(value: str) -> str:

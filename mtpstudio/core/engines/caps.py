@@ -26,6 +26,7 @@ class Backend(StrEnum):
     ROCM = "ROCm"
     METAL = "Metal"
     SYCL = "SYCL"
+    RPC = "RPC"
 
 
 @dataclass(frozen=True)
@@ -57,4 +58,4 @@ class EngineBuild:
 
     @property
     def has_gpu_backend(self) -> bool:
-        return any(b is not Backend.CPU for b in self.backends)
+        return any(b not in (Backend.CPU, Backend.RPC) for b in self.backends)

@@ -157,6 +157,10 @@ class Option(StrEnum):
     NO_OP_OFFLOAD = "no-op-offload"
     DRAFT_MODEL = "draft-model"
     DRAFT_GPU_LAYERS = "draft-gpu-layers"
+    RPC = "rpc"
+    DEVICE = "device"
+    SPLIT_MODE = "split-mode"
+    TENSOR_SPLIT = "tensor-split"
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,19 @@ SHARED_SPELLINGS: Mapping[Option, FlagSpelling] = MappingProxyType(
         Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
         Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
         Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
+        Option.DEVICE: FlagSpelling(("-dev", "--device"), "none"),
+        Option.SPLIT_MODE: FlagSpelling(("-sm", "--split-mode"), "layer"),
+        Option.TENSOR_SPLIT: FlagSpelling(("-ts", "--tensor-split"), "1"),
+        # not probed with --version: upstream's parser connects to the server at once (and
+        # aborts when none answers); a build has it when its RPC backend is in the file
+        Option.RPC: FlagSpelling(("--rpc",), None),
     }
 )
-"""The flags both engines spell alike (server, context, cache, batching, offload)."""
+"""The flags both engines spell alike (server, context, cache, batching, offload, devices)."""
+
+RPC_FLAG = "--rpc"
+"""Counted as accepted when the build's file holds the RPC backend (``detect.engines``), never
+probed: upstream connects to the named server while parsing it, and ik accepts it even in a
+build without RPC, where it does nothing."""
+FILE_PROBED_FLAGS = frozenset({RPC_FLAG})
+"""Flags detection takes from what the build's file holds instead of the ``--version`` probe."""

@@ -145,6 +145,27 @@ class FitRule:
 
 
 @dataclass(frozen=True)
+class SplitRule:
+    """How the engine splits a model over several devices (``-sm``, ``-ts``, the fit's margins).
+
+    Attributes:
+        modes: how ``-sm`` spells each of the plan's split modes (None: the engine has no such
+            mode; ik has ``graph`` and ``attn`` of its own instead of ``row``).
+        per_device_margins: the fit margin takes one value per device (upstream's
+            ``--fit-target MiB0,MiB1,...``); else one value for every device.
+        row_devices: the device kinds a row split works on (the others refuse split buffers).
+    """
+
+    modes: tuple[tuple[str, str | None], ...]
+    per_device_margins: bool
+    row_devices: tuple[str, ...] = ("CUDA",)
+
+    def spelling(self, mode: str) -> str | None:
+        """The ``-sm`` value for the plan's ``mode`` (None: this engine has none)."""
+        return dict(self.modes).get(mode)
+
+
+@dataclass(frozen=True)
 class BenchProtocol:
     """The completion endpoint that reports draft counts, and its token-count field."""
 
@@ -203,6 +224,8 @@ class EngineProfile:
     fit: FitRule
     bench: BenchProtocol
     detection: DetectionRule
+    split: SplitRule = SplitRule((("layer", "layer"), ("row", "row")), per_device_margins=True)
+    """How it splits a model over several devices (upstream's rules unless said)."""
     expert_tensors: str = r"ffn_(up|down|gate|gate_up)_exps"
     """The routed-expert tensor names as the engine's own --n-cpu-moe pattern writes them."""
     launch_verbosity: str | None = None

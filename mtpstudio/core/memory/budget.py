@@ -104,6 +104,8 @@ class DeviceBudget:
     name: str
     total_bytes: int | None
     segments: dict[str, int]
+    endpoint: str | None = None
+    """``HOST:PORT`` of an RPC device (the engine names its buffers after it)."""
 
     @property
     def used_bytes(self) -> int:
@@ -216,6 +218,9 @@ class Budget:
     growth: RuntimeGrowth = NO_GROWTH
     fit: FitPlacement | None = None
     """What the engine's own fit was expected to decide, where it places the weights."""
+    split: Any = None
+    """A model split over several devices: ``split_budget.SplitOutcome`` (placement, layout,
+    the engine's fit over the devices), None for one device."""
 
     @property
     def fits(self) -> bool | None:
@@ -255,9 +260,18 @@ class Budget:
                 "target_bytes": search.target,
                 "projected_bytes": search.projected,
             },
+            **(
+                {"split": self.split.to_json([_device_named(d) for d in self.devices])}
+                if self.split is not None
+                else {}
+            ),
             "argv": list(argv or []),
             "warnings": list(self.warnings),
         }
+
+
+def _device_named(d: DeviceBudget) -> TargetDevice:
+    return TargetDevice(d.id, d.name, d.total_bytes)
 
 
 @dataclass(frozen=True)

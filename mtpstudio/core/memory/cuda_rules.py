@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from mtpstudio.core.memory.cuda_schedule import HOST, Residency, schedule
+from mtpstudio.core.memory.cuda_schedule import DEVICE, Residency, schedule
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.graph_alloc import (
     CPU_RULES,
@@ -215,7 +215,8 @@ class CudaRules(BackendRules):
     for the fused top-k (``ggml_cuda_should_use_topk_moe``); ``shared_expert_fusion``: the
     shared expert's weights match the routed ones in type and shape
     (``ggml_cuda_match_shared_expert``), so it is moved next to the routed experts.
-    ``cuda_rules_for`` decides them from the model.
+    ``cuda_rules_for`` decides them from the model. ``side``: the card's backend index among
+    several devices (the first by default).
     """
 
     name: str = "CUDA"
@@ -226,6 +227,7 @@ class CudaRules(BackendRules):
     fusion: bool = True
     topk_fusion: bool = False
     shared_expert_fusion: bool = False
+    side: int = DEVICE
 
     def alloc_size(self, t: Tensor) -> int:
         if t.op == "FLASH_ATTN_EXT" and len(t.srcs) >= 3:
@@ -251,7 +253,7 @@ class CudaRules(BackendRules):
         return self.residency.copies_within(nodes)
 
     def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
-        return schedule(leafs, nodes, self.residency, self._optimize, cache_view_bytes)
+        return schedule(leafs, nodes, self.residency, self._optimize, cache_view_bytes, self.side)
 
     def _optimize(self, nodes: list[Tensor]) -> list[Tensor]:
         if not self.fusion:
@@ -279,8 +281,9 @@ class CudaHostRules(BackendRules):
         return self.device.copies_within(nodes)
 
     def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
+        residency = self.device.residency
         return schedule(
-            leafs, nodes, self.device.residency, lambda part: part, cache_view_bytes, HOST
+            leafs, nodes, residency, lambda part: part, cache_view_bytes, residency.host
         )
 
 

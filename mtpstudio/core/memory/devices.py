@@ -19,6 +19,8 @@ class TargetDevice:
         vendor: ``nvidia``, ``amd``, ``intel`` … (None: the CPU, or not known); decides which
             desktop reclamations apply.
         compute_capability: ``8.9``-style, for NVIDIA cards (CUDA's rules depend on it).
+        rpc_endpoint: ``host:port`` of a remote rpc-server this device is reached through
+            (its id is ``RPC<n>``); None for a local device.
     """
 
     id: str
@@ -29,6 +31,7 @@ class TargetDevice:
     driver_overhead_bytes: int = 0
     vendor: str | None = None
     compute_capability: str | None = None
+    rpc_endpoint: str | None = None
 
     @property
     def is_gpu(self) -> bool:
@@ -36,8 +39,12 @@ class TargetDevice:
 
     @property
     def is_cuda(self) -> bool:
-        """An NVIDIA card the engine drives through its CUDA backend."""
-        return self.is_gpu and (self.vendor == "nvidia" or self.id.startswith("CUDA"))
+        """An NVIDIA card the engine drives through its own CUDA backend (not through RPC)."""
+        return (
+            self.is_gpu
+            and self.rpc_endpoint is None
+            and (self.vendor == "nvidia" or self.id.startswith("CUDA"))
+        )
 
 
 @dataclass(frozen=True)

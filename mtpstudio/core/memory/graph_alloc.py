@@ -94,12 +94,15 @@ Graph = tuple[list[Tensor], list[Tensor]]
 
 
 class Prepared(NamedTuple):
-    """A graph as one backend's allocator walks it: its leafs and nodes in order, and what a
-    node reads instead of its own sources (the scheduler's copies), by the node's ``id``."""
+    """A graph as one backend's allocator walks it: its leafs and nodes in order, what a
+    node reads instead of its own sources (the scheduler's copies), by the node's ``id``, and
+    the tensors the scheduler keeps for the whole graph (by ``id``: its input copies under
+    pipeline parallelism, marked as outputs so the allocator never frees them)."""
 
     leafs: list[Tensor]
     nodes: list[Tensor]
     reads: Mapping[int, tuple[Tensor, ...]] = MappingProxyType({})
+    kept: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -252,7 +255,7 @@ def walk_bytes(
     events: list[AllocEvent] | None = None,
 ) -> int:
     """``reserved_bytes`` of a graph ``rules.prepare`` already made (see there)."""
-    leafs, nodes, reads = prepared
+    leafs, nodes, reads, kept = prepared
 
     def _srcs(t: Tensor) -> tuple[Tensor, ...]:
         return reads.get(id(t), t.srcs)
@@ -275,6 +278,8 @@ def walk_bytes(
             for parent in _srcs(t):
                 if not own(parent) or parent.is_output or parent.layout != t.layout:
                     continue
+                if id(parent) in kept:
+                    continue
                 if children.get(id(parent), 0) == 1 and views.get(id(parent), 0) == 0:
                     offset[id(t)] = offset[id(parent)]
                     owned[id(parent)] = False
@@ -285,7 +290,7 @@ def walk_bytes(
         offset[id(t)] = blocks.alloc(size(t))
 
     def release(t: Tensor) -> None:
-        if t.is_output:
+        if t.is_output or id(t) in kept:
             return
         if events is not None:
             events.append(("free", size(t), offset[id(t)]))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
-from mtpstudio.core.plan import DesktopReclaim, Plan
+from mtpstudio.core.plan import DesktopReclaim, Plan, RpcServer
 from mtpstudio.core.units import MIB
 
 # What the NVIDIA application profile (GLVidHeapReuseRatio=0) leaves of the desktop's VRAM: it
@@ -115,3 +115,87 @@ def resolve_target(
     return ResolvedTarget(
         catalogue_target(card, plan.desktop), host, f"catalogue card {card.id}: {card.name}"
     )
+
+
+def rpc_target(index: int, server: RpcServer) -> TargetDevice:
+    """An rpc-server endpoint as a budget device (``RPC<index>``, the engine's name): its size
+    is what it reported when probed (or what the plan gives); what it reported in use already
+    counts as other processes."""
+    if server.memory_mib is None:
+        raise PlanError(
+            f"the RPC endpoint {server.endpoint} has no known memory size",
+            hint=f"Probe it (mtpstudio detect --rpc {server.endpoint}) so the plan records "
+            f"what it reports, or give the size yourself (--rpc {server.endpoint}=MiB).",
+        )
+    total = server.memory_mib * MIB
+    free = total if server.free_mib is None else server.free_mib * MIB
+    return TargetDevice(
+        id=f"RPC{index}",
+        name=f"rpc-server {server.endpoint}",
+        total_bytes=total,
+        other_bytes=total - free,
+        vendor="nvidia" if server.backend == "CUDA" else None,
+        rpc_endpoint=server.endpoint,
+    )
+
+
+def _local_index(device: TargetDevice) -> tuple[int, str]:
+    digits = "".join(c for c in device.id if c.isdigit())
+    return (int(digits) if digits else 0, device.id)
+
+
+@dataclass(frozen=True)
+class ResolvedDevices:
+    """Every device a split plan runs on, in the engine's order (RPC servers, then local GPUs
+    by their index), and whether ``-dev`` must name them (the machine has other GPUs)."""
+
+    devices: tuple[TargetDevice, ...]
+    restrict: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(d.id for d in self.devices)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(
+            "RPC" if d.rpc_endpoint else "CUDA" if d.is_cuda else "GPU" for d in self.devices
+        )
+
+
+def resolve_devices(
+    plan: Plan, first: TargetDevice, detected: list[TargetDevice] | None = None
+) -> ResolvedDevices:
+    """The plan's devices: its RPC endpoints, ``first`` (the resolved ``device``) and its
+    further GPUs (detected ids, else catalogue cards numbered after the first, without a
+    desktop: the display is on the first card).
+
+    Raises:
+        PlanError: a further GPU is neither detected nor a catalogue card, is the CPU, or an
+            RPC endpoint has no known size.
+    """
+    gpus = detected or []
+    rpc = tuple(rpc_target(i, s) for i, s in enumerate(plan.split.rpc))
+    if not first.is_gpu and not plan.split.gpus:
+        local: list[TargetDevice] = []  # RPC devices beside the CPU
+    elif not plan.split.gpus:
+        local = [first]
+    else:
+        if not first.is_gpu:
+            raise PlanError("a plan split over several devices needs a GPU as its first device")
+        local = [first]
+        for name in plan.split.gpus:
+            found = next((g for g in gpus if g.id.lower() == name.lower()), None)
+            if found is None:
+                card = gpu_card(name)  # raises CatalogError naming the known ids
+                base = catalogue_target(card, DesktopReclaim.NONE)
+                prefix = "CUDA" if card.vendor == "nvidia" else "GPU"
+                found = replace(base, id=f"{prefix}{len(local)}", desktop_bytes=0)
+            local.append(found)
+    detected_ids = {g.id for g in gpus}
+    if all(d.id in detected_ids for d in local):
+        local.sort(key=_local_index)
+    restrict = bool(detected_ids) and len([d for d in local if d.id in detected_ids]) < len(gpus)
+    if not rpc and not local:
+        raise PlanError("the plan names no device to split over")
+    return ResolvedDevices((*rpc, *local), restrict and bool(plan.split.gpus or plan.split.rpc))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,32 +61,47 @@ _HOST_SEGMENT = {
 }
 
 
-def device_of(buffer: str) -> str:
-    """The device a buffer name lives on: ``CUDA0`` → CUDA0; ``CPU_Mapped``, ``CUDA_Host`` → CPU."""
+_RPC_BUFFER = re.compile(r"RPC\d+\[(.+)\]\Z")
+
+
+def device_of(buffer: str, endpoints: Mapping[str, str] | None = None) -> str:
+    """The device a buffer name lives on: ``CUDA0`` → CUDA0; ``CPU_Mapped``, ``CUDA_Host`` → CPU;
+    an RPC device's ``RPC<n>[HOST:PORT]`` → the plan's device of that endpoint (``endpoints``:
+    endpoint → device id), the engine numbering each server's devices from 0."""
     if buffer.upper().startswith("CPU") or buffer.endswith("_Host"):
         return HOST
+    m = _RPC_BUFFER.match(buffer)
+    if m is not None and endpoints and m.group(1) in endpoints:
+        return endpoints[m.group(1)]
     return buffer
 
 
 def _collect(
-    into: dict[tuple[str, str], float], segment: str, buffers: Mapping[str, float]
+    into: dict[tuple[str, str], float],
+    segment: str,
+    buffers: Mapping[str, float],
+    endpoints: Mapping[str, str] | None = None,
 ) -> None:
     for name, mib in buffers.items():
-        key = (segment, device_of(name))
+        key = (segment, device_of(name, endpoints))
         into[key] = into.get(key, 0.0) + mib
 
 
-def actual_segments(report: LoadReport) -> dict[tuple[str, str], float]:
-    """(segment, device) → MiB as the engine logged them."""
+def actual_segments(
+    report: LoadReport, endpoints: Mapping[str, str] | None = None
+) -> dict[tuple[str, str], float]:
+    """(segment, device) → MiB as the engine logged them (``endpoints``: an RPC endpoint's
+    device id in the plan)."""
     out: dict[tuple[str, str], float] = {}
-    _collect(out, "weights", report.model)
-    _collect(out, "draft_weights", report.draft_model)
+    _collect(out, "weights", report.model, endpoints)
+    _collect(out, "draft_weights", report.draft_model, endpoints)
     for ctx in report.contexts:
         prefix = {"main": "", "mtp": "mtp_", "draft": "draft_"}[ctx.kind]
-        _collect(out, f"{prefix}kv_cache", ctx.kv)
-        _collect(out, "recurrent_state" if not prefix else f"{prefix}kv_cache", ctx.recurrent)
-        _collect(out, f"{prefix}compute", ctx.compute)
-        _collect(out, "output", ctx.output)
+        _collect(out, f"{prefix}kv_cache", ctx.kv, endpoints)
+        rs = "recurrent_state" if not prefix else f"{prefix}kv_cache"
+        _collect(out, rs, ctx.recurrent, endpoints)
+        _collect(out, f"{prefix}compute", ctx.compute, endpoints)
+        _collect(out, "output", ctx.output, endpoints)
     return out
 
 
@@ -248,7 +264,8 @@ def reconcile(
 ) -> Reconciliation:
     """Rows for every (segment, device) either side has, in SEGMENTS order (pure)."""
     predicted = predicted_segments(budget, facts)
-    actual = actual_segments(report)
+    endpoints = {d.endpoint: d.id for d in budget.devices if d.endpoint}
+    actual = actual_segments(report, endpoints)
     keys = set(predicted) | set(actual)
     order = {s: i for i, s in enumerate(SEGMENTS)}
     rows = tuple(

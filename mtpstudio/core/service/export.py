@@ -17,6 +17,7 @@ from mtpstudio.core.service.render import (
     render_service_files,
     template_environment,
 )
+from mtpstudio.core.service.rpc_unit import render_rpc_server_unit
 
 README_NAME = "README.md"
 
@@ -40,8 +41,14 @@ def render_all(
     """Every file the plan needs, plus a README saying what each is and how to install it."""
     files = render_service_files(plan, spec, scope=scope, user=user)
     files |= render_reclaim_files(plan.desktop, session)
+    rpc_files = {
+        f"rpc-server-{i}": render_rpc_server_unit(server) for i, server in enumerate(plan.split.rpc)
+    }
+    files |= rpc_files
     service = [files["unit"], files["env"], files["script"]]
-    session_files = [f for key, f in files.items() if key not in {"unit", "env", "script"}]
+    session_files = [
+        f for key, f in files.items() if key not in {"unit", "env", "script"} | set(rpc_files)
+    ]
     warnings = list(spec.warnings) + [w for f in files.values() for w in f.warnings]
     mtp = f"on, draft max {plan.mtp.draft_max}" if plan.mtp.enabled else "off"
     text = (
@@ -60,6 +67,8 @@ def render_all(
             scope=scope.value,
             session_files=session_files,
             desktop=plan.desktop.value,
+            rpc_files=list(rpc_files.values()),
+            rpc_servers=list(plan.split.rpc),
             warnings=list(dict.fromkeys(warnings)),
         )
     )

@@ -9,6 +9,7 @@ before it is returned.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -236,6 +237,15 @@ def _script_lines(spec: LaunchSpec) -> list[str]:
     return lines
 
 
+def _is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def render_service_files(
     plan: Plan,
     spec: LaunchSpec,
@@ -279,6 +289,13 @@ def render_service_files(
     model_name = spec.note_for("-m") or spec.note_for("--model")
     model_file = Path(model_name.values[0]).name if model_name and model_name.values else "model"
     unit_warnings: list[str] = []
+    remote = [r.endpoint for r in plan.split.rpc if not _is_loopback_host(r.host)]
+    if remote and plan.server.is_loopback and scope is UnitScope.SYSTEM:
+        unit_warnings.append(
+            "The unit does not restrict the addresses it may reach (IPAddressDeny=): it must "
+            f"reach the rpc-server{'s' * (len(remote) > 1)} at {', '.join(remote)}; the server "
+            "still listens on loopback only."
+        )
     if mlock and scope is UnitScope.USER:
         unit_warnings.append(
             "Locking the weights in RAM from a user unit is capped by the user manager's "
@@ -306,7 +323,7 @@ def render_service_files(
         notes=tuple((n.flag, n.explanation) for n in spec.flags),
         warnings=(*spec.warnings, *unit_warnings),
         mlock=mlock,
-        loopback=plan.server.is_loopback,
+        loopback=plan.server.is_loopback and not remote,
         env=tuple(sorted(spec.env.items())),
     )
     unit_text = unit_shape.render_unit(shape)

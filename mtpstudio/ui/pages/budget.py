@@ -307,7 +307,7 @@ class BudgetPage(PlanPage):
         if info is not None and not info.is_moe:
             why_no_experts = "the model has no experts"
         on_gpu = evaluation is not None and evaluation.target is not None
-        on_gpu = on_gpu and evaluation.target.device.is_gpu  # type: ignore[union-attr]
+        on_gpu = on_gpu and (evaluation.target.device.is_gpu or plan.is_split)  # type: ignore[union-attr]
         if why_no_experts is None and evaluation is not None and not on_gpu:
             why_no_experts = "this plan is for the CPU: every expert is there"
         self._enable(self.cpu_layers, why_no_experts)
@@ -323,10 +323,17 @@ class BudgetPage(PlanPage):
             self.cpu_layers.note.setText("")
         dense = why_no_experts is not None
         self.fit_offload_button.setText(
-            "Fit: fewest layers on the CPU" if dense else "Fit: fewest CPU expert layers"
+            "Fit: move layers between devices"
+            if plan.is_split
+            else "Fit: fewest layers on the CPU"
+            if dense
+            else "Fit: fewest CPU expert layers"
         )
         self.fit_offload_button.setToolTip(
-            "Keep this context and run the fewest whole layers on the CPU (-ngl) so it fits."
+            "Keep this context and move the fewest layers from a device that is short to the "
+            "one with the most room (-ts)."
+            if plan.is_split
+            else "Keep this context and run the fewest whole layers on the CPU (-ngl) so it fits."
             if dense
             else "Keep this context and move the fewest layers' experts to system RAM so it "
             "fits (whole layers too when that is not enough)."

@@ -12,6 +12,9 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QPushButton,
     QRadioButton,
     QTreeWidget,
@@ -20,16 +23,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.cancel import CancelToken
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
+from mtpstudio.core.plan import SplitMode
 from mtpstudio.core.units import MIB
-from mtpstudio.ui.formatting import gib, mib
+from mtpstudio.core.usecases.rpc_endpoint import ProbedEndpoint, probe_endpoint
+from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids, discrete_gpu_ids
 from mtpstudio.ui.widgets.common import BusyIndicator, Notice, Tone
 
 GPU_COLUMNS = ("Device", "Name", "VRAM", "Used", "Free", "Driver", "PCIe", "Role")
+RPC_PROBE_KEY = "rpc-probe"
 PROCESS_COLUMNS = ("Process", "PID", "GPU", "VRAM")
 
 
@@ -110,6 +117,7 @@ class HardwarePage(PlanPage):
         self.target_help.setWordWrap(True)
         self.target_help.setStyleSheet("color: #4b5563;")
 
+        self._build_devices()
         self._build_layout()
         self.refresh_button.clicked.connect(self._on_refresh_clicked)
         self.target_group.buttonToggled.connect(self._on_target_toggled)
@@ -157,6 +165,7 @@ class HardwarePage(PlanPage):
         grid.addWidget(users, 1, 0)
         grid.addWidget(host, 0, 1)
         grid.addWidget(target, 1, 1)
+        grid.addWidget(self.devices_box, 2, 0, 1, 2)
         grid.setColumnStretch(0, 3)
         grid.setColumnStretch(1, 2)
         grid.setRowStretch(1, 1)
@@ -166,6 +175,47 @@ class HardwarePage(PlanPage):
         layout.addWidget(self.notice)
         layout.addLayout(grid, 1)
         layout.addWidget(self.problems_label)
+
+    def _build_devices(self) -> None:
+        """More devices: further GPUs of this computer (or catalogue cards) and rpc-server
+        endpoints on other machines, each probed before the plan uses it; the split mode."""
+        box = QGroupBox("More devices (split the model)", self)
+        self.devices_box = box
+        self.devices_list = QListWidget(box)
+        self.devices_list.setMaximumHeight(96)
+        self.remove_device_button = QPushButton("Remove", box)
+        self.remove_device_button.setToolTip("Take the selected device out of the plan.")
+        self.extra_gpu_combo = QComboBox(box)
+        self.add_gpu_button = QPushButton("Add GPU", box)
+        self.add_gpu_button.setToolTip(
+            "Split the model over this GPU too: the engine deals whole layers to each GPU."
+        )
+        self.rpc_edit = QLineEdit(box)
+        self.rpc_edit.setPlaceholderText("host:port of a machine running rpc-server")
+        self.rpc_button = QPushButton("Probe and add", box)
+        self.rpc_button.setToolTip(
+            "Ask the rpc-server there what memory it has; the plan uses it only if it answers."
+        )
+        self.rpc_notice = Notice(box)
+        self.split_combo = QComboBox(box)
+        self.split_combo.addItem("layer: whole layers per device", SplitMode.LAYER.value)
+        self.split_combo.addItem("row: weight rows over CUDA cards", SplitMode.ROW.value)
+        layout = QGridLayout(box)
+        layout.addWidget(self.devices_list, 0, 0, 3, 1)
+        layout.addWidget(self.remove_device_button, 0, 1)
+        layout.addWidget(self.extra_gpu_combo, 1, 1)
+        layout.addWidget(self.add_gpu_button, 1, 2)
+        layout.addWidget(self.rpc_edit, 2, 1)
+        layout.addWidget(self.rpc_button, 2, 2)
+        layout.addWidget(QLabel("Split", box), 3, 1)
+        layout.addWidget(self.split_combo, 3, 2)
+        layout.addWidget(self.rpc_notice, 4, 0, 1, 3)
+        layout.setColumnStretch(0, 1)
+        self.add_gpu_button.clicked.connect(self._on_add_gpu)
+        self.rpc_button.clicked.connect(self._on_probe_rpc)
+        self.rpc_edit.returnPressed.connect(self._on_probe_rpc)
+        self.remove_device_button.clicked.connect(self._on_remove_device)
+        self.split_combo.currentIndexChanged.connect(self._on_split_mode)
 
     # -- filling ----------------------------------------------------------------------------------
 
@@ -178,6 +228,47 @@ class HardwarePage(PlanPage):
         self._fill_processes(report)
         self._fill_host(report)
         self._fill_target(report)
+        self._fill_devices(report)
+
+    def _fill_devices(self, report: DetectionReport | None) -> None:
+        plan = self.state.plan
+        self.devices_list.clear()
+        for server in plan.split.rpc:
+            size = (
+                f"{server.memory_mib:,} MiB"
+                + (f", {server.free_mib:,} free" if server.free_mib is not None else "")
+                if server.memory_mib is not None
+                else "size unknown"
+            )
+            item = QListWidgetItem(
+                f"RPC {server.endpoint} · {server.backend or 'CPU'} · {size}", self.devices_list
+            )
+            item.setData(Qt.ItemDataRole.UserRole, ("rpc", server.endpoint))
+        for gpu in plan.split.gpus:
+            item = QListWidgetItem(f"GPU {gpu}", self.devices_list)
+            item.setData(Qt.ItemDataRole.UserRole, ("gpu", gpu))
+        if not plan.is_split:
+            QListWidgetItem("Only the device chosen above.", self.devices_list).setFlags(
+                Qt.ItemFlag.NoItemFlags
+            )
+        self.remove_device_button.setEnabled(plan.is_split)
+        self.extra_gpu_combo.clear()
+        taken = {plan.device.lower(), *(g.lower() for g in plan.split.gpus)}
+        for gpu_id in discrete_gpu_ids(report):
+            if gpu_id.lower() not in taken:
+                self.extra_gpu_combo.addItem(f"{gpu_id} (this computer)", gpu_id)
+        if plan.device != "cpu":
+            for card in gpu_cards():
+                if card.id not in taken:
+                    self.extra_gpu_combo.addItem(f"{card.label} (catalogue)", card.id)
+        can_add = self.extra_gpu_combo.count() > 0 and plan.device not in ("cpu", "auto")
+        self.add_gpu_button.setEnabled(can_add)
+        self.extra_gpu_combo.setEnabled(can_add)
+        self.split_combo.setCurrentIndex(self.split_combo.findData(plan.split.mode.value))
+        self.split_combo.setEnabled(plan.is_split)
+        probing = self.state.tasks.is_running(RPC_PROBE_KEY)
+        self.rpc_button.setEnabled(not probing)
+        self.rpc_button.setText("Probing…" if probing else "Probe and add")
 
     def _fill_notice(self, report: DetectionReport | None) -> None:
         if self.state.detection_error:
@@ -415,6 +506,63 @@ class HardwarePage(PlanPage):
     def _on_catalogue_chosen(self, index: int) -> None:
         if self.radio_catalogue.isChecked():
             self._choose(self.catalogue_combo.itemData(index))
+
+    def _on_add_gpu(self) -> None:
+        gpu = self.extra_gpu_combo.currentData()
+        if isinstance(gpu, str):
+            self.apply({"split.gpus": [*self.state.plan.split.gpus, gpu]})
+            self.refresh()
+
+    def _on_remove_device(self) -> None:
+        item = self.devices_list.currentItem() or self.devices_list.item(
+            self.devices_list.count() - 1
+        )
+        data = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        if not data:
+            return
+        kind, name = data
+        split = self.state.plan.split
+        changes: dict[str, object] = {"split.tensor_split": None, "split.fit_margins_mib": None}
+        if kind == "gpu":
+            changes["split.gpus"] = [g for g in split.gpus if g != name]
+        else:
+            changes["split.rpc"] = [
+                s.model_dump(mode="json") for s in split.rpc if s.endpoint != name
+            ]
+        self.apply(changes)
+        self.refresh()
+
+    def _on_split_mode(self, index: int) -> None:
+        mode = self.split_combo.itemData(index)
+        if isinstance(mode, str) and mode != self.state.plan.split.mode.value:
+            self.apply({"split.mode": mode})
+
+    def _on_probe_rpc(self) -> None:
+        """Probe the endpoint in the background; only an answer that is an rpc-server's goes
+        into the plan, anything else is one sentence and the plan stays as it was."""
+        text = self.rpc_edit.text().strip()
+        self.rpc_notice.show_text(f"Probing {text}…", Tone.INFO)
+
+        def job(token: CancelToken) -> ProbedEndpoint:
+            return probe_endpoint(text)
+
+        def done(probed: ProbedEndpoint) -> None:
+            kept = [
+                s.model_dump(mode="json")
+                for s in self.state.plan.split.rpc
+                if s.endpoint != probed.endpoint
+            ]
+            if self.apply({"split.rpc": [*kept, probed.entry]}) is not None:
+                self.rpc_notice.show_text(probed.summary, Tone.GOOD)
+                self.rpc_edit.clear()
+            self.refresh()
+
+        def failed(exc: BaseException) -> None:
+            self.rpc_notice.show_text(error_sentence(exc), Tone.BAD)
+            self.refresh()
+
+        self.state.tasks.run(job, done, failed, key=RPC_PROBE_KEY)
+        self.refresh()
 
     def _choose(self, device: object) -> None:
         if not isinstance(device, str) or self._refreshing:

@@ -19,6 +19,7 @@ from mtpstudio.core.engines.profile import (
     FitRule,
     MtpRequest,
     MtpRule,
+    SplitRule,
     VersionPattern,
 )
 from mtpstudio.core.plan import EngineFlavour
@@ -109,6 +110,7 @@ PROFILE = EngineProfile(
         "upstream); on ik_llama.cpp use a draft model for speculative decoding",
     ),
     draft=DraftRule(DRAFT_SPELLINGS),
+    split=SplitRule((("layer", "layer"), ("row", None)), per_device_margins=False),
     fit=FitRule(
         on_values=(),
         off_values=None,

@@ -56,8 +56,15 @@ from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, MoePlacement, Plan, plan_with
 from mtpstudio.core.server.reconcile import Reconciliation, build_key, measured_segments
+from mtpstudio.core.speed.acceptance import Acceptance
 from mtpstudio.core.speed.cards import card_rates
-from mtpstudio.core.speed.estimate import DecodeShape, SpeedEstimate, SpeedRates, estimate
+from mtpstudio.core.speed.estimate import (
+    DEFAULT_DEPTH,
+    DecodeShape,
+    SpeedEstimate,
+    SpeedRates,
+    estimate,
+)
 from mtpstudio.core.speed.inputs import SpeedInputs, model_key
 from mtpstudio.core.speed.traffic import ModelCost
 from mtpstudio.core.units import MIB
@@ -382,19 +389,25 @@ def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> Plan
     )
 
 
-def speed_for(resolved: ResolvedPlan, budget: Budget | None = None) -> SpeedEstimate:
+def speed_for(
+    resolved: ResolvedPlan,
+    budget: Budget | None = None,
+    *,
+    acceptance: Acceptance | None = None,
+    context: int = DEFAULT_DEPTH,
+) -> SpeedEstimate:
     """The decode and prefill estimate of a resolved plan (``core.speed``): its placement, the
     devices' rates, and MTP with this model's measured acceptance on this engine (or the
-    default); measured when a stored benchmark ran this very plan."""
+    default; ``acceptance`` overrides it), at ``context`` tokens filled; measured when a stored
+    benchmark ran this very plan."""
     budget = budget if budget is not None else budget_for(resolved)
     plan, pctx = resolved.effective, resolved.pctx
     inputs = pctx.speed
     gpus = [resolved.target.device] if resolved.target.device.is_gpu else []
     cards = {d.id: card_rates(d) for d in gpus}  # one entry per GPU the budget plans
     mtp = resolved.mtp.active and budget.effective.mtp_active
-    acceptance = (
-        inputs.acceptance_for(model_key(resolved.plan), plan.engine.flavour.value) if mtp else None
-    )
+    if mtp and acceptance is None:
+        acceptance = inputs.acceptance_for(model_key(resolved.plan), plan.engine.flavour.value)
     shape = DecodeShape(
         gpu=gpus[0].id if gpus else None,
         threads=plan.runtime.threads or inputs.host.cores,
@@ -405,8 +418,15 @@ def speed_for(resolved: ResolvedPlan, budget: Budget | None = None) -> SpeedEsti
         op_offload=plan.runtime.op_offload,
         flash_attn=budget.effective.flash_attn,
     )
+    rates = SpeedRates(inputs.host, cards)
     speed = estimate(
-        pctx.model, pctx.cost, budget.placement, shape, SpeedRates(inputs.host, cards), acceptance
+        pctx.model,
+        pctx.cost,
+        budget.placement,
+        shape,
+        rates,
+        acceptance if mtp else None,
+        context=context,
     )
     run = inputs.measured_for([resolved.plan, resolved.effective])
     if run is not None:

@@ -19,6 +19,13 @@ PCIE_REACHED = 0.8
 UNKNOWN_BANDWIDTH = 500 * GB
 """A typical 12-16 GB card (the catalogue's RTX 4070 SUPER: 504 GB/s)."""
 
+DATACENTER = {
+    "NVIDIA H100 80GB HBM3": (3350 * GB, 5, 16, "NVIDIA's H100 SXM5 datasheet: 3.35 TB/s HBM3"),
+    "NVIDIA H200": (4800 * GB, 5, 16, "NVIDIA's H200 SXM datasheet: 4.8 TB/s HBM3e"),
+}
+"""The cards the GPU kit ran on (not planning targets, so not in the catalogue): bandwidth,
+PCIe generation and lanes, source."""
+
 
 def catalogue_card(device: TargetDevice) -> GpuCard | None:
     """The catalogue card ``device`` is (by name; a catalogue target's name ends in
@@ -34,6 +41,10 @@ def pcie_bytes(gen: int, lanes: int) -> float:
 def card_rates(device: TargetDevice) -> CardRates:
     """The rates of a GPU target: the catalogue's, or a stated typical card's."""
     card = catalogue_card(device)
+    name = device.name.removesuffix(" (catalogue)").strip()
+    if card is None and name in DATACENTER:
+        bandwidth, gen, lanes, source = DATACENTER[name]
+        return CardRates(device.id, name, bandwidth, pcie_bytes(gen, lanes), source)
     if card is None:
         return CardRates(
             device.id,

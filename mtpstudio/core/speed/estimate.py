@@ -45,27 +45,43 @@ class CardRates:
 class SpeedParams:
     """The fixed costs and efficiencies the estimate assumes (seconds, fractions).
 
+    Where each comes from (``benchmarks/bench_speed_kit.py`` and ``bench_speed_cpu.py`` print
+    the checks):
+
     Attributes:
-        card_efficiency: the share of a card's published bandwidth decoding reaches.
-        card_block_s: a card's fixed time per block and pass, with CUDA graphs.
-        card_block_nographs_s: the same with graphs off (every kernel launched by the CPU).
-        pass_s: the fixed time of one pass on a card (graph launch, synchronising, sampling).
-        cpu_block_s: the CPU's fixed time per block and pass (thread barriers).
-        hop_s: moving the activations between two devices once (a synchronisation).
-        cpu_attention_share: the CPU's flash-attention kernel's rate per operation as a share
-            of its matrix-vector rate (each cached cell is visited one at a time).
+        card_efficiency: the share of a card's published bandwidth decoding reaches; assumed
+            (matrix-vector kernels reach 75-90 % of it).
+        card_block_s: a card's fixed time per block and pass with CUDA graphs (the kernels'
+            launch and latency floors): fitted to the GPU kit's 35B-A3B decode probe on an H100
+            (b11434, 103.8 tok/s); the kit's 27B probe checks it.
+        card_block_nographs_s: the same with graphs off (every kernel launched by the CPU):
+            fitted to the kit's 35B-A3B probe with ``GGML_CUDA_DISABLE_GRAPHS=1`` (65.9 tok/s).
+        pass_s: the fixed time of one pass on a card (synchronising, copying the logits,
+            sampling): assumed.
+        cpu_block_s: the CPU's fixed time per block and pass (thread barriers): assumed.
+        hop_s: moving the activations between two devices once (a synchronisation): assumed.
+        cpu_attention_share: the CPU flash-attention kernel's rate per operation as a share of
+            the probed matrix-vector rate, and
+        cpu_attention_visit_s: its fixed time per cached cell and query head, on a core of
+            ``REFERENCE_GEMV`` (scaled by the probed core's rate): both fitted on two generated
+            llamas (heads of 64 and of 256) with the upstream CPU build
+            (``bench_speed_cpu.py --calibrate-attention``); the per-visit cost dominates.
     """
 
     card_efficiency: float = 0.8
-    card_block_s: float = 30e-6
-    card_block_nographs_s: float = 120e-6
-    pass_s: float = 1.0e-3
+    card_block_s: float = 167e-6
+    card_block_nographs_s: float = 296e-6
+    pass_s: float = 0.3e-3
     cpu_block_s: float = 20e-6
     hop_s: float = 30e-6
-    cpu_attention_share: float = 0.25
+    cpu_attention_share: float = 7.3
+    cpu_attention_visit_s: float = 38.7e-9
 
 
 PARAMS = SpeedParams()
+
+REFERENCE_GEMV = 50e9
+"""The matrix-vector rate of the core the CPU's fixed costs were measured on (FLOP/s)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,8 @@ class SpeedEstimate:
         decode_tok_s: decoding as planned (with MTP when it drafts).
         plain_tok_s: decoding one token per pass (MTP off).
         prefill_tok_s: prompt processing, per ubatch.
+        prefill_ceiling: the prefill figure leaves a card's arithmetic out (its memory, PCIe
+            copies and fixed costs only): an upper bound. On the CPU its arithmetic counts.
         mtp: the plan drafts; ``depth`` its draft depth; ``acceptance`` the figure used.
         step_s: the seconds of one decoding step, split by where they go.
         depth_tokens: the filled context the figures are for.
@@ -112,6 +130,7 @@ class SpeedEstimate:
     trust: str = "estimate"
     measured_tok_s: float | None = None
     measured_source: str = ""
+    prefill_ceiling: bool = False
 
     @property
     def error(self) -> float | None:
@@ -128,6 +147,7 @@ class SpeedEstimate:
             "decode_tok_s": round(self.decode_tok_s, 2),
             "decode_tok_s_without_mtp": round(self.plain_tok_s, 2),
             "prefill_tok_s": None if self.prefill_tok_s is None else round(self.prefill_tok_s, 1),
+            "prefill_is_ceiling": self.prefill_ceiling,
             "mtp": self.mtp,
             "draft_depth": self.depth if self.mtp else None,
             "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
@@ -171,10 +191,16 @@ def pass_time(
             attention = 0.0
             if load_here.attention_flops:
                 rate = flops
-                if flash_attn:  # one cell at a time, per head
+                visits = 0.0
+                if flash_attn:  # one cell at a time, per head: a fixed cost and the products
                     workers = max(1, min(threads, host.cores, n_head))
                     rate = params.cpu_attention_share * host.gemv_flop_per_s * workers
-                attention = max(load_here.kv_bytes / bandwidth, load_here.attention_flops / rate)
+                    slower = REFERENCE_GEMV / host.gemv_flop_per_s
+                    visits = load_here.attention_visits * params.cpu_attention_visit_s * slower
+                    visits /= workers
+                attention = max(
+                    load_here.kv_bytes / bandwidth, load_here.attention_flops / rate + visits
+                )
             parts["cpu"] = weights + attention
             parts["cpu fixed"] = load_here.blocks * params.cpu_block_s
             continue
@@ -280,6 +306,7 @@ def estimate(
         step_s=step.parts,
         depth_tokens=context,
         basis=basis_lines(rates, shape, acceptance if mtp else None, routing, context, params),
+        prefill_ceiling=shape.gpu is not None,
     )
 
 

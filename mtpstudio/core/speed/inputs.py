@@ -9,6 +9,7 @@ acceptance of a model on an engine (the newest run that drafted) and the measure
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,8 @@ class MeasuredRun:
         plan: the plan as stored (the JSON of the plan that was launched).
         model: the model it ran (a file path, or ``card:ID``).
         flavour: the engine flavour.
-        tok_s: decoded tokens per wall-clock second.
+        tok_s: the server's decoding rate (median over the categories; the wall-clock tok/s
+            when the run kept no per-category rate): what the estimate's decode figure predicts.
         drafted: drafted tokens (0: it did not draft).
         acceptance: accepted / drafted (None without drafts).
         depth: the plan's draft depth.
@@ -95,6 +97,18 @@ def _number(value: Any, low: float, high: float) -> float | None:
     return value if math.isfinite(value) and low <= value <= high else None
 
 
+def _decode_rate(categories: Any) -> float | None:
+    """The median of the categories' decode rates (None: none readable)."""
+    if not isinstance(categories, list):
+        return None
+    rates = [
+        r
+        for c in categories[:64]
+        if isinstance(c, dict) and (r := _number(c.get("decode_tok_s"), 1e-6, 1e7)) is not None
+    ]
+    return statistics.median(rates) if rates else None
+
+
 def run_from_entry(
     run_id: int, when: str, flavour: str | None, plan: Any, report: Any
 ) -> MeasuredRun | None:
@@ -107,7 +121,7 @@ def run_from_entry(
     aggregate = report.get("aggregate")
     if not isinstance(aggregate, dict):
         return None
-    tok_s = _number(aggregate.get("tok_s"), 1e-6, 1e7)
+    tok_s = _decode_rate(report.get("categories")) or _number(aggregate.get("tok_s"), 1e-6, 1e7)
     drafted = _number(aggregate.get("total_draft"), 0, 1e12)
     if tok_s is None or drafted is None:
         return None

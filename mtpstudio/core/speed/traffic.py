@@ -120,6 +120,7 @@ class Load:
     blocks: float = 0.0
     kv_bytes: float = 0.0
     attention_flops: float = 0.0  # of ``flops``: the attention over the cached cells
+    attention_visits: float = 0.0  # cells times query heads times tokens (one visit each)
 
     def add(self, n_bytes: float, flops: float) -> None:
         self.bytes += n_bytes
@@ -235,6 +236,7 @@ def pass_load(
             out.on(home).add(kv, flops)
             out.on(home).kv_bytes += kv
             out.on(home).attention_flops += flops
+            out.on(home).attention_visits += float(model.n_head) * cells * tokens
         elif b in recurrent and state:
             out.on(home).add(8.0 * (conv + state), 6.0 * state * tokens)  # F32, read + write
         if last is not None and home != last:

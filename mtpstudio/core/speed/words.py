@@ -7,7 +7,8 @@ from mtpstudio.core.speed.estimate import SpeedEstimate
 NOT_MODELLED = (
     "the acceptance on your own prompts (code drafts better than prose), the draft's early "
     "stops at p-min, the CPU's turbo and what else runs on it, the card's real clocks and "
-    "its PCIe link as the board wires it, and the engine's kernels on this very card"
+    "its PCIe link as the board wires it, the engine's own kernels (ik_llama.cpp's for experts "
+    "in RAM are faster than upstream's), and a card's arithmetic for prompts (a ceiling)"
 )
 """What the estimate cannot know, said once beside it (the README's list is longer)."""
 
@@ -34,7 +35,9 @@ def speed_summary(speed: SpeedEstimate) -> str:
         )
     else:
         text = f"≈ {tok_s(speed.decode_tok_s)} tok/s decoding"
-    if speed.prefill_tok_s:
+    if speed.prefill_tok_s and speed.prefill_ceiling:
+        text += f", prompts at most ≈ {tok_s(speed.prefill_tok_s)} tok/s"
+    elif speed.prefill_tok_s:
         text += f", prompts ≈ {tok_s(speed.prefill_tok_s)} tok/s"
     if speed.measured_tok_s is not None and speed.error is not None:
         return (

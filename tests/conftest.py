@@ -38,6 +38,13 @@ ENGINE_CACHE = Path(
     os.environ.get("MTPSTUDIO_ENGINE_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mtpstudio" / "engines"
 )
+# Where scripts/fetch_test_models.py puts the real models, likewise.
+MODEL_CACHE = Path(
+    os.environ.get("MTPSTUDIO_MODEL_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "mtpstudio"
+    / "test-models"
+)
 
 
 @pytest.fixture(scope="session")
@@ -129,3 +136,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append(
                 (f"llama-server log tail ({server.engine}, {server.log_path})", server.log_tail(80))
             )
+
+
+@pytest.fixture(scope="session")
+def gemma() -> Path:
+    """The real Gemma 3 270M Q4_K_M GGUF (241 MiB) that scripts/test fetches into the model
+    cache (scripts/fetch_test_models.py). A missing file fails the test: scripts/test fetches
+    it before pytest runs."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from fetch_test_models import GEMMA, is_ready, model_path
+
+    path = model_path(GEMMA, MODEL_CACHE)
+    if not is_ready(GEMMA, path):
+        pytest.fail(
+            f"Gemma 3 270M is not at {path}. Fetch it with "
+            "`.venv/bin/python scripts/fetch_test_models.py` (set MTPSTUDIO_MODEL_CACHE to use "
+            "another cache folder).",
+            pytrace=False,
+        )
+    return path

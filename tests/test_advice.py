@@ -22,38 +22,43 @@ def fit_lines(stdout: str) -> list[str]:
 
 
 def test_the_seeds_setup_is_told_which_levers_move_experts_onto_the_gpu() -> None:
-    """It fits with experts in RAM: `plan` now says which levers make it faster, fastest
-    first, MTP kept, memory spare second (before: no suggestion at all)."""
+    """It fits with experts in RAM: `plan` says which levers make it faster and by how much
+    (the speed estimate, issue 37), fastest first, memory spare second."""
     result = run_cli("plan", *SEEDS)
     assert result.returncode == 0, result.stderr
     lines = fit_lines(result.stdout)
     assert lines, result.stdout
     pattern = re.compile(
         r"- Fit: with the (llvmpipe session|NVIDIA driver profile): (\d+) more "
-        r"expert layers? on the GPU, MTP kept — fits, (\d+) MiB spare"
+        r"expert layers? on the GPU, MTP kept, ≈ \+([\d.]+) % tok/s — fits, (\d+) MiB spare"
     )
-    found = {m[1]: (i, int(m[2]), int(m[3])) for i, line in enumerate(lines)
+    found = {m[1]: (i, int(m[2]), float(m[3]), int(m[4])) for i, line in enumerate(lines)
              if (m := pattern.fullmatch(line))}  # fmt: skip
-    llvmpipe, profile = found["llvmpipe session"], found["NVIDIA driver profile"]
+    llvmpipe = found["llvmpipe session"]
     assert llvmpipe[1] >= 2  # the sessions's layers of experts, said (before: nothing)
-    if llvmpipe[1] != profile[1]:  # more experts on the GPU come first, whatever the spare
-        assert (llvmpipe[0] < profile[0]) == (llvmpipe[1] > profile[1])
-    else:  # as fast: the one that leaves more memory spare first
-        assert (llvmpipe[0] < profile[0]) == (llvmpipe[2] > profile[2])
-    assert all("more" in line and "MTP kept" in line for line in lines)  # only what is faster
+    gains = [float(m[1]) for line in lines if (m := re.search(r"≈ \+([\d.]+) % tok/s", line))]
+    assert len(gains) == len(lines)  # every line listed is faster, and says by how much
+    assert gains == sorted(gains, reverse=True)  # the estimate ranks them
+    assert all("more" in line for line in lines)
 
 
 def test_speed_comes_first_memory_second() -> None:
-    """The one ranking key: MTP kept, then whole layers on the GPU, then experts on the GPU;
-    memory spare is never part of it (issue 37 replaces this key with a speed estimate)."""
-    base = Standing(40, 40, 13.0, 13, True, True, 72, True)
-    more_experts = Standing(40, 40, 15.33, 15, True, True, 14, True)
-    more_spare = Standing(40, 40, 14.33, 14, True, True, 138, True)
-    no_mtp = Standing(40, 40, 20.0, 20, False, True, 500, True)
+    """The one ranking key is the speed estimate; memory spare is never part of it, and
+    estimates within 0.2 % of each other tie (so spare decides between them)."""
+    base = Standing(40, 40, 13.0, 13, True, True, 72, True, 100.0)
+    more_experts = Standing(40, 40, 15.33, 15, True, True, 14, True, 109.0)
+    more_spare = Standing(40, 40, 14.33, 14, True, True, 138, True, 104.0)
+    no_mtp = Standing(40, 40, 20.0, 20, False, True, 500, True, 90.0)
     ranked = sorted([more_spare, no_mtp, more_experts, base], key=speed_key, reverse=True)
     assert ranked == [more_experts, more_spare, base, no_mtp]
-    assert gain_words(base, more_experts) == "2 more expert layers on the GPU, MTP kept"
-    assert gain_words(base, no_mtp) == "7 more expert layers on the GPU, MTP off"
+    tie = Standing(40, 40, 13.0, 13, True, True, 300, True, 100.1)
+    assert speed_key(tie) == speed_key(base)
+    assert gain_words(base, more_experts) == (
+        "2 more expert layers on the GPU, MTP kept, ≈ +9.0 % tok/s"
+    )
+    assert gain_words(base, no_mtp) == "7 more expert layers on the GPU, MTP off, ≈ −10 % tok/s"
+    unestimated = Standing(40, 40, 15.0, 15, True, True, 14, True)
+    assert gain_words(base, unestimated) == "2 more expert layers on the GPU, MTP kept"
 
 
 def test_without_an_ik_build_the_verdict_speaks_of_builds() -> None:

@@ -53,6 +53,8 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.detect.engines",
         "mtpstudio.core.distro",
         "mtpstudio.core.engines.build_hint",
+        # issue 37: the speed estimate in words beside the bar
+        "mtpstudio.core.speed.words",
         # the GUI's QProcess watches the server with the same pieces `mtpstudio launch` uses
         "mtpstudio.core.server",  # procfs, through the package
         "mtpstudio.core.server.procfs",

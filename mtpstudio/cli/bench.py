@@ -37,10 +37,12 @@ from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.runner import run_bench, utc_now
 from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
 from mtpstudio.core.bench.vram import VramSampler
-from mtpstudio.core.errors import BenchError
+from mtpstudio.core.errors import BenchError, MtpStudioError
 from mtpstudio.core.outside_text import visible
-from mtpstudio.core.plan import EngineFlavour, Plan, load_plan
+from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_from_json
+from mtpstudio.core.planning import PlanningContext
 from mtpstudio.core.usecases.bench import conclude
+from mtpstudio.core.usecases.speed import with_estimate
 
 # The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
 DEFAULT_LAUNCHER: ServerLauncher | None = None
@@ -261,8 +263,34 @@ class _Output:
         self.document: dict[str, Any] = {"started_at": utc_now()}
         self.failed = False
         self.gate_failed = False
+        self._contexts: dict[str, PlanningContext | None] = {}
+
+    def _context(self, report: BenchReport) -> PlanningContext | None:
+        """The machine and model of the plan a run benchmarked (its estimate goes beside it);
+        None for a server without a plan, or a model that cannot be read here."""
+        from mtpstudio.core.detect.report import detect_for
+        from mtpstudio.core.model.source import load_model_info
+        from mtpstudio.core.planning import machine_for
+        from mtpstudio.core.usecases.speed import load_speed_inputs
+
+        if report.plan_json is None:
+            return None
+        try:
+            plan = plan_from_json(report.plan_json)
+            key = plan.model.model_dump_json()
+            if key not in self._contexts:
+                self._contexts[key] = PlanningContext(
+                    machine_for(detect_for(plan)),
+                    load_model_info(plan.model),
+                    speed=load_speed_inputs(),
+                )
+        except MtpStudioError:
+            return None
+        return self._contexts[key]
 
     def ab(self, ab: ABReport, plan: Plan | None) -> BenchReport:
+        for side in (ab.a, ab.b):
+            with_estimate(side, self._context(side))
         findings = diagnose(ab.a, plan, ab)
         _clear_progress()
         print(render_ab_text(ab, findings))
@@ -276,7 +304,7 @@ class _Output:
         return ab.a
 
     def bench(self, report: BenchReport, plan: Plan | None) -> BenchReport:
-        outcome = conclude(report, plan, self.history)
+        outcome = conclude(with_estimate(report, self._context(report)), plan, self.history)
         _clear_progress()
         print(render_text(report, outcome.findings))
         self.document["bench"] = report.to_dict()

@@ -380,6 +380,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     from mtpstudio.core.reports import budget_report, model_summary_json, plan_report
     from mtpstudio.core.server.reconcile import last_measured_text, load_measurements
+    from mtpstudio.core.speed.words import speed_lines
+    from mtpstudio.core.usecases.speed import load_speed_inputs
 
     if args.demo == "list":
         return _list_demo_cards()
@@ -391,7 +393,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plan = plan_with(plan, {"runtime.ctx": ctx_for_model(plan.runtime.ctx, info)})
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
     pctx = PlanningContext(
-        machine_for(detect_for(plan)), info, draft, measurements=load_measurements()
+        machine_for(detect_for(plan)),
+        info,
+        draft,
+        measurements=load_measurements(),
+        speed=load_speed_inputs(),
     )
     defaults_line = ""
     if plan.model.path is None and args.plan is None:
@@ -431,6 +437,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"  {defaults_line}")
         print(f"\nTarget: {result.target.source}")
         verdict_lines = verdict.lines() + [f"Not loadable: {u}" for u in unloadable]
+        if result.speed is not None:
+            verdict_lines += speed_lines(result.speed)
         sys.stdout.write(budget_report(budget, result.argv, verdict_lines))
         measured = last_measured_text(pctx.machine.build_for(plan), result.target.device.id)
         if measured:
@@ -480,5 +488,6 @@ def plan_json_fields(result: Any, desktop: list[Any], defaults_line: str) -> dic
         },
         "desktop_options": [c.to_json() for c in desktop],
         "cpu_expert_layers": sorted(eff.cpu_expert_layers),
+        "speed": None if result.speed is None else result.speed.to_json(),
         "effective_options": json.loads(effective.to_json()),
     }

@@ -50,6 +50,8 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", type=float, metavar="S", help="seconds a server may take to load")
     p.add_argument("--all", action="store_true", help="also list candidates that never ran")
     p.add_argument("--no-history", action="store_true", help="do not store the result")
+    p.add_argument("--keep-slower", action="store_true",
+                   help="launch candidates the speed model predicts slower too")  # fmt: skip
     p.set_defaults(func=cmd_tune, launcher=None)
 
 
@@ -142,7 +144,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         overrides["threads"] = _numbers(args.threads, int, "--threads")
     start = load_plan(args.plan)
     prompts = select(load_prompts(), _split(args.categories) or None)
-    setup = tune_setup(start, kv_types=kv_types, overrides=overrides)
+    from mtpstudio.core.usecases.speed import load_speed_inputs
+
+    setup = tune_setup(start, kv_types=kv_types, overrides=overrides, speed=load_speed_inputs())
     if setup.ignored:
         print(f"mtpstudio: {setup.ignored}", file=sys.stderr)
     constraints = TuneConstraints(
@@ -151,6 +155,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         max_candidates=args.max_candidates,
         short_categories=args.short,
         finalists=args.finalists,
+        skip_slower=not args.keep_slower,
     )
     cancel = CancelToken()
     with _ctrl_c_cancels(cancel):

@@ -1,14 +1,16 @@
 """What a lever gives in speed: where the experts run, MTP kept, and the one ranking key.
 
-Users change a plan for tokens/s. Until mtpstudio has a speed model (issue 37), a lever's
-speed is judged by what decides it on a 12-16 GB card: MTP kept (drafting), whole layers on the
-CPU (the slowest place for a layer), and the layers whose experts run on the GPU (each one
-moved there takes its share of the expert reads off system RAM). ``speed_key`` is the one
-place that judgement lives: a speed estimate replaces it there, and every ranking follows.
+Users change a plan for tokens/s. A lever's speed is the speed model's estimate of the plan it
+makes (``core.speed``: the bytes each token reads where they live, the devices' rates, MTP's
+acceptance); ``speed_key`` is the one place a ranking reads it, so the plan's Fit lines, the
+budget page's levers and the Desktop VRAM page all follow the estimate. Memory spare is the
+second column (``planning._rank``), never part of the key. The words say where the experts
+run as well, since that is what the user changes.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mtpstudio.core.memory.budget import Budget
@@ -32,6 +34,8 @@ class Standing:
         mtp: the plan drafts with MTP.
         fits: the plan fits the device.
         spare_bytes: what the tightest device keeps free (0 when short).
+        moe: the model has routed experts.
+        tok_s: the estimated decode tokens per second (None: not estimated).
     """
 
     n_layer: int
@@ -42,10 +46,11 @@ class Standing:
     fits: bool
     spare_bytes: int
     moe: bool
+    tok_s: float | None = None
 
 
-def standing(budget: Budget, model: ModelInfo, mtp: bool) -> Standing:
-    """Where the weights of the plan behind ``budget`` run."""
+def standing(budget: Budget, model: ModelInfo, mtp: bool, tok_s: float | None = None) -> Standing:
+    """Where the weights of the plan behind ``budget`` run, and its estimated tokens/s."""
     n = model.n_layer
     placement = budget.placement
     on_gpu = [i for i in range(n) if i in placement.gpu_layers]
@@ -64,19 +69,46 @@ def standing(budget: Budget, model: ModelInfo, mtp: bool) -> Standing:
         fits=budget.fits is not False,
         spare_bytes=max(0, min(spare, default=0)),
         moe=model.is_moe,
+        tok_s=tok_s,
     )
 
 
-def speed_key(s: Standing) -> tuple[float, ...]:
-    """Larger is faster: MTP kept, fewest whole layers on the CPU, most experts on the GPU.
+SAME_SPEED = 0.002
+"""Estimates closer than this share are the same speed (memory spare decides between them)."""
 
-    The one ranking key of the levers (issue 37's speed estimate replaces this function).
+
+def speed_key(s: Standing) -> tuple[float, ...]:
+    """Larger is faster: the estimated decode tokens per second (rounded to ``SAME_SPEED``,
+    so levers that move nothing tie and memory spare, the second column, decides).
+
+    The one ranking key of the levers. Without an estimate, what decides speed on a 12-16 GB
+    card: MTP kept, fewest whole layers on the CPU, most experts on the GPU.
     """
+    if s.tok_s is not None and s.tok_s > 0:
+        return (round(math.log(s.tok_s) / math.log1p(SAME_SPEED)),)
     return (1.0 if s.mtp else 0.0, float(s.gpu_layers), s.expert_layers)
 
 
+def faster(now: Standing, then: Standing) -> bool:
+    """``then`` is faster than ``now`` by more than ``SAME_SPEED``."""
+    return speed_key(then) > speed_key(now)
+
+
+def tok_s_words(now: Standing, then: Standing) -> str:
+    """``≈ +9 % tok/s`` (``≈ −3 % tok/s``; empty without both estimates or when the same)."""
+    if now.tok_s is None or then.tok_s is None or now.tok_s <= 0:
+        return ""
+    change = then.tok_s / now.tok_s - 1.0
+    if abs(change) < SAME_SPEED:
+        return "≈ same tok/s"
+    sign = "+" if change > 0 else "−"
+    digits = 1 if abs(change) < 0.095 else 0
+    return f"≈ {sign}{abs(change) * 100:.{digits}f} % tok/s"
+
+
 def gain_words(now: Standing, then: Standing) -> str:
-    """What a change does to speed, in words: ``2 more expert layers on the GPU, MTP kept``."""
+    """What a change does to speed, in words:
+    ``2 more expert layers on the GPU, MTP kept, ≈ +9 % tok/s``."""
     what = "expert layers" if then.moe else "layers"
     if then.moe:
         delta = then.full_expert_layers - now.full_expert_layers
@@ -98,6 +130,8 @@ def gain_words(now: Standing, then: Standing) -> str:
         words.append("MTP off")
     elif then.mtp:
         words.append("MTP kept")
+    if speed := tok_s_words(now, then):
+        words.append(speed)
     return ", ".join(words)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mtpstudio.core.advice import Standing, gain_words, speed_key, standing
+from mtpstudio.core.advice import Standing, faster, gain_words, speed_key, standing
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
 from mtpstudio.core.engines.caps import EngineBuild
@@ -59,6 +59,17 @@ from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, MoePlacement, Plan, plan_with
 from mtpstudio.core.server.reconcile import Reconciliation, build_key, measured_segments
+from mtpstudio.core.speed.acceptance import Acceptance
+from mtpstudio.core.speed.cards import card_rates
+from mtpstudio.core.speed.estimate import (
+    DEFAULT_DEPTH,
+    DecodeShape,
+    SpeedEstimate,
+    SpeedRates,
+    estimate,
+)
+from mtpstudio.core.speed.inputs import SpeedInputs, model_key
+from mtpstudio.core.speed.traffic import ModelCost
 from mtpstudio.core.units import MIB
 
 __all__ = [
@@ -77,6 +88,8 @@ __all__ = [
     "PlanningContext",
     "ResolvedPlan",
     "ResolvedTarget",
+    "SpeedEstimate",
+    "SpeedInputs",
     "budget_for",
     "build_choices",
     "desktop_choices",
@@ -90,6 +103,7 @@ __all__ = [
     "published_demo_plan",
     "published_setup_text",
     "resolve",
+    "speed_for",
     "target_for",
     "trunk_layers_on_cpu",
 ]
@@ -102,17 +116,22 @@ class PlanningContext:
     Build it once (detection and header reading are the slow parts); ``evaluate`` is then
     cheap enough to follow a slider. Not thread-safe: use one per thread. ``measurements``
     holds the stored launches by (build key, device) (``reconcile.load_measurements``); the
-    budget marks the figures they confirm as measured.
+    budget marks the figures they confirm as measured. ``speed`` holds the host's rates and
+    the stored benchmark runs the speed estimate uses (``speed.inputs.load_speed_inputs``;
+    the default assumes a desktop and knows no run).
     """
 
     machine: MachineFacts
     model: ModelInfo
     draft_model: ModelInfo | None = None
     measurements: Mapping[tuple[str, str], Reconciliation] = field(default_factory=dict)
+    speed: SpeedInputs = field(default_factory=SpeedInputs)
     weights: ModelWeights = field(init=False)
+    cost: ModelCost = field(init=False)
 
     def __post_init__(self) -> None:
         self.weights = ModelWeights.from_model(self.model)
+        self.cost = ModelCost.from_model(self.model, self.weights)
 
 
 @dataclass(frozen=True)
@@ -170,6 +189,7 @@ class PlanResult:
     effective: Plan | None = None
     mtp_line: str = ""
     resolved: ResolvedPlan | None = None
+    speed: SpeedEstimate | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -385,7 +405,55 @@ def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> Plan
         resolved.effective,
         resolved.mtp.line,
         resolved,
+        speed_for(resolved, budget),
     )
+
+
+def speed_for(
+    resolved: ResolvedPlan,
+    budget: Budget | None = None,
+    *,
+    acceptance: Acceptance | None = None,
+    context: int = DEFAULT_DEPTH,
+) -> SpeedEstimate:
+    """The decode and prefill estimate of a resolved plan (``core.speed``): its placement, the
+    devices' rates, and MTP with this model's measured acceptance on this engine (or the
+    default; ``acceptance`` overrides it), at ``context`` tokens filled; measured when a stored
+    benchmark ran this very plan."""
+    budget = budget if budget is not None else budget_for(resolved)
+    plan, pctx = resolved.effective, resolved.pctx
+    inputs = pctx.speed
+    gpus = [resolved.target.device] if resolved.target.device.is_gpu else []
+    cards = {d.id: card_rates(d) for d in gpus}  # one entry per GPU the budget plans
+    mtp = resolved.mtp.active and budget.effective.mtp_active
+    if mtp and acceptance is None:
+        acceptance = inputs.acceptance_for(model_key(resolved.plan), plan.engine.flavour.value)
+    shape = DecodeShape(
+        gpu=gpus[0].id if gpus else None,
+        threads=plan.runtime.threads or inputs.host.cores,
+        cache_types=(plan.runtime.cache_type_k.value, plan.runtime.cache_type_v.value),
+        mtp=mtp,
+        depth=plan.mtp.draft_max,
+        ubatch=min(plan.runtime.ubatch, plan.runtime.batch),
+        op_offload=plan.runtime.op_offload,
+        flash_attn=budget.effective.flash_attn,
+    )
+    rates = SpeedRates(inputs.host, cards)
+    speed = estimate(
+        pctx.model,
+        pctx.cost,
+        budget.placement,
+        shape,
+        rates,
+        acceptance if mtp else None,
+        context=context,
+    )
+    run = inputs.measured_for([resolved.plan, resolved.effective])
+    if run is not None:
+        speed = speed.with_measurement(
+            run.tok_s, f"benchmark run {run.run_id} ({run.when[:10]}) of this plan"
+        )
+    return speed
 
 
 def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
@@ -464,24 +532,28 @@ def _try(
 
 
 def plan_standing(resolved: ResolvedPlan) -> Standing:
-    """Where the resolved plan's weights run, and whether it drafts (``core.advice``)."""
-    return standing(budget_for(resolved), resolved.model, resolved.mtp.active)
+    """Where the resolved plan's weights run, whether it drafts, and its estimated tokens per
+    second (``core.advice``)."""
+    budget = budget_for(resolved)
+    speed = speed_for(resolved, budget).decode_tok_s
+    return standing(budget, resolved.model, resolved.mtp.active, speed)
 
 
 def suggestion_standing(s: FitSuggestion, resolved: ResolvedPlan) -> Standing:
     """The same for a lever's answer: MTP is kept unless the lever turned it off."""
     mtp = resolved.mtp.active and s.changes.get("mtp.enabled") is not False
-    return standing(s.budget, resolved.model, mtp)
+    speed = speed_for(resolve(s.plan, resolved.pctx), s.budget).decode_tok_s
+    return standing(s.budget, resolved.model, mtp, speed)
 
 
 def _with_gain(s: FitSuggestion, now: Standing, then: Standing) -> FitSuggestion:
     label = s.label or s.message.split(":")[0]
     gain = gain_words(now, then) if s.fits else ""
-    if gain.startswith("the same") and gain.endswith("MTP kept"):
+    if gain.startswith("the same") and gain.endswith(("MTP kept", "MTP kept, ≈ same tok/s")):
         gain = ""  # nothing moves: what it buys is the memory
-    faster = s.fits and speed_key(then) > speed_key(now)
+    quicker = s.fits and faster(now, then)
     message = f"{label}: {gain} — {s.outcome()}" if gain else f"{label}: {s.outcome()}"
-    return replace(s, label=label, gain=gain, faster=faster, message=message)
+    return replace(s, label=label, gain=gain, faster=quicker, message=message, tok_s=then.tok_s)
 
 
 def _first_good(
@@ -663,9 +735,8 @@ def _keep_auto(user: Plan, s: FitSuggestion) -> FitSuggestion:
 
 
 def _rank(s: FitSuggestion, then: Standing) -> tuple[float, ...]:
-    """What fits first, fastest first (``core.advice.speed_key``: MTP kept, layers on the
-    GPU, experts on the GPU), then the most memory spare, then the cheapest lever; what does
-    not fit after, closest first."""
+    """What fits first, fastest first (``core.advice.speed_key``: the speed estimate), then
+    the most memory spare, then the cheapest lever; what does not fit after, closest first."""
     cost = LEVER_COST.get(s.lever, len(LEVER_COST))
     if not s.fits:
         return (1.0, float(s.short_bytes), float(cost))

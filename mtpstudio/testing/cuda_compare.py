@@ -29,6 +29,7 @@ from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.units import MIB
 from mtpstudio.testing.budget_check import LoadConfig, SegmentRow, render_table, rows_for
 from mtpstudio.testing.kit_runs import ARCHIVE_NAME, ARCHIVE_TOP
+from mtpstudio.testing.speed_check import probe_estimate
 
 CONTEXT_TARGET = 0.10
 """The CUDA context figure is a published one: within 10 % of what the process holds."""
@@ -121,7 +122,8 @@ class Comparison:
             lines += [f"  {line}" for line in self.fit_lines]
         if self.decode_lines:
             lines.append(
-                "decode probes (256 tokens, greedy, zero weights: drafts are never right):"
+                "decode probes (256 tokens, greedy, zero weights: drafts are never right; the "
+                "speed model's estimate beside each):"
             )
             lines += [f"  {line}" for line in self.decode_lines]
         if self.device_lines:
@@ -264,9 +266,29 @@ def context_rows(
     return rows
 
 
-def decode_lines(card: str, config: LoadConfig, record: dict[str, Any]) -> list[str]:
-    """One line per decode probe of a load: tokens/s and drafted/accepted tokens."""
+def decode_lines(
+    card: str,
+    config: LoadConfig,
+    record: dict[str, Any],
+    budget: Budget | None = None,
+    target: TargetDevice | None = None,
+) -> list[str]:
+    """One line per decode probe of a load: tokens/s and drafted/accepted tokens, and with the
+    load's budget and card the speed model's estimate beside it (issue 37)."""
     env = " ".join(f"{k}={v}" for k, v in (record.get("env") or {}).items())
+    estimate = None
+    if budget is not None and target is not None:
+        probes = [p for p in record.get("probes") or [] if p.get("kind") == "decode"]
+        if probes:
+            graphs = (record.get("env") or {}).get("GGML_CUDA_DISABLE_GRAPHS") != "1"
+            estimate = probe_estimate(
+                model_card_info(card),
+                plan_from_dict(config.plan_data()),
+                budget,
+                target,
+                tokens=int(probes[0].get("tokens") or 256),
+                graphs=graphs,
+            ).tok_s
     out = []
     for i, probe in enumerate(p for p in record.get("probes") or [] if p.get("kind") == "decode"):
         t = probe.get("timings") or {}
@@ -274,9 +296,14 @@ def decode_lines(card: str, config: LoadConfig, record: dict[str, Any]) -> list[
             out.append(f"{card:24} {config.name:30} #{i + 1} failed: {probe.get('error', '')}")
             continue
         drafted = f", drafted {t.get('draft_n', 0)}, accepted {t.get('draft_n_accepted', 0)}"
+        measured = float(t.get("predicted_per_second", 0) or 0)
+        beside = ""
+        if estimate is not None and measured > 0:
+            beside = f"; estimate {estimate:.1f} ({estimate / measured - 1:+.1%})"
         out.append(
-            f"{card:24} {config.name:30} #{i + 1} {t.get('predicted_per_second', 0):7.1f} tok/s"
+            f"{card:24} {config.name:30} #{i + 1} {measured:7.1f} tok/s"
             + (drafted if config.mtp else "")
+            + beside
             + (f" ({env})" if env else "")
         )
     return out
@@ -357,7 +384,7 @@ def compare(archive: TruthArchive) -> Comparison:
         budget = budget_on(config, target, card)
         result.rows += device_rows(card, config, report, budget)
         result.context_rows += context_rows(card, config, record, report, budget, reserved)
-        result.decode_lines += decode_lines(card, config, record)
+        result.decode_lines += decode_lines(card, config, record, budget, target)
         unmodelled = [
             f"{k}={v}" for k, v in (record.get("env") or {}).items() if k in UNMODELLED_ENV
         ]

@@ -7,6 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QSize
 
 from mtpstudio.core.plan import Plan
+from mtpstudio.core.planning import SpeedInputs
 from mtpstudio.ui.state import Detector
 from mtpstudio.ui.wizard import MtpWizard
 
@@ -23,9 +24,11 @@ def take_screenshots(
     """Walk the wizard page by page (waiting for detection and the model) and grab each one.
 
     Nothing is remembered: the saved plan and window geometry are neither read nor written.
+    Speeds are estimated for the stated desktop (``SpeedInputs()``), not this computer, so
+    the pictures do not hang on the machine that renders them.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    wizard = MtpWizard(plan, detector=detector, remember=False)
+    wizard = MtpWizard(plan, detector=detector, remember=False, speed_loader=SpeedInputs)
     wizard.resize(size)
     wizard.show()
     files: list[Path] = []

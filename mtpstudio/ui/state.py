@@ -32,6 +32,7 @@ from mtpstudio.core.planning import (
     PlanningContext,
     PlanResult,
     ResolvedTarget,
+    SpeedInputs,
     budget_for,
     effective_build,
     evaluate,
@@ -43,11 +44,13 @@ from mtpstudio.ui.tasks import CancelToken, TaskManager
 
 Detector = Callable[[], DetectionReport]
 ModelLoader = Callable[[ModelChoice], ModelInfo]
+SpeedLoader = Callable[[], SpeedInputs]
 
 DETECT_KEY = "detect"
 MODEL_KEY = "model"
 DRAFT_KEY = "draft-model"
 EVALUATE_KEY = "evaluate"
+SPEED_KEY = "speed-inputs"
 
 
 def catalogue_ids() -> frozenset[str]:
@@ -119,6 +122,7 @@ class WizardState(QObject):
     draft_failed = Signal(str)  # one sentence: why the chosen draft file cannot be used
     activity_changed = Signal()  # detecting / loading_model flipped
     evaluated = Signal()  # a background evaluation of the current Plan landed
+    speed_inputs_changed = Signal()  # the host's probed rates or the stored runs were read
 
     def __init__(
         self,
@@ -146,6 +150,7 @@ class WizardState(QObject):
         self.draft_error: str | None = None
         self._draft_tried: Path | None = None  # the plan's draft file being read or unreadable
         self._context: PlanningContext | None = None
+        self.speed_inputs = SpeedInputs()  # an assumed desktop until the probe's rates land
         self._evaluation: Evaluation | None = None
         self._last_evaluation: Evaluation | None = None  # the newest, of any Plan
 
@@ -369,8 +374,31 @@ class WizardState(QObject):
         wanted = self._plan.draft.path
         draft = self.draft_info if wanted is not None and wanted == self.draft_path else None
         if self._context is None or self._context.draft_model is not draft:
-            self._context = PlanningContext(self.machine(), self.model_info, draft)
+            self._context = PlanningContext(
+                self.machine(), self.model_info, draft, speed=self.speed_inputs
+            )
         return self._context
+
+    def set_speed_inputs(self, inputs: SpeedInputs) -> None:
+        """Plan speeds with this computer's rates and stored runs from now on."""
+        if inputs == self.speed_inputs:
+            return
+        self.speed_inputs = inputs
+        self._context = None
+        self._evaluation = None
+        self.speed_inputs_changed.emit()
+
+    def load_speed_inputs(self, loader: SpeedLoader | None = None) -> None:
+        """Read this computer's rates (probing it once, about a second) and the stored runs in
+        the background (``loader``: another source); ``speed_inputs_changed`` announces them."""
+        from mtpstudio.core.usecases.speed import load_speed_inputs
+
+        read = loader or load_speed_inputs
+
+        def job(token: CancelToken) -> SpeedInputs:
+            return read()
+
+        self._tasks.run(job, self.set_speed_inputs, lambda exc: None, key=SPEED_KEY)
 
     def build(self) -> BuildChoice:
         """The build the plan uses: the probed one, else its flavour's documented flags."""

@@ -49,7 +49,7 @@ from mtpstudio.ui.pages.launch import LaunchPage
 from mtpstudio.ui.pages.model import ModelPage
 from mtpstudio.ui.pages.service import ServicePage
 from mtpstudio.ui.settings import StateStore
-from mtpstudio.ui.state import Detector, ModelLoader, WizardState
+from mtpstudio.ui.state import Detector, ModelLoader, SpeedLoader, WizardState
 from mtpstudio.ui.tasks import TaskManager
 
 MINIMUM_SIZE = QSize(800, 520)
@@ -119,6 +119,8 @@ class MtpWizard(QWizard):
         store: where state is remembered (default: the XDG config dir).
         remember: restore and save the last plan and window geometry (off for screenshots).
         model_loader: reads a model header for a ModelChoice (tests may inject one).
+        speed_loader: reads this computer's rates and stored runs for the speed estimate
+            (default: probe once, cached; tests inject the assumed desktop).
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class MtpWizard(QWizard):
         store: StateStore | None = None,
         remember: bool = True,
         model_loader: ModelLoader = load_model_info,
+        speed_loader: SpeedLoader | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -186,6 +189,7 @@ class MtpWizard(QWizard):
             self.fit_to(screen.availableGeometry())
         self.state.refresh_detection()
         self.state.load_model()
+        self.state.load_speed_inputs(speed_loader)
 
     def pages(self) -> list[PlanPage]:
         return [

@@ -41,6 +41,7 @@ N = 8  # tokens per request
 CATS = ["code_python", "summarize", "qa_factual", "translation"]  # in the shipped order
 PROMPTS = select(load_prompts(), CATS)
 QUICK = BenchSettings(n_predict=N)
+EVERY = TuneConstraints(skip_slower=False)  # these tests are about the search, not the estimate
 GIB = 1024**3
 HOST = HostSpec(64 * GIB, 48 * GIB)
 
@@ -86,11 +87,13 @@ def test_cli_prints_the_full_table_saves_the_best_and_the_history(
     code = main(["tune", "--plan", str(tmp_path / "start.json"), "--n-predict", str(N),
                  "--categories", ",".join(CATS), "--draft-max", "1,2,3", "--p-min", "0,0.75",
                  "--draft-cache", "f16", "--threads", "2", "--max-candidates", "4",
-                 "--repeat", "2", "--json", str(out), "--save-best", str(best)])  # fmt: skip
+                 "--repeat", "2", "--json", str(out), "--save-best", str(best),
+                 "--keep-slower"])  # fmt: skip
     printed = capsys.readouterr()
     assert code == 0, printed.err
     text = printed.out
-    assert text.splitlines()[0].split()[:4] == ["candidate", "fits", "tok/s", "accept"]
+    assert text.splitlines()[0].split()[:6] == ["candidate", "fits", "est", "t/s", "tok/s",
+                                                "accept"]  # fmt: skip
     doc = json.loads(out.read_text())
     rows = doc["rows"]
     # 3 depths x 2 p-min values, less the starting plan itself
@@ -162,7 +165,7 @@ def test_memory_model_skips_what_a_small_gpu_cannot_hold_without_launching(
     # the candidates launch on the machine they were planned for (here: with the fake GPU)
     launcher = PlanServerLauncher(timeout=scaled(60), measure=False, machine=pctx.machine)
     space = TuneSpace(kv_cache=tuple(CacheType(kv) for kv in (smallest, largest, middle)))
-    result = run_tune(start, pctx, space, PROMPTS[:2], launcher, settings=QUICK)
+    result = run_tune(start, pctx, space, PROMPTS[:2], launcher, settings=QUICK, constraints=EVERY)
     skipped = row(result, f"kv={largest}")
     assert skipped.status is RowStatus.SKIPPED and skipped.fits is False and not skipped.runs
     assert f"{total / MIB:,.0f} MiB" in skipped.reason and "short" in skipped.reason
@@ -185,7 +188,7 @@ def test_a_failing_candidate_is_recorded_and_the_search_goes_on(
     space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0, CacheType.F32, CacheType.Q4_0))
     launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS, launcher, settings=QUICK,
-                      constraints=TuneConstraints(finalists=2))  # fmt: skip
+                      constraints=TuneConstraints(finalists=2, skip_slower=False))  # fmt: skip
     refused = [r for r in result.rows if r.label in ("kv=q8_0", "kv=q4_0")]
     assert len(refused) == 2
     for r in refused:
@@ -214,7 +217,7 @@ def test_cancel_keeps_what_was_measured(
             cancel.cancel()
 
     launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
-    result = run_tune(plan, context(plan), space, PROMPTS, launcher,
+    result = run_tune(plan, context(plan), space, PROMPTS, launcher, constraints=EVERY,
                       settings=QUICK, cancel=cancel, progress=progress)  # fmt: skip
     assert result.cancelled
     measured = [r for r in result.rows if r.runs]
@@ -248,7 +251,9 @@ def test_the_saved_best_plan_relaunches_with_the_same_command(
     plan = start_plan(engine("upstream"), model, **{"mtp.enabled": True, "mtp.draft_p_min": 0.0})
     space = TuneSpace(draft_max=(1, 3), draft_cache=(CacheType.F16, CacheType.Q8_0))
     launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
-    result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK)
+    result = run_tune(
+        plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK, constraints=EVERY
+    )
     assert result.best is not None and result.best_plan is not None
     save_plan(result.best_plan, tmp_path / "best.json")
     loaded = load_plan(tmp_path / "best.json")
@@ -264,7 +269,15 @@ def test_the_saved_best_plan_relaunches_with_the_same_command(
             getattr(getattr(loaded, section), key)
         ) == str(value)
     # and it really runs: one more measurement of the saved plan
-    rerun = run_tune(loaded, context(loaded), TuneSpace(), PROMPTS[:1], launcher, settings=QUICK)
+    rerun = run_tune(
+        loaded,
+        context(loaded),
+        TuneSpace(),
+        PROMPTS[:1],
+        launcher,
+        settings=QUICK,
+        constraints=EVERY,
+    )
     assert rerun.rows == [] and rerun.baseline.full is not None
     assert rerun.baseline.full.report.total_draft > 0  # MTP drafts, as in the tuning
 
@@ -307,7 +320,8 @@ def test_the_time_budget_stops_launching_and_keeps_the_baseline(
     space = TuneSpace(kv_cache=(CacheType.F16, CacheType.Q8_0))
     launcher = PlanServerLauncher(timeout=scaled(60), measure=False)
     result = run_tune(plan, context(plan), space, PROMPTS[:2], launcher, settings=QUICK,
-                      constraints=TuneConstraints(time_budget_s=0.001))  # fmt: skip
+                      constraints=TuneConstraints(time_budget_s=0.001,
+                                                  skip_slower=False))  # fmt: skip
     assert result.budget_reached and not result.cancelled
     assert len(launcher.launched) == 1 and result.baseline.full is not None
     (only,) = result.rows

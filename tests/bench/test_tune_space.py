@@ -90,7 +90,7 @@ def test_memory_model_skips_what_cannot_fit_a_12gb_card() -> None:
     )
     for row in rows:  # the filter says what the planner says
         assert row.plan is not None
-        assert (row.fits is False) == (check_fit(row.plan, pctx)[0] is False)
+        assert (row.fits is False) == (check_fit(row.plan, pctx).fits is False)
 
 
 def test_candidate_limit_counts_only_fitting_candidates() -> None:

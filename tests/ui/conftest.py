@@ -28,6 +28,7 @@ from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES
 from mtpstudio.core.plan import Plan
+from mtpstudio.core.planning import SpeedInputs
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import MtpWizard
 
@@ -181,6 +182,7 @@ def make_wizard(qtbot: QtBot, store: StateStore) -> Iterator[WizardFactory]:
             detector=detector or (lambda: canned),
             store=store,
             remember=remember,
+            speed_loader=SpeedInputs,  # the stated desktop: figures that do not hang on this CPU
         )
         qtbot.addWidget(wizard)
         wizard.tell_finished = lambda text: setattr(wizard, "last_finished", text)  # type: ignore[method-assign]

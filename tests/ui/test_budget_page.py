@@ -228,9 +228,9 @@ SEEDS = {"runtime.ctx": 131072, "runtime.cache_type_k": "q8_0", "runtime.cache_t
 def test_the_seeds_setup_ranks_the_reclaim_that_moves_experts_first(
     make_wizard: WizardFactory,
 ) -> None:
-    """35B IQ4_XS on the RTX 4070 SUPER at 128k, q8_0, MTP 3: it fits with experts in RAM, and
-    the levers that put more experts on the GPU (MTP kept) come first, each saying how many;
-    memory spare decides only between levers that move as much (the second column)."""
+    """35B IQ4_XS on the RTX 4070 SUPER at 128k, q8_0, MTP 3: it fits with experts in RAM; the
+    levers are ranked by the speed estimate (issue 37), each saying its expert layers and its
+    gain in tok/s; memory spare is the second column and decides only between equal speeds."""
     wizard = make_wizard(plan_with(Plan(device=DEFAULT_GPU_CARD), SEEDS))
     go_to(wizard, 3)
     page = wizard.budget_page
@@ -241,17 +241,40 @@ def test_the_seeds_setup_ranks_the_reclaim_that_moves_experts_first(
     assert page.faster_label.isVisibleTo(page)
     assert said.startswith("Faster for this plan, best first: 1. with the ")
     assert re.search(
-        r"with the llvmpipe session: \d+ more expert layers? on the GPU, MTP kept", said
+        r"with the llvmpipe session: \d+ more expert layers? on the GPU, MTP kept, "
+        r"≈ \+[\d.]+ % tok/s",
+        said,
     )
     ranked = page.fill_levers_menu()
     fitting = [s for s in ranked if s.fits]
-    keys = [(s.faster, s.gain, s.spare_bytes) for s in fitting]
-    assert [k[0] for k in keys] == sorted((k[0] for k in keys), reverse=True)  # faster first
+    assert all(s.tok_s is not None for s in fitting)
+    speeds = [round(s.tok_s or 0.0, 1) for s in fitting]
+    assert speeds == sorted(speeds, reverse=True)  # the estimate ranks them
     llvmpipe = next(s for s in ranked if s.lever == "desktop:llvmpipe")
-    assert llvmpipe.faster and llvmpipe.gain.endswith("MTP kept")
-    assert re.match(r"\d+ more expert layers? on the GPU", llvmpipe.gain)
+    assert llvmpipe.faster and re.fullmatch(
+        r"\d+ more expert layers? on the GPU, MTP kept, ≈ \+[\d.]+ % tok/s", llvmpipe.gain
+    )
     first = page.levers_menu.actions()[0].text()
     assert first.endswith("MiB spare") and "\tfits, " in first  # spare: the second column
+    assert "% tok/s" in first
+
+
+def test_the_speed_estimate_stands_beside_the_bar(make_wizard: WizardFactory) -> None:
+    """The page says the plan's tokens/s under the bar, what it rests on in the tooltip, and
+    follows the plan: more experts in RAM (fewer on the card) read slower."""
+    wizard = make_wizard(plan_with(Plan(device=DEFAULT_GPU_CARD), SEEDS))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    text = page.speed_label.text()
+    found = re.search(r"Speed \(estimate\):</b> ≈ ([\d.,]+) tok/s decoding with MTP", text)
+    assert found, text
+    tip = page.speed_label.toolTip()
+    assert "assumed: an 8-core desktop" in tip and "MTP draft depth 3" in tip
+    assert "RTX 4070 SUPER: 192-bit GDDR6X" in tip and "Not known to the estimate" in tip
+    before = float(found[1].replace(",", ""))
+    page.cpu_layers.spin.setValue(40)  # every expert layer in RAM
+    after = re.search(r"≈ ([\d.,]+) tok/s", page.speed_label.text())
+    assert after and float(after[1].replace(",", "")) < before
 
 
 def test_the_text_beside_the_menu_is_always_the_current_plans(make_wizard: WizardFactory) -> None:

@@ -200,6 +200,13 @@ class BenchReport:
     engine_build: str | None = None
     device: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    speed_estimate: dict[str, Any] | None = None  # the plan's estimate beside this run
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """The server's own decoding rate (prompt processing left out), the median over the
+        categories: what the speed estimate's decode figure predicts."""
+        return self.decode_tps_median
 
     @property
     def n_requests(self) -> int:
@@ -316,6 +323,7 @@ class BenchReport:
             "device": self.device,
             "env": dict(self.env),
             "plan": None if self.plan_json is None else _plan_data(self.plan_json),
+            "speed_estimate": self.speed_estimate,
         }
 
 

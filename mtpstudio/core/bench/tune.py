@@ -1,17 +1,22 @@
 """The tuner: the most tokens per second that fits, measured on this machine.
 
 The search: every candidate of the space is checked by the memory model first (those that do
-not fit are skipped without launching); the starting plan is measured on every category as the
-baseline; the others are launched one at a time and benchmarked on a short prompt subset, the
-slower half dropped each round (successive halving, the subset doubling), and the finalists
-measured on every category. A failed launch or run is recorded with its diagnosis and the search
-goes on. Cancel (a CancelToken) or the time budget stop it with everything measured kept.
+not fit are skipped without launching) and estimated by the speed model, which orders them
+(fastest first, so a candidate limit keeps the most promising); the starting plan is measured on
+every category as the baseline, which calibrates the estimate (its measured tok/s over its
+estimate), and a candidate whose calibrated estimate is more than ``PREDICTED_SLOWER`` below the
+best measurement is not launched; the others are launched one at a time and benchmarked on a
+short prompt subset, the slower half dropped each round (successive halving, the subset
+doubling), and the finalists measured on every category. A failed launch or run is recorded
+with its diagnosis and the search goes on. Cancel (a CancelToken) or the time budget stop it
+with everything measured kept.
 
 Threading: ``run_tune`` runs on one thread; the CancelToken may be set from any thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -27,10 +32,15 @@ from mtpstudio.core.bench.tune_space import Candidate, TuneSpace, expand
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan, plan_with
-from mtpstudio.core.planning import PlanningContext, evaluate
+from mtpstudio.core.planning import PlanningContext, evaluate, resolve, speed_for
+from mtpstudio.core.speed.inputs import MeasuredRun, model_key
 from mtpstudio.core.units import MIB
 
 BASELINE_LABEL = "baseline (starting plan)"
+
+PREDICTED_SLOWER = 0.15
+"""A candidate whose estimate, calibrated by the baseline, is this much below the best
+measurement is skipped: the speed model's ratios between plans are meant to hold within 15 %."""
 
 
 class RowStatus(StrEnum):
@@ -55,6 +65,7 @@ class TuneConstraints:
     max_candidates: int | None = None
     short_categories: int = 2
     finalists: int = 2
+    skip_slower: bool = True  # skip what the speed model predicts slower (PREDICTED_SLOWER)
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,7 @@ class TuneRow:
     runs: list[TuneRun] = field(default_factory=list)
     diagnosis: dict[str, Any] | None = None
     predicted_vram_bytes: int | None = None
+    predicted_tok_s: float | None = None  # the speed model's decode estimate (core.speed)
 
     @property
     def last(self) -> TuneRun | None:
@@ -140,6 +152,7 @@ class TuneRow:
             "changes": dict(self.changes),
             "fits": self.fits,
             "predicted_vram_bytes": self.predicted_vram_bytes,
+            "predicted_tok_s": _round(self.predicted_tok_s, 2),
             "status": self.status.value,
             "reason": self.reason,
             "tok_s": _round(self.tok_s, 3),
@@ -201,6 +214,10 @@ class TuneResult:
         return sum(1 for r in self.rows if r.status is RowStatus.SKIPPED and r.fits is False)
 
     @property
+    def skipped_by_speed(self) -> int:
+        return sum(1 for r in self.rows if r.status is RowStatus.SKIPPED and r.fits is not False)
+
+    @property
     def launched(self) -> int:
         return sum(1 for r in self.all_rows if r.runs or r.status is RowStatus.FAILED)
 
@@ -228,6 +245,7 @@ class TuneResult:
             "counts": {
                 "candidates": len(self.rows),
                 "skipped_by_memory_model": self.skipped_by_memory,
+                "skipped_by_speed_model": self.skipped_by_speed,
                 "launched": self.launched,
                 "failed": sum(1 for r in self.all_rows if r.status is RowStatus.FAILED),
             },
@@ -248,25 +266,38 @@ def _round(value: float | None, digits: int) -> float | None:
 # ---- the memory-model filter (pure) ------------------------------------------------------------
 
 
-def check_fit(plan: Plan, pctx: PlanningContext) -> tuple[bool | None, str, int | None]:
-    """The memory model's verdict: fits (None: unknown), why not, the predicted device use."""
+@dataclass(frozen=True)
+class FitCheck:
+    """The models' verdict on a candidate: fits (None: unknown), why not, the predicted device
+    use and decode tokens per second."""
+
+    fits: bool | None
+    why: str
+    used_bytes: int | None
+    tok_s: float | None = None
+
+
+def check_fit(plan: Plan, pctx: PlanningContext) -> FitCheck:
+    """The memory model's verdict and the speed model's estimate of ``plan``."""
     try:
         result = evaluate(plan, pctx, suggest=False)
     except MtpStudioError as exc:
-        return False, f"cannot be planned: {exc}", None
+        return FitCheck(False, f"cannot be planned: {exc}", None)
     budget = result.budget
     used = sum(d.used_bytes for d in budget.devices) if budget.devices else None
+    tok_s = result.speed.decode_tok_s if result.speed is not None else None
     if budget.fits is not False:
-        return budget.fits, "", used
+        return FitCheck(budget.fits, "", used, tok_s)
     for d in budget.devices:
         if d.fits is False and d.free_bytes is not None and d.total_bytes is not None:
-            return (
+            return FitCheck(
                 False,
                 f"memory model: needs {d.used_bytes / MIB:,.0f} MiB of {d.id}'s "
                 f"{d.total_bytes / MIB:,.0f} MiB ({-d.free_bytes / MIB:,.0f} MiB short)",
                 used,
+                tok_s,
             )
-    return False, "memory model: not enough free system RAM", used
+    return FitCheck(False, "memory model: not enough free system RAM", used, tok_s)
 
 
 def build_rows(
@@ -275,9 +306,9 @@ def build_rows(
     pctx: PlanningContext,
     max_candidates: int | None,
 ) -> list[TuneRow]:
-    """Plans for the candidates, each checked by the memory model; beyond the limit: not run."""
+    """Plans for the candidates, each checked by the memory model and estimated by the speed
+    model, the fastest estimate first (ties keep the space's order); beyond the limit: not run."""
     rows: list[TuneRow] = []
-    admitted = 0
     for cand in candidates:
         try:
             plan = plan_with(start, cand.changes)
@@ -285,16 +316,83 @@ def build_rows(
             rows.append(TuneRow(cand.label, cand.changes, None, False, RowStatus.SKIPPED,
                                 f"not a valid plan: {exc}"))  # fmt: skip
             continue
-        fits, why, used = check_fit(plan, pctx)
-        row = TuneRow(cand.label, cand.changes, plan, fits, predicted_vram_bytes=used)
-        if fits is False:
-            row.status, row.reason = RowStatus.SKIPPED, why
-        elif max_candidates is not None and admitted >= max_candidates:
+        check = check_fit(plan, pctx)
+        row = TuneRow(cand.label, cand.changes, plan, check.fits,
+                      predicted_vram_bytes=check.used_bytes,
+                      predicted_tok_s=check.tok_s)  # fmt: skip
+        if check.fits is False:
+            row.status, row.reason = RowStatus.SKIPPED, check.why
+        rows.append(row)
+    rows.sort(key=lambda r: -(r.predicted_tok_s or 0.0) if r.status is RowStatus.NOT_RUN else 0.0)
+    admitted = 0
+    for row in rows:
+        if row.status is not RowStatus.NOT_RUN:
+            continue
+        if max_candidates is not None and admitted >= max_candidates:
             row.reason = f"beyond the candidate limit ({max_candidates})"
         else:
             admitted += 1
-        rows.append(row)
     return rows
+
+
+def estimate_with_baseline(
+    rows: Sequence[TuneRow], baseline: TuneRow, pctx: PlanningContext
+) -> None:
+    """Estimate the candidates again with the acceptance the baseline's run measured (the
+    model on this engine, as ``SpeedInputs.acceptance_for`` finds it in the history)."""
+    run = baseline.full
+    if run is None or baseline.plan is None or run.acceptance is None:
+        return
+    report = run.report
+    shares = report.metrics.accepted_per_position if report.metrics is not None else ()
+    measured = MeasuredRun(
+        run_id=0,
+        when=report.started_at,
+        plan=baseline.plan.model_dump(mode="json"),
+        model=model_key(baseline.plan),
+        flavour=baseline.plan.engine.flavour.value,
+        tok_s=run.tok_s or 0.0,
+        drafted=report.total_draft,
+        acceptance=run.acceptance,
+        depth=baseline.plan.mtp.draft_max,
+        per_position=shares,
+    )
+    again = dataclasses.replace(pctx, speed=dataclasses.replace(
+        pctx.speed, runs=(*pctx.speed.runs, measured)))  # fmt: skip
+    for row in [baseline, *rows]:
+        if row.plan is None or row.predicted_tok_s is None:
+            continue
+        try:
+            row.predicted_tok_s = speed_for(resolve(row.plan, again)).decode_tok_s
+        except MtpStudioError:
+            continue
+
+
+def skip_predicted_slower(rows: Sequence[TuneRow], baseline: TuneRow) -> int:
+    """After the baseline's measurement: skip the candidates the estimate, calibrated by the
+    baseline (its measured tok/s over its estimate), puts ``PREDICTED_SLOWER`` or more below
+    it, the best measured so far. Returns how many were skipped (none without a baseline run
+    or an estimate)."""
+    run = baseline.full
+    if run is None or not run.tok_s or not baseline.predicted_tok_s:
+        return 0
+    scale = run.tok_s / baseline.predicted_tok_s
+    best = run.tok_s
+    skipped = 0
+    for row in rows:
+        if row.status is not RowStatus.NOT_RUN or row.reason or row.predicted_tok_s is None:
+            continue
+        expected = row.predicted_tok_s * scale
+        if expected < best * (1.0 - PREDICTED_SLOWER):
+            row.status = RowStatus.SKIPPED
+            row.reason = (
+                f"speed model: about {expected:.2f} tok/s (its estimate "
+                f"{row.predicted_tok_s:.2f} × {scale:.2f}, the baseline's measured over "
+                f"estimated), more than {PREDICTED_SLOWER:.0%} below the best measured "
+                f"{best:.2f}: not launched"
+            )
+            skipped += 1
+    return skipped
 
 
 # ---- the search ------------------------------------------------------------------------------
@@ -319,7 +417,9 @@ class _Search:
         progress: TuneProgressCallback,
         vram: Callable[[], VramSampler],
         clock: Callable[[], float],
+        estimate_again: Callable[[Sequence[TuneRow], TuneRow], None] | None = None,
     ) -> None:
+        self.estimate_again = estimate_again
         self.result = result
         self.prompts = tuple(prompts)
         self.launcher = launcher
@@ -430,6 +530,13 @@ class _Search:
         if base is not None and base.ok:
             res.baseline.status = RowStatus.MEASURED
             res.baseline.reason = "the starting plan"
+            if c.skip_slower and self.estimate_again is not None:
+                self.estimate_again(admitted, res.baseline)
+            if c.skip_slower and skip_predicted_slower(admitted, res.baseline):
+                admitted = [r for r in admitted if r.status is RowStatus.NOT_RUN]
+                self.planned = 1 + _planned_runs(
+                    len(admitted), finalists, short_n, len(self.prompts)
+                )
 
         # 2. successive halving on growing subsets until the finalists are left
         alive = admitted
@@ -566,8 +673,9 @@ def run_tune(
     started = clock()
     candidates = expand(start, space, constraints.ctx_floor)
     rows = build_rows(start, candidates, pctx, constraints.max_candidates)
-    fits, _, used = check_fit(start, pctx)
-    baseline = TuneRow(BASELINE_LABEL, {}, start, fits, predicted_vram_bytes=used)
+    check = check_fit(start, pctx)
+    baseline = TuneRow(BASELINE_LABEL, {}, start, check.fits, predicted_vram_bytes=check.used_bytes,
+                       predicted_tok_s=check.tok_s)  # fmt: skip
     result = TuneResult(
         started_at=utc_now(),
         baseline=baseline,
@@ -577,7 +685,8 @@ def run_tune(
         categories=tuple(p.category for p in prompts),
         settings=settings or BenchSettings(),
     )
-    search = _Search(result, prompts, launcher, cancel, progress, vram, clock)
+    search = _Search(result, prompts, launcher, cancel, progress, vram, clock,
+                     lambda rows, base: estimate_with_baseline(rows, base, pctx))  # fmt: skip
     try:
         search.run()
     except KeyboardInterrupt:  # Ctrl-C outside a benchmark request: keep what was measured

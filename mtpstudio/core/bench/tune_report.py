@@ -29,7 +29,8 @@ def _line(row: TuneRow, label_w: int) -> str:
     if row.status is RowStatus.FAILED and row.diagnosis:
         why = f"{row.reason} [{row.diagnosis.get('kind')}]"
     return (
-        f"{row.label:<{label_w}}  {_fits(row):<4} {_num(row.tok_s, '.2f'):>8} "
+        f"{row.label:<{label_w}}  {_fits(row):<4} {_num(row.predicted_tok_s, '.2f'):>8} "
+        f"{_num(row.tok_s, '.2f'):>8} "
         f"{_num(row.acceptance, '.3f'):>7} {_vram(row):>8}  {stage:<9} {row.status.value:<9} {why}"
     ).rstrip()
 
@@ -44,17 +45,22 @@ def render_tune_text(result: TuneResult, *, all_rows: bool = False) -> str:
     hidden = len(result.rows) + 1 - len(rows)
     label_w = max(len("candidate"), *(len(r.label) for r in rows))
     lines = [
-        f"{'candidate':<{label_w}}  {'fits':<4} {'tok/s':>8} {'accept':>7} {'VRAM pk':>8}  "
-        f"{'stage':<9} {'status':<9} why",
-        "-" * (label_w + 60),
+        f"{'candidate':<{label_w}}  {'fits':<4} {'est t/s':>8} {'tok/s':>8} {'accept':>7} "
+        f"{'VRAM pk':>8}  {'stage':<9} {'status':<9} why",
+        "-" * (label_w + 69),
     ]
     lines += [_line(r, label_w) for r in rows]
     if hidden:
         lines.append(f"({hidden} more candidates not run: see the reasons in --json)")
+    lines.append(
+        "(est t/s: the speed model's decode estimate, which ordered the candidates; tok/s: "
+        "measured)"
+    )
     lines.append("")
     n = len(result.rows)
     lines.append(
         f"{n} candidates: {result.skipped_by_memory} skipped by the memory model, "
+        f"{result.skipped_by_speed} by the speed model, "
         f"{result.launched} launched (baseline included), "
         f"{sum(1 for r in result.all_rows if r.status is RowStatus.FAILED)} failed; "
         f"took {result.seconds:.1f} s"

@@ -36,6 +36,7 @@ class FitSuggestion:
     label: str = ""  # the change in a few words ("with the llvmpipe session")
     gain: str = ""  # what it does to speed ("2 more expert layers on the GPU, MTP kept")
     faster: bool = False  # faster than the plan as it is (core.advice.speed_key)
+    tok_s: float | None = None  # the estimated decode tokens/s of its plan (core.speed)
 
     @property
     def fits(self) -> bool:

@@ -18,6 +18,8 @@ from mtpstudio.core.bench.target import BenchProgress, BenchTarget, CancelToken,
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan
+from mtpstudio.core.planning import PlanningContext
+from mtpstudio.core.usecases.speed import with_estimate
 
 __all__ = [
     "BenchOutcome",
@@ -79,7 +81,12 @@ def run_benchmark(
     cancel: CancelToken | None = None,
     progress: Callable[[BenchProgress], None] = no_progress,
     vram: VramSampler | None = None,
+    pctx: PlanningContext | None = None,
 ) -> BenchOutcome:
-    """Benchmark ``target``, ask the doctor, and store the run in ``history`` (None: not)."""
+    """Benchmark ``target``, ask the doctor, and store the run in ``history`` (None: not).
+
+    With ``pctx`` (the machine and the model of the server's plan) the plan's speed estimate
+    is put beside the measurement, with its error, and stored with the run.
+    """
     report = run_bench(target, prompts, settings, cancel=cancel, progress=progress, vram=vram)
-    return conclude(report, target.plan, history)
+    return conclude(with_estimate(report, pctx), target.plan, history)

@@ -33,7 +33,7 @@ from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import CacheType, Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext, resolve
+from mtpstudio.core.planning import MachineFacts, PlanningContext, SpeedInputs, resolve
 from mtpstudio.core.usecases.launch import find_build, launch_machine
 from mtpstudio.core.usecases.plan_server import PlanServerLauncher
 
@@ -82,11 +82,14 @@ def tune_setup(
     machine: MachineFacts | None = None,
     kv_types: tuple[CacheType, ...] = (),
     overrides: Mapping[str, Any] | None = None,
+    speed: SpeedInputs | None = None,
 ) -> TuneSetup:
     """Probe the plan's build, resolve the plan here and pick the search space.
 
     ``overrides`` replace the default values of space fields (``draft_max``, ``p_min``,
     ``draft_cache``, ``threads`` …); drafting knobs are dropped when the plan does not draft.
+    ``speed``: this computer's rates and stored runs for the speed estimate that orders and
+    skips candidates (default: the stated desktop, no runs).
 
     Raises:
         MtpStudioError: no build, an unreadable model, or a plan that cannot be resolved.
@@ -94,7 +97,9 @@ def tune_setup(
     build = find_build(plan)
     info = model if model is not None else load_model_info(plan.model)
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
-    pctx = PlanningContext(launch_machine(build, machine), info, draft)
+    pctx = PlanningContext(
+        launch_machine(build, machine), info, draft, speed=speed or SpeedInputs()
+    )
     gpu = not resolve(plan, pctx).cpu_only
     space = default_space(plan, info, gpu=gpu, cpu_count=os.cpu_count(), kv_types=kv_types)
     wanted = dict(overrides or {})

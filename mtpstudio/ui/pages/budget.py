@@ -33,6 +33,7 @@ from mtpstudio.core.planning import (
     resolve,
 )
 from mtpstudio.core.reports import TRUST_LEGEND
+from mtpstudio.core.speed.words import NOT_MODELLED, speed_summary, step_words
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
@@ -98,6 +99,10 @@ class BudgetPage(PlanPage):
         self.target_label = QLabel(self)
         self.target_label.setWordWrap(True)
         self.bar = VramBar(self)
+        self.speed_label = QLabel(self)  # the plan's tokens/s beside the bar (core.speed)
+        self.speed_label.setWordWrap(True)
+        self.speed_label.setFixedHeight(2 * self.speed_label.fontMetrics().lineSpacing() + 4)
+        self.speed_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.trust_label = QLabel(f"How sure each figure in the legend is — {TRUST_LEGEND}.", self)
         self.trust_label.setWordWrap(True)
         self.trust_label.setStyleSheet("color: #4b5563;")
@@ -168,6 +173,7 @@ class BudgetPage(PlanPage):
         layout = QVBoxLayout(self)
         layout.addWidget(self.target_label)
         layout.addWidget(self.bar)
+        layout.addWidget(self.speed_label)
         layout.addWidget(self.trust_label)
         layout.addWidget(self.verdict)
         layout.addWidget(self.host_label)
@@ -186,6 +192,7 @@ class BudgetPage(PlanPage):
         state.model_changed.connect(self._on_inputs_changed)
         state.report_changed.connect(self._on_inputs_changed)
         state.evaluated.connect(self._update_view)
+        state.speed_inputs_changed.connect(self._on_speed_inputs_changed)
         self._refreshing = False
 
     def _row(
@@ -277,6 +284,7 @@ class BudgetPage(PlanPage):
                 Tone.INFO,
             )
             self.target_label.setText("")
+            self.speed_label.setText("")
             self.host_label.setText("")
             self.command.set_argv(None)
             self.warnings_label.setText("")
@@ -291,6 +299,7 @@ class BudgetPage(PlanPage):
             )
         self.target_label.setText(text)
         self._show_verdict(plan, budget, evaluation)
+        self._show_speed(evaluation)
         self._show_host(budget)
         self._show_command(evaluation)
         self._show_fit_label(evaluation)
@@ -445,6 +454,28 @@ class BudgetPage(PlanPage):
         self.faster_label.setText(text)
         self.faster_label.setToolTip(text)
         self.faster_label.setVisible(True)
+
+    def _show_speed(self, evaluation: Evaluation) -> None:
+        """The plan's estimated tokens/s beside the bar; what it rests on in the tooltip."""
+        speed = evaluation.result.speed if evaluation.result is not None else None
+        if speed is None:
+            self.speed_label.setText("")
+            self.speed_label.setToolTip("")
+            return
+        label = "measured" if speed.trust == "measured" else "estimate"
+        self.speed_label.setText(f"<b>Speed ({label}):</b> {speed_summary(speed)}.")
+        self.speed_label.setToolTip(
+            "One decoding step: "
+            + step_words(speed)
+            + ".\n\nBasis:\n"
+            + "\n".join(f"• {line}" for line in speed.basis)
+            + f"\n\nNot known to the estimate: {NOT_MODELLED}."
+        )
+
+    def _on_speed_inputs_changed(self) -> None:
+        self._levers_for = None  # the levers' gains are re-estimated too
+        if self.is_current():
+            self.refresh()
 
     def _show_host(self, budget: Budget) -> None:
         host = budget.host

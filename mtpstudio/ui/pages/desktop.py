@@ -219,6 +219,7 @@ class DesktopPage(PlanPage):
         self.action.idle.connect(self._after_action)
         state.report_changed.connect(lambda _: self._on_report_changed())
         state.activity_changed.connect(self._on_activity_changed)
+        state.speed_inputs_changed.connect(self._on_speed_inputs_changed)
 
     def _build_layout(self, options_box: QGroupBox) -> None:
         top = QHBoxLayout()
@@ -347,9 +348,16 @@ class DesktopPage(PlanPage):
         button.setChecked(True)
         self._rank_for_plan()
 
+    def _on_speed_inputs_changed(self) -> None:
+        """This computer's rates landed: the reclaims' gains in tok/s are estimated again."""
+        self._ranked_for = None
+        if self.is_current():
+            self._rank_for_plan()
+
     def _rank_for_plan(self) -> None:
         """What each reclaim does for this plan's speed (the budget page's ranking, tens of
-        budgets in the background): experts moved onto the GPU, MTP kept, memory spare."""
+        budgets in the background): experts moved onto the GPU, MTP kept, the estimated gain in
+        tok/s; memory spare second."""
         plan, pctx = self.state.plan, self.state.context()
         if plan == self._ranked_for and self.gains is not None:
             self._show_gains(self.gains)

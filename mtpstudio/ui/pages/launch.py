@@ -501,11 +501,12 @@ class LaunchPage(PlanPage):
         history = self.history
         wanted = set(categories) if categories is not None else None
         sampler_on = on_gpu
+        pctx = self.state.context()  # the estimate beside the measurement
 
         def job(token: CancelToken) -> BenchOutcome:
             run = run_benchmark(target, prompts_for(wanted), settings, history=history,
                                 cancel=cancel, progress=relay.progressed.emit,
-                                vram=vram_sampler(sampler_on))  # fmt: skip
+                                vram=vram_sampler(sampler_on), pctx=pctx)  # fmt: skip
             error = run.history_error
             runs: tuple[HistoryEntry, ...] = ()
             if error is None:

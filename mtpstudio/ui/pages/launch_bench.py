@@ -59,6 +59,18 @@ def number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def estimate_words(estimate: object) -> str | None:
+    """``decoding 45.1 tok/s measured, 47.3 estimated (+4.9 %)`` from a run's stored estimate
+    (None when the run has none, or it is out of shape)."""
+    if not isinstance(estimate, dict):
+        return None
+    est, got, err = (number(estimate.get(k)) for k in ("decode_tok_s", "measured_tok_s", "error"))
+    if est is None or got is None:
+        return None
+    error = f" ({err * 100:+.1f} %)" if err is not None else ""
+    return f"decoding {got:,.1f} tok/s measured, {est:,.1f} estimated{error}"
+
+
 def _clock(seconds: float) -> str:
     """``42 s`` or ``4 min 05 s``."""
     whole = int(seconds)
@@ -207,6 +219,8 @@ class BenchTab(QWidget):
             f"({report.total_predicted} tokens)",
             "acceptance " + ("–" if accept is None else f"{accept * 100:.0f} %"),
         ]
+        if (estimate := estimate_words(report.speed_estimate)) is not None:
+            parts.append(estimate)
         if report.cancelled:
             parts.append("cancelled: the finished categories are kept")
         elif report.error:
@@ -224,10 +238,13 @@ class BenchTab(QWidget):
         self._fill_rows(entry.rows)
         agg = entry.aggregate
         accept = number(agg.get("aggregate_accept_rate"))
+        estimate = estimate_words(entry.report.get("speed_estimate"))
         self.summary.setText(
             f"Last stored run {entry.id} ({entry.label}, {entry.created_at[:16].replace('T', ' ')}"
             f"): <b>{cell(number(agg.get('tok_s')))} tok/s</b> over {agg.get('n_requests', 0)} "
-            "requests · acceptance " + ("–" if accept is None else f"{accept * 100:.0f} %")
+            "requests · acceptance "
+            + ("–" if accept is None else f"{accept * 100:.0f} %")
+            + (f" · {estimate}" if estimate else "")
         )
         warning = entry.report.get("drafting_warning")
         self._show_findings([Finding("drafting-off", str(warning))] if warning else [])

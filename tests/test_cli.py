@@ -114,7 +114,7 @@ def test_plan_json_has_exactly_the_documented_shape() -> None:
     assert set(out) == {
         "devices", "host", "argv", "warnings", "verdict", "target", "effective",
         "cpu_expert_layers", "desktop_options", "demo_defaults", "effective_options", "model",
-        "unloadable_files", "runtime_growth", "engine_fit",
+        "unloadable_files", "runtime_growth", "engine_fit", "speed",
     }  # fmt: skip
     growth = out["runtime_growth"]
     assert growth["bytes"] == sum(p["bytes"] for p in growth["parts"]) > 0

@@ -284,7 +284,7 @@ def test_a_stored_run_out_of_shape_is_left_out(report: object) -> None:
 
 def test_the_newest_run_of_the_model_on_the_engine_gives_the_acceptance() -> None:
     plan = plan_with(Plan(), {**SEEDS, "model.path": "/m/a.gguf", "model.card": None})
-    data = plan.model_dump(mode="json")
+    data = json.loads(plan.to_json())  # the form the history stores
     old = run_from_entry(1, "2026-11-01", "upstream", data, stored(plan))
     new = run_from_entry(2, "2026-11-02", "upstream", data,
                          stored(plan, aggregate_accept_rate=0.9))  # fmt: skip

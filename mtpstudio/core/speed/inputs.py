@@ -8,6 +8,7 @@ acceptance of a model on an engine (the newest run that drafted) and the measure
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -75,7 +76,7 @@ class SpeedInputs:
 
     def measured_for(self, plans: Sequence[Plan]) -> MeasuredRun | None:
         """The newest run of one of ``plans`` (the plan and the one it resolves to)."""
-        wanted = [p.model_dump(mode="json") for p in plans]
+        wanted = [json.loads(p.to_json()) for p in plans]  # the form a run stores
         return next((r for r in reversed(self.runs) if r.plan in wanted), None)
 
 

@@ -14,6 +14,7 @@ idle on pages 4, 6 and 7. The last test takes the same path in the real window (
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -162,7 +163,8 @@ def test_dense_model_on_a_16_gb_card_gets_layers_on_the_cpu(
     ranked = [s.message for s in page.fill_levers_menu()]
     assert [a.toolTip() for a in page.levers_menu.actions()] == ranked
     llvmpipe = [m for m in ranked if m.startswith("with the llvmpipe session: ")]
-    assert llvmpipe and "more layers on the GPU, MTP kept — fits" in llvmpipe[0], ranked
+    gain = r"\d+ more layers on the GPU, MTP kept, ≈ \+[\d.]+ % tok/s — fits"  # faster, estimated
+    assert llvmpipe and re.search(gain, llvmpipe[0]), ranked
     # Fit → the fewest layers on the CPU, placed by mtpstudio itself
     assert page.fit_offload_button.text() == "Fit: fewest layers on the CPU"
     page.fit_offload_button.click()

@@ -8,15 +8,17 @@ import pytest
 
 from mtpstudio.core.engines.profiles.ik import MEMORY as IK_FACTS
 from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
+from mtpstudio.core.levers import LeverBench, fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.memory.fit import fewest_cpu_expert_layers, largest_context
+from mtpstudio.core.memory.machine import MachineFacts
 from mtpstudio.core.memory.placement import EXPERT_TENSOR, ModelWeights, cuda_alloc_size
 from mtpstudio.core.memory.targets import catalogue_target
 from mtpstudio.core.model.catalog.gpus import gpu_card
 from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan, plan_from_dict
+from mtpstudio.core.plan import Plan, plan_from_dict, plan_with
+from mtpstudio.core.planning import Budget, PlanningContext, budget_for, lever_bench, resolve
 from mtpstudio.core.units import MIB
 
 
@@ -183,58 +185,55 @@ def test_cpu_plan_has_one_cpu_device(qwen: ModelInfo) -> None:
     assert b.devices[0].segments["weights"] == qwen.tensor_bytes
 
 
-def test_fewest_cpu_expert_layers_is_minimal(qwen: ModelInfo, weights: ModelWeights) -> None:
-    card = catalogue_target(gpu_card("rtx-4070-super"), plan().desktop)
-    p = plan(ctx=65536)
-    s = fewest_cpu_expert_layers(p, qwen, card, UPSTREAM_FACTS, weights=weights)
+def _on(card_id: str, p: Plan, qwen: ModelInfo) -> tuple[Plan, PlanningContext]:
+    """``p`` for the demo model on a catalogue card, planned with no GPU detected."""
+    pctx = PlanningContext(MachineFacts(HostSpec(), (), ()), qwen)
+    return plan_with(p, {"model.card": "qwen3.6-35b-a3b-iq4_xs", "device": card_id}), pctx
+
+
+def _bench(p: Plan, pctx: PlanningContext) -> LeverBench:
+    return lever_bench(resolve(p, pctx))
+
+
+def _budget(p: Plan, pctx: PlanningContext, **runtime: object) -> Budget:
+    return budget_for(resolve(plan_with(p, {f"runtime.{k}": v for k, v in runtime.items()}), pctx))
+
+
+def test_fewest_cpu_expert_layers_is_minimal(qwen: ModelInfo) -> None:
+    p, pctx = _on("rtx-4070-super", plan(ctx=65536), qwen)
+    s = fewest_cpu_expert_layers(_bench(p, pctx))
     n = s.plan.runtime.n_cpu_moe
     assert s.fits and 0 < n < qwen.n_layer
-    fewer = compute_budget(
-        plan(ctx=65536, moe="n_cpu_moe", n_cpu_moe=n - 1),
-        qwen,
-        card,
-        UPSTREAM_FACTS,
-        weights=weights,
-    )
+    assert s.budget == _budget(p, pctx, moe="n_cpu_moe", n_cpu_moe=n)  # planning's budget
+    fewer = _budget(p, pctx, moe="n_cpu_moe", n_cpu_moe=n - 1)
     assert fewer.devices[0].fits is False
 
 
 @pytest.mark.parametrize("card_id", ["rtx-3060-12gb", "rtx-4070-super", "rtx-5060-ti-16gb"])
 @pytest.mark.parametrize("ctx", [4096, 65536, 262144])
 def test_fewest_cpu_expert_layers_bisects_to_the_linear_answer(
-    qwen: ModelInfo, weights: ModelWeights, card_id: str, ctx: int
+    qwen: ModelInfo, card_id: str, ctx: int
 ) -> None:
-    card = catalogue_target(gpu_card(card_id), plan().desktop)
-    p = plan(ctx=ctx)
-    got = fewest_cpu_expert_layers(p, qwen, card, UPSTREAM_FACTS, weights=weights)
+    p, pctx = _on(card_id, plan(ctx=ctx), qwen)
+    got = fewest_cpu_expert_layers(_bench(p, pctx))
     linear = next(
         (
             n
             for n in range(qwen.block_count + 1)
-            if compute_budget(
-                plan(ctx=ctx, moe="n_cpu_moe", n_cpu_moe=n), qwen, card, UPSTREAM_FACTS,
-                weights=weights,
-            ).devices[0].fits is not False
+            if _budget(p, pctx, moe="n_cpu_moe", n_cpu_moe=n).devices[0].fits is not False
         ),
         None,
-    )  # fmt: skip
+    )
     assert (got.plan.runtime.n_cpu_moe if got.fits else None) == linear
 
 
-def test_largest_context_is_maximal(qwen: ModelInfo, weights: ModelWeights) -> None:
-    card = catalogue_target(gpu_card("rtx-4070-super"), plan().desktop)
-    p = plan(moe="n_cpu_moe", n_cpu_moe=26)
-    s = largest_context(p, qwen, card, UPSTREAM_FACTS, weights=weights)
+def test_largest_context_is_maximal(qwen: ModelInfo) -> None:
+    p, pctx = _on("rtx-4070-super", plan(moe="n_cpu_moe", n_cpu_moe=26), qwen)
+    s = largest_context(_bench(p, pctx))
     ctx = s.plan.runtime.ctx
     assert s.fits and ctx % 256 == 0 and ctx < qwen.context_length
-    bigger = compute_budget(
-        plan(moe="n_cpu_moe", n_cpu_moe=26, ctx=ctx + 256),
-        qwen,
-        card,
-        UPSTREAM_FACTS,
-        weights=weights,
-    )
-    assert bigger.devices[0].fits is False
+    assert s.changes == {"runtime.ctx": ctx} and s.lever == "context"
+    assert _budget(p, pctx, ctx=ctx + 256).devices[0].fits is False
     assert re.search(r"\d", s.message)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from mtpstudio.core.engines.profiles.ik import MEMORY as IK_FACTS
 from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
+from mtpstudio.core.levers import fewest_cpu_layers
 from mtpstudio.core.memory.budget import (
     compute_budget,
     device_fits,
@@ -16,7 +17,6 @@ from mtpstudio.core.memory.budget import (
     gpu_layer_count,
 )
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.memory.fit import fewest_cpu_layers
 from mtpstudio.core.memory.placement import ModelWeights, cuda_alloc_size
 from mtpstudio.core.memory.terms import kv_cache_bytes
 from mtpstudio.core.model.catalog.models import model_card_info
@@ -25,8 +25,10 @@ from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,
+    budget_for,
     evaluate,
     fit_suggestions,
+    lever_bench,
     published_demo_plan,
     resolve,
 )
@@ -134,13 +136,15 @@ def test_moe_that_does_not_fit_with_every_expert_in_ram_loses_whole_layers(
 
 
 def test_fewest_cpu_layers_is_the_minimum(dense: ModelInfo) -> None:
-    w = ModelWeights.from_model(dense)
-    plan = _plan(**{"runtime.moe": "gpu"})
-    s = fewest_cpu_layers(plan, dense, CARD_4060TI, UPSTREAM_FACTS, HOST, w)
+    pctx = _pctx(DENSE)
+    plan = plan_with(_plan(**{"runtime.moe": "gpu"}), {"model.card": DENSE,
+                                                       "device": "rtx-4060-ti-16gb"})  # fmt: skip
+    s = fewest_cpu_layers(lever_bench(resolve(plan, pctx)))
     assert s.fits and s.lever == "layers"
     n = s.plan.runtime.n_gpu_layers
     assert n is not None and s.changes == {"runtime.moe": "gpu", "runtime.n_gpu_layers": n}
-    assert not _fits_at(plan, dense, CARD_4060TI, n + 1, weights=w)
+    more = budget_for(resolve(plan_with(plan, {"runtime.n_gpu_layers": n + 1}), pctx))
+    assert not more.fits
     assert s.message.startswith(f"fewest layers on the CPU at ctx 32,768: -ngl {n} (")
 
 

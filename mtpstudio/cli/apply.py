@@ -289,15 +289,14 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
 
 def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list[str]]:
     from mtpstudio.core.memory.machine import machine_facts
-    from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.plan import load_plan
-    from mtpstudio.core.planning import PlanningContext
     from mtpstudio.core.service.render import UnitScope
     from mtpstudio.core.service.service_files import install_files
+    from mtpstudio.core.usecases.planning_context import planning_context_for
 
     plan = load_plan(args.plan)
     machine = machine_facts(_detect(include_engines=plan.engine.binary is None))
-    pctx = PlanningContext(machine, load_model_info(plan.model))
+    pctx = planning_context_for(plan, machine)
     out = install_files(plan, pctx, UnitScope(scope_name), args.account)
     return out.files, list(out.messages)
 

@@ -269,20 +269,18 @@ class _Output:
         """The machine and model of the plan a run benchmarked (its estimate goes beside it);
         None for a server without a plan, or a model that cannot be read here."""
         from mtpstudio.core.detect.report import detect_for
-        from mtpstudio.core.model.source import load_model_info
         from mtpstudio.core.planning import machine_for
+        from mtpstudio.core.usecases.planning_context import planning_context_for
         from mtpstudio.core.usecases.speed import load_speed_inputs
 
         if report.plan_json is None:
             return None
         try:
             plan = plan_from_json(report.plan_json)
-            key = plan.model.model_dump_json()
+            key = plan.model.model_dump_json() + str(plan.draft.path)
             if key not in self._contexts:
-                self._contexts[key] = PlanningContext(
-                    machine_for(detect_for(plan)),
-                    load_model_info(plan.model),
-                    speed=load_speed_inputs(),
+                self._contexts[key] = planning_context_for(
+                    plan, machine_for(detect_for(plan)), speed=load_speed_inputs()
                 )
         except MtpStudioError:
             return None

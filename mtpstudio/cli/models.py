@@ -214,7 +214,8 @@ def _download(
     from mtpstudio.core.hub.listing import size_text
     from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.plan import plan_with, save_plan
-    from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
+    from mtpstudio.core.planning import evaluate, machine_for
+    from mtpstudio.core.usecases.planning_context import planning_context_for
 
     model = row.header.model
     tty = sys.stderr.isatty()
@@ -257,7 +258,7 @@ def _download(
     info = read_model_info(local)
     plan = row.fit.plan if row.fit is not None else plan_and_changes(args)[0]
     plan = plan_with(plan, {"model.path": str(local), "model.card": None})
-    pctx = PlanningContext(machine_for(detect_for(plan)), info)
+    pctx = planning_context_for(plan, machine_for(detect_for(plan)), info)
     result_plan = evaluate(plan, pctx)
     print(f"Plan for {local}:", file=out)
     for line in result_plan.verdict.lines():

@@ -372,15 +372,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import (
-        PlanningContext,
         desktop_choices,
         evaluate,
         machine_for,
         published_demo_plan,
     )
     from mtpstudio.core.reports import budget_report, model_summary_json, plan_report
-    from mtpstudio.core.server.reconcile import last_measured_text, load_measurements
+    from mtpstudio.core.server.reconcile import last_measured_text
     from mtpstudio.core.speed.words import speed_lines
+    from mtpstudio.core.usecases.planning_context import planning_context_for
     from mtpstudio.core.usecases.speed import load_speed_inputs
 
     if args.demo == "list":
@@ -392,12 +392,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         plan = plan_with(plan, {"runtime.ctx": ctx_for_model(plan.runtime.ctx, info)})
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
-    pctx = PlanningContext(
-        machine_for(detect_for(plan)),
-        info,
-        draft,
-        measurements=load_measurements(),
-        speed=load_speed_inputs(),
+    pctx = planning_context_for(
+        plan, machine_for(detect_for(plan)), info, draft=draft, speed=load_speed_inputs()
     )
     defaults_line = ""
     if plan.model.path is None and args.plan is None:

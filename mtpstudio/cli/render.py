@@ -38,14 +38,14 @@ def _export_files(args: argparse.Namespace) -> Any:
     """Render the plan's files the way the GUI's Export does (service_files.export_files)."""
     from mtpstudio.core.desktop.session_apply import desktop_facts
     from mtpstudio.core.detect.report import detect_for
-    from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import PlanningContext, machine_for
+    from mtpstudio.core.planning import machine_for
     from mtpstudio.core.service.render import UnitScope
     from mtpstudio.core.service.service_files import export_files
+    from mtpstudio.core.usecases.planning_context import planning_context_for
 
     plan = load_plan(args.plan)
     machine = machine_for(detect_for(plan))
-    pctx = PlanningContext(machine, load_model_info(plan.model))
+    pctx = planning_context_for(plan, machine)
     session = desktop_facts(None).settings(machine.igpu_card)
     return export_files(plan, pctx, UnitScope(args.scope), args.user, session=session)
 

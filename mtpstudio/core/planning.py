@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mtpstudio.core.advice import Standing, faster, gain_words, speed_key, standing
+from mtpstudio.core import levers
+from mtpstudio.core.advice import Standing, standing
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
 from mtpstudio.core.engines.caps import EngineBuild
@@ -25,6 +26,7 @@ from mtpstudio.core.engines.profile import EngineProfile
 from mtpstudio.core.engines.registry import documented_build, profile_for
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.levers import FitSuggestion, LeverBench, PlanChange, evaluated
 from mtpstudio.core.memory.budget import (
     Budget,
     DeviceBudget,
@@ -35,14 +37,6 @@ from mtpstudio.core.memory.budget import (
 )
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.draft import with_draft
-from mtpstudio.core.memory.fit import (
-    CTX_STEP,
-    FitSuggestion,
-    cache_type_options,
-    fewest_cpu_expert_layers,
-    fewest_cpu_layers,
-    largest_context,
-)
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.memory.split_budget import compute_split_budget
@@ -57,7 +51,7 @@ from mtpstudio.core.memory.targets import (
 )
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, MoePlacement, Plan, plan_with
+from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
 from mtpstudio.core.server.reconcile import Reconciliation, build_key, measured_segments
 from mtpstudio.core.speed.acceptance import Acceptance
 from mtpstudio.core.speed.cards import card_rates
@@ -83,6 +77,7 @@ __all__ = [
     "HostBudget",
     "LaunchSpec",
     "MachineFacts",
+    "PlanChange",
     "PlanResult",
     "PlanVerdict",
     "PlanningContext",
@@ -98,6 +93,7 @@ __all__ = [
     "fit_suggestions",
     "follows_published_setup",
     "launch_spec_for",
+    "lever_bench",
     "machine_for",
     "offload_and_context",
     "published_demo_plan",
@@ -456,79 +452,37 @@ def speed_for(
     return speed
 
 
+def lever_bench(resolved: ResolvedPlan) -> LeverBench:
+    """The plan on the levers' bench (``core.levers``): every change evaluated the one way,
+    ``budget_for`` of the changed plan resolved as this one is."""
+
+    def evaluate(change: PlanChange) -> FitSuggestion:
+        other = resolved.with_changes(change.changes)
+        return evaluated(change, other.plan, budget_for(other))
+
+    reclaims = []
+    device = resolved.target.device
+    for choice in desktop_choices(resolved.plan, resolved.pctx):
+        if choice.reclaim is resolved.plan.desktop or choice.reclaim is DesktopReclaim.NONE:
+            continue
+        if choice.desktop_bytes < device.desktop_bytes:
+            reclaims.append(choice.reclaim)
+    return LeverBench(
+        plan=resolved.plan,
+        effective=resolved.effective,
+        model=resolved.model,
+        budget=budget_for(resolved),
+        mtp_active=resolved.mtp.active,
+        split=resolved.devices is not None,
+        evaluate=evaluate,
+        reclaims=tuple(reclaims),
+    )
+
+
 def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
-    """The budget page's two Fit buttons: the fewest expert layers (or, for a dense model or
-    when moving experts is not enough, whole layers) on the CPU here, then the largest context
-    there."""
-    plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
-    if resolved.devices is not None:
-        return _split_offload_and_context(resolved)
-    facts = resolved.profile.memory
-    dev, host, w = target.device, target.host, pctx.weights
-    offload = fewest_cpu_expert_layers(plan, pctx.model, dev, facts, host, w)
-    if not pctx.model.is_moe or not offload.fits:
-        offload = fewest_cpu_layers(plan, pctx.model, dev, facts, host, w)
-    base = offload.plan if offload.fits else plan
-    ctx = largest_context(base, pctx.model, dev, facts, host, w)
-    where = "with the offload suggested above" if offload.fits else "at the plan's own offload"
-    ctx = replace(ctx, message=ctx.message.replace("at this offload", where))
-    return [_keep_auto(resolved.plan, offload), _keep_auto(resolved.plan, ctx)]
-
-
-def _split_offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
-    """The two Fit buttons for a plan over several devices: the fewest layers moved from a
-    device that is short to the one with the most room (``-ts``), then the largest context."""
-    budget = budget_for(resolved)
-    here = FitSuggestion({}, resolved.plan, budget, "the split as it is", "split")
-    here = replace(here, message=f"the split as it is: {here.outcome()}")
-    moves = _split_levers(resolved)
-    offload = next((m for m in moves if m.fits), moves[0] if moves else here)
-    base = resolved.with_changes(offload.changes) if offload.changes else resolved
-    ctx = _context_lever(base)
-    if ctx is None:
-        ctx = replace(here, message=f"ctx {resolved.plan.runtime.ctx:,}: {here.outcome()}")
-    elif offload.changes:
-        changes = {**offload.changes, **ctx.changes}
-        ctx = replace(ctx, changes=changes)
-    return [offload, ctx]
-
-
-LEVER_COST = {
-    "desktop:nvidia-profile": 0,
-    "draft": 1,
-    "cache": 2,
-    "desktop:igpu": 3,
-    "desktop:llvmpipe": 3,
-    "experts": 4,
-    "context": 5,
-    "engine-fit": 6,
-    "split": 6,
-    "layers": 7,
-}
-"""How much each lever costs the user, cheapest first: a driver setting loses nothing; a lower
-draft depth or a smaller cache type a little speed or quality; a desktop change is a new
-login; experts in RAM slow generation; a shorter context holds less; whole layers on the CPU
-slow it most."""
-
-_RECLAIM_WORDS = {
-    DesktopReclaim.NVIDIA_PROFILE: "with the NVIDIA driver profile",
-    DesktopReclaim.IGPU: "with the display on the iGPU",
-    DesktopReclaim.LLVMPIPE: "with the llvmpipe session",
-}
-
-
-def _good(s: FitSuggestion) -> bool:
-    """Fits with every layer on the GPU (experts may be in RAM)."""
-    return s.fits and not s.cpu_layers
-
-
-def _try(
-    resolved: ResolvedPlan, changes: dict[str, object], label: str, lever: str
-) -> FitSuggestion:
-    other = resolved.with_changes(changes)
-    budget = budget_for(other)
-    s = FitSuggestion(dict(changes), other.plan, budget, label, lever, label=label)
-    return replace(s, message=f"{label}: {s.outcome()}")
+    """The budget page's two Fit buttons (``levers.offload_and_context``): the fewest expert
+    layers (or whole layers) on the CPU here, then the largest context there."""
+    return levers.offload_and_context(lever_bench(resolved))
 
 
 def plan_standing(resolved: ResolvedPlan) -> Standing:
@@ -546,201 +500,23 @@ def suggestion_standing(s: FitSuggestion, resolved: ResolvedPlan) -> Standing:
     return standing(s.budget, resolved.model, mtp, speed)
 
 
-def _with_gain(s: FitSuggestion, now: Standing, then: Standing) -> FitSuggestion:
-    label = s.label or s.message.split(":")[0]
-    gain = gain_words(now, then) if s.fits else ""
-    if gain.startswith("the same") and gain.endswith(("MTP kept", "MTP kept, ≈ same tok/s")):
-        gain = ""  # nothing moves: what it buys is the memory
-    quicker = s.fits and faster(now, then)
-    message = f"{label}: {gain} — {s.outcome()}" if gain else f"{label}: {s.outcome()}"
-    return replace(s, label=label, gain=gain, faster=quicker, message=message, tok_s=then.tok_s)
-
-
-def _first_good(
-    resolved: ResolvedPlan, options: list[tuple[dict[str, object], str]], lever: str
-) -> FitSuggestion | None:
-    last = None
-    for changes, label in options:
-        last = _try(resolved, changes, label, lever)
-        if _good(last):
-            return last
-    return last
-
-
-def _context_lever(resolved: ResolvedPlan) -> FitSuggestion | None:
-    steps = resolved.plan.runtime.ctx // CTX_STEP
-    if steps <= 1:
-        return None
-
-    def at(step: int) -> FitSuggestion:
-        ctx = step * CTX_STEP
-        return _try(resolved, {"runtime.ctx": ctx}, f"ctx {ctx:,}", "context")
-
-    best = None
-    lo, hi = 1, steps - (1 if resolved.plan.runtime.ctx % CTX_STEP == 0 else 0)
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        s = at(mid)
-        if _good(s):
-            best, lo = s, mid + 1
-        else:
-            hi = mid - 1
-    if best is not None:
-        return best
-    shortest = at(1)  # how close the context alone gets; one that fits only with layers on
-    return None if shortest.fits else shortest  # the CPU is the layers lever's answer
-
-
 def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
     """Every lever's smallest change toward a plan that fits with every layer on the GPU, ranked.
 
-    The levers: the desktop reclaims the card allows, the draft depth (then MTP off), the K/V
-    cache types, the context, experts in RAM (MoE), the engine's fit (for a plan that places
-    weights itself), and whole layers on the CPU (``-ngl N``). Ranked: the changes that fit
-    with every layer on the GPU first, cheapest lever first (``LEVER_COST``); then those that
-    fit only with layers on the CPU, fewest first; then the rest, closest first. Each message
-    says ``<change>: fits, N MiB spare`` / ``fits with K of L layers on the CPU`` / ``still N
-    MiB short``. Empty for a CPU target.
+    The levers are ``core.levers.fit_levers``. Ranked (``levers.rank_key``): the changes that
+    fit first, fastest first, then the most memory spare, cheapest lever first; then those that
+    do not fit, closest first. Each message says ``<change>: <what it buys> — fits, N MiB
+    spare`` / ``fits with K layers on the CPU`` / ``still N MiB short``. Empty for a CPU target.
     """
     if resolved.cpu_only:
         return []
-    plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
-    facts, model = resolved.profile.memory, pctx.model
-    dev, host, w = target.device, target.host, pctx.weights
-    out: list[FitSuggestion] = []
-    for choice in desktop_choices(resolved.plan, pctx):
-        if choice.reclaim is resolved.plan.desktop or choice.reclaim is DesktopReclaim.NONE:
-            continue
-        if choice.desktop_bytes >= dev.desktop_bytes:
-            continue
-        words = _RECLAIM_WORDS[choice.reclaim]
-        lever = f"desktop:{choice.reclaim.value}"
-        out.append(_try(resolved, {"desktop": choice.reclaim.value}, words, lever))
-    if resolved.mtp.active:
-        depths: list[tuple[dict[str, object], str]] = [
-            ({"mtp.draft_max": d}, f"draft max {d}") for d in range(plan.mtp.draft_max - 1, 0, -1)
-        ]
-        depths.append(({"mtp.enabled": False}, "MTP off"))
-        if (s := _first_good(resolved, depths, "draft")) is not None:
-            out.append(s)
-    caches: list[tuple[dict[str, object], str]] = [
-        (c, f"K/V cache {c['runtime.cache_type_k']}/{c['runtime.cache_type_v']}")
-        for c in cache_type_options(plan)
-    ]
-    if (s := _first_good(resolved, caches, "cache")) is not None:
-        out.append(s)
-    if (s := _context_lever(resolved)) is not None:
-        out.append(s)
-    if resolved.devices is not None:  # several devices: the split is the placement lever
-        out += _split_levers(resolved)
-        if plan.runtime.moe is not MoePlacement.FIT:
-            out.append(
-                _try(
-                    resolved,
-                    {
-                        "runtime.moe": MoePlacement.FIT.value,
-                        "runtime.n_gpu_layers": None,
-                        "split.tensor_split": None,
-                    },
-                    "let the engine's fit place the weights over the devices",
-                    "engine-fit",
-                )
-            )
-        return _ranked(resolved, out)
-    if model.is_moe:
-        experts = fewest_cpu_expert_layers(plan, model, dev, facts, host, w)
-        if experts.changes.get("runtime.moe") == MoePlacement.N_CPU_MOE.value:
-            short = (
-                f"--n-cpu-moe {experts.plan.runtime.n_cpu_moe} (fewest expert layers on the CPU)"
-            )
-            out.append(replace(experts, message=f"{experts.message}: {experts.outcome()}",
-                               lever="experts", label=short))  # fmt: skip
-    if plan.runtime.moe is not MoePlacement.FIT:
-        out.append(
-            _try(
-                resolved,
-                {"runtime.moe": MoePlacement.FIT.value, "runtime.n_gpu_layers": None},
-                "let the engine's fit place the weights",
-                "engine-fit",
-            )
-        )
-    layers = fewest_cpu_layers(plan, model, dev, facts, host, w)
-    if layers.cpu_layers or not layers.fits:  # else it is the experts lever's --cpu-moe
-        short = f"-ngl {layers.changes.get('runtime.n_gpu_layers')} (fewest layers on the CPU)"
-        out.append(replace(layers, message=f"{layers.message}: {layers.outcome()}",
-                           label=short))  # fmt: skip
-    return _ranked(resolved, out)
-
-
-def _ranked(resolved: ResolvedPlan, out: list[FitSuggestion]) -> list[FitSuggestion]:
-    """The levers' answers with what each buys in words, ranked by ``_rank``."""
+    out = levers.fit_levers(lever_bench(resolved))
     now = plan_standing(resolved)
     ranked = []
-    for s in (_keep_auto(resolved.plan, s) for s in out):
+    for s in out:
         then = suggestion_standing(s, resolved)
-        ranked.append((_rank(s, then), _with_gain(s, now, then)))
+        ranked.append((levers.rank_key(s, then), levers.with_gain(s, now, then)))
     return [s for _, s in sorted(ranked, key=lambda pair: pair[0])]
-
-
-def device_layer_counts(budget: Budget) -> list[int]:
-    """Slots per device of a split budget (its blocks, and the output layer on its device)."""
-    split = budget.split
-    if split is None:
-        return []
-    sp = split.placement
-    return [
-        len(sp.device_blocks(i)) + (1 if sp.output_device == i else 0)
-        for i in range(len(budget.devices))
-    ]
-
-
-def _split_levers(resolved: ResolvedPlan) -> list[FitSuggestion]:
-    """For each device that is short, the fewest layers moved to the device with the most room
-    (``-ts``): ``move N layers from CUDA0 to CUDA1``."""
-    budget = budget_for(resolved)
-    counts = device_layer_counts(budget)
-    devices = budget.devices
-    out: list[FitSuggestion] = []
-    for src, dev in enumerate(devices):
-        if dev.fits is not False or counts[src] <= 1:
-            continue
-        room = [(d.free_bytes or 0, i) for i, d in enumerate(devices) if i != src and d.fits]
-        if not room:
-            continue
-        dst = max(room)[1]
-        last: FitSuggestion | None = None
-        for k in range(1, counts[src]):
-            split = list(counts)
-            split[src] -= k
-            split[dst] += k
-            label = (
-                f"move {k} layer{'s' * (k != 1)} from {dev.id} to {devices[dst].id} "
-                f"(-ts {','.join(str(x) for x in split)})"
-            )
-            last = _try(resolved, {"split.tensor_split": split}, label, "split")
-            if last.fits:
-                break
-        if last is not None:
-            out.append(last)
-    return out
-
-
-def _keep_auto(user: Plan, s: FitSuggestion) -> FitSuggestion:
-    """A lever's plan keeps what the user left on auto (MTP): it was planned from the
-    effective plan, whose MTP is decided; only a lever that turns MTP off changes it."""
-    if user.mtp.enabled is not None or "mtp.enabled" in s.changes:
-        return s
-    mtp = s.plan.mtp.model_copy(update={"enabled": None})
-    return replace(s, plan=s.plan.model_copy(update={"mtp": mtp}))
-
-
-def _rank(s: FitSuggestion, then: Standing) -> tuple[float, ...]:
-    """What fits first, fastest first (``core.advice.speed_key``: the speed estimate), then
-    the most memory spare, then the cheapest lever; what does not fit after, closest first."""
-    cost = LEVER_COST.get(s.lever, len(LEVER_COST))
-    if not s.fits:
-        return (1.0, float(s.short_bytes), float(cost))
-    return (0.0, *(-k for k in speed_key(then)), -float(s.spare_bytes), float(cost))
 
 
 LLVMPIPE_DESKTOP_BYTES = 130 * MIB

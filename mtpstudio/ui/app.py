@@ -42,12 +42,12 @@ def ensure_application() -> QApplication:
 def demo_plan() -> Plan:
     """The demo: the demo model card on the catalogue RTX 4070 SUPER, with the published MTP
     setup when the memory model says it fits that card (else the Plan's defaults)."""
-    from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.planning import PlanningContext, machine_for, published_demo_plan
+    from mtpstudio.core.planning import machine_for, published_demo_plan
+    from mtpstudio.core.usecases.planning_context import planning_context_for
 
     plan = Plan(device=DEFAULT_GPU_CARD)
     try:
-        pctx = PlanningContext(machine_for(None), load_model_info(plan.model))
+        pctx = planning_context_for(plan, machine_for(None))
     except MtpStudioError:
         return plan  # the card's header cannot be built: the plain defaults still work
     return published_demo_plan(plan, pctx)[0]

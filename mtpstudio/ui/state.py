@@ -39,6 +39,7 @@ from mtpstudio.core.planning import (
     machine_for,
     resolve,
 )
+from mtpstudio.core.usecases.planning_context import planning_context_for
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 
@@ -374,8 +375,8 @@ class WizardState(QObject):
         wanted = self._plan.draft.path
         draft = self.draft_info if wanted is not None and wanted == self.draft_path else None
         if self._context is None or self._context.draft_model is not draft:
-            self._context = PlanningContext(
-                self.machine(), self.model_info, draft, speed=self.speed_inputs
+            self._context = planning_context_for(
+                self._plan, self.machine(), self.model_info, draft=draft, speed=self.speed_inputs
             )
         return self._context
 

@@ -33,6 +33,24 @@ def test_low_acceptance_proposes_fewer_drafts_then_off() -> None:
     assert [x.changes for x in diagnose(r, one)[0].remedies] == [{"mtp.enabled": False}]
 
 
+def test_a_fixed_draft_still_gets_draft_fewer() -> None:
+    """min = max is the state the graphs-recapture finding recommends; "draft fewer" lowers
+    both (it was dropped as an invalid plan: draft min above draft max)."""
+    r = report(rows=[[(16, 10, 5, 100.0)]])  # 50 % accepted
+    fixed = plan_with(Plan(), {"mtp.draft_max": 3, "mtp.draft_min": 3})
+    (finding,) = diagnose(r, fixed)
+    assert finding.code == "low-acceptance"
+    assert [(x.label, x.changes) for x in finding.remedies] == [
+        ("draft fewer tokens (3 -> 2)", {"mtp.draft_max": 2, "mtp.draft_min": 2}),
+        ("turn MTP off", {"mtp.enabled": False}),
+    ]
+    assert finding.remedies[0].apply(fixed).mtp.draft_max == 2
+    assert finding.to_dict()["remedies"][0] == {
+        "label": "draft fewer tokens (3 -> 2)",
+        "plan_changes": {"mtp.draft_max": 2, "mtp.draft_min": 2},
+    }
+
+
 def test_no_drafts_flagged_first() -> None:
     r = report(rows=[[(16, 0, 0, 100.0)]])
     (finding,) = diagnose(r, Plan())

@@ -28,7 +28,7 @@ def test_real_upstream_kv_oom_on_the_cpu() -> None:
     assert d.cause == (
         "The server ran out of memory allocating the KV cache (131,072.00 MiB) in system RAM."
     )
-    titles = [f.title for f in d.fixes]
+    titles = [f.label for f in d.fixes]
     assert titles[0] == "halve the context to 2097152 tokens"
     assert titles[1] == "quantize the KV cache to q8_0"
     assert not any("margin" in t for t in titles)  # a CPU plan has no GPU margin
@@ -43,7 +43,7 @@ def test_fixes_are_ranked_by_the_buffer_that_failed() -> None:
     rs = [f.changes for f in oom_fixes(p, "recurrent_state")]
     assert rs[0] == {"runtime.parallel": 1}
     assert rs[1] == {"mtp.draft_max": 2}
-    weights = [f.title for f in oom_fixes(p, "weights", n_layer=40)]
+    weights = [f.label for f in oom_fixes(p, "weights", n_layer=40)]
     assert weights[0] == "keep the experts of 4 layers on the CPU"
     compute = [f.changes for f in oom_fixes(p, "compute")]
     assert compute[0] == {"runtime.fit_margin_mib": 1024 + 256}
@@ -52,12 +52,12 @@ def test_fixes_are_ranked_by_the_buffer_that_failed() -> None:
 def test_no_fix_that_changes_nothing() -> None:
     p = plan(**{"runtime.parallel": 1, "mtp.enabled": False, "runtime.moe": "all_cpu",
                 "runtime.ctx": 256, "runtime.cache_type_k": "q4_0"})  # fmt: skip
-    titles = [f.title for f in oom_fixes(p, "kv_cache")]
+    titles = [f.label for f in oom_fixes(p, "kv_cache")]
     assert titles == ["raise the safety margin to 1280 MiB"]
 
 
 def test_dense_model_gets_no_expert_fix() -> None:
-    assert not any("experts" in f.title for f in oom_fixes(plan(), "weights", moe=False))
+    assert not any("experts" in f.label for f in oom_fixes(plan(), "weights", moe=False))
 
 
 def test_mtp_without_layers_says_drafting_is_unavailable() -> None:

@@ -252,7 +252,7 @@ def test_the_seeds_setup_ranks_the_reclaim_that_moves_experts_first(
     assert speeds == sorted(speeds, reverse=True)  # the estimate ranks them
     llvmpipe = next(s for s in ranked if s.lever == "desktop:llvmpipe")
     assert llvmpipe.faster and re.fullmatch(
-        r"\d+ more expert layers? on the GPU, MTP kept, ≈ \+[\d.]+ % tok/s", llvmpipe.gain
+        r"\d+ more expert layers? on the GPU, MTP kept, ≈ \+[\d.]+ % tok/s", llvmpipe.buys
     )
     first = page.levers_menu.actions()[0].text()
     assert first.endswith("MiB spare") and "\tfits, " in first  # spare: the second column

@@ -9,7 +9,8 @@ from mtpstudio.core.bench.ab import GRAPHS_OFF_ENV, ABReport
 from mtpstudio.core.bench.results import DEPTH_ACCEPT_FLOOR, BenchReport, VramPeak
 from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.plan import CacheType, Plan, plan_with
+from mtpstudio.core.levers import MTP_OFF, PlanChange, draft_depth, half_context, kv_cache
+from mtpstudio.core.plan import CacheType, Plan
 
 LOW_ACCEPTANCE = 0.60
 VRAM_FULL = 0.95
@@ -25,15 +26,13 @@ _QUANTIZED_KV = {
 }
 
 
-@dataclass(frozen=True)
-class Remedy:
-    """One Plan change that addresses a finding (``plan_with`` dotted keys)."""
+def remedy_json(remedy: PlanChange) -> dict[str, Any]:
+    """A remedy as the benchmark's JSON holds it."""
+    return {"label": remedy.label, "plan_changes": dict(remedy.changes)}
 
-    label: str
-    changes: dict[str, Any]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "plan_changes": dict(self.changes)}
+def _mtp_off() -> PlanChange:
+    return PlanChange("turn MTP off", dict(MTP_OFF), "draft")
 
 
 @dataclass(frozen=True)
@@ -42,24 +41,24 @@ class Finding:
 
     code: str
     message: str
-    remedies: tuple[Remedy, ...] = field(default_factory=tuple)
+    remedies: tuple[PlanChange, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "code": self.code,
             "message": self.message,
-            "remedies": [r.to_dict() for r in self.remedies],
+            "remedies": [remedy_json(r) for r in self.remedies],
         }
 
 
-def _valid(plan: Plan | None, remedies: list[Remedy]) -> tuple[Remedy, ...]:
+def _valid(plan: Plan | None, remedies: list[PlanChange]) -> tuple[PlanChange, ...]:
     """Keep only remedies that make a valid Plan (all of them when there is no plan)."""
     if plan is None:
         return tuple(remedies)
     kept = []
     for remedy in remedies:
         try:
-            plan_with(plan, remedy.changes)
+            remedy.apply(plan)
         except PlanError:
             continue
         kept.append(remedy)
@@ -71,15 +70,16 @@ def check_acceptance(report: BenchReport, plan: Plan | None) -> Finding | None:
     if rate is None or rate >= LOW_ACCEPTANCE:
         return None
     remedies = []
-    draft_max = plan.mtp.draft_max if plan is not None else None
-    if draft_max is not None and draft_max > 1:
+    if plan is not None and plan.mtp.draft_max > 1:
+        draft_max = plan.mtp.draft_max
         remedies.append(
-            Remedy(
+            PlanChange(
                 f"draft fewer tokens ({draft_max} -> {draft_max - 1})",
-                {"mtp.draft_max": draft_max - 1},
+                draft_depth(plan, draft_max - 1),
+                "draft",
             )
         )
-    remedies.append(Remedy("turn MTP off", {"mtp.enabled": False}))
+    remedies.append(_mtp_off())
     return Finding(
         "low-acceptance",
         f"Draft acceptance is {rate:.1%} (below {LOW_ACCEPTANCE:.0%}): most drafted tokens are "
@@ -108,14 +108,18 @@ def check_depth(report: BenchReport, plan: Plan | None) -> Finding | None:
     remedies = []
     if depth < drafted:
         message += f", the plan drafts {drafted}."
-        remedies.append(Remedy(f"draft {depth} tokens ({drafted} -> {depth})",
-                               {"mtp.draft_max": depth}))  # fmt: skip
+        changes = draft_depth(plan, depth) if plan is not None else {"mtp.draft_max": depth}
+        remedies.append(
+            PlanChange(f"draft {depth} tokens ({drafted} -> {depth})", changes, "draft")
+        )
     elif depth == drafted and rates and rates[-1] >= DEPTH_ACCEPT_FLOOR:
         message += (
             f"; even the last position holds up: a deeper draft ({drafted + 1}) may pay, "
             "measure it."
         )
-        remedies.append(Remedy(f"draft {drafted + 1} tokens", {"mtp.draft_max": drafted + 1}))
+        remedies.append(
+            PlanChange(f"draft {drafted + 1} tokens", {"mtp.draft_max": drafted + 1}, "draft")
+        )
     else:
         message += "."
     return Finding("draft-depth", message, _valid(plan, remedies))
@@ -126,37 +130,39 @@ def check_vram(peaks: list[VramPeak], plan: Plan | None) -> Finding | None:
     if not full:
         return None
     worst = max(full, key=lambda p: p.fraction)
-    remedies: list[Remedy] = []
+    remedies: list[PlanChange] = []
     if plan is not None:
-        ctx = max(256, (plan.runtime.ctx // 2) // 256 * 256)
+        ctx = half_context(plan.runtime.ctx)
         if ctx < plan.runtime.ctx:
             remedies.append(
-                Remedy(f"halve the context ({plan.runtime.ctx} -> {ctx})", {"runtime.ctx": ctx})
+                PlanChange(
+                    f"halve the context ({plan.runtime.ctx} -> {ctx})",
+                    {"runtime.ctx": ctx},
+                    "context",
+                )
             )
         kv = (plan.runtime.cache_type_k, plan.runtime.cache_type_v)
         if not all(t in _QUANTIZED_KV for t in kv):
             remedies.append(
-                Remedy(
-                    "quantize the KV cache to q8_0",
-                    {
-                        "runtime.cache_type_k": "q8_0",
-                        "runtime.cache_type_v": "q8_0",
-                        "runtime.flash_attn": "on",
-                    },
-                )
+                PlanChange("quantize the KV cache to q8_0", kv_cache(CacheType.Q8_0), "cache")
             )
         margin = plan.runtime.fit_margin_mib + 512
         remedies.append(
-            Remedy(f"raise the fit margin to {margin} MiB", {"runtime.fit_margin_mib": margin})
+            PlanChange(
+                f"raise the fit margin to {margin} MiB",
+                {"runtime.fit_margin_mib": margin},
+                "margin",
+            )
         )
     else:
         remedies = [
-            Remedy("lower the context", {"runtime.ctx": 16384}),
-            Remedy(
+            PlanChange("lower the context", {"runtime.ctx": 16384}, "context"),
+            PlanChange(
                 "quantize the KV cache to q8_0",
-                {"runtime.cache_type_k": "q8_0", "runtime.cache_type_v": "q8_0"},
+                kv_cache(CacheType.Q8_0, flash_attn=False),
+                "cache",
             ),
-            Remedy("raise the fit margin", {"runtime.fit_margin_mib": 1536}),
+            PlanChange("raise the fit margin", {"runtime.fit_margin_mib": 1536}, "margin"),
         ]
     return Finding(
         "vram-full",
@@ -180,9 +186,10 @@ def check_graphs_control(ab: ABReport, plan: Plan | None) -> Finding | None:
         and plan.mtp.draft_min < plan.mtp.draft_max
     ):
         remedies.append(
-            Remedy(
+            PlanChange(
                 "draft a fixed number of tokens (steady graph shapes)",
                 {"mtp.draft_min": plan.mtp.draft_max},
+                "draft",
             )
         )
     return Finding(
@@ -213,11 +220,14 @@ def check_mtp_slower(ab: ABReport, plan: Plan | None) -> Finding | None:
     how = f"{ratio:.1f}× slower than" if ratio >= 1.5 else f"{slower_pct:.0f} % slower than"
     rate = on.aggregate_accept_rate
     accepted = f", {rate:.0%} of the drafts accepted" if rate is not None else ""
-    remedies: list[Remedy] = []
-    draft_max = plan.mtp.draft_max if plan is not None else None
-    if draft_max is not None and draft_max > 1:
-        remedies.append(Remedy(f"draft fewer tokens ({draft_max} -> 1)", {"mtp.draft_max": 1}))
-    remedies.append(Remedy("turn MTP off", {"mtp.enabled": False}))
+    remedies: list[PlanChange] = []
+    if plan is not None and plan.mtp.draft_max > 1:
+        remedies.append(
+            PlanChange(
+                f"draft fewer tokens ({plan.mtp.draft_max} -> 1)", draft_depth(plan, 1), "draft"
+            )
+        )
+    remedies.append(_mtp_off())
     return Finding(
         "mtp-slower",
         f"Drafting made it slower: {on.label} ran {how} {off.label} ({on.tok_s:.2f} vs "
@@ -245,7 +255,10 @@ def check_p_min(report: BenchReport, plan: Plan | None) -> Finding | None:
         "p-min-low",
         f"Draft p-min is {plan.mtp.draft_p_min:g}: drafts the model is unsure of are verified "
         f"anyway; {P_MIN_FLOOR} is the usual choice for MTP.",
-        _valid(plan, [Remedy(f"set p-min to {P_MIN_FLOOR}", {"mtp.draft_p_min": P_MIN_FLOOR})]),
+        _valid(
+            plan,
+            [PlanChange(f"set p-min to {P_MIN_FLOOR}", {"mtp.draft_p_min": P_MIN_FLOOR}, "p-min")],
+        ),
     )
 
 
@@ -258,7 +271,7 @@ def diagnose(
         remedies = []
         offer = profile_for(plan.engine.flavour).bench.drafting_off_remedy if plan else None
         if offer is not None:
-            remedies.append(Remedy(offer[0], dict(offer[1])))
+            remedies.append(PlanChange(offer[0], dict(offer[1]), "engine"))
         findings.append(
             Finding(
                 "drafting-off",

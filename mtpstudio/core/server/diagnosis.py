@@ -8,9 +8,17 @@ from enum import StrEnum
 from typing import Any
 
 from mtpstudio.core.errors import PlanError
+from mtpstudio.core.levers import (
+    MTP_OFF,
+    PlanChange,
+    draft_depth,
+    experts_on_cpu,
+    half_context,
+    kv_cache,
+)
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.outside_text import visible
-from mtpstudio.core.plan import MIN_CTX, CacheType, MoePlacement, Plan, plan_with
+from mtpstudio.core.plan import MIN_CTX, CacheType, MoePlacement, Plan
 from mtpstudio.core.server.health import HealthResult, HealthState
 from mtpstudio.core.server.load_log import LoadReport
 from mtpstudio.core.server.process import ProcessOutcome
@@ -35,19 +43,9 @@ class CauseKind(StrEnum):
     EXITED = "exited"
 
 
-@dataclass(frozen=True)
-class Fix:
-    """One Plan change: what to do, why, and the ``plan_with`` changes that do it."""
-
-    title: str
-    changes: dict[str, Any]
-    why: str
-
-    def apply(self, plan: Plan) -> Plan:
-        return plan_with(plan, self.changes)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"title": self.title, "changes": dict(self.changes), "why": self.why}
+def fix_json(fix: PlanChange) -> dict[str, Any]:
+    """A fix as the diagnosis's JSON holds it: its title, changes and why it helps."""
+    return {"title": fix.label, "changes": dict(fix.changes), "why": fix.buys}
 
 
 @dataclass(frozen=True)
@@ -57,14 +55,14 @@ class Diagnosis:
     kind: CauseKind
     cause: str
     evidence: tuple[str, ...] = ()
-    fixes: tuple[Fix, ...] = field(default=())
+    fixes: tuple[PlanChange, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind.value,
             "cause": self.cause,
             "evidence": list(self.evidence),
-            "fixes": [f.to_json() for f in self.fixes],
+            "fixes": [fix_json(f) for f in self.fixes],
         }
 
     def render(self) -> str:
@@ -77,7 +75,7 @@ class Diagnosis:
             lines.append("What to change in the plan (most likely to help first):")
             for i, fix in enumerate(self.fixes, 1):
                 changes = ", ".join(f"{k}={v}" for k, v in fix.changes.items())
-                lines.append(f"  {i}. {fix.title} ({changes}): {fix.why}")
+                lines.append(f"  {i}. {fix.label} ({changes}): {fix.buys}")
         return "\n".join(lines)
 
 
@@ -85,45 +83,45 @@ class Diagnosis:
 # fixes for an out-of-memory load
 
 
-def _margin(plan: Plan) -> Fix:
+def _margin(plan: Plan) -> PlanChange:
     new = plan.runtime.fit_margin_mib + MARGIN_STEP_MIB
-    return Fix(
+    return PlanChange(
         f"raise the safety margin to {new} MiB",
         {"runtime.fit_margin_mib": new},
+        "margin",
         "the engine's fit then leaves more room for buffers it sizes late (compute, CUDA "
         "context) and for memory the desktop takes meanwhile",
     )
 
 
-def _ctx(plan: Plan) -> Fix | None:
+def _ctx(plan: Plan) -> PlanChange | None:
     ctx = plan.runtime.ctx
     if ctx <= MIN_CTX:
         return None
-    new = max(MIN_CTX, (ctx // 2) // 256 * 256)
-    return Fix(
+    new = half_context(ctx)
+    return PlanChange(
         f"halve the context to {new} tokens",
         {"runtime.ctx": new},
+        "context",
         "the KV cache (and a draft context's KV cache) grows with the context"
         if plan.mtp.enabled is not False or plan.draft.path is not None
         else "the KV cache grows with the context",
     )
 
 
-def _draft_depth(plan: Plan) -> Fix | None:
+def _draft_depth(plan: Plan) -> PlanChange | None:
     if plan.mtp.enabled is False or plan.mtp.draft_max <= 1:
         return None
     new = max(1, plan.mtp.draft_max - 1)
-    changes: dict[str, Any] = {"mtp.draft_max": new}
-    if plan.mtp.draft_min > new:
-        changes["mtp.draft_min"] = new
-    return Fix(
+    return PlanChange(
         f"lower the draft depth to {new}",
-        changes,
+        draft_depth(plan, new),
+        "draft",
         "upstream keeps one recurrent-state copy per drafted token, and the outputs grow too",
     )
 
 
-def _quantize_kv(plan: Plan) -> Fix | None:
+def _quantize_kv(plan: Plan) -> PlanChange | None:
     rt = plan.runtime
     if rt.cache_type_k in (CacheType.Q4_0, CacheType.Q4_1, CacheType.IQ4_NL):
         return None
@@ -131,26 +129,27 @@ def _quantize_kv(plan: Plan) -> Fix | None:
         new = CacheType.Q4_0
     else:
         new = _QUANTIZED_KV
-    return Fix(
+    return PlanChange(
         f"quantize the KV cache to {new.value}",
-        {"runtime.cache_type_k": new.value, "runtime.cache_type_v": new.value,
-         "runtime.flash_attn": "on"},
+        kv_cache(new),
+        "cache",
         f"{new.value} takes {'about half' if new is _QUANTIZED_KV else 'about a third less'} "
         "the memory per token (a quantized V cache needs flash attention)",
     )  # fmt: skip
 
 
-def _parallel(plan: Plan) -> Fix | None:
+def _parallel(plan: Plan) -> PlanChange | None:
     if plan.runtime.parallel == 1:
         return None
-    return Fix(
+    return PlanChange(
         "serve one slot (--parallel 1)",
         {"runtime.parallel": 1},
+        "slots",
         "each slot has its own recurrent state (multiplied again by MTP) and output buffer",
     )
 
 
-def _experts(plan: Plan, n_layer: int | None) -> Fix | None:
+def _experts(plan: Plan, n_layer: int | None) -> PlanChange | None:
     rt = plan.runtime
     if rt.moe is MoePlacement.ALL_CPU:
         return None
@@ -160,9 +159,10 @@ def _experts(plan: Plan, n_layer: int | None) -> Fix | None:
         return None
     if n_layer is not None:
         new = min(new, n_layer)
-    return Fix(
+    return PlanChange(
         f"keep the experts of {new} layers on the CPU",
-        {"runtime.moe": "n_cpu_moe", "runtime.n_cpu_moe": new},
+        experts_on_cpu(new),
+        "experts",
         "expert weights are most of a MoE model; in system RAM they cost speed, not VRAM",
     )
 
@@ -181,13 +181,13 @@ _BY_FAILURE: dict[str, tuple[str, ...]] = {
 
 def oom_fixes(
     plan: Plan, failed: str, n_layer: int | None = None, *, moe: bool = True
-) -> tuple[Fix, ...]:
+) -> tuple[PlanChange, ...]:
     """Fixes for an allocation failure of ``failed`` (a buffer kind), most likely first.
 
     Only changes that produce a valid, different Plan are offered; no expert placement for a
     dense model (``moe`` False) and no GPU margin for a CPU-only plan.
     """
-    makers: dict[str, Callable[[], Fix | None]] = {
+    makers: dict[str, Callable[[], PlanChange | None]] = {
         "margin": lambda: _margin(plan),
         "ctx": lambda: _ctx(plan),
         "draft": lambda: _draft_depth(plan),
@@ -195,7 +195,7 @@ def oom_fixes(
         "parallel": lambda: _parallel(plan),
         "experts": lambda: _experts(plan, n_layer),
     }
-    fixes: list[Fix] = []
+    fixes: list[PlanChange] = []
     skip = {"experts"} if not moe else set()
     if plan.device == "cpu":
         skip.add("margin")
@@ -274,8 +274,8 @@ def diagnose(
             f"The server could not listen on {plan.server.host}:{plan.server.port}: another "
             "program took the port.",
             tuple(line for line in report.error_lines if "bind" in line),
-            (Fix("use another port", {"server.port": plan.server.port + 1},
-                 "or stop the program that holds it"),),
+            (PlanChange("use another port", {"server.port": plan.server.port + 1}, "port",
+                        "or stop the program that holds it"),),
         )  # fmt: skip
     dropped = [d for d in report.drafting_disabled if "failed to create MTP" not in d]
     one_slot = [d for d in report.drafting_disabled if "slot" in d]
@@ -285,16 +285,20 @@ def diagnose(
             f"The engine drafts with one server slot only and refused to start with "
             f"{plan.runtime.parallel}.",
             tuple(one_slot),
-            (Fix("serve one slot (--parallel 1)", {"runtime.parallel": 1},
-                 "this engine drafts (MTP or a draft model) with a single slot"),
-             Fix("turn MTP off", {"mtp.enabled": False}, "then several slots can serve")),
+            (PlanChange("serve one slot (--parallel 1)", {"runtime.parallel": 1}, "slots",
+                        "this engine drafts (MTP or a draft model) with a single slot"),
+             PlanChange("turn MTP off", dict(MTP_OFF), "draft", "then several slots can serve")),
         )  # fmt: skip
     if report.drafting_disabled and not report.loaded:
         return Diagnosis(
             CauseKind.DRAFTING_UNAVAILABLE,
             "The engine refused to start drafting: the model has no MTP layer this engine can use.",
             tuple(report.drafting_disabled),
-            (Fix("turn MTP off", {"mtp.enabled": False}, "the model then runs without drafting"),),
+            (
+                PlanChange(
+                    "turn MTP off", dict(MTP_OFF), "draft", "the model then runs without drafting"
+                ),
+            ),
         )
     bad_arg = next(
         (e for e in report.error_lines if "invalid argument" in e or "error: " in e.lower()),
@@ -354,7 +358,11 @@ def diagnose(
             CauseKind.DRAFTING_UNAVAILABLE,
             "The server runs, but without drafting: the engine disabled it.",
             tuple(dropped),
-            (Fix("turn MTP off", {"mtp.enabled": False}, "the plan then says what really runs"),),
+            (
+                PlanChange(
+                    "turn MTP off", dict(MTP_OFF), "draft", "the plan then says what really runs"
+                ),
+            ),
         )
     return Diagnosis(
         CauseKind.EXITED,

@@ -26,7 +26,6 @@ from mtpstudio.core.model.catalog.gpus import gpu_card
 from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
 from mtpstudio.core.planning import (
     MachineFacts,
-    PlanningContext,
     ResolvedPlan,
     budget_for,
     launch_spec_for,
@@ -52,6 +51,7 @@ from mtpstudio.core.server.state import (
     prune_stale,
     remove_state,
 )
+from mtpstudio.core.usecases.planning_context import planning_context_for
 
 __all__ = [
     "LaunchResult",
@@ -109,7 +109,7 @@ def resolve_launch(
     facts = launch_machine(build, machine)
     if card_not_here(plan, facts) is not None:
         plan = plan_with(plan, {"device": "auto"})
-    pctx = PlanningContext(facts, model, draft)
+    pctx = planning_context_for(plan, facts, model, draft=draft)
     return path, resolve(plan, pctx)
 
 

@@ -183,4 +183,4 @@ def _hint(diagnosis: Diagnosis | None, log: Path) -> str:
     if first is None:
         return f"Read the log: {log}."
     changes = ", ".join(f"{k}={v}" for k, v in first.changes.items())
-    return f"Try: {first.title} ({changes}). Full log: {log}."
+    return f"Try: {first.label} ({changes}). Full log: {log}."

@@ -29,13 +29,12 @@ from mtpstudio.core.bench.tune_report import save_tune
 from mtpstudio.core.bench.tune_space import TuneSpace, default_space
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import CacheType, Plan
 from mtpstudio.core.planning import MachineFacts, PlanningContext, SpeedInputs, resolve
 from mtpstudio.core.usecases.launch import find_build, launch_machine
 from mtpstudio.core.usecases.plan_server import PlanServerLauncher
+from mtpstudio.core.usecases.planning_context import planning_context_for
 
 __all__ = [
     "DRAFTING_KNOBS",
@@ -95,11 +94,8 @@ def tune_setup(
         MtpStudioError: no build, an unreadable model, or a plan that cannot be resolved.
     """
     build = find_build(plan)
-    info = model if model is not None else load_model_info(plan.model)
-    draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
-    pctx = PlanningContext(
-        launch_machine(build, machine), info, draft, speed=speed or SpeedInputs()
-    )
+    pctx = planning_context_for(plan, launch_machine(build, machine), model, speed=speed)
+    info = pctx.model
     gpu = not resolve(plan, pctx).cpu_only
     space = default_space(plan, info, gpu=gpu, cpu_count=os.cpu_count(), kv_types=kv_types)
     wanted = dict(overrides or {})

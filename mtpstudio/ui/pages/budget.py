@@ -60,7 +60,7 @@ _COMPACT = (
 def lever_entry(s: FitSuggestion) -> str:
     """A menu line: the change and what it does to speed, then (a right-aligned second
     column) what memory it leaves; compact, the whole sentence is the entry's tooltip."""
-    head = f"{s.label}: {s.gain}" if s.gain else s.label
+    head = f"{s.label}: {s.buys}" if s.buys else s.label
     tail = s.outcome()
     for pattern, short in _COMPACT:
         head, tail = pattern.sub(short, head), pattern.sub(short, tail)
@@ -448,7 +448,7 @@ class BudgetPage(PlanPage):
             self.faster_label.setVisible(False)
             return
         shown = " · ".join(
-            f"{i}. {s.label}: {s.gain} ({s.outcome()})" for i, s in enumerate(faster[:3], 1)
+            f"{i}. {s.label}: {s.buys} ({s.outcome()})" for i, s in enumerate(faster[:3], 1)
         )
         text = f"Faster for this plan, best first: {shown}. Every lever… applies one."
         self.faster_label.setText(text)

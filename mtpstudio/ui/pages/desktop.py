@@ -384,7 +384,7 @@ class DesktopPage(PlanPage):
         usable = [s for s in ranked if self.rows[DesktopReclaim(s.lever[8:])].option.available]
         for i, s in enumerate(usable, 1):  # what cannot be done here is not offered
             kind = DesktopReclaim(s.lever.removeprefix("desktop:"))
-            what = s.gain or "no layer moves"
+            what = s.buys or "no layer moves"
             self.rows[kind].detail.setText(
                 f"<b>For this plan: {what} ({s.outcome()}).</b> "
                 f"{self.rows[kind].option.cost} {self.rows[kind].option.detail}"

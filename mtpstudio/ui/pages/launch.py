@@ -446,7 +446,7 @@ class LaunchPage(PlanPage):
         self.problem.show_problem(diagnosis.cause, details, tone)
         self._clear_fixes()
         for fix in diagnosis.fixes:
-            self._add_fix_button(fix.title, fix.changes, fix.why)
+            self._add_fix_button(fix.label, fix.changes, fix.buys)
 
     def _clear_fixes(self) -> None:
         for button in self.fix_buttons:

@@ -175,11 +175,6 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def plan_from_args(args: argparse.Namespace) -> Plan:
-    """The Plan the options describe: the --plan file (or defaults) with given options applied."""
-    return plan_and_changes(args)[0]
-
-
 def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     """The Plan the options describe, and the dotted settings the options changed.
 

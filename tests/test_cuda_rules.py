@@ -19,6 +19,8 @@ from mtpstudio.core.memory.budget import Budget, compute_budget
 from mtpstudio.core.memory.cuda_rules import (
     CC_ADA_LOVELACE,
     CC_HOPPER,
+    CUBLAS_WORKSPACE,
+    CUBLAS_WORKSPACE_FROM_HOPPER,
     DEFAULT_FA_QUANTS,
     ENGINE_SOURCE,
     MATRIX_ROW_PADDING,
@@ -26,7 +28,6 @@ from mtpstudio.core.memory.cuda_rules import (
     CudaRules,
     FattnKernel,
     best_fattn_kernel,
-    cublas_workspace_bytes,
     cuda_rules_for,
     fattn_extra_bytes,
     graph_optimize,
@@ -385,11 +386,7 @@ def test_each_context_has_a_cublas_workspace_of_4_mib_or_32_from_hopper() -> Non
     )
     quote("ggml/src/ggml-cuda/common.cuh", "#define GGML_CUDA_CC_HOPPER          900")
     sizes = re.findall(r"(\d+) \* 1024 \* 1024", _excerpts()["ggml/src/ggml-cuda/common.cuh"][line])
-    assert [int(s) * MIB for s in sizes] == [
-        cublas_workspace_bytes(CC_HOPPER),
-        cublas_workspace_bytes(CC_ADA_LOVELACE),
-    ]
-    assert cublas_workspace_bytes((12, 0)) == 32 * MIB  # Blackwell is past Hopper
+    assert [int(s) * MIB for s in sizes] == [CUBLAS_WORKSPACE_FROM_HOPPER, CUBLAS_WORKSPACE]
 
 
 def _budget(card: str, **changes: object) -> tuple[TargetDevice, Budget]:

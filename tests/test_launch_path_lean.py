@@ -1,4 +1,5 @@
-"""The launch path stays lean: its own GGUF tables, no numpy/gguf/httpx, one CLI module."""
+"""The launch path stays lean: its own GGUF tables, no numpy/gguf/httpx, one CLI module; and
+`mtpstudio --help` and a one-line error load none of the heavy libraries (start-up cost)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def test_the_format_tables_agree_with_the_gguf_package() -> None:
         if q in GGML_QUANT_SIZES
     } == ggml_types.TENSOR_TYPES
     assert {f.value: f.name for f in LlamaFileType} == ggml_types.FILE_TYPES
+    # the catalogue's quant types, named without gguf: gguf's ids for every type ggml sizes
+    assert {t.name: t.value for t in ggml_types.GGMLType} == {
+        q.name: q.value for q in GGMLQuantizationType if q in GGML_QUANT_SIZES
+    }
 
 
 def _subcommands(parser) -> set[str]:  # type: ignore[no-untyped-def]
@@ -113,3 +118,35 @@ def test_the_launch_path_imports_no_numpy_gguf_or_httpx(tiny_model) -> None:  # 
     )
     seen = _run(code)
     assert seen == {"heavy": [], "arch": "llama"}
+
+
+HEAVY = ("pydantic", "jinja2", "httpx", "numpy", "gguf", "PySide6", "psutil", "huggingface_hub")
+
+
+def _heavy_after(args: list[str]) -> dict[str, object]:
+    """Run ``mtpstudio ARGS`` in a fresh interpreter; the heavy libraries it loaded, its exit."""
+    code = (
+        "import json, runpy, sys\n"
+        f"sys.argv = ['mtpstudio', *{args!r}]\n"
+        "try:\n"
+        "    runpy.run_module('mtpstudio', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "print(json.dumps({'heavy': heavy, 'exit': code}))\n"
+    )
+    return _run(code)
+
+
+def test_help_loads_no_heavy_library() -> None:
+    """Every subcommand registers (argparse) without importing what its body runs."""
+    assert _heavy_after(["--help"]) == {"heavy": [], "exit": 0}
+    assert _heavy_after(["bench", "--help"]) == {"heavy": [], "exit": 0}
+
+
+def test_a_one_line_error_on_a_model_loads_only_the_plan_model(tmp_path: Path) -> None:
+    """Rejecting an empty GGUF reads the options and the file before the planner loads: of the
+    heavy libraries only pydantic (the Plan) is imported."""
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    assert _heavy_after(["plan", "--model", str(empty)]) == {"heavy": ["pydantic"], "exit": 2}

@@ -71,7 +71,7 @@ def test_an_acceptance_gives_back_itself_and_tokens_per_step(rate: float, depth:
     """accepted / drafted at the depth it was measured is what the model reproduces; a step
     yields between 1 and depth + 1 tokens, more with a deeper draft."""
     acc = Acceptance(rate, depth)
-    assert acc.rate_at(depth) == pytest.approx(rate, abs=1e-9)
+    assert acc.accepted_per_step(depth) / depth == pytest.approx(rate, abs=1e-9)
     assert acc.tokens_per_step(depth) == pytest.approx(1 + rate * depth, abs=1e-9)
     assert 1.0 <= acc.tokens_per_step(depth + 1) <= depth + 2
     assert acc.tokens_per_step(depth + 1) >= acc.tokens_per_step(depth)

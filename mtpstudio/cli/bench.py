@@ -9,40 +9,25 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.bench.ab import (
-    PRESETS,
-    ABReport,
-    ABVariant,
-    TargetOpener,
-    drafting_off_variant,
-    run_ab,
-    run_ab_rounds,
-)
-from mtpstudio.core.bench.client import BenchClient, CompletionSample
-from mtpstudio.core.bench.concurrency import ConcurrencyReport, run_concurrent
-from mtpstudio.core.bench.doctor import diagnose
-from mtpstudio.core.bench.gate import GateReport, gate_against
-from mtpstudio.core.bench.history import EXPORT_FORMATS, BenchHistory, export_entry
-from mtpstudio.core.bench.prompts import BenchPrompt, load_prompts, select
-from mtpstudio.core.bench.report import (
-    render_ab_text,
-    render_concurrency_text,
-    render_gate_text,
-    render_text,
-)
-from mtpstudio.core.bench.results import BenchReport, BenchSettings
-from mtpstudio.core.bench.runner import run_bench, utc_now
-from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
-from mtpstudio.core.bench.vram import VramSampler
+from mtpstudio.core.bench.choices import EXPORT_FORMATS, PRESET_NAMES
 from mtpstudio.core.errors import BenchError, MtpStudioError
 from mtpstudio.core.outside_text import visible
-from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_from_json
-from mtpstudio.core.planning import PlanningContext
-from mtpstudio.core.usecases.bench import conclude
-from mtpstudio.core.usecases.speed import with_estimate
+from mtpstudio.core.plan_choices import EngineFlavour
+
+if TYPE_CHECKING:  # the command's body imports what it runs: registering it stays light
+    from mtpstudio.core.bench.ab import ABReport, ABVariant, TargetOpener
+    from mtpstudio.core.bench.client import CompletionSample
+    from mtpstudio.core.bench.concurrency import ConcurrencyReport
+    from mtpstudio.core.bench.gate import GateReport
+    from mtpstudio.core.bench.history import BenchHistory
+    from mtpstudio.core.bench.prompts import BenchPrompt
+    from mtpstudio.core.bench.results import BenchReport, BenchSettings
+    from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
+    from mtpstudio.core.plan import Plan
+    from mtpstudio.core.planning import PlanningContext
 
 # The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
 DEFAULT_LAUNCHER: ServerLauncher | None = None
@@ -82,7 +67,7 @@ def register(sub: Any) -> None:
     vs.add_argument("--vs-url", metavar="URL2", help="A/B against this running server")
     vs.add_argument(
         "--preset",
-        choices=sorted(PRESETS),
+        choices=sorted(PRESET_NAMES),
         help="A/B preset on --plan: 'mtp' (MTP on vs off), 'graphs' (CUDA graphs control)",
     )
     p.add_argument(
@@ -147,6 +132,8 @@ def register(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> BenchSettings:
+    from mtpstudio.core.bench.results import BenchSettings
+
     if args.repeat < 1 or args.n_predict < 1 or args.concurrency < 1:
         raise BenchError("--repeat, --n-predict and --concurrency must be at least 1")
     return BenchSettings(n_predict=args.n_predict, repeats=args.repeat)
@@ -185,6 +172,9 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def _url_target(
     url: str, flavour: str, label: str, args: argparse.Namespace, key: str | None
 ) -> BenchTarget:
+    from mtpstudio.core.bench.client import BenchClient
+    from mtpstudio.core.bench.target import BenchTarget
+
     url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise BenchError(
@@ -215,6 +205,8 @@ class _Targets:
 
 @contextmanager
 def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
+    from mtpstudio.core.bench.ab import drafting_off_variant
+
     if args.url:
         key = _api_key(args)
         a = _url_target(args.url, args.engine_flavour, args.url, args, key)
@@ -259,6 +251,8 @@ class _Output:
     """Prints each result, stores it in the history and collects the --json document."""
 
     def __init__(self, history: BenchHistory | None) -> None:
+        from mtpstudio.core.bench.runner import utc_now
+
         self.history = history
         self.document: dict[str, Any] = {"started_at": utc_now()}
         self.failed = False
@@ -269,6 +263,7 @@ class _Output:
         """The machine and model of the plan a run benchmarked (its estimate goes beside it);
         None for a server without a plan, or a model that cannot be read here."""
         from mtpstudio.core.detect.report import detect_for
+        from mtpstudio.core.plan import plan_from_json
         from mtpstudio.core.planning import machine_for
         from mtpstudio.core.usecases.planning_context import planning_context_for
         from mtpstudio.core.usecases.speed import load_speed_inputs
@@ -287,6 +282,10 @@ class _Output:
         return self._contexts[key]
 
     def ab(self, ab: ABReport, plan: Plan | None) -> BenchReport:
+        from mtpstudio.core.bench.doctor import diagnose
+        from mtpstudio.core.bench.report import render_ab_text
+        from mtpstudio.core.usecases.speed import with_estimate
+
         for side in (ab.a, ab.b):
             with_estimate(side, self._context(side))
         findings = diagnose(ab.a, plan, ab)
@@ -302,6 +301,10 @@ class _Output:
         return ab.a
 
     def bench(self, report: BenchReport, plan: Plan | None) -> BenchReport:
+        from mtpstudio.core.bench.report import render_text
+        from mtpstudio.core.usecases.bench import conclude
+        from mtpstudio.core.usecases.speed import with_estimate
+
         outcome = conclude(with_estimate(report, self._context(report)), plan, self.history)
         _clear_progress()
         print(render_text(report, outcome.findings))
@@ -315,6 +318,8 @@ class _Output:
         return report
 
     def gate(self, gate: GateReport, started_at: str) -> None:
+        from mtpstudio.core.bench.report import render_gate_text
+
         _clear_progress()
         print()
         print(render_gate_text(gate))
@@ -324,6 +329,8 @@ class _Output:
         self._store("gate", gate.on_label, gate.to_dict(), started_at)
 
     def concurrency(self, conc: ConcurrencyReport) -> None:
+        from mtpstudio.core.bench.report import render_concurrency_text
+
         _clear_progress()
         print()
         print(render_concurrency_text(conc))
@@ -335,6 +342,8 @@ class _Output:
         self, kind: str, label: str, data: dict[str, Any], started_at: str | None = None
     ) -> None:
         """Store a document run, dated when it started (not when the command did)."""
+        from mtpstudio.core.bench.runner import utc_now
+
         if self.history is not None:
             run_id = self.history.add_document(kind, label, data, started_at or utc_now())
             self.document.setdefault("history_ids", []).append(run_id)
@@ -347,6 +356,14 @@ def _on_samples(report: BenchReport) -> list[CompletionSample]:
 
 def run_bench_command(args: argparse.Namespace) -> int:
     """``mtpstudio bench``: run, print, store; exit 2 on a server failure, 1 on a failed gate."""
+    from mtpstudio.core.bench.ab import run_ab
+    from mtpstudio.core.bench.concurrency import run_concurrent
+    from mtpstudio.core.bench.gate import gate_against
+    from mtpstudio.core.bench.history import BenchHistory
+    from mtpstudio.core.bench.prompts import load_prompts, select
+    from mtpstudio.core.bench.runner import run_bench, utc_now
+    from mtpstudio.core.bench.vram import VramSampler
+
     settings = _settings(args)
     prompts = select(load_prompts(args.prompts), _categories(args.categories))
     if args.plan is not None and args.vs_url:
@@ -384,6 +401,12 @@ def _run_plans_in_turn(
     out: _Output,
 ) -> BenchReport:
     """Plans one server at a time (two big models rarely fit one GPU together)."""
+    from mtpstudio.core.bench.ab import drafting_off_variant, run_ab_rounds
+    from mtpstudio.core.bench.concurrency import run_concurrent
+    from mtpstudio.core.bench.gate import gate_against
+    from mtpstudio.core.bench.runner import run_bench, utc_now
+    from mtpstudio.core.bench.vram import VramSampler
+
     launcher = _launcher(args)
     variants = _variants(args)
     first = variants[0]
@@ -418,6 +441,9 @@ def _run_plans_in_turn(
 
 
 def _variants(args: argparse.Namespace) -> tuple[ABVariant, ...]:
+    from mtpstudio.core.bench.ab import PRESETS, ABVariant
+    from mtpstudio.core.plan import load_plan
+
     plan = load_plan(args.plan)
     if args.preset:
         return PRESETS[args.preset](plan)
@@ -453,6 +479,8 @@ def _categories(text: str | None) -> list[str] | None:
 
 
 def run_history_command(args: argparse.Namespace) -> int:
+    from mtpstudio.core.bench.history import BenchHistory
+
     entries = BenchHistory().entries()
     if args.json:
         print(json.dumps([e.summary() for e in entries], indent=2))
@@ -477,6 +505,8 @@ def run_history_command(args: argparse.Namespace) -> int:
 
 
 def run_show_command(args: argparse.Namespace) -> int:
+    from mtpstudio.core.bench.history import BenchHistory, export_entry
+
     entry = BenchHistory().get(args.id)
     sys.stdout.write(export_entry(entry, args.format))
     return 0

@@ -8,15 +8,17 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.detect.models import DetectionReport, EngineInfo, GpuInfo, GpuProcess
 from mtpstudio.core.units import GIB, MIB
+
+if TYPE_CHECKING:  # the report's pydantic models load with the command, not its registration
+    from mtpstudio.core.detect.models import DetectionReport, EngineInfo, GpuInfo, GpuProcess
 
 WIDTH = 100
 INDENT = " " * 11
 
-Detector = Callable[[argparse.Namespace], DetectionReport]
+Detector = Callable[[argparse.Namespace], "DetectionReport"]
 
 
 def register(sub: Any) -> None:
@@ -71,6 +73,8 @@ def run_detection(args: argparse.Namespace) -> DetectionReport:
 
 def cmd_detect(args: argparse.Namespace, detector: Detector = run_detection) -> int:
     """Print the report (human or JSON); a partial report is still exit status 0."""
+    from mtpstudio.core.detect.models import DetectionReport
+
     if getattr(args, "schema", False):
         print(json.dumps(DetectionReport.model_json_schema(), indent=2))
         return 0

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.plan import ModelChoice, Plan, load_plan
+
+if TYPE_CHECKING:
+    from mtpstudio.core.plan import Plan
 
 GUI_HINT = "To open the wizard, run `mtpstudio gui` in a graphical session."
 
@@ -51,6 +53,8 @@ def cmd_gui(args: argparse.Namespace) -> int:
     from mtpstudio.core.qt_platform import check_xcb_platform  # before Qt loads: no abort 134
 
     check_xcb_platform()
+    from mtpstudio.core.plan import load_plan
+
     plan = load_plan(args.plan) if getattr(args, "plan", None) else None
     model: Path | None = getattr(args, "model", None)
     if model is not None:
@@ -72,6 +76,8 @@ def cmd_gui(args: argparse.Namespace) -> int:
 
 def _model_plan(model: Path) -> Plan:
     """A new plan for ``model`` (checked like `plan --model`: a readable GGUF file)."""
+    from mtpstudio.core.plan import ModelChoice, Plan
+
     path = model.expanduser().absolute()
     if not path.is_file():
         raise MtpStudioError(

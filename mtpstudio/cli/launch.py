@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.outside_text import visible
-from mtpstudio.core.plan import load_plan, plan_with
 from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S
 
 
@@ -71,6 +70,7 @@ def _result_json(result: Any) -> dict[str, Any]:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from mtpstudio.core.plan import load_plan, plan_with
     from mtpstudio.core.server.state import prune_stale
     from mtpstudio.core.usecases.launch import (
         card_not_here,

@@ -8,22 +8,21 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.plan import (
+from mtpstudio.core.plan_choices import (
     CacheType,
     DesktopReclaim,
     EngineFlavour,
     FlashAttention,
     LoadMode,
-    Plan,
     SplitMode,
-    load_plan,
-    plan_with,
-    save_plan,
 )
 from mtpstudio.core.units import parse_token_count
+
+if TYPE_CHECKING:
+    from mtpstudio.core.plan import Plan
 
 CACHE_TYPES = [c.value for c in CacheType]
 EXIT_DOES_NOT_FIT = 3
@@ -176,17 +175,14 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def plan_from_args(args: argparse.Namespace) -> Plan:
-    """The Plan the options describe: the --plan file (or defaults) with given options applied."""
-    return plan_and_changes(args)[0]
-
-
 def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     """The Plan the options describe, and the dotted settings the options changed.
 
     A ``--engine`` path is probed now (as detection would, cached), so a bad one is refused
     here in one sentence and the plan gets the build's real flavour.
     """
+    from mtpstudio.core.plan import Plan, load_plan, plan_with
+
     base = load_plan(args.plan) if args.plan else Plan()
     changes: dict[str, Any] = {}
     if args.ctx is not None:
@@ -338,6 +334,7 @@ def _probed_engine(text: str) -> dict[str, Any]:
 def _with_key_file(plan: Plan, args: argparse.Namespace, changes: dict[str, Any]) -> Plan:
     """Name a key file when the plan needs one; store ``--api-key`` in it (0600), never the plan."""
     from mtpstudio.core.engines.apikey import default_key_path, store_api_key
+    from mtpstudio.core.plan import plan_with
 
     key_file = plan.server.api_key_file
     if key_file is None and (args.api_key is not None or not plan.server.is_loopback):
@@ -368,9 +365,21 @@ def _list_demo_cards() -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from mtpstudio.core.detect.report import detect_for
     from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.model.source import load_model_info
+    from mtpstudio.core.plan import plan_with, save_plan
+
+    if args.demo == "list":
+        return _list_demo_cards()
+    plan, changes = plan_and_changes(args)
+    info = load_model_info(plan.model)
+    if args.plan is None and "runtime.ctx" not in changes:  # the default, not a choice
+        from mtpstudio.core.model.defaults import ctx_for_model
+
+        plan = plan_with(plan, {"runtime.ctx": ctx_for_model(plan.runtime.ctx, info)})
+    draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
+    # the planner loads once the options and the files have been read: a bad one is quick
+    from mtpstudio.core.detect.report import detect_for
     from mtpstudio.core.planning import (
         desktop_choices,
         evaluate,
@@ -383,15 +392,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.usecases.planning_context import planning_context_for
     from mtpstudio.core.usecases.speed import load_speed_inputs
 
-    if args.demo == "list":
-        return _list_demo_cards()
-    plan, changes = plan_and_changes(args)
-    info = load_model_info(plan.model)
-    if args.plan is None and "runtime.ctx" not in changes:  # the default, not a choice
-        from mtpstudio.core.model.defaults import ctx_for_model
-
-        plan = plan_with(plan, {"runtime.ctx": ctx_for_model(plan.runtime.ctx, info)})
-    draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
     pctx = planning_context_for(
         plan, machine_for(detect_for(plan)), info, draft=draft, speed=load_speed_inputs()
     )

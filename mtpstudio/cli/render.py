@@ -7,8 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.plan import load_plan
-
 
 def register(sub: Any) -> None:
     """Add ``render`` and ``export-unit`` to the main parser's subparsers."""
@@ -38,6 +36,7 @@ def _export_files(args: argparse.Namespace) -> Any:
     """Render the plan's files the way the GUI's Export does (service_files.export_files)."""
     from mtpstudio.core.desktop.session_apply import desktop_facts
     from mtpstudio.core.detect.report import detect_for
+    from mtpstudio.core.plan import load_plan
     from mtpstudio.core.planning import machine_for
     from mtpstudio.core.service.render import UnitScope
     from mtpstudio.core.service.service_files import export_files

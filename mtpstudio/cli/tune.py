@@ -15,7 +15,7 @@ from typing import Any
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import BenchError
-from mtpstudio.core.plan import MIN_CTX, CacheType, save_plan
+from mtpstudio.core.plan_choices import CacheType
 
 
 def register(sub: Any) -> None:
@@ -121,7 +121,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from mtpstudio.core.bench.results import BenchSettings
     from mtpstudio.core.bench.target import CancelToken
     from mtpstudio.core.bench.tune_report import render_tune_text
-    from mtpstudio.core.plan import load_plan
+    from mtpstudio.core.plan import MIN_CTX, load_plan, save_plan
     from mtpstudio.core.usecases.tune import TuneConstraints, run_tuning, tune_setup
 
     if min(args.n_predict, args.finalists, args.short, args.repeat) < 1:

@@ -27,10 +27,6 @@ class CatalogError(MtpStudioError):
     """A catalogue id is unknown or a card cannot be built."""
 
 
-class DetectionError(MtpStudioError):
-    """Hardware or engine detection could not run at all (a partial report is not an error)."""
-
-
 class AdapterError(MtpStudioError):
     """A Plan option cannot be expressed for an engine build; the message names both."""
 

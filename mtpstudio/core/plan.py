@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -21,6 +20,13 @@ from pydantic import (
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.file_check import refuse_model_as
+from mtpstudio.core.plan_choices import CacheType as CacheType
+from mtpstudio.core.plan_choices import DesktopReclaim as DesktopReclaim
+from mtpstudio.core.plan_choices import EngineFlavour as EngineFlavour
+from mtpstudio.core.plan_choices import FlashAttention as FlashAttention
+from mtpstudio.core.plan_choices import LoadMode as LoadMode
+from mtpstudio.core.plan_choices import MoePlacement as MoePlacement
+from mtpstudio.core.plan_choices import SplitMode as SplitMode
 from mtpstudio.core.state_files import StateFileError, parse_json, read_json
 
 SCHEMA_VERSION: Literal[2] = 2
@@ -48,68 +54,6 @@ def is_host(value: str) -> bool:
         pass
     labels = value.removesuffix(".").split(".")
     return 0 < len(value) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
-
-
-class CacheType(StrEnum):
-    """K/V cache element types both engines accept for ``-ctk``/``-ctv``."""
-
-    F32 = "f32"
-    F16 = "f16"
-    BF16 = "bf16"
-    Q8_0 = "q8_0"
-    Q5_1 = "q5_1"
-    Q5_0 = "q5_0"
-    Q4_1 = "q4_1"
-    Q4_0 = "q4_0"
-    IQ4_NL = "iq4_nl"
-
-
-class EngineFlavour(StrEnum):
-    """Which llama.cpp family a ``llama-server`` binary belongs to."""
-
-    UPSTREAM = "upstream"
-    IK = "ik"
-
-
-class FlashAttention(StrEnum):
-    """``-fa`` setting."""
-
-    AUTO = "auto"
-    ON = "on"
-    OFF = "off"
-
-
-class MoePlacement(StrEnum):
-    """Where the routed-expert tensors go."""
-
-    FIT = "fit"
-    N_CPU_MOE = "n_cpu_moe"
-    ALL_CPU = "all_cpu"
-    GPU = "gpu"
-
-
-class LoadMode(StrEnum):
-    """How weights are loaded: memory-mapped, read into memory, or locked in RAM."""
-
-    MMAP = "mmap"
-    NO_MMAP = "no-mmap"
-    MLOCK = "mlock"
-
-
-class SplitMode(StrEnum):
-    """``-sm``: how a model is split over several devices."""
-
-    LAYER = "layer"
-    ROW = "row"
-
-
-class DesktopReclaim(StrEnum):
-    """How desktop VRAM is reclaimed, lightest first."""
-
-    NONE = "none"
-    NVIDIA_PROFILE = "nvidia-profile"
-    IGPU = "igpu"
-    LLVMPIPE = "llvmpipe"
 
 
 class _Section(BaseModel):

@@ -1,8 +1,8 @@
 """The one entry point for planning: ``resolve`` a Plan once, then budget, argv, fit and files.
 
 ``resolve(plan, pctx)`` decides, once, everything the rest reads: the target device, the build
-(probed, or the flavour's documented flags), its engine profile, MTP (with its one-line reason)
-and the context per slot, as a ``ResolvedPlan``. ``budget_for``, ``launch_spec_for`` and
+(probed, or the flavour's documented flags), its engine profile and MTP (with its one-line
+reason), as a ``ResolvedPlan``. ``budget_for``, ``launch_spec_for`` and
 ``fit_suggestions`` take that ``ResolvedPlan``; ``evaluate`` does all of it for one Plan. The GUI,
 the CLI and the use cases reach the memory model and the engines only through this module; the
 plain data types they get back (``Budget``, ``LaunchSpec``, ``EngineBuild`` …) are re-exported
@@ -31,9 +31,7 @@ from mtpstudio.core.memory.budget import (
     Budget,
     DeviceBudget,
     HostBudget,
-    SlotContext,
     compute_budget,
-    slot_context,
 )
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.draft import with_draft
@@ -261,7 +259,6 @@ class ResolvedPlan:
         build: the build it runs on (probed, or the flavour's documented flags).
         profile: the engine profile that describes that build.
         mtp: MTP decided once (``mtp.line`` says on or off and why).
-        context: the cells the engine allocates (padded context, per slot, streams).
         pctx: the machine and the model it was resolved for.
         devices: for a plan split over several devices, all of them in the engine's order
             (None: one device, ``target.device``).
@@ -273,7 +270,6 @@ class ResolvedPlan:
     build: BuildChoice
     profile: EngineProfile
     mtp: MtpDecision
-    context: SlotContext
     pctx: PlanningContext
     devices: ResolvedDevices | None = None
 
@@ -293,7 +289,7 @@ class ResolvedPlan:
 
 
 def resolve(plan: Plan, pctx: PlanningContext) -> ResolvedPlan:
-    """Decide, once, the target, the build and its profile, MTP and the context per slot.
+    """Decide, once, the target, the build and its profile, and MTP.
 
     Raises:
         MtpStudioError: the plan names a device that is neither detected nor a catalogue card,
@@ -304,11 +300,10 @@ def resolve(plan: Plan, pctx: PlanningContext) -> ResolvedPlan:
     profile = profile_for(choice.build)
     mtp = decide_mtp(plan, choice.build, pctx.model)
     effective = mtp.resolved(plan)
-    context = slot_context(effective, profile.memory)
     devices = None
     if plan.is_split:
         devices = resolve_devices(plan, target.device, list(pctx.machine.gpus))
-    return ResolvedPlan(plan, effective, target, choice, profile, mtp, context, pctx, devices)
+    return ResolvedPlan(plan, effective, target, choice, profile, mtp, pctx, devices)
 
 
 def budget_for(resolved: ResolvedPlan) -> Budget:

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gguf.constants import GGMLQuantizationType as Q
-
 from mtpstudio.core.model.catalog.models import model_card_path
 from mtpstudio.core.model.catalog.spec import CardTensor, ModelCardSpec, QuantRecipe, card_tensors
+from mtpstudio.core.model.ggml_types import GGMLType as Q
 from mtpstudio.core.model.ggml_types import GGUFValueType
 from mtpstudio.core.model.gguf import read_gguf
 from mtpstudio.testing.hub_server import HostedFile, HostedRepo

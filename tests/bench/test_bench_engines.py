@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support.gate import gate_both
 from support.tiny_models import HUGE_KV_MODEL, HUGE_KV_PLAN
 from support.waiting import wait_for
 
@@ -18,7 +19,6 @@ from mtpstudio.core.bench.ab import run_ab
 from mtpstudio.core.bench.client import metric_counters, parse_metrics
 from mtpstudio.core.bench.concurrency import run_concurrent
 from mtpstudio.core.bench.doctor import diagnose
-from mtpstudio.core.bench.gate import run_gate
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, select
 from mtpstudio.core.bench.report import render_text
@@ -213,14 +213,14 @@ def dense_trio(tiny_model, running_server) -> dict[str, BenchTarget]:
 
 def test_gate_passes_for_self_drafting_and_catches_another_model(dense_trio) -> None:
     prompts = load_prompts()
-    ok = run_gate(dense_trio["self"], dense_trio["plain"], prompts, N)
+    ok = gate_both(dense_trio["self"], dense_trio["plain"], prompts, N)
     assert ok.error is None
     # Drafting is lossless: the same ids, except where a batched and a one-token decode round
     # differently (which CPU kernels run decides) and flip a near tie; the gate says so.
     assert ok.passed or ok.only_near_ties, [i.to_dict() for i in ok.items if not i.passed]
     assert len(ok.items) == 9
 
-    bad = run_gate(dense_trio["self"], dense_trio["other"], prompts, N)
+    bad = gate_both(dense_trio["self"], dense_trio["other"], prompts, N)
     assert not bad.passed
     failing = [i for i in bad.items if not i.passed]
     assert failing
@@ -441,9 +441,9 @@ def test_gate_on_ik_compares_retokenized_text(tiny_model, running_server) -> Non
     prompts = select(load_prompts(), ["code_python", "qa_factual"])
     a = BenchTarget(plain.base_url, EngineFlavour.IK, label="ik")
     b = BenchTarget(other.base_url, EngineFlavour.IK, label="ik-other")
-    ok = run_gate(a, BenchTarget(again.base_url, EngineFlavour.IK), prompts, N)
+    ok = gate_both(a, BenchTarget(again.base_url, EngineFlavour.IK), prompts, N)
     assert ok.passed, [i.to_dict() for i in ok.items]
-    bad = run_gate(a, b, prompts, N)
+    bad = gate_both(a, b, prompts, N)
     assert not bad.passed
     for item in (i for i in bad.items if not i.passed):
         assert item.ids_on is None and item.mismatch is not None

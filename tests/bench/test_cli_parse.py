@@ -8,6 +8,8 @@ import pytest
 
 from mtpstudio.cli import bench
 from mtpstudio.cli.main import build_parser, main
+from mtpstudio.core.bench.ab import PRESETS
+from mtpstudio.core.bench.choices import PRESET_NAMES
 
 
 def test_both_forms_parse() -> None:
@@ -90,3 +92,11 @@ def test_tune_bad_options_are_one_line(
     assert main(["tune", "--plan", str(tmp_path / "p.json"), *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mtpstudio: ") and said in err and "\n" not in err
+
+
+def test_the_parser_offers_exactly_the_presets_the_benchmark_runs() -> None:
+    """The names `bench --preset` offers (light, for the parser) are the presets bench.ab runs."""
+    assert set(PRESET_NAMES) == set(PRESETS)
+    parser = build_parser("bench")
+    for name in PRESETS:
+        assert parser.parse_args(["bench", "--plan", "p.json", "--preset", name]).preset == name

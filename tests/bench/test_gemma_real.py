@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.gate import gate_both
 
-from mtpstudio.core.bench.gate import run_gate
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.prompts import load_prompts, select
 from mtpstudio.core.bench.report import render_text
@@ -51,7 +51,7 @@ def test_gemma_drafting_for_itself_passes_the_gate_with_real_text(
                                                     "draft-simple"], ctx_size=CTX)  # fmt: skip
     plain = running_server("upstream", gemma, ctx_size=CTX)
     prompts = select(load_prompts(), ["code_python", "explain_concept", "qa_factual"])
-    gate = run_gate(BenchTarget(self_draft.base_url, label="self-draft"),
+    gate = gate_both(BenchTarget(self_draft.base_url, label="self-draft"),
                     BenchTarget(plain.base_url, label="plain"), prompts, N)  # fmt: skip
     assert gate.error is None
     assert gate.passed or gate.only_near_ties, [i.to_dict() for i in gate.items if not i.passed]

@@ -17,7 +17,6 @@ from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UP_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES
 from mtpstudio.core.engines.registry import (
-    build_argv,
     build_launch_spec,
     documented_build,
     probe_candidates,
@@ -586,13 +585,11 @@ def test_full_probe_always_succeeds_and_is_deterministic(plan: Plan) -> None:
 # plumbing
 
 
-def test_profile_for_and_build_argv() -> None:
+def test_profile_for_and_build_launch_spec() -> None:
     assert profile_for(probed(UP)) is upstream.PROFILE
     assert profile_for(IK) is ik.PROFILE
-    assert build_argv(make_plan(UP), probed(UP))[0] == UP_BIN
     spec = build_launch_spec(make_plan(UP), probed(UP))
-    moved = spec.with_binary(Path("/usr/bin/llama-server"))
-    assert moved.argv[0] == "/usr/bin/llama-server" and moved.args == spec.args
+    assert spec.argv[0] == UP_BIN
     assert spec.command_line().startswith(UP_BIN + " -m ")
     assert spec.drop_env_prefixes == ("LLAMA_ARG_", "LLAMA_API_KEY")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from mtpstudio.core.desktop.reclaim import (
-    category_lines,
     default_variant,
     desktop_usage,
     llvmpipe_variant,
@@ -74,7 +73,7 @@ def test_usage_counts_desktop_processes_on_the_dedicated_gpu_only() -> None:
     usage = desktop_usage(report())
     assert usage.measured and usage.total_bytes == 1500 * MIB
     assert [p.name for p in usage.processes] == ["kwin_wayland", "plasmashell"]
-    assert list(category_lines(usage)) == ["compositor: 1,500 MiB", "desktop shell: 0 MiB"]
+    assert list(usage.by_category) == [("compositor", 1500 * MIB), ("desktop shell", 0)]
 
 
 def test_options_are_ranked_and_estimate_what_they_give_back() -> None:

@@ -176,33 +176,6 @@ def gate_against(
     return report
 
 
-def run_gate(
-    drafting_on: BenchTarget,
-    drafting_off: BenchTarget,
-    prompts: Sequence[BenchPrompt],
-    n_predict: int = 192,
-    *,
-    cancel: CancelToken | None = None,
-    progress: ProgressCallback = no_progress,
-    timeout_s: float = 600.0,
-) -> GateReport:
-    """Generate every prompt greedily on both servers (both up) and compare."""
-    report = GateReport(drafting_on.name, drafting_off.name, n_predict, [])
-    cancel = cancel or CancelToken()
-    with BenchClient(drafting_on, timeout_s) as on, BenchClient(drafting_off, timeout_s) as off:
-        try:
-            for done, prompt in enumerate(prompts, start=1):
-                cancel.raise_if_cancelled()
-                a = on.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
-                b = off.complete(prompt.category, prompt.prompt, n_predict, cancel=cancel)
-                report.items.append(compare(prompt.category, a, b, off))
-                step = BenchProgress(drafting_on.name, "gate", prompt.category, done, len(prompts))
-                progress(step)
-        except BenchError as exc:
-            report.error = str(exc)
-    return report
-
-
 def _common_prefix(a: str, b: str) -> str:
     n = 0
     for x, y in zip(a, b, strict=False):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.bench.report import render_csv, render_markdown
+from mtpstudio.core.bench.choices import EXPORT_FORMATS as EXPORT_FORMATS
 from mtpstudio.core.bench.results import BenchReport
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.paths import data_dir
@@ -22,7 +22,6 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 FILE_NAME = "bench-history.sqlite3"
-EXPORT_FORMATS = ("md", "csv", "json")
 _NUMBERS = ("tok_s", "aggregate_accept_rate", "n_requests")  # what `bench history` prints
 
 _SCHEMA = """
@@ -299,6 +298,8 @@ def export_entry(entry: HistoryEntry, fmt: str) -> str:
         return json.dumps(entry.to_dict(), indent=2, sort_keys=True) + "\n"
     if fmt not in ("md", "csv"):
         raise BenchError(f"unknown export format {fmt!r}", hint="Choose md, csv or json.")
+    from mtpstudio.core.bench.report import render_csv, render_markdown  # A/B, gate: when shown
+
     try:
         if fmt == "md":
             title = f"Run {entry.id} · {entry.kind} · {entry.label} · {entry.created_at}"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.bench.client import CompletionSample
+if TYPE_CHECKING:  # the HTTP client loads with a run, not with the history or a plan
+    from mtpstudio.core.bench.client import CompletionSample
 
 # The fields of the community's aggregate JSON (llama.cpp PR #22673 / #24340 threads).
 AGGREGATE_FIELDS = (

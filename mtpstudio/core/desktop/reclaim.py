@@ -7,7 +7,6 @@ option would give back uses the same rule as the memory budget (``desktop_after_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuProcess, GpuVendor
@@ -219,8 +218,3 @@ def session_display_name(desktop_text: str) -> str:
         if line.startswith("Name="):
             return line.removeprefix("Name=")
     return ""
-
-
-def category_lines(usage: DesktopUsage) -> Sequence[str]:
-    """``compositor: 780 MiB`` per category, largest first."""
-    return [f"{name}: {size / MIB:,.0f} MiB" for name, size in usage.by_category]

@@ -607,14 +607,6 @@ def _cacheable(info: EngineInfo) -> bool:
     return not any("did not finish" in p for p in info.problems)
 
 
-def dump_probe_table() -> list[dict[str, object]]:
-    """The candidate flag table as plain data (docs and debugging)."""
-    return [
-        {"flag": s.flag, "forms": [list(f) for f in s.forms], "purpose": s.purpose}
-        for s in CANDIDATE_FLAGS
-    ]
-
-
 class EnginePathError(MtpStudioError):
     """A llama-server named by path is missing, not runnable, or not an engine mtpstudio knows."""
 

@@ -35,7 +35,7 @@ from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan, SplitMode
 
-__all__ = ["EngineDevices", "build_argv", "build_launch_spec", "targets_cpu"]
+__all__ = ["EngineDevices", "build_launch_spec", "targets_cpu"]
 
 
 @dataclass(frozen=True)
@@ -150,11 +150,6 @@ def era_verdict(base: EngineProfile, newer: EngineProfile, cannot: str) -> tuple
         f"an older {base.name} a GGUF without the MTP layer with a draft model"
     )
     return blocker, instead
-
-
-def build_argv(plan: Plan, build: EngineBuild, model: ModelInfo | None = None) -> tuple[str, ...]:
-    """Just the command (binary first) for ``plan`` on a probed ``build``."""
-    return build_launch_spec(plan, build, model).argv
 
 
 def _effective_build(

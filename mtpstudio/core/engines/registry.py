@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtpstudio.core.engines.argv import build_argv, build_launch_spec
+from mtpstudio.core.engines.argv import build_launch_spec
 from mtpstudio.core.engines.caps import Backend, EngineBuild
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.profiles import PROFILES, profile_for, profiles_of
@@ -17,7 +17,6 @@ from mtpstudio.core.plan import EngineFlavour
 
 __all__ = [
     "PROFILES",
-    "build_argv",
     "build_launch_spec",
     "describe_build",
     "documented_build",

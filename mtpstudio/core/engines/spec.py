@@ -9,7 +9,6 @@ what to emit from the Plan and the engine profile.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,10 +101,6 @@ class LaunchSpec:
     def note_for(self, flag: str) -> FlagNote | None:
         """The note of the first emitted flag spelled ``flag``, if any."""
         return next((n for n in self.flags if n.flag == flag), None)
-
-    def with_binary(self, binary: Path) -> LaunchSpec:
-        """The same spec for another path of the same build (e.g. an installed copy)."""
-        return dataclasses.replace(self, binary=binary)
 
 
 def format_float(value: float) -> str:

@@ -97,11 +97,6 @@ def padded_size(n_bytes: int, ne0: int, n_rows: int, *, quantized: bool) -> int:
     return n_bytes + per_row * (MATRIX_ROW_PADDING - ne0 % MATRIX_ROW_PADDING) // ne0
 
 
-def cublas_workspace_bytes(cc: tuple[int, int] | None) -> int:
-    """The cuBLAS workspace one backend context allocates on its first cuBLAS call."""
-    return CUBLAS_WORKSPACE_FROM_HOPPER if cc is not None and cc >= CC_HOPPER else CUBLAS_WORKSPACE
-
-
 class FattnKernel(StrEnum):
     """``best_fattn_kernel`` (fattn.cu)."""
 

@@ -124,9 +124,6 @@ class SplitOutcome:
     search: DevicesFitSearch | None = None
     hp_ngl: int = 0
 
-    def device_layers(self, device: int) -> list[int]:
-        return self.placement.device_blocks(device)
-
     def to_json(self, devices: Sequence[TargetDevice]) -> dict[str, Any]:
         sp = self.placement
         out: dict[str, Any] = {

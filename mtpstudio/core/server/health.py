@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +62,8 @@ def connect_host(host: str) -> str:
 
 def probe_health(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> HealthAnswer:
     """GET /health once. Never raises; a refused or silent socket is ``status=None``."""
+    import http.client  # here, not at the top: `mtpstudio --help` reads this module
+
     conn = http.client.HTTPConnection(connect_host(host), port, timeout=timeout)
     try:
         conn.request("GET", "/health")

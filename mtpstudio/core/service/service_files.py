@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mtpstudio.core import paths
-from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.distro import read_os_release
 from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
 from mtpstudio.core.engines.build_hint import build_hint
@@ -235,10 +234,3 @@ def check_exportable(
     key_file = export_key_file(plan, create=False)[0]
     spec, _ = launch_spec_for(resolved, api_key_file=key_file)
     require_runnable(spec, scope, account_for(scope, account), cuda=_cuda(resolved))
-
-
-def write_unit_file(out: ServiceFiles, path: Path) -> RenderedFile:
-    """Write just the unit (``mtpstudio export-unit -o PATH``), atomically; returns it."""
-    unit = out.files["unit"]
-    write_text_atomic(path, unit.text, unit.mode)
-    return unit

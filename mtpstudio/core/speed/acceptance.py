@@ -49,10 +49,6 @@ class Acceptance:
         """Tokens one verification step yields: the accepted drafts and the target's own."""
         return 1.0 + self.accepted_per_step(depth)
 
-    def rate_at(self, depth: int) -> float:
-        """The acceptance the benchmark would report at ``depth``."""
-        return self.accepted_per_step(depth) / depth if depth > 0 else 0.0
-
     def to_json(self) -> dict[str, object]:
         return {
             "rate": round(self.rate, 4),

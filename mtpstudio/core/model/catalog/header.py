@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGUFWriter
-from gguf.constants import GGML_QUANT_VERSION, GGUFType, TokenType
+from gguf.constants import GGML_QUANT_VERSION, GGMLQuantizationType, GGUFType, TokenType
 
 from mtpstudio.core.model.catalog.spec import ModelCardSpec, card_tensors
 
@@ -175,7 +175,7 @@ def write_card_header(spec: ModelCardSpec, path: Path) -> None:
             tuple(reversed(tensor.ne)),
             np.dtype(np.float32),
             tensor.n_bytes,
-            raw_dtype=tensor.ggml_type,
+            raw_dtype=GGMLQuantizationType(tensor.ggml_type),
         )
     write_header_only(writer, path)
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.model.catalog.header import write_card_header
 from mtpstudio.core.model.catalog.qwen36 import QWEN36_CARDS
 from mtpstudio.core.model.catalog.spec import ModelCardSpec
-from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.paths import cache_dir
+
+if TYPE_CHECKING:
+    from mtpstudio.core.model.info import ModelInfo
 
 __all__ = [
     "CARD_FORMAT_VERSION",
@@ -22,7 +23,6 @@ __all__ = [
     "model_card_info",
     "model_card_path",
     "model_cards",
-    "write_card_header",
 ]
 
 DEFAULT_MODEL_CARD = "qwen3.6-35b-a3b-iq4_xs"
@@ -76,6 +76,8 @@ def model_card_path(card_id: str) -> Path:
         os.close(fd)
         tmp = Path(tmp_name)
         try:
+            from mtpstudio.core.model.catalog.header import write_card_header  # numpy, gguf
+
             write_card_header(spec, tmp)
             tmp.chmod(0o644)
             os.replace(tmp, path)
@@ -91,4 +93,6 @@ def model_card_path(card_id: str) -> Path:
 
 def model_card_info(card_id: str) -> ModelInfo:
     """The card's ModelInfo, read from its cached header by the project's GGUF reader."""
+    from mtpstudio.core.model.gguf import read_model_info
+
     return read_model_info(model_card_path(card_id))

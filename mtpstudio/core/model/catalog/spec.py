@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+from mtpstudio.core.model.ggml_types import TENSOR_TYPES, GGMLType
 
-Q = GGMLQuantizationType
+Q = GGMLType
 
 # What llama-quantize falls back to when a row length is not a multiple of the block size
 # (src/llama-quant.cpp, tensor_type_fallback).
-_FALLBACK: dict[GGMLQuantizationType, GGMLQuantizationType] = {
+_FALLBACK: dict[GGMLType, GGMLType] = {
     Q.IQ4_XS: Q.IQ4_NL,
     Q.Q4_K: Q.Q5_0,
     Q.Q5_K: Q.Q5_1,
@@ -33,13 +33,13 @@ class QuantRecipe:
 
     name: str
     file_type: int
-    default: GGMLQuantizationType
-    token_embd: GGMLQuantizationType
-    output: GGMLQuantizationType
-    attn_v_like: GGMLQuantizationType
-    unquantized: GGMLQuantizationType = Q.F32
+    default: GGMLType
+    token_embd: GGMLType
+    output: GGMLType
+    attn_v_like: GGMLType
+    unquantized: GGMLType = Q.F32
 
-    def type_for(self, name: str, ne: tuple[int, ...], n_gqa: int) -> GGMLQuantizationType:
+    def type_for(self, name: str, ne: tuple[int, ...], n_gqa: int) -> GGMLType:
         """The type ``llama-quantize`` gives tensor ``name`` of ggml shape ``ne``."""
         skipped = (
             len(ne) < 2
@@ -58,11 +58,11 @@ class QuantRecipe:
             wanted = self.attn_v_like
         else:
             wanted = self.default
-        block = GGML_QUANT_SIZES[wanted][0]
+        block = TENSOR_TYPES[wanted][1]
         if ne[0] % block == 0:
             return wanted
         fallback = _FALLBACK.get(wanted, Q.F16)
-        return fallback if ne[0] % GGML_QUANT_SIZES[fallback][0] == 0 else Q.F16
+        return fallback if ne[0] % TENSOR_TYPES[fallback][1] == 0 else Q.F16
 
 
 # IQ4_XS as llama-quantize assigns it (LLAMA_FTYPE_MOSTLY_IQ4_XS = 30):
@@ -90,7 +90,7 @@ class CardTensor:
 
     name: str
     ne: tuple[int, ...]
-    ggml_type: GGMLQuantizationType
+    ggml_type: GGMLType
 
     @property
     def n_elements(self) -> int:
@@ -101,7 +101,7 @@ class CardTensor:
 
     @property
     def n_bytes(self) -> int:
-        block, size = GGML_QUANT_SIZES[self.ggml_type]
+        _, block, size = TENSOR_TYPES[self.ggml_type]
         return self.n_elements // block * size
 
     @property

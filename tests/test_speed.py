@@ -29,6 +29,7 @@ from mtpstudio.core.planning import (
 from mtpstudio.core.runner import RunResult
 from mtpstudio.core.speed.acceptance import Acceptance, position_rate
 from mtpstudio.core.speed.estimate import CardRates, DecodeShape, SpeedRates, estimate
+from mtpstudio.core.speed.host_probe import PROBE_VERSION
 from mtpstudio.core.speed.host_rates import (
     ASSUMED_HOST,
     cache_path,
@@ -196,8 +197,8 @@ def test_a_longer_context_and_fewer_threads_are_slower_on_the_cpu() -> None:
 # -- the host's rates ----------------------------------------------------------------------------
 
 
-PROBE = {"version": 1, "read_bytes_per_s": {"1": 20e9, "2": 30e9}, "gemv_flop_per_s": 5e10,
-         "gemm_flop_per_s": 1e11, "seconds": 0.5}  # fmt: skip
+PROBE = {"version": PROBE_VERSION, "read_bytes_per_s": {"1": 20e9, "2": 30e9},
+         "gemv_flop_per_s": 5e10, "gemm_flop_per_s": 1e11, "seconds": 0.5}  # fmt: skip
 
 
 class FakeRunner:
@@ -221,6 +222,20 @@ def test_the_probe_runs_once_and_is_cached() -> None:
     cache_path().write_text("{not json")  # damaged: set aside and measured again
     third = load_host_rates(runner=FakeRunner(json.dumps(PROBE)))
     assert third == first and list(cache_path().parent.glob("host-rates.json.bad-*"))
+    cache_path().unlink()
+
+
+def test_a_cache_of_an_older_probe_is_measured_again() -> None:
+    """Probe 2 takes the interpreter's cost of a call out of the arithmetic: a cache of the
+    older probe (which counted it) is set aside and measured again."""
+    cache_path().unlink(missing_ok=True)
+    assert load_host_rates(runner=FakeRunner(json.dumps(PROBE))) is not None
+    stored = json.loads(cache_path().read_text())
+    stored["key"]["probe"] = stored["probe"]["version"] = PROBE_VERSION - 1
+    cache_path().write_text(json.dumps(stored))
+    runner = FakeRunner(json.dumps({**PROBE, "gemv_flop_per_s": 6e10}))
+    again = load_host_rates(runner=runner)
+    assert runner.calls == 1 and again is not None and again.gemv_flop_per_s == 6e10
     cache_path().unlink()
 
 

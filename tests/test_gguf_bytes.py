@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from gguf_builders import KV, VT, Qwen35MoeParams, write_gguf, write_qwen35moe
+from support.gguf_builders import KV, VT, Qwen35MoeParams, write_gguf, write_qwen35moe
 
 from mtpstudio.core.errors import GgufError
 from mtpstudio.core.model.gguf import (

@@ -14,7 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from gguf_builders import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.gguf_builders import (
     KV,
     QT,
     VT,
@@ -25,8 +27,6 @@ from gguf_builders import (
     raw_tensor_info,
     write_gguf,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from support.waiting import scaled
 
 from mtpstudio.core.errors import GgufError

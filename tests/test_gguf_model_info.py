@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_builders import (
+from support.gguf_builders import (
     KV,
     QT,
     VT,

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 from gguf.constants import GGML_QUANT_SIZES
-from gguf_builders import KV, QT, VT, TensorSpec, raw_header, raw_kv, write_gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.gguf_builders import KV, QT, VT, TensorSpec, raw_header, raw_kv, write_gguf
 from support.waiting import scaled
 
 from mtpstudio.core.errors import GgufError

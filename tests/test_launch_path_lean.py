@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
-from gguf_builders import KV, VT, write_gguf
+from support.gguf_builders import KV, VT, write_gguf
 
 from mtpstudio.cli.main import COMMAND_MODULES, build_parser, command_of
 from mtpstudio.core.model import ggml_types

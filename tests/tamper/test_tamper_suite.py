@@ -922,7 +922,7 @@ def _no_escapes(*runs: Any) -> bool:
 @case("GGUF general.name with terminal escapes and a newline", "shown with escapes visible")
 def _gguf_name(box: Sandbox, fx: Any) -> Outcome:
     from gguf.constants import GGUFValueType
-    from gguf_builders import KV, Qwen35MoeParams, qwen35moe_specs, write_gguf
+    from support.gguf_builders import KV, Qwen35MoeParams, qwen35moe_specs, write_gguf
 
     kv, tensors = qwen35moe_specs(Qwen35MoeParams())
     name = f"Qwen{ESCAPES}\n  fits: yes, 0 MiB over"

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from test_cli import run_cli
+from support.cli import run_cli
 
 from mtpstudio.core.advice import Standing, gain_words, speed_key
 

@@ -565,3 +565,63 @@ def test_the_late_import_checker_catches_a_dodged_cycle(tmp_path: Path) -> None:
     assert room_graph(top)["pkg.core.planner"] == {"pkg.core.server"}
     (pkg / "core" / "planner" / "plan.py").write_text("X = 2\n")  # the arrow is one-way now
     assert cycle_dodging_late_imports(pkg, "pkg") == []
+
+
+# -- the tests -----------------------------------------------------------------------------------
+
+TESTS_DIR = REPO / "tests"
+
+
+def imported_test_modules(source: str) -> list[tuple[int, str]]:
+    """Every import of a test module (``test_*``), at load time or late, plain or relative:
+    (line, what is imported). What tests share lives in tests/support/ or a conftest.py."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            if any(part.startswith("test_") for part in (node.module or "").split(".")):
+                names = [base]
+            else:  # `from . import test_x` names the module in the import list
+                sep = "" if base.endswith(".") else "."
+                names = [f"{base}{sep}{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [
+            (node.lineno, name)
+            for name in names
+            if any(part.startswith("test_") for part in name.split("."))
+        ]
+    return sorted(found)
+
+
+def test_no_test_module_imports_another() -> None:
+    sources = sorted(TESTS_DIR.rglob("*.py"))
+    assert len(sources) > 100  # the tests were found
+    imports = {
+        str(path.relative_to(REPO)): imported_test_modules(path.read_text(encoding="utf-8"))
+        for path in sources
+    }
+    assert {path: found for path, found in imports.items() if found} == {}
+
+
+def test_the_test_import_checker_finds_every_form() -> None:
+    source = (
+        "import pytest\n"
+        "from support.cli import run_cli\n"
+        "from .conftest import go_to\n"
+        "from test_cli import run_cli\n"
+        "from .test_xcb_gui import xvfb_display\n"
+        "import integration.test_budget_accuracy\n"
+        "from . import test_wizard, journey\n"
+        "def late():\n"
+        "    from integration.test_budget_accuracy import HYBRID\n"
+    )
+    assert imported_test_modules(source) == [
+        (4, "test_cli"),
+        (5, ".test_xcb_gui"),
+        (6, "integration.test_budget_accuracy"),
+        (7, ".test_wizard"),
+        (9, "integration.test_budget_accuracy"),
+    ]

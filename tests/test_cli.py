@@ -3,31 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_cli
 
 from mtpstudio import __version__
-
-
-def run_cli(*args: str, display: bool = False) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"}
-    }
-    if display:
-        env["QT_QPA_PLATFORM"] = "offscreen"
-    return subprocess.run(
-        [sys.executable, "-m", "mtpstudio", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
 
 
 def test_version() -> None:

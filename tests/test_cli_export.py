@@ -5,15 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from support.cli import run_cli, write_model
 from support.servers import engine_binary
-from test_cli import run_cli
-
-
-def write_model(path: Path) -> Path:
-    """A loadable model file: the zero-weight full-size 35B (sparse; units need a real file)."""
-    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
-
-    return zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", path)
 
 
 def test_render_writes_every_file_and_a_readme(tmp_path: Path) -> None:

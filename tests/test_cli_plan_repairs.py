@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import write_model
 from support.servers import EngineMissingError, engine_binary
-from test_cli_export import write_model
 
 
 def run_plan(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_cli import run_cli
+from support.cli import run_cli
 
 from mtpstudio.testing.rpc_servers import free_port, rpc_servers
 

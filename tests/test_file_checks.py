@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import run_cli
+from support.cli import run_cli
 
 from mtpstudio.core.errors import GgufError, ServerError
 from mtpstudio.core.model.catalog.models import model_card_path

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from support.alloc_trace import ENGINE_LOGS, engine_trace
 
 from mtpstudio.core.memory.graph_alloc import AllocEvent, Tensor, reserved_bytes
 from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
@@ -13,8 +13,6 @@ from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes, nextn_graph
 from mtpstudio.core.memory.trunk_graph import TrunkShape
 from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.testing.budget_check import LoadConfig, predicted
-
-FIXTURES = Path(__file__).parent / "fixtures" / "engine_logs"
 
 
 def _node(name: str, op: str, nbytes: int, *srcs: Tensor, **kw: object) -> Tensor:
@@ -70,23 +68,6 @@ def test_outputs_are_never_freed() -> None:
     assert reserved_bytes([x], [out, tail, again]) == 64 + 3 * 256
 
 
-_TRACE_LINE = re.compile(
-    r"ggml_dyn_tallocr_alloc: allocating .* \((\d+) bytes\) - block \d+, offset (\d+)"
-    r"|ggml_gallocr_free_node: freeing .* at \{chunk=0, offset=(\d+)\} \((\d+) bytes\)"
-)
-
-
-def engine_trace(path: Path) -> list[AllocEvent]:
-    events: list[AllocEvent] = []
-    for line in path.read_text().splitlines():
-        m = _TRACE_LINE.match(line)
-        if m and m.group(1):
-            events.append(("alloc", int(m.group(1)), int(m.group(2))))
-        elif m:
-            events.append(("free", int(m.group(4)), int(m.group(3))))
-    return events
-
-
 @pytest.mark.parametrize(
     ("trace", "rotations", "logged_mib"),
     [
@@ -105,7 +86,7 @@ def test_the_nextn_graph_replays_the_engines_allocator_trace(
     ``-ctk q8_0 -ctv q8_0 --spec-draft-type-k q8_0 --spec-draft-type-v q8_0`` for the second);
     the draft context's 512-token reservation, whose log line gives ``logged_mib``.
     """
-    want = engine_trace(FIXTURES / trace)
+    want = engine_trace(ENGINE_LOGS / trace)
     assert len(want) > 60
     model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
     k_rot, v_rot = rotations
@@ -151,7 +132,7 @@ def test_the_first_delta_net_block_replays_the_engines_allocator_trace() -> None
     reservation; its log line: ``CPU compute buffer size = 28.10 MiB``).
     """
     want = engine_trace(
-        FIXTURES / "upstream-11434-trunk-alloc-35b-a3b-4k-ub128-mtp3-to-delta-net.txt"
+        ENGINE_LOGS / "upstream-11434-trunk-alloc-35b-a3b-4k-ub128-mtp3-to-delta-net.txt"
     )
     model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
     got: list[AllocEvent] = []
@@ -201,15 +182,15 @@ def test_the_trunk_of_a_model_without_mtp_has_the_mixed_inputs_too(
     Recorded on the tiny ``hybrid`` model of ``tests/integration/test_budget_accuracy.py``
     (f32 weights): ``llama-server -c 4096 -np 1 -fa on -ub 512``, MTP off (8.53 MiB logged).
     """
-    from integration.test_budget_accuracy import HYBRID  # the accuracy suite's shapes
     from support.tiny_models import TinyModelCache
+    from support.tiny_shapes import HYBRID  # the accuracy suite's shapes
 
     from mtpstudio.core.model.gguf import read_model_info
 
     model = read_model_info(TinyModelCache(tmp_path)("hybrid", **HYBRID))
     assert not model.has_mtp
     trace = "upstream-11434-trunk-alloc-tiny-hybrid-4k-ub512-to-delta-net.txt"
-    want = engine_trace(FIXTURES / trace)
+    want = engine_trace(ENGINE_LOGS / trace)
     got: list[AllocEvent] = []
     graph = hybrid_trunk_graph(HybridDims.of(model), TrunkShape(512, 1, 4096))
     peak = reserved_bytes(*graph, events=got)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_cli import run_cli
+from support.cli import run_cli
 
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.memory.placement import ModelWeights, PartialKind, PartialLayer, place

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_graph_alloc import FIXTURES, engine_trace
+from support.alloc_trace import ENGINE_LOGS, engine_trace
 
 from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import compute_budget
@@ -371,7 +371,7 @@ def test_the_trunk_graph_replays_the_engines_allocator_trace(name: str, tmp_path
         graph = hybrid_trunk_graph(HybridDims.of(model), shape)
     else:
         graph = trunk_graph(TrunkDims.of(model), shape)
-    want = engine_trace(FIXTURES / f"upstream-11434-trunk-alloc-{name}.txt")
+    want = engine_trace(ENGINE_LOGS / f"upstream-11434-trunk-alloc-{name}.txt")
     got: list[AllocEvent] = []
     reserved_bytes(*graph, events=got)
     assert len(want) > 40
@@ -393,7 +393,7 @@ def test_the_glm4moe_draft_graph_replays_the_engines_allocator_trace(tmp_path: P
     assert model.n_layer == 3 and model.n_nextn_layer == 1
     k_rot, v_rot = rotation_sides(model, ComputeShape(512, 4096, 1, 1, True, True, True))
     shape = TrunkShape(512, 1, 4096, k_rot=k_rot, v_rot=v_rot)
-    want = engine_trace(FIXTURES / "upstream-11434-mtp-alloc-glm4moe-3L-4k-ub512-q8_0.txt")
+    want = engine_trace(ENGINE_LOGS / "upstream-11434-mtp-alloc-glm4moe-3L-4k-ub512-q8_0.txt")
     got: list[AllocEvent] = []
     reserved_bytes(*nextn_block_graph(TrunkDims.of(model), shape), events=got)
     assert len(want) > 60

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_acceptance_plan import BINARY, users_plan
+from support.rendering import BINARY, users_plan
 
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, plan_with

@@ -42,7 +42,7 @@ def test_a_cpu_target_is_not_worded_as_a_gpu(make_wizard: WizardFactory) -> None
 
 
 def test_cli_cpu_target_wording() -> None:
-    from test_cli import run_cli
+    from support.cli import run_cli
 
     out = run_cli("plan", "--demo", "--gpu", "cpu").stdout
     assert "Memory budget (the CPU: system RAM):" in out and "VRAM budget" not in out
@@ -55,7 +55,7 @@ def test_a_model_with_a_small_native_context_gets_a_default_within_it(
     make_wizard: WizardFactory, tmp_path: Path, qtbot: QtBot
 ) -> None:
     model = make_model("dense", tmp_path / "tiny 4k.gguf")  # trained for 4,096 tokens
-    from test_cli import run_cli
+    from support.cli import run_cli
 
     cli = run_cli("plan", "--model", str(model), "--gpu", "cpu")
     assert cli.returncode == 0, cli.stderr

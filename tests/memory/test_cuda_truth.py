@@ -39,8 +39,8 @@ from mtpstudio.testing.kit_runs import (
     write_archive,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).parent / "fixtures" / "cuda_truth"
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "cuda_truth"
 
 
 def _script() -> ModuleType:

@@ -25,7 +25,7 @@ from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import Plan, plan_from_dict
 from mtpstudio.core.units import MIB
 
-FIXTURES = Path(__file__).parent / "fixtures" / "fit"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "fit"
 CASES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 DECISION = re.compile(r"- RPC0 \([^)]*\): *(\d+) layers(?: \( *(\d+) overflowing\))?")
 FRACTION = re.compile(

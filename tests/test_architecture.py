@@ -572,6 +572,30 @@ def test_the_late_import_checker_catches_a_dodged_cycle(tmp_path: Path) -> None:
 TESTS_DIR = REPO / "tests"
 
 
+# The test files at the top of tests/ check the project as a whole: its rooms, the README, the
+# packaging, the scripts, the test bench, the Qt platform the app starts on and the JSON files
+# every room reads back. Every other test sits in the folder of the room it tests
+# (tests/memory for core/memory, tests/cli for cli, …).
+TOP_LEVEL_TESTS = frozenset(
+    {
+        "test_architecture.py",
+        "test_core_is_qt_free.py",
+        "test_readme.py",
+        "test_packaging.py",
+        "test_scripts_test.py",
+        "test_build_engines_extract.py",
+        "test_build_engines_options.py",
+        "test_waiting.py",
+        "test_qt_platform.py",
+        "test_state_files.py",
+    }
+)
+
+
+def test_only_project_wide_tests_sit_at_the_top_of_tests() -> None:
+    assert {path.name for path in TESTS_DIR.glob("test_*.py")} == TOP_LEVEL_TESTS
+
+
 def imported_test_modules(source: str) -> list[tuple[int, str]]:
     """Every import of a test module (``test_*``), at load time or late, plain or relative:
     (line, what is imported). What tests share lives in tests/support/ or a conftest.py."""

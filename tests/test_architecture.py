@@ -40,6 +40,8 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.desktop.install",
         "mtpstudio.core.desktop.reclaim",
         "mtpstudio.core.service.render",
+        "mtpstudio.core.desktop.session_files",
+        "mtpstudio.core.rendered_file",
         "mtpstudio.core.runner",
         "mtpstudio.core.server.systemd",
         "mtpstudio.core.service.service_files",

@@ -23,7 +23,7 @@ from support.helper_bench import (
 )
 from support.systemd_checks import tool
 
-from mtpstudio.core.service.render import SessionVariant
+from mtpstudio.core.desktop.session_files import SessionVariant
 from mtpstudio.helper.constants import (
     HELPER_INSTALL_PATH,
     POLICY_ACTION_ID,

@@ -23,9 +23,9 @@ from mtpstudio.core.desktop.install import (
 )
 from mtpstudio.core.desktop.reclaim import default_variant
 from mtpstudio.core.desktop.session_check import check_session, desktop_vram, measurement_candidates
+from mtpstudio.core.desktop.session_files import SessionVariant
 from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
 from mtpstudio.core.runner import RunResult
-from mtpstudio.core.service.render import SessionVariant
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "desktop"
 KWIN_QPAINTER = """KWin Support Information:

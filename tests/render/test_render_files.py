@@ -21,23 +21,21 @@ from hypothesis import strategies as st
 from support.rendering import HOME, check_golden, layout
 from support.systemd_checks import clean, tool, verify_unit
 
+from mtpstudio.core.desktop.session_files import (
+    SessionSettings,
+    SessionVariant,
+    render_nvidia_profile,
+    render_reclaim_files,
+    render_session_files,
+    session_variant_for,
+)
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, Plan, plan_from_dict
 from mtpstudio.core.quoting import parse_env_file, parse_unit_file, split_systemd_command_line
-from mtpstudio.core.service.render import (
-    RenderedFile,
-    SessionSettings,
-    SessionVariant,
-    UnitScope,
-    render_nvidia_profile,
-    render_reclaim_files,
-    render_service_files,
-    render_session_files,
-    session_variant_for,
-    template_environment,
-)
+from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.service.render import UnitScope, render_service_files, template_environment
 
 IGPU = "/dev/dri/by-path/pci-0000:00:02.0-card"
 

@@ -13,11 +13,12 @@ from pytestqt.qtbot import QtBot
 from support.tiny_models import make_model
 
 from mtpstudio.core.desktop.reclaim import reclaim_options
+from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import ModelChoice, MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import PlanningContext, machine_for
-from mtpstudio.core.service.render import SessionSettings, UnitScope
+from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import export_files
 from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 from mtpstudio.ui.widgets.vram_bar import SEGMENT_STYLES

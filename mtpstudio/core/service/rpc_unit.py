@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mtpstudio.core import quoting
 from mtpstudio.core.plan import RpcServer
-from mtpstudio.core.service.render import RenderedFile
+from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.helper.shape_common import comment_wrap
 
 RPC_SERVER_BINARY = Path("/usr/local/bin/ggml-rpc-server")

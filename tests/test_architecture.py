@@ -66,7 +66,6 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.server.diagnosis",
         "mtpstudio.core.server.state",
         "mtpstudio.core.server.watchdog",  # kills a loading server if the window dies
-        "mtpstudio.core.server.reconcile",  # the Reconciliation it shows
         # plain data: stored runs, results, progress and cancel types
         "mtpstudio.core.bench.history",
         "mtpstudio.core.bench.target",

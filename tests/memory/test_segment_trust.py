@@ -12,19 +12,18 @@ from pathlib import Path
 from mtpstudio.core.engines.registry import documented_build, memory_facts
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
+from mtpstudio.core.memory.measured import (
+    ReconcileRow,
+    Reconciliation,
+    build_key,
+    predicted_segments,
+)
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Trust, segment_trust, weakest
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve
 from mtpstudio.core.reports import budget_report
-from mtpstudio.core.server.reconcile import (
-    ReconcileRow,
-    Reconciliation,
-    build_key,
-    load_measurements,
-    predicted_segments,
-    save_measurement,
-)
+from mtpstudio.core.server.reconcile import load_measurements, save_measurement
 from mtpstudio.core.units import MIB
 
 PROBED = replace(

@@ -78,7 +78,9 @@ UI_MAY_IMPORT_PREFIXES = (
 )
 
 # The helper runs as root through pkexec: the standard library and these two modules only.
-HELPER_MAY_IMPORT = frozenset({"mtpstudio.core.atomic", "mtpstudio.core.quoting"})
+HELPER_MAY_IMPORT = frozenset(
+    {"mtpstudio.core.atomic", "mtpstudio.core.quoting", "mtpstudio.core.quoting.systemd"}
+)
 
 
 # -- the import scanner ------------------------------------------------------------------------

@@ -11,7 +11,11 @@ from pathlib import Path
 import mtpstudio.helper
 
 HELPER_DIR = Path(mtpstudio.helper.__file__).parent
-ALLOWED_PROJECT = {"mtpstudio.core.atomic", "mtpstudio.core.quoting"}
+ALLOWED_PROJECT = {
+    "mtpstudio.core.atomic",
+    "mtpstudio.core.quoting",
+    "mtpstudio.core.quoting.systemd",
+}
 # what those two bring along, and the packages on the way
 ALLOWED_LOADED = ALLOWED_PROJECT | {"mtpstudio", "mtpstudio.core", "mtpstudio.core.errors"}
 

@@ -1,0 +1,43 @@
+"""Quoting for the files mtpstudio writes (the whole of it in ``systemd`` for now)."""
+
+from mtpstudio.core.quoting.systemd import (
+    RenderError,
+    check_one_line,
+    desktop_exec_arg,
+    desktop_exec_line,
+    desktop_string,
+    env_file_assignment,
+    parse_env_file,
+    parse_unit_file,
+    shell_join,
+    shell_quote,
+    split_desktop_exec,
+    split_environment_assignments,
+    split_systemd_command_line,
+    systemd_command_line,
+    systemd_environment_assignment,
+    systemd_exec_arg,
+    systemd_path,
+    systemd_text,
+)
+
+__all__ = [
+    "RenderError",
+    "check_one_line",
+    "desktop_exec_arg",
+    "desktop_exec_line",
+    "desktop_string",
+    "env_file_assignment",
+    "parse_env_file",
+    "parse_unit_file",
+    "shell_join",
+    "shell_quote",
+    "split_desktop_exec",
+    "split_environment_assignments",
+    "split_systemd_command_line",
+    "systemd_command_line",
+    "systemd_environment_assignment",
+    "systemd_exec_arg",
+    "systemd_path",
+    "systemd_text",
+]

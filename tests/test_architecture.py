@@ -77,9 +77,18 @@ UI_MAY_IMPORT_PREFIXES = (
     "mtpstudio.core.hub.",  # the Model page's Hugging Face dialog: table and download
 )
 
-# The helper runs as root through pkexec: the standard library and these two modules only.
+# The helper runs as root through pkexec: the standard library, core.atomic and the quoting
+# of each syntax only.
 HELPER_MAY_IMPORT = frozenset(
-    {"mtpstudio.core.atomic", "mtpstudio.core.quoting", "mtpstudio.core.quoting.systemd"}
+    {
+        "mtpstudio.core.atomic",
+        "mtpstudio.core.quoting",
+        "mtpstudio.core.quoting.checks",
+        "mtpstudio.core.quoting.systemd",
+        "mtpstudio.core.quoting.env_file",
+        "mtpstudio.core.quoting.shell",
+        "mtpstudio.core.quoting.desktop_entry",
+    }
 )
 
 

@@ -33,7 +33,8 @@ from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, Plan, plan_from_dict
-from mtpstudio.core.quoting import parse_env_file, parse_unit_file, split_systemd_command_line
+from mtpstudio.core.quoting.env_file import parse_env_file
+from mtpstudio.core.quoting.systemd import parse_unit_file, split_systemd_command_line
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.render import UnitScope, render_service_files, template_environment
 

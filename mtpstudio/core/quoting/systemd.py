@@ -1,98 +1,20 @@
-"""Quoting for the files mtpstudio writes (systemd units, environment files, shell, .desktop).
-
-Writers turn a value into text for one format and raise ``RenderError`` for values that
-format cannot hold (newlines and other control characters, text that is not UTF-8). Readers
-are the formats' own rules written out (systemd.syntax(7) "Quoting", systemd.service(5)
-"Command lines", systemd's ``parse_env_file``, the freedesktop Desktop Entry spec "The Exec
-key"); render.py uses them to check what it wrote, tests use them for round trips.
-"""
+"""systemd unit files: ``ExecStart=`` command lines, ``Environment=`` items, paths and free
+text (systemd.syntax(7) "Quoting", systemd.service(5) "Command lines"), and the readers that
+split them back as systemd does."""
 
 from __future__ import annotations
 
-import re
-import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import PurePath
 
 from mtpstudio.core.errors import RenderError
+from mtpstudio.core.quoting.checks import check_env_name, check_one_line
 
-__all__ = [
-    "RenderError",
-    "check_one_line",
-    "desktop_exec_arg",
-    "desktop_exec_line",
-    "desktop_string",
-    "env_file_assignment",
-    "parse_env_file",
-    "parse_unit_file",
-    "shell_join",
-    "shell_quote",
-    "split_desktop_exec",
-    "split_environment_assignments",
-    "split_systemd_command_line",
-    "systemd_command_line",
-    "systemd_environment_assignment",
-    "systemd_exec_arg",
-    "systemd_path",
-    "systemd_text",
-]
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # systemd splits words on these (WHITESPACE in systemd's string-util.h).
-_SYSTEMD_WHITESPACE = " \t\n\r"
+SYSTEMD_WHITESPACE = " \t\n\r"
+
 # Characters that make a systemd word need double quotes (besides whitespace).
 _SYSTEMD_QUOTE_TRIGGERS = frozenset("\"'\\;")
-# Desktop Entry spec, "The Exec key": reserved characters force quoting.
-_DESKTOP_RESERVED = frozenset(" \t\n\"'\\><~|&;$*?#()`")
-_DESKTOP_ESCAPE_IN_QUOTES = frozenset('"`$\\')
-# systemd env files: inside double quotes these take a backslash (SHELL_NEED_ESCAPE).
-_ENV_FILE_ESCAPE = frozenset('"\\`$')
-
-
-# --------------------------------------------------------------------------------------------
-# shared checks
-
-
-def check_one_line(value: str, what: str) -> str:
-    """Return ``value`` if it is one line of valid UTF-8 text without control characters.
-
-    Raises:
-        RenderError: naming ``what`` when the value has a newline, another control
-            character, or characters that cannot be written as UTF-8.
-    """
-    if "\n" in value or "\r" in value:
-        raise RenderError(
-            f"{what} contains a line break, which the generated files cannot hold: {value!r}",
-            hint="Rename the file or folder so that its name is on one line.",
-        )
-    if _CONTROL.search(value):
-        raise RenderError(
-            f"{what} contains a control character (such as a tab), which the generated files "
-            f"cannot hold: {value!r}",
-            hint="Rename the file or folder without tabs or other control characters.",
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RenderError(
-            f"{what} is not valid UTF-8 text: {value!r}",
-            hint="Rename the file or folder so that its name is valid UTF-8.",
-        ) from None
-    return value
-
-
-def _check_env_name(name: str) -> str:
-    if not _ENV_NAME.match(name):
-        raise RenderError(
-            f"{name!r} is not a valid environment variable name (letters, digits and _, "
-            "not starting with a digit)"
-        )
-    return name
-
-
-# --------------------------------------------------------------------------------------------
-# systemd unit files
 
 
 def systemd_exec_arg(arg: str, *, what: str = "a command-line argument") -> str:
@@ -158,7 +80,7 @@ def systemd_command_line(
 
 def systemd_environment_assignment(name: str, value: str) -> str:
     """One item of ``Environment=``: ``"NAME=value"`` with C escapes and ``%%``."""
-    _check_env_name(name)
+    check_env_name(name)
     check_one_line(value, f"the value of {name}")
     body = f"{name}={value}".replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
     return f'"{body}"'
@@ -182,65 +104,8 @@ def systemd_text(value: str, *, what: str = "a unit setting") -> str:
     return value.strip().replace("%", "%%")
 
 
-def env_file_assignment(name: str, value: str) -> str:
-    """One ``EnvironmentFile=`` line: ``NAME="value"`` with ``\\ " ` $`` backslash-escaped."""
-    _check_env_name(name)
-    check_one_line(value, f"the value of {name}")
-    body = "".join("\\" + c if c in _ENV_FILE_ESCAPE else c for c in value)
-    return f'{name}="{body}"'
-
-
 # --------------------------------------------------------------------------------------------
-# shell
-
-
-def shell_quote(arg: str, *, what: str = "a shell word") -> str:
-    """``shlex.quote`` for one line of text (newlines and control characters refused)."""
-    return shlex.quote(check_one_line(arg, what))
-
-
-def shell_join(argv: Iterable[str]) -> str:
-    """The words quoted for bash and joined with spaces."""
-    return " ".join(shell_quote(a) for a in argv)
-
-
-# --------------------------------------------------------------------------------------------
-# .desktop files
-
-
-def desktop_string(value: str, *, what: str = "a .desktop value") -> str:
-    """A ``string``/``localestring`` value: one line, ``\\`` doubled, a leading space as ``\\s``."""
-    check_one_line(value, what)
-    escaped = value.replace("\\", "\\\\")
-    if escaped.startswith(" "):
-        escaped = "\\s" + escaped[1:]
-    return escaped
-
-
-def desktop_exec_arg(arg: str) -> str:
-    """One ``Exec=`` argument before the file-level string escaping (see ``desktop_exec_line``).
-
-    Arguments with reserved characters are double-quoted, and inside the quotes ``"``, `` ` ``,
-    ``$`` and ``\\`` take a backslash; ``%`` is written ``%%`` (field codes).
-    """
-    check_one_line(arg, "a .desktop Exec argument")
-    body = arg.replace("%", "%%")
-    if arg and not any(c in _DESKTOP_RESERVED for c in arg):
-        return body
-    inner = "".join("\\" + c if c in _DESKTOP_ESCAPE_IN_QUOTES else c for c in body)
-    return f'"{inner}"'
-
-
-def desktop_exec_line(argv: Sequence[str]) -> str:
-    """The value of ``Exec=``: arguments quoted per the spec, then string-escaped."""
-    if not argv:
-        raise RenderError("an empty command cannot be written into a .desktop file")
-    line = " ".join(desktop_exec_arg(a) for a in argv)
-    return line.replace("\\", "\\\\")
-
-
-# --------------------------------------------------------------------------------------------
-# readers (the formats' rules, for self-checks and tests)
+# readers (systemd's rules, for self-checks and tests)
 
 _C_ESCAPES = {
     "a": "\a",
@@ -286,7 +151,7 @@ def _extract_words(text: str) -> list[tuple[str, str]]:
     words: list[tuple[str, str]] = []
     i, n = 0, len(text)
     while True:
-        while i < n and text[i] in _SYSTEMD_WHITESPACE:
+        while i < n and text[i] in SYSTEMD_WHITESPACE:
             i += 1
         if i >= n:
             return words
@@ -295,7 +160,7 @@ def _extract_words(text: str) -> list[tuple[str, str]]:
         quote: str | None = None
         while i < n:
             c = text[i]
-            if quote is None and c in _SYSTEMD_WHITESPACE:
+            if quote is None and c in SYSTEMD_WHITESPACE:
                 break
             if c == "\\":
                 if i + 1 >= n:
@@ -435,174 +300,3 @@ def parse_unit_file(text: str) -> list[tuple[str, str, str]]:
     if pending is not None:
         raise ValueError("the file ends inside a continued line")
     return entries
-
-
-def parse_env_file(text: str) -> dict[str, str]:
-    """What systemd's ``EnvironmentFile=`` reader (``parse_env_file_internal``) reads."""
-    result: dict[str, str] = {}
-    state = "pre_key"
-    key: list[str] = []
-    value: list[str] = []
-    last_value_ws: int | None = None
-    last_key_ws: int | None = None
-
-    def push() -> None:
-        k = "".join(key)
-        if last_key_ws is not None:
-            k = k[:last_key_ws]
-        result[k] = "".join(value)
-
-    for c in text:
-        if state == "pre_key":
-            if c in "#;":
-                state = "comment"
-            elif c not in _SYSTEMD_WHITESPACE:
-                state, key, last_key_ws = "key", [c], None
-        elif state == "key":
-            if c in "\n\r":
-                state, key = "pre_key", []
-            elif c == "=":
-                state, value, last_value_ws = "pre_value", [], None
-            else:
-                if c not in _SYSTEMD_WHITESPACE:
-                    last_key_ws = None
-                elif last_key_ws is None:
-                    last_key_ws = len(key)
-                key.append(c)
-        elif state == "pre_value":
-            if c in "\n\r":
-                push()
-                state, key = "pre_key", []
-            elif c == "'":
-                state = "single"
-            elif c == '"':
-                state = "double"
-            elif c == "\\":
-                state = "value_escape"
-            elif c not in _SYSTEMD_WHITESPACE:
-                state = "value"
-                value.append(c)
-        elif state == "value":
-            if c in "\n\r":
-                if last_value_ws is not None:
-                    del value[last_value_ws:]
-                push()
-                state, key = "pre_key", []
-            elif c == "\\":
-                state, last_value_ws = "value_escape", None
-            else:
-                if c not in _SYSTEMD_WHITESPACE:
-                    last_value_ws = None
-                elif last_value_ws is None:
-                    last_value_ws = len(value)
-                value.append(c)
-        elif state == "value_escape":
-            state = "value"
-            if c not in "\n\r":
-                value.append(c)
-        elif state == "single":
-            if c == "'":
-                state = "pre_value"
-            else:
-                value.append(c)
-        elif state == "double":
-            if c == '"':
-                state = "pre_value"
-            elif c == "\\":
-                state = "double_escape"
-            else:
-                value.append(c)
-        elif state == "double_escape":
-            state = "double"
-            if c in _ENV_FILE_ESCAPE:
-                value.append(c)
-            elif c != "\n":
-                value.extend(("\\", c))
-        elif state == "comment":
-            if c == "\\":
-                state = "comment_escape"
-            elif c in "\n\r":
-                state = "pre_key"
-        elif state == "comment_escape":
-            state = "pre_key" if c in "\n\r" else "comment"
-    if state in ("pre_value", "value", "value_escape", "single", "double", "double_escape"):
-        if state == "value" and last_value_ws is not None:
-            del value[last_value_ws:]
-        push()
-    return result
-
-
-def _desktop_unescape_string(value: str) -> str:
-    out: list[str] = []
-    i = 0
-    table = {"s": " ", "n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
-    while i < len(value):
-        c = value[i]
-        if c == "\\" and i + 1 < len(value) and value[i + 1] in table:
-            out.append(table[value[i + 1]])
-            i += 2
-            continue
-        if c == "\\":
-            raise ValueError(f"unknown string escape in {value!r}")
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def split_desktop_exec(value: str) -> list[str]:
-    """The argv of an ``Exec=`` value per the Desktop Entry spec (field codes: only ``%%``)."""
-    line = _desktop_unescape_string(value)
-    args: list[str] = []
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i] == " ":
-            i += 1
-        if i >= n:
-            break
-        out: list[str] = []
-        if line[i] == '"':
-            i += 1
-            while True:
-                if i >= n:
-                    raise ValueError("unclosed quote in Exec")
-                c = line[i]
-                if c == '"':
-                    i += 1
-                    break
-                if c == "\\":
-                    nxt = line[i + 1 : i + 2]
-                    if nxt not in _DESKTOP_ESCAPE_IN_QUOTES:
-                        raise ValueError(f"backslash before {nxt!r} inside quotes")
-                    out.append(nxt)
-                    i += 2
-                    continue
-                out.append(c)
-                i += 1
-            if i < n and line[i] != " ":
-                raise ValueError("a quoted argument must end at a space")
-        else:
-            while i < n and line[i] != " ":
-                c = line[i]
-                if c in _DESKTOP_RESERVED:
-                    raise ValueError(f"reserved character {c!r} outside quotes")
-                out.append(c)
-                i += 1
-        args.append(_desktop_field_codes("".join(out)))
-    if not args:
-        raise ValueError("empty Exec")
-    return args
-
-
-def _desktop_field_codes(arg: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(arg):
-        if arg[i] == "%":
-            if arg[i + 1 : i + 2] != "%":
-                raise ValueError(f"field code in {arg!r} is not expected in generated text")
-            out.append("%")
-            i += 2
-            continue
-        out.append(arg[i])
-        i += 1
-    return "".join(out)

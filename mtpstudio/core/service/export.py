@@ -149,7 +149,7 @@ def service_set(files: dict[str, RenderedFile], scope: UnitScope) -> dict[str, R
 
 
 def install_commands(folder: Path, files: dict[str, RenderedFile], scope: UnitScope) -> list[str]:
-    from mtpstudio.core.quoting import shell_quote
+    from mtpstudio.core.quoting.shell import shell_quote
 
     system = scope is UnitScope.SYSTEM
     script = shell_quote(str(folder / files["install"].name))

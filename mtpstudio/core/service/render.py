@@ -22,10 +22,19 @@ from typing import Any
 
 import jinja2
 
-from mtpstudio.core import paths, quoting
+from mtpstudio.core import paths
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import LoadMode, Plan
+from mtpstudio.core.quoting.desktop_entry import desktop_exec_line, desktop_string
+from mtpstudio.core.quoting.env_file import env_file_assignment
+from mtpstudio.core.quoting.shell import shell_join, shell_quote
+from mtpstudio.core.quoting.systemd import (
+    parse_unit_file,
+    split_systemd_command_line,
+    systemd_path,
+    systemd_text,
+)
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.helper import unit_shape
 from mtpstudio.helper.shape_common import comment, comment_wrap
@@ -109,13 +118,13 @@ def template_environment() -> jinja2.Environment:
     filters: Mapping[str, Callable[..., Any]] = {
         "comment": comment,
         "comment_wrap": comment_wrap,
-        "shell": quoting.shell_quote,
-        "shell_join": quoting.shell_join,
-        "systemd_path": quoting.systemd_path,
-        "systemd_text": quoting.systemd_text,
-        "env_file_assignment": lambda pair: quoting.env_file_assignment(*pair),
-        "desktop_string": quoting.desktop_string,
-        "desktop_exec": quoting.desktop_exec_line,
+        "shell": shell_quote,
+        "shell_join": shell_join,
+        "systemd_path": systemd_path,
+        "systemd_text": systemd_text,
+        "env_file_assignment": lambda pair: env_file_assignment(*pair),
+        "desktop_string": desktop_string,
+        "desktop_exec": desktop_exec_line,
     }
     env.filters.update(filters)
     return env
@@ -138,9 +147,9 @@ def _notes_context(spec: LaunchSpec) -> list[dict[str, str]]:
 
 def _check_exec_start(text: str, spec: LaunchSpec, name: str) -> None:
     """Split the rendered ExecStart back (systemd's rules) and compare with the argv."""
-    values = [v for s, k, v in quoting.parse_unit_file(text) if (s, k) == ("Service", "ExecStart")]
+    values = [v for s, k, v in parse_unit_file(text) if (s, k) == ("Service", "ExecStart")]
     try:
-        argv = quoting.split_systemd_command_line(values[0]) if len(values) == 1 else None
+        argv = split_systemd_command_line(values[0]) if len(values) == 1 else None
     except ValueError:
         argv = None
     if argv != list(spec.argv):
@@ -155,7 +164,7 @@ def _script_lines(spec: LaunchSpec) -> list[str]:
     lines = []
     start = 1
     for note in spec.flags:
-        lines.append(quoting.shell_join(spec.argv[start : start + len(note.words)]))
+        lines.append(shell_join(spec.argv[start : start + len(note.words)]))
         start += len(note.words)
     return lines
 

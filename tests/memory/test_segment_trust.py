@@ -9,6 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from support.plans import demo_plan
+
 from mtpstudio.core.engines.registry import documented_build, memory_facts
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
@@ -20,7 +22,7 @@ from mtpstudio.core.memory.measured import (
 )
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Trust, segment_trust, weakest
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
+from mtpstudio.core.plan import EngineFlavour, Plan
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve
 from mtpstudio.core.reports import budget_report
 from mtpstudio.core.server.reconcile import load_measurements, save_measurement
@@ -53,12 +55,6 @@ def test_exact_measured_and_estimated_segments() -> None:
     assert segment_trust("CUDA0", "compute", sourced=sourced) is Trust.ESTIMATE
 
 
-def _demo(**changes: object) -> Plan:
-    base = plan_with(Plan(), {"model.card": DEFAULT_MODEL_CARD, "device": "rtx-4070-super",
-                              "engine.flavour": "upstream"})  # fmt: skip
-    return plan_with(base, dict(changes))
-
-
 def _stored_launch(plan: Plan, pctx: PlanningContext, tmp_path: Path) -> tuple[str, Path]:
     """A launch record as run_launch stores it: every figure logged as predicted, except the
     GPU compute buffer, which came out 10 % larger."""
@@ -77,7 +73,7 @@ def _stored_launch(plan: Plan, pctx: PlanningContext, tmp_path: Path) -> tuple[s
 def test_a_stored_launch_marks_the_figures_it_confirmed(tmp_path: Path) -> None:
     machine = MachineFacts(HostSpec(), (), (PROBED,))
     plain = PlanningContext(machine, model_card_info(DEFAULT_MODEL_CARD))
-    plan = _demo()
+    plan = demo_plan()
     device, store = _stored_launch(plan, plain, tmp_path)
     pctx = PlanningContext(plain.machine, plain.model, measurements=load_measurements(store))
 
@@ -96,7 +92,7 @@ def test_a_stored_launch_marks_the_figures_it_confirmed(tmp_path: Path) -> None:
 
     # Another context: the KV figure is no longer the one measured; the recurrent state (which
     # does not depend on the context) still is.
-    other = evaluate(_demo(**{"runtime.ctx": 8192}), pctx).budget
+    other = evaluate(demo_plan(**{"runtime.ctx": 8192}), pctx).budget
     assert (device, "recurrent_state") in other.measured
     assert (device, "kv_cache") not in other.measured
     # Another build: nothing of this record applies.
@@ -139,7 +135,7 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     not depend on the card: ``measured on CUDA``; the driver context is a published figure."""
     machine = MachineFacts(HostSpec(), (), (PROBED,))
     pctx = PlanningContext(machine, model_card_info(DEFAULT_MODEL_CARD))
-    on_cpu = evaluate(_demo(device="cpu", **{"mtp.enabled": True}), pctx).budget
+    on_cpu = evaluate(demo_plan(device="cpu", **{"mtp.enabled": True}), pctx).budget
     assert on_cpu.replayed == frozenset({("CPU", "mtp_compute"), ("CPU", "compute")})
     trust = on_cpu.to_json()["devices"][0]["segment_trust"]
     assert trust["mtp_compute"] == "exact" and trust["compute"] == "exact"
@@ -148,7 +144,7 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     )
     assert draft_line.rstrip().endswith("exact")
 
-    on_gpu = evaluate(_demo(**{"mtp.enabled": True}), pctx).budget
+    on_gpu = evaluate(demo_plan(**{"mtp.enabled": True}), pctx).budget
     assert on_gpu.replayed == frozenset()
     gpu_trust = on_gpu.to_json()["devices"][0]["segment_trust"]
     cuda = Trust.CUDA.value
@@ -160,10 +156,10 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     assert "source: follows the engine's source for this backend" in gpu_text
     h100 = TargetDevice("CUDA0", "NVIDIA H100", 80 * 1024 * MIB, compute_capability="9.0")
     upstream = memory_facts(EngineFlavour.UPSTREAM)
-    hopper = compute_budget(_demo(**{"mtp.enabled": True}), pctx.model, h100, upstream)
+    hopper = compute_budget(demo_plan(**{"mtp.enabled": True}), pctx.model, h100, upstream)
     hopper_trust = hopper.to_json()["devices"][0]["segment_trust"]
     assert hopper_trust["compute"] == hopper_trust["runtime_growth"] == cuda
-    amd = evaluate(_demo(device="rx-7800-xt", **{"mtp.enabled": True}), pctx).budget
+    amd = evaluate(demo_plan(device="rx-7800-xt", **{"mtp.enabled": True}), pctx).budget
     amd_trust = amd.to_json()["devices"][0]["segment_trust"]
     assert amd_trust["weights"] == amd_trust["mtp_compute"] == "estimate"  # not CUDA's rules
 
@@ -171,7 +167,7 @@ def test_the_replayed_buffers_are_exact_on_the_cpu_only() -> None:
     plain = {"mtp.enabled": True, "runtime.flash_attn": "off"}
     plain |= {"runtime.cache_type_k": "f16", "runtime.cache_type_v": "f16"}
     plain |= {"mtp.cache_type_k": "f16", "mtp.cache_type_v": "f16"}
-    budget = evaluate(_demo(device="cpu", **plain), pctx).budget
+    budget = evaluate(demo_plan(device="cpu", **plain), pctx).budget
     assert budget.replayed == frozenset({("CPU", "compute")})
 
 

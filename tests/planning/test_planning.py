@@ -6,12 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.plans import demo_plan
 
 from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
+from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,
@@ -26,11 +27,6 @@ from mtpstudio.core.planning import (
 PROBED_IK = replace(
     documented_build(EngineFlavour.IK, Path("/opt/ik/llama-server")), version="b4242"
 )
-
-
-def demo_plan(**changes: object) -> Plan:
-    base = plan_with(Plan(), {"model.card": DEFAULT_MODEL_CARD, "device": "rtx-4070-super"})
-    return plan_with(base, dict(changes))
 
 
 def test_effective_build_prefers_the_probed_build_then_the_documented_flags() -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.runners import RecordedRunner
+from support.runners import FixedRunner
 
 from mtpstudio.core.qt_platform import (
     SONAME_PACKAGES,
@@ -80,7 +80,7 @@ def test_unknown_soname_is_named_not_dropped() -> None:
 def _raised(ldd: str) -> QtPlatformError:
     with pytest.raises(QtPlatformError) as caught:
         check_xcb_platform(
-            {"DISPLAY": ":0"}, RecordedRunner(ldd), Path("/x/libqxcb.so"), lambda _: True
+            {"DISPLAY": ":0"}, FixedRunner(ldd), Path("/x/libqxcb.so"), lambda _: True
         )
     return caught.value
 
@@ -109,7 +109,7 @@ def test_error_is_one_sentence_with_both_install_commands() -> None:
 )
 def test_only_an_xcb_platform_is_checked(environ: dict[str, str], xcb: bool) -> None:
     assert will_use_xcb(environ) is xcb
-    runner = RecordedRunner(NO_ICCCM)
+    runner = FixedRunner(NO_ICCCM)
     if xcb:
         with pytest.raises(QtPlatformError):
             check_xcb_platform(environ, runner, Path("/x/libqxcb.so"), lambda _: True)
@@ -119,7 +119,7 @@ def test_only_an_xcb_platform_is_checked(environ: dict[str, str], xcb: bool) -> 
 
 
 def test_ldd_that_cannot_run_leaves_the_decision_to_qt() -> None:
-    broken = RecordedRunner("", returncode=1)
+    broken = FixedRunner("", returncode=1)
     assert check_xcb_platform({"DISPLAY": ":0"}, broken, Path("/x/libqxcb.so")) is None
     assert broken.calls == [("ldd", "/x/libqxcb.so")]
 

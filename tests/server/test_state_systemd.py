@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.runners import RecordedRunner
+from support.runners import FixedRunner
 
 from mtpstudio.core.errors import ServerError
 from mtpstudio.core.server import procfs
@@ -116,7 +116,7 @@ def test_show_output_is_parsed() -> None:
     )
     unit = UnitRef.of("mtpstudio-llama", user=True)
 
-    status = unit_status(unit, RecordedRunner(text))
+    status = unit_status(unit, FixedRunner(text))
     assert parse_show(text)["MainPID"] == "4242"
     assert status.active and status.main_pid == 4242
     assert status.describe() == "mtpstudio-llama.service: active (running), pid 4242"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import run_cli
-from support.runners import RecordedRunner
+from support.runners import FixedRunner
 
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.memory.placement import ModelWeights, PartialKind, PartialLayer, place
@@ -202,22 +202,22 @@ PROBE = {"version": 1, "read_bytes_per_s": {"1": 20e9, "2": 30e9}, "gemv_flop_pe
 
 def test_the_probe_runs_once_and_is_cached() -> None:
     cache_path().unlink(missing_ok=True)
-    runner = RecordedRunner(json.dumps(PROBE))
+    runner = FixedRunner(json.dumps(PROBE))
     first = load_host_rates(runner=runner)
     assert first is not None and first.measured and len(runner.calls) == 1
     assert first.read_bandwidth(2) == 30e9 and first.read_bandwidth(1) == 20e9
     assert first.read_bandwidth(16) == 30e9  # more threads than probed share the same RAM
-    again = load_host_rates(runner=RecordedRunner("never asked"))
+    again = load_host_rates(runner=FixedRunner("never asked"))
     assert again == first
     cache_path().write_text("{not json")  # damaged: set aside and measured again
-    third = load_host_rates(runner=RecordedRunner(json.dumps(PROBE)))
+    third = load_host_rates(runner=FixedRunner(json.dumps(PROBE)))
     assert third == first and list(cache_path().parent.glob("host-rates.json.bad-*"))
     cache_path().unlink()
 
 
 def test_a_failed_probe_plans_with_the_stated_desktop() -> None:
     cache_path().unlink(missing_ok=True)
-    assert load_host_rates(runner=RecordedRunner("", returncode=1, stderr="boom")) is None
+    assert load_host_rates(runner=FixedRunner("", returncode=1, stderr="boom")) is None
     assert load_host_rates(probe=False) is None and not cache_path().exists()
 
 

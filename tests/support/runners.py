@@ -24,8 +24,8 @@ class ScriptedRunner:
         return answer
 
 
-class RecordedRunner:
-    """Answers every command with the same recorded output; records the argv it was asked."""
+class FixedRunner:
+    """Answers every command with one fixed (recorded) output; records the argv it was asked."""
 
     def __init__(self, stdout: str, returncode: int = 0, stderr: str = "") -> None:
         self.stdout, self.returncode, self.stderr = stdout, returncode, stderr

@@ -40,6 +40,8 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.desktop.install",
         "mtpstudio.core.desktop.reclaim",
         "mtpstudio.core.service.render",
+        "mtpstudio.core.desktop.session_files",
+        "mtpstudio.core.rendered_file",
         "mtpstudio.core.runner",
         "mtpstudio.core.server.systemd",
         "mtpstudio.core.service.service_files",
@@ -64,7 +66,6 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.server.diagnosis",
         "mtpstudio.core.server.state",
         "mtpstudio.core.server.watchdog",  # kills a loading server if the window dies
-        "mtpstudio.core.server.reconcile",  # the Reconciliation it shows
         # plain data: stored runs, results, progress and cancel types
         "mtpstudio.core.bench.history",
         "mtpstudio.core.bench.target",
@@ -76,8 +77,19 @@ UI_MAY_IMPORT_PREFIXES = (
     "mtpstudio.core.hub.",  # the Model page's Hugging Face dialog: table and download
 )
 
-# The helper runs as root through pkexec: the standard library and these two modules only.
-HELPER_MAY_IMPORT = frozenset({"mtpstudio.core.atomic", "mtpstudio.core.quoting"})
+# The helper runs as root through pkexec: the standard library, core.atomic and the quoting
+# of each syntax only.
+HELPER_MAY_IMPORT = frozenset(
+    {
+        "mtpstudio.core.atomic",
+        "mtpstudio.core.quoting",
+        "mtpstudio.core.quoting.checks",
+        "mtpstudio.core.quoting.systemd",
+        "mtpstudio.core.quoting.env_file",
+        "mtpstudio.core.quoting.shell",
+        "mtpstudio.core.quoting.desktop_entry",
+    }
+)
 
 
 # -- the import scanner ------------------------------------------------------------------------
@@ -565,3 +577,87 @@ def test_the_late_import_checker_catches_a_dodged_cycle(tmp_path: Path) -> None:
     assert room_graph(top)["pkg.core.planner"] == {"pkg.core.server"}
     (pkg / "core" / "planner" / "plan.py").write_text("X = 2\n")  # the arrow is one-way now
     assert cycle_dodging_late_imports(pkg, "pkg") == []
+
+
+# -- the tests -----------------------------------------------------------------------------------
+
+TESTS_DIR = REPO / "tests"
+
+
+# The test files at the top of tests/ check the project as a whole: its rooms, the README, the
+# packaging, the scripts, the test bench, the Qt platform the app starts on and the JSON files
+# every room reads back. Every other test sits in the folder of the room it tests
+# (tests/memory for core/memory, tests/cli for cli, …).
+TOP_LEVEL_TESTS = frozenset(
+    {
+        "test_architecture.py",
+        "test_core_is_qt_free.py",
+        "test_readme.py",
+        "test_packaging.py",
+        "test_scripts_test.py",
+        "test_build_engines_extract.py",
+        "test_build_engines_options.py",
+        "test_waiting.py",
+        "test_qt_platform.py",
+        "test_state_files.py",
+    }
+)
+
+
+def test_only_project_wide_tests_sit_at_the_top_of_tests() -> None:
+    assert {path.name for path in TESTS_DIR.glob("test_*.py")} == TOP_LEVEL_TESTS
+
+
+def imported_test_modules(source: str) -> list[tuple[int, str]]:
+    """Every import of a test module (``test_*``), at load time or late, plain or relative:
+    (line, what is imported). What tests share lives in tests/support/ or a conftest.py."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            if any(part.startswith("test_") for part in (node.module or "").split(".")):
+                names = [base]
+            else:  # `from . import test_x` names the module in the import list
+                sep = "" if base.endswith(".") else "."
+                names = [f"{base}{sep}{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [
+            (node.lineno, name)
+            for name in names
+            if any(part.startswith("test_") for part in name.split("."))
+        ]
+    return sorted(found)
+
+
+def test_no_test_module_imports_another() -> None:
+    sources = sorted(TESTS_DIR.rglob("*.py"))
+    assert len(sources) > 100  # the tests were found
+    imports = {
+        str(path.relative_to(REPO)): imported_test_modules(path.read_text(encoding="utf-8"))
+        for path in sources
+    }
+    assert {path: found for path, found in imports.items() if found} == {}
+
+
+def test_the_test_import_checker_finds_every_form() -> None:
+    source = (
+        "import pytest\n"
+        "from support.cli import run_cli\n"
+        "from .conftest import go_to\n"
+        "from test_cli import run_cli\n"
+        "from .test_xcb_gui import xvfb_display\n"
+        "import integration.test_budget_accuracy\n"
+        "from . import test_wizard, journey\n"
+        "def late():\n"
+        "    from integration.test_budget_accuracy import HYBRID\n"
+    )
+    assert imported_test_modules(source) == [
+        (4, "test_cli"),
+        (5, ".test_xcb_gui"),
+        (6, "integration.test_budget_accuracy"),
+        (7, ".test_wizard"),
+        (9, "integration.test_budget_accuracy"),
+    ]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from support.runners import FixedRunner
 
 from mtpstudio.core.qt_platform import (
     SONAME_PACKAGES,
@@ -19,25 +19,12 @@ from mtpstudio.core.qt_platform import (
     xcb_plugin_path,
     xcb_report,
 )
-from mtpstudio.core.runner import RunResult
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "qt_platform"
 NO_ICCCM = (FIXTURES / "ldd-libqxcb-debian12-no-icccm-keysyms.txt").read_text()
 HIDDEN = (FIXTURES / "ldd-libqxcb-debian12-overlay-hidden-libs.txt").read_text()
 COMPLETE = (FIXTURES / "ldd-libqxcb-debian12-complete.txt").read_text()
-
-
-class RecordedLdd:
-    """The runner interface, answering ``ldd`` with a recorded output."""
-
-    def __init__(self, stdout: str, returncode: int = 0) -> None:
-        self.stdout, self.returncode = stdout, returncode
-        self.calls: list[tuple[str, ...]] = []
-
-    def __call__(self, argv: Sequence[str], timeout: float) -> RunResult:
-        self.calls.append(tuple(argv))
-        return RunResult(tuple(argv), self.returncode, self.stdout)
 
 
 def test_missing_sonames_of_the_debian12_machine_as_found() -> None:
@@ -93,7 +80,7 @@ def test_unknown_soname_is_named_not_dropped() -> None:
 def _raised(ldd: str) -> QtPlatformError:
     with pytest.raises(QtPlatformError) as caught:
         check_xcb_platform(
-            {"DISPLAY": ":0"}, RecordedLdd(ldd), Path("/x/libqxcb.so"), lambda _: True
+            {"DISPLAY": ":0"}, FixedRunner(ldd), Path("/x/libqxcb.so"), lambda _: True
         )
     return caught.value
 
@@ -122,7 +109,7 @@ def test_error_is_one_sentence_with_both_install_commands() -> None:
 )
 def test_only_an_xcb_platform_is_checked(environ: dict[str, str], xcb: bool) -> None:
     assert will_use_xcb(environ) is xcb
-    runner = RecordedLdd(NO_ICCCM)
+    runner = FixedRunner(NO_ICCCM)
     if xcb:
         with pytest.raises(QtPlatformError):
             check_xcb_platform(environ, runner, Path("/x/libqxcb.so"), lambda _: True)
@@ -132,7 +119,7 @@ def test_only_an_xcb_platform_is_checked(environ: dict[str, str], xcb: bool) -> 
 
 
 def test_ldd_that_cannot_run_leaves_the_decision_to_qt() -> None:
-    broken = RecordedLdd("", returncode=1)
+    broken = FixedRunner("", returncode=1)
     assert check_xcb_platform({"DISPLAY": ":0"}, broken, Path("/x/libqxcb.so")) is None
     assert broken.calls == [("ldd", "/x/libqxcb.so")]
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, plan_from_dict
 from mtpstudio.core.service.export import render_all
-from mtpstudio.core.service.render import SessionSettings, UnitScope
+from mtpstudio.core.service.render import UnitScope
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()

@@ -236,7 +236,7 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
     from mtpstudio.core.desktop.install import apply_plan
     from mtpstudio.core.desktop.reclaim import default_variant
     from mtpstudio.core.desktop.session_apply import desktop_facts, prepare_session, usable_variant
-    from mtpstudio.core.service.render import SessionVariant
+    from mtpstudio.core.desktop.session_files import SessionVariant
     from mtpstudio.core.units import MIB
 
     root = _root(args)
@@ -373,7 +373,7 @@ def _refuse_silent_replace(previews: Sequence[Any], replace: bool, scope_flag: s
 
 def cmd_apply_nvidia(args: argparse.Namespace) -> int:
     from mtpstudio.core.desktop.install import apply_plan, nvidia_profile_plan
-    from mtpstudio.core.service.render import render_nvidia_profile
+    from mtpstudio.core.desktop.session_files import render_nvidia_profile
 
     root = _root(args)
     plan = nvidia_profile_plan(render_nvidia_profile())

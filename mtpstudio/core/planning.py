@@ -36,6 +36,7 @@ from mtpstudio.core.memory.budget import (
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.draft import with_draft
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
+from mtpstudio.core.memory.measured import Reconciliation, build_key, measured_segments
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.memory.split_budget import compute_split_budget
 from mtpstudio.core.memory.targets import (
@@ -50,7 +51,6 @@ from mtpstudio.core.memory.targets import (
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
-from mtpstudio.core.server.reconcile import Reconciliation, build_key, measured_segments
 from mtpstudio.core.speed.acceptance import Acceptance
 from mtpstudio.core.speed.cards import card_rates
 from mtpstudio.core.speed.estimate import (
@@ -79,6 +79,7 @@ __all__ = [
     "PlanResult",
     "PlanVerdict",
     "PlanningContext",
+    "Reconciliation",
     "ResolvedPlan",
     "ResolvedTarget",
     "SpeedEstimate",

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mtpstudio.core import quoting
+from mtpstudio.core.quoting.checks import check_one_line
 from mtpstudio.helper.safefs import Refused
 from mtpstudio.helper.shape_common import RenderError, list_value, only_keys
 
@@ -24,7 +24,7 @@ def render_nvidia_profile(processes: Sequence[str] = NVIDIA_PROFILE_PROCESSES) -
         raise RenderError("the NVIDIA profile needs at least one process")
     rules = []
     for proc in processes:
-        quoting.check_one_line(proc, "a process name")
+        check_one_line(proc, "a process name")
         rules.append(
             "    {\n"
             f'      "pattern": {{ "feature": "procname", "matches": {_json_string(proc)} }},\n'

@@ -16,7 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mtpstudio.core import quoting
+from mtpstudio.core.quoting.checks import check_one_line
+from mtpstudio.core.quoting.desktop_entry import (
+    desktop_exec_arg,
+    desktop_exec_line,
+    desktop_string,
+    split_desktop_exec,
+)
+from mtpstudio.core.quoting.shell import shell_join, shell_quote
 from mtpstudio.helper.constants import (
     DISTRO_SESSION_DIRS,
     LOCAL_SESSION_DIRS,
@@ -166,8 +173,8 @@ def _exports(shape: SessionShape) -> list[tuple[str, str]]:
 
 def _plain_exec_path(path: str, what: str) -> str:
     """SDDM runs a Wayland session's Exec through ``exec $@`` unquoted: only plain paths work."""
-    quoting.check_one_line(path, what)
-    if not path.startswith("/") or quoting.desktop_exec_arg(path) != path:
+    check_one_line(path, what)
+    if not path.startswith("/") or desktop_exec_arg(path) != path:
         raise RenderError(
             f"{what} {path!r} must be an absolute path without spaces, quotes or shell "
             "characters: the login manager does not honour quoting",
@@ -187,7 +194,7 @@ def _checked_session(shape: SessionShape) -> VariantFacts:
     if not shape.plasma_command or not shape.plasma_command[0]:
         raise RenderError("the command that starts Plasma is empty")
     for word in shape.plasma_command:
-        quoting.check_one_line(word, "the command that starts Plasma")
+        check_one_line(word, "the command that starts Plasma")
     return facts
 
 
@@ -202,10 +209,10 @@ def render_session_desktop(shape: SessionShape) -> str:
         "# To remove it, delete this file and the script in Exec= (or let mtpstudio do it).\n"
         "[Desktop Entry]\n"
         "Type=Application\n"
-        f"Name={quoting.desktop_string(facts.session_name)}\n"
-        f"Comment={quoting.desktop_string(facts.comment)}\n"
-        f"Exec={quoting.desktop_exec_line([wrapper])}\n"
-        f"TryExec={quoting.desktop_string(wrapper)}\n"
+        f"Name={desktop_string(facts.session_name)}\n"
+        f"Comment={desktop_string(facts.comment)}\n"
+        f"Exec={desktop_exec_line([wrapper])}\n"
+        f"TryExec={desktop_string(wrapper)}\n"
         "DesktopNames=KDE\n"
     )
 
@@ -272,9 +279,9 @@ def render_session_wrapper(shape: SessionShape) -> str:
     )
     if shape.variant == "wayland-igpu":
         assert shape.igpu_card is not None
-        body = _IGPU_BLOCK.format(card=quoting.shell_quote(shape.igpu_card))
+        body = _IGPU_BLOCK.format(card=shell_quote(shape.igpu_card))
     else:
-        body = "".join(f"export {n}={quoting.shell_quote(v)}\n" for n, v in _exports(shape))
+        body = "".join(f"export {n}={shell_quote(v)}\n" for n, v in _exports(shape))
         body += _SOFTWARE_BLOCK
     return (
         "#!/bin/bash\n"
@@ -287,8 +294,8 @@ def render_session_wrapper(shape: SessionShape) -> str:
         f"{x11}"
         "\n"
         f"# What the distribution runs to start Plasma{source}.\n"
-        f"PLASMA_SESSION=({quoting.shell_join(shape.plasma_command)})\n"
-        f"MESA_EGL_VENDOR={quoting.shell_quote(shape.mesa_egl_vendor_file)}\n"
+        f"PLASMA_SESSION=({shell_join(shape.plasma_command)})\n"
+        f"MESA_EGL_VENDOR={shell_quote(shape.mesa_egl_vendor_file)}\n"
         f"SESSION_VARIABLES=({' '.join(SESSION_VARIABLES)})\n"
         "\n"
         f"{body}"
@@ -355,7 +362,7 @@ def read_plasma_command(root: str, path: str, kind: str, configured: Sequence[st
     if not runs_plasma(entries, kind) or hidden(entries):
         raise Refused(f"{path} does not start Plasma ({STARTPLASMA[kind]})")
     try:
-        command = tuple(quoting.split_desktop_exec(entries["Exec"]))
+        command = tuple(split_desktop_exec(entries["Exec"]))
     except ValueError as exc:
         raise Refused(f"the Exec= line of {path} cannot be read ({exc})") from None
     for word in command:

@@ -9,8 +9,8 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from mtpstudio.core import quoting
 from mtpstudio.core.quoting import RenderError
+from mtpstudio.core.quoting.checks import check_one_line
 from mtpstudio.helper.constants import NAME_PATTERN
 from mtpstudio.helper.safefs import Refused
 
@@ -41,13 +41,13 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 def comment(text: str) -> str:
     """Text for a ``#`` comment line (one line, never ending in a backslash)."""
-    quoting.check_one_line(text, "a comment")
+    check_one_line(text, "a comment")
     return text.rstrip("\\ ")
 
 
 def comment_wrap(text: str, first: str = "# ", rest: str | None = None, width: int = 96) -> str:
     """``text`` as ``#`` comment lines of at most ``width`` columns (hanging indent ``rest``)."""
-    quoting.check_one_line(text, "a comment")
+    check_one_line(text, "a comment")
     rest = first if rest is None else rest
     lines = textwrap.wrap(
         text,

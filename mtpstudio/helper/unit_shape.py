@@ -17,7 +17,14 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from mtpstudio.core import quoting
+from mtpstudio.core.quoting.env_file import env_file_assignment, parse_env_file
+from mtpstudio.core.quoting.systemd import (
+    parse_unit_file,
+    split_systemd_command_line,
+    systemd_command_line,
+    systemd_path,
+    systemd_text,
+)
 from mtpstudio.helper.constants import ENV_DIR
 from mtpstudio.helper.safefs import Refused
 from mtpstudio.helper.session_shape import SESSION_VARIABLES
@@ -134,7 +141,7 @@ class UnitShape:
 
 
 def _exec_start(shape: UnitShape) -> str:
-    return quoting.systemd_command_line(shape.argv, shape.arg_groups)
+    return systemd_command_line(shape.argv, shape.arg_groups)
 
 
 _SYSTEM_HARDENING = """\
@@ -181,8 +188,8 @@ DeviceAllow=char-kfd rw
 def render_unit(shape: UnitShape) -> str:
     """The unit's text (system or user), exactly as mtpstudio writes it."""
     header = comment_header(shape.unit_name, shape.description, shape.notes, shape.warnings)
-    description = quoting.systemd_text(shape.description)
-    env_path = quoting.systemd_path(shape.env_path)
+    description = systemd_text(shape.description)
+    env_path = systemd_path(shape.env_path)
     exec_start = _exec_start(shape)
     if not shape.system:
         return (
@@ -271,7 +278,7 @@ def render_env(unit_name: str, env: Sequence[tuple[str, str]]) -> str:
         "quotes.",
         "# llama-server reads LLAMA_ARG_* variables too, but the unit's command line wins over "
         "them.",
-        *(quoting.env_file_assignment(name, value) for name, value in env),
+        *(env_file_assignment(name, value) for name, value in env),
     ]
     return "\n".join(lines) + "\n"
 
@@ -376,7 +383,7 @@ def system_unit_from_params(name: str, payload: Mapping[str, Any], root: str = "
 
 def _entries(text: str, what: str) -> list[tuple[str, str, str]]:
     try:
-        return quoting.parse_unit_file(text)
+        return parse_unit_file(text)
     except ValueError as exc:
         raise Refused(f"{what} does not parse ({exc})") from None
 
@@ -387,7 +394,7 @@ def _normal(entries: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     for section, key, value in entries:
         if (section, key) == ("Service", "ExecStart"):
             with suppress(ValueError):
-                value = "\0".join(quoting.split_systemd_command_line(value))
+                value = "\0".join(split_systemd_command_line(value))
         out.append((section, key, value))
     return out
 
@@ -410,7 +417,7 @@ def check_installed_unit(text: str, name: str, env_name: str | None, *, system: 
     if system and env_file != f"{ENV_DIR}/{env_name}":
         raise Refused(f"the unit's EnvironmentFile= is not {ENV_DIR}/{env_name}")
     try:
-        argv = tuple(quoting.split_systemd_command_line(values.get(("Service", "ExecStart"), "")))
+        argv = tuple(split_systemd_command_line(values.get(("Service", "ExecStart"), "")))
     except ValueError as exc:
         raise Refused(f"the unit's ExecStart= is not an absolute command ({exc})") from None
     description = values.get(("Unit", "Description"), "").replace("%%", "%")
@@ -428,7 +435,7 @@ def check_installed_unit(text: str, name: str, env_name: str | None, *, system: 
         loopback=("Service", "IPAddressDeny") in values,
     )
     try:
-        expected = _normal(quoting.parse_unit_file(render_unit(shape)))
+        expected = _normal(parse_unit_file(render_unit(shape)))
     except (RenderError, ValueError) as exc:
         raise Refused(f"the unit is not one mtpstudio writes ({exc})") from None
     entries = _normal(entries)
@@ -442,5 +449,5 @@ def check_installed_unit(text: str, name: str, env_name: str | None, *, system: 
 
 def check_installed_env(text: str) -> None:
     """An environment file of plain ``NAME=value`` assignments (no LD_* variables)."""
-    for name in quoting.parse_env_file(text):
+    for name in parse_env_file(text):
         check_variable(name, "the environment file")

@@ -31,7 +31,7 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signa
 
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.planning import EngineBuild
+from mtpstudio.core.planning import EngineBuild, Reconciliation
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.diagnosis import Diagnosis, diagnose
 from mtpstudio.core.server.health import (
@@ -44,7 +44,6 @@ from mtpstudio.core.server.health import (
 )
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.server.process import STOP_GRACE_S, LogFollower, ProcessOutcome
-from mtpstudio.core.server.reconcile import Reconciliation
 from mtpstudio.core.server.state import ServerState, remove_state, state_path
 from mtpstudio.core.server.watchdog import Watchdog
 from mtpstudio.core.usecases.launch import (

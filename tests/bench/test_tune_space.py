@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.plans import demo_plan
 
 from mtpstudio.core.bench.tune import RowStatus, build_rows, check_fit
 from mtpstudio.core.bench.tune_space import (
@@ -21,11 +22,6 @@ from mtpstudio.core.planning import MachineFacts, PlanningContext
 QWEN = model_card_info(DEFAULT_MODEL_CARD)
 GIB = 1024**3
 MACHINE = MachineFacts(HostSpec(64 * GIB, 48 * GIB), (), ())  # no GPU: catalogue cards
-
-
-def demo_plan(**changes: object) -> Plan:
-    base = plan_with(Plan(), {"model.card": DEFAULT_MODEL_CARD, "device": "rtx-4070-super"})
-    return plan_with(base, dict(changes))
 
 
 def test_moe_mtp_model_on_a_gpu_gets_every_knob() -> None:

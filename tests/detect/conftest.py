@@ -1,46 +1,18 @@
-"""Fixtures for detection tests: recorded machine trees, a fake NVML, counting/fake runners."""
+"""Fixtures for detection tests: recorded machine trees and a fake NVML (the fake runners are
+in support/runners.py)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from fixtures.detect.fake_nvml import FakeNvml
 from fixtures.detect.machines import MACHINES, PCI_IDS, Roots, build_machine
+from support.runners import ScriptedRunner
 
 from mtpstudio.core.detect.report import DetectionSources
-from mtpstudio.core.runner import RunResult, SubprocessRunner
-
-
-class CountingRunner:
-    """The real runner, counting calls (thread-safe: probes run in a pool)."""
-
-    def __init__(self) -> None:
-        self._real = SubprocessRunner(env={"PATH": "/usr/bin:/bin"})
-        self._lock = threading.Lock()
-        self.calls: list[tuple[str, ...]] = []
-
-    def __call__(self, argv: Sequence[str], timeout: float) -> RunResult:
-        with self._lock:
-            self.calls.append(tuple(argv))
-        return self._real(argv, timeout)
-
-
-class ScriptedRunner:
-    """Answers commands from a table keyed by argv[0]; unknown programs are 'not installed'."""
-
-    def __init__(self, answers: dict[str, RunResult] | None = None) -> None:
-        self.answers = dict(answers or {})
-        self.calls: list[tuple[str, ...]] = []
-
-    def __call__(self, argv: Sequence[str], timeout: float) -> RunResult:
-        self.calls.append(tuple(argv))
-        answer = self.answers.get(argv[0])
-        if answer is None:
-            return RunResult(tuple(argv), None, error="No such file or directory")
-        return answer
+from mtpstudio.core.runner import RunResult
 
 
 @pytest.fixture(scope="session")

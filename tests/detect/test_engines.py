@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.runners import CountingRunner
 
 from mtpstudio.core.detect.engines import (
     ENGINES_ENV,
@@ -36,8 +37,6 @@ from mtpstudio.core.engines.probe import (
 )
 from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.runner import RunResult, SubprocessRunner
-
-from .conftest import CountingRunner
 
 UPSTREAM_VERSION = (
     "version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 13.3.0 for Linux x86_64\n"

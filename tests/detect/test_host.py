@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.detect.machines import GIB, Roots
+from support.runners import ScriptedRunner
 
 from mtpstudio.core.detect.host import (
     detect_host,
@@ -19,8 +20,6 @@ from mtpstudio.core.detect.host import (
 )
 from mtpstudio.core.detect.processes import ProcessCategory, categorize, read_process
 from mtpstudio.core.runner import RunResult, SubprocessRunner
-
-from .conftest import ScriptedRunner
 
 Machines = Callable[[str], Roots]
 

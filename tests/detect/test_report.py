@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from fixtures.detect.fake_nvml import FakeNvml
 from fixtures.detect.machines import MIB
+from support.runners import ScriptedRunner
 
 from mtpstudio.cli.detect import add_detect_parser, cmd_detect, format_report
 from mtpstudio.core.detect.models import GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
-
-from .conftest import ScriptedRunner
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_DOC = REPO / "docs" / "detect-schema.json"

@@ -18,6 +18,7 @@ from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream
 from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.memory.devices import HostSpec
+from mtpstudio.core.memory.measured import predicted_segments
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
@@ -27,7 +28,7 @@ from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, e
 from mtpstudio.core.server.diagnosis import CauseKind, diagnose
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.server.process import ProcessOutcome
-from mtpstudio.core.server.reconcile import actual_segments, predicted_segments
+from mtpstudio.core.server.reconcile import actual_segments
 from mtpstudio.core.units import GIB
 
 PROFILE_OF = {

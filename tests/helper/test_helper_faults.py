@@ -30,7 +30,7 @@ from support.helper_bench import (
     trace_points,
 )
 
-from mtpstudio.core.service.render import SessionVariant
+from mtpstudio.core.desktop.session_files import SessionVariant
 from mtpstudio.helper.constants import WRAPPER_DIR
 
 OLD_DESKTOP = b"[Desktop Entry]\nType=Application\nName=Someone else's session\nExec=/bin/true\n"

@@ -11,8 +11,13 @@ from pathlib import Path
 import mtpstudio.helper
 
 HELPER_DIR = Path(mtpstudio.helper.__file__).parent
-ALLOWED_PROJECT = {"mtpstudio.core.atomic", "mtpstudio.core.quoting"}
-# what those two bring along, and the packages on the way
+QUOTING = ("checks", "systemd", "env_file", "shell", "desktop_entry")  # one module per syntax
+ALLOWED_PROJECT = {
+    "mtpstudio.core.atomic",
+    "mtpstudio.core.quoting",
+    *(f"mtpstudio.core.quoting.{syntax}" for syntax in QUOTING),
+}
+# what those bring along, and the packages on the way
 ALLOWED_LOADED = ALLOWED_PROJECT | {"mtpstudio", "mtpstudio.core", "mtpstudio.core.errors"}
 
 

@@ -128,7 +128,7 @@ def test_hostile_session_parameters(root: Path, override: dict[str, object], why
     [(None, "DRM node"), ("/home/eve/card", "DRM node"), ("/dev/dri/card0\n", "DRM node")],
 )
 def test_igpu_session_needs_a_drm_node(root: Path, card: object, why: str) -> None:
-    from mtpstudio.core.service.render import SessionVariant
+    from mtpstudio.core.desktop.session_files import SessionVariant
 
     payload = session_payload(SessionVariant.WAYLAND_IGPU, igpu_card=card)
     name = "plasmawayland-igpu-mtpstudio.desktop"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -22,8 +21,9 @@ from support.helper_bench import (
     snapshot,
     unit_payload,
 )
+from support.systemd_checks import tool
 
-from mtpstudio.core.service.render import SessionVariant
+from mtpstudio.core.desktop.session_files import SessionVariant
 from mtpstudio.helper.constants import (
     HELPER_INSTALL_PATH,
     POLICY_ACTION_ID,
@@ -33,13 +33,6 @@ from mtpstudio.helper.constants import (
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = "mtpstudio-llama.service"
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} is not installed (scripts/test installs it)", pytrace=False)
-    return found
 
 
 @pytest.fixture

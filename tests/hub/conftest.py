@@ -8,7 +8,7 @@ from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
-from gguf_builders import QT, Qwen35MoeParams, write_qwen35moe
+from support.gguf_builders import QT, Qwen35MoeParams, write_qwen35moe
 
 from mtpstudio.core.hub.client import HubClient, Repo
 from mtpstudio.core.model.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS

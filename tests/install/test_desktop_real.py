@@ -20,7 +20,7 @@ import pytest
 from support.helper_bench import make_root
 
 from mtpstudio.core.desktop.session_apply import desktop_facts
-from mtpstudio.core.service.render import SessionVariant, render_session_files
+from mtpstudio.core.desktop.session_files import SessionVariant, render_session_files
 from mtpstudio.helper.sddm import parse_config
 
 PACKAGES = {

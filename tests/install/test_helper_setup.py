@@ -25,8 +25,8 @@ from mtpstudio.core.desktop.helper_setup import (
     helper_state,
     set_up_helper,
 )
+from mtpstudio.core.desktop.session_files import render_nvidia_profile
 from mtpstudio.core.distro import polkit_package
-from mtpstudio.core.service.render import render_nvidia_profile
 from mtpstudio.helper import self_install
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ from mtpstudio.core.desktop.reclaim import (
     reclaim_options,
     session_display_name,
 )
+from mtpstudio.core.desktop.session_files import SessionVariant, render_session_files
 from mtpstudio.core.detect.models import (
     Connector,
     DetectionReport,
@@ -22,7 +23,6 @@ from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.memory.targets import NVIDIA_PROFILE_DESKTOP_BYTES
 from mtpstudio.core.model.catalog.gpus import gpu_card
 from mtpstudio.core.plan import DesktopReclaim
-from mtpstudio.core.service.render import SessionVariant, render_session_files
 from mtpstudio.core.units import MIB
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from fixtures.detect.fake_nvml import FakeNvml
 from fixtures.detect.machines import MIB, PCI_IDS, build_machine
+from support.runners import ScriptedRunner
 
 from mtpstudio.core.desktop.install import (
     InProcessHelper,
@@ -23,9 +23,9 @@ from mtpstudio.core.desktop.install import (
 )
 from mtpstudio.core.desktop.reclaim import default_variant
 from mtpstudio.core.desktop.session_check import check_session, desktop_vram, measurement_candidates
+from mtpstudio.core.desktop.session_files import SessionVariant
 from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
 from mtpstudio.core.runner import RunResult
-from mtpstudio.core.service.render import SessionVariant
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "desktop"
 KWIN_QPAINTER = """KWin Support Information:
@@ -58,21 +58,6 @@ PATH=/usr/local/bin:/usr/bin
 """
 
 
-class Scripted:
-    """Answers by argv[0]; anything else is 'not installed'."""
-
-    def __init__(self, answers: dict[str, RunResult]) -> None:
-        self.answers = answers
-        self.calls: list[tuple[str, ...]] = []
-
-    def __call__(self, argv: Sequence[str], timeout: float) -> RunResult:
-        self.calls.append(tuple(argv))
-        answer = self.answers.get(argv[0])
-        if answer is None:
-            return RunResult(tuple(argv), None, error="No such file or directory")
-        return answer
-
-
 def ok(argv0: str, stdout: str) -> RunResult:
     return RunResult((argv0,), 0, stdout)
 
@@ -86,7 +71,7 @@ def detect(name: str, tmp_path: Path) -> DetectionReport:
     )
     sources = DetectionSources(
         nvml=nvml, sys_root=roots.sys_root, proc_root=roots.proc_root, etc_root=roots.etc_root,
-        environ=roots.environ, runner=Scripted({}), home=Path("/nonexistent-home"),
+        environ=roots.environ, runner=ScriptedRunner({}), home=Path("/nonexistent-home"),
         system_dirs=(), opt_root=None, pci_ids=PCI_IDS,
     )  # fmt: skip
     return detect_all(sources, include_engines=False)
@@ -119,7 +104,7 @@ def test_desktop_vram_counts_the_desktop_processes(tmp_path: Path) -> None:
 
 def test_verify_session_in_a_software_session(tmp_path: Path) -> None:
     report = detect("single_nvidia", tmp_path)
-    runner = Scripted({
+    runner = ScriptedRunner({
         "qdbus6": ok("qdbus6", KWIN_QPAINTER),
         "glxinfo": ok("glxinfo", GLXINFO_LLVMPIPE),
         "systemctl": ok("systemctl", SHOW_ENVIRONMENT),
@@ -149,7 +134,7 @@ def test_verify_session_in_a_software_session(tmp_path: Path) -> None:
 
 def test_verify_session_with_nothing_installed(tmp_path: Path) -> None:
     report = detect("single_nvidia", tmp_path)
-    result = check_session(report, Scripted({}), {}, None)
+    result = check_session(report, ScriptedRunner({}), {}, None)
     assert result.compositing is None and result.software_rendering == "unknown"
     assert result.exit_code == 3
     assert all(g.missing for g in result.gl)
@@ -168,7 +153,9 @@ def test_verify_session_with_nothing_installed(tmp_path: Path) -> None:
 
 def test_verify_session_in_the_normal_session(tmp_path: Path) -> None:
     report = detect("single_nvidia", tmp_path)
-    runner = Scripted({"qdbus6": ok("qdbus6", KWIN_OPENGL_NVIDIA), "systemctl": ok("s", "A=b\n")})
+    runner = ScriptedRunner(
+        {"qdbus6": ok("qdbus6", KWIN_OPENGL_NVIDIA), "systemctl": ok("s", "A=b\n")}
+    )
     result = check_session(report, runner, {"DESKTOP_SESSION": "plasma"}, None)
     assert result.compositing == "OpenGL" and result.software_rendering == "no"
     assert result.exit_code == 1
@@ -190,7 +177,7 @@ def test_debian_12_tools_recorded_in_a_real_software_session(tmp_path: Path) -> 
     Wayland platform is still read; a GPU renderer from a GL client makes the verdict 'no'."""
     report = detect("single_nvidia", tmp_path)
     environ = {"WAYLAND_DISPLAY": "wayland-0", "DISPLAY": ":0"}
-    runner = Scripted({
+    runner = ScriptedRunner({
         "qdbus": ok("qdbus", recorded("kwin-5.27.5-support-information-qpainter.txt")),
         "glxinfo": ok("glxinfo", recorded("glxinfo-8.5.0-debian12-xwayland.txt")),
         "eglinfo": RunResult(("eglinfo",), 2, recorded("eglinfo-8.5.0-debian12-wayland.txt")),
@@ -209,7 +196,7 @@ def test_debian_12_tools_recorded_in_a_real_software_session(tmp_path: Path) -> 
 def test_a_kwin_that_does_not_answer_is_unknown_not_hardware(tmp_path: Path) -> None:
     report = detect("single_nvidia", tmp_path)
     no_kwin = RunResult(("qdbus",), 2, "", "Service 'org.kde.KWin' does not exist.\n")
-    runner = Scripted({"qdbus": no_kwin, "glxinfo": ok("glxinfo", GLXINFO_LLVMPIPE)})
+    runner = ScriptedRunner({"qdbus": no_kwin, "glxinfo": ok("glxinfo", GLXINFO_LLVMPIPE)})
     result = check_session(report, runner, {"DISPLAY": ":0"}, None)
     assert result.software_rendering == "unknown" and result.exit_code == 3
     assert result.lines()[0] == (
@@ -227,13 +214,13 @@ def test_measurement_lookup_prefers_this_session() -> None:
 
 
 def test_user_manager_detection() -> None:
-    running = Scripted({"systemctl": ok("systemctl", "running\n")})
+    running = ScriptedRunner({"systemctl": ok("systemctl", "running\n")})
     assert user_manager_running(running)
     assert daemon_reload_user(running) == "systemctl --user daemon-reload: done"
-    offline = Scripted({"systemctl": RunResult(("systemctl",), 1, "offline\n")})
+    offline = ScriptedRunner({"systemctl": RunResult(("systemctl",), 1, "offline\n")})
     assert not user_manager_running(offline)
     assert "no user manager is running" in daemon_reload_user(offline)
-    assert not user_manager_running(Scripted({}))
+    assert not user_manager_running(ScriptedRunner({}))
 
 
 def fake_program(path: Path, body: str) -> Path:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from support.servers import LlamaServer
 from support.tiny_models import TinyModelCache
+from support.tiny_shapes import DENSE, HYBRID, MOE
 
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.testing.budget_check import (
@@ -22,38 +23,6 @@ from mtpstudio.testing.budget_check import (
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 COMPUTE_TOLERANCE = 0.10
-BIG = dict(n_ctx_train=65536)
-HYBRID = dict(
-    n_embd=256,
-    n_head=4,
-    n_head_kv=2,
-    head_dim=64,
-    n_layer=4,
-    n_expert=8,
-    n_expert_used=2,
-    n_ff_exp=128,
-    n_ff_shexp=128,
-    ssm_d_state=64,
-    ssm_n_group=2,
-    ssm_dt_rank=4,
-    n_vocab=4000,
-    **BIG,
-)
-DENSE = dict(
-    n_embd=256, n_ff=512, n_head=4, n_head_kv=2, head_dim=64, n_layer=2, n_vocab=4000, **BIG
-)
-MOE = dict(
-    n_embd=256,
-    n_head=4,
-    n_head_kv=2,
-    head_dim=64,
-    n_layer=2,
-    n_expert=8,
-    n_expert_used=2,
-    n_ff_exp=128,
-    n_vocab=4000,
-    **BIG,
-)
 
 
 @dataclass(frozen=True)

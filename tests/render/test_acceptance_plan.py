@@ -11,37 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_render_files import check_golden, layout
+from support.rendering import BINARY, MODEL, check_golden, layout, users_plan
 
+from mtpstudio.core.desktop.session_files import SessionSettings, render_reclaim_files
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.caps import EngineBuild
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
+from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.core.service.export import render_all
-from mtpstudio.core.service.render import SessionSettings, UnitScope, render_reclaim_files
-
-MODEL = "/home/alice/models/Qwen3.6-35B-A3B-IQ4_XS.gguf"
-BINARY = {"upstream": "/opt/llama.cpp/bin/llama-server", "ik": "/opt/ik_llama.cpp/bin/llama-server"}
-
-
-def users_plan(flavour: str) -> Plan:
-    return plan_from_dict(
-        {
-            "model": {"path": MODEL, "card": None},
-            "engine": {"flavour": flavour},
-            "runtime": {
-                "ctx": 131072, "cache_type_k": "q8_0", "cache_type_v": "q8_0",
-                "moe": "fit", "fit_margin_mib": 1664, "threads": 8,
-            },
-            "mtp": {
-                "enabled": True, "draft_max": 3, "draft_p_min": 0.75,
-                "cache_type_k": "q8_0", "cache_type_v": "q8_0",
-            },
-            "desktop": "llvmpipe",
-        }
-    )  # fmt: skip
-
+from mtpstudio.core.service.render import UnitScope
 
 EXPECTED_ARGV = {
     "upstream": [
@@ -125,7 +104,7 @@ def test_real_engine_accepts_the_argv(flavour: str, engine: Callable[[str], Path
 def test_users_plan_units_pass_systemd_analyze_verify(
     flavour: str, scope: UnitScope, tmp_path: Path
 ) -> None:
-    from test_render_files import clean, verify_unit
+    from support.systemd_checks import clean, verify_unit
 
     from mtpstudio.core.service.render import render_service_files
 

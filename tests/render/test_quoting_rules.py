@@ -14,17 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtpstudio.core.errors import RenderError
-from mtpstudio.core.quoting import (
-    check_one_line,
+from mtpstudio.core.quoting.checks import check_one_line
+from mtpstudio.core.quoting.desktop_entry import (
     desktop_exec_arg,
     desktop_exec_line,
     desktop_string,
-    env_file_assignment,
-    parse_env_file,
-    parse_unit_file,
-    shell_join,
-    shell_quote,
     split_desktop_exec,
+)
+from mtpstudio.core.quoting.env_file import env_file_assignment, parse_env_file
+from mtpstudio.core.quoting.shell import shell_join, shell_quote
+from mtpstudio.core.quoting.systemd import (
+    parse_unit_file,
     split_systemd_command_line,
     systemd_command_line,
     systemd_environment_assignment,

@@ -18,50 +18,27 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.rendering import HOME, check_golden, layout
+from support.systemd_checks import clean, tool, verify_unit
 
+from mtpstudio.core.desktop.session_files import (
+    SessionSettings,
+    SessionVariant,
+    render_nvidia_profile,
+    render_reclaim_files,
+    render_session_files,
+    session_variant_for,
+)
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan import DesktopReclaim, Plan, plan_from_dict
-from mtpstudio.core.quoting import parse_env_file, parse_unit_file, split_systemd_command_line
-from mtpstudio.core.service.render import (
-    RenderedFile,
-    ServiceLayout,
-    SessionSettings,
-    SessionVariant,
-    UnitScope,
-    render_nvidia_profile,
-    render_reclaim_files,
-    render_service_files,
-    render_session_files,
-    session_variant_for,
-    template_environment,
-)
+from mtpstudio.core.quoting.env_file import parse_env_file
+from mtpstudio.core.quoting.systemd import parse_unit_file, split_systemd_command_line
+from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.service.render import UnitScope, render_service_files, template_environment
 
-GOLDEN = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("MTPSTUDIO_UPDATE_GOLDEN") == "1"
-HOME = Path("/home/alice")
 IGPU = "/dev/dri/by-path/pci-0000:00:02.0-card"
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        return
-    assert path.exists(), f"no golden file {path}; run with MTPSTUDIO_UPDATE_GOLDEN=1"
-    assert text == path.read_text(encoding="utf-8"), (
-        f"{name} differs from its golden copy; if the change is intended, rerun with "
-        "MTPSTUDIO_UPDATE_GOLDEN=1 and review the diff"
-    )
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} is not installed (scripts/test installs it)", pytrace=False)
-    return found
 
 
 def demo_plan(**sections: Any) -> Plan:
@@ -89,12 +66,6 @@ def ik_plan() -> Plan:
 def spec_for(plan: Plan, binary: str, **kwargs: Any) -> LaunchSpec:
     build = documented_build(plan.engine.flavour, Path(binary))
     return build_launch_spec(plan, build, **kwargs)
-
-
-def layout(plan: Plan, scope: UnitScope) -> ServiceLayout:
-    return ServiceLayout.for_plan(
-        plan, scope, config_dir=HOME / ".config", data_dir=HOME / ".local/share"
-    )
 
 
 def system_files(binary: str = "/opt/llama.cpp/bin/llama-server") -> dict[str, RenderedFile]:
@@ -259,23 +230,6 @@ def test_templates_are_strict() -> None:
 
 # --------------------------------------------------------------------------------------------
 # the real validators
-
-
-def verify_unit(path: Path, *, user: bool = False) -> subprocess.CompletedProcess[str]:
-    argv = [tool("systemd-analyze")]
-    env = dict(os.environ)
-    if user:
-        runtime = path.parent / "runtime"
-        runtime.mkdir(mode=0o700, exist_ok=True)
-        env["XDG_RUNTIME_DIR"] = str(runtime)
-        argv.append("--user")
-    argv += ["verify", "--man=no", str(path)]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
-
-
-def clean(result: subprocess.CompletedProcess[str]) -> bool:
-    """verify exits 0 on unknown keys and bad values (it only warns): demand silence too."""
-    return result.returncode == 0 and not (result.stdout + result.stderr).strip()
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from test_unit_hardening import TARGET, exposure, tool, unit_text
+from support.rendering import unit_text
+from support.systemd_checks import TARGET, exposure, tool
 
 from mtpstudio.core.plan import RpcServer
 from mtpstudio.core.service.rpc_unit import render_rpc_server_unit

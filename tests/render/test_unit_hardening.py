@@ -9,45 +9,12 @@ only), its port, and the GPU device classes. ``scripts/test`` installs systemd (
 
 from __future__ import annotations
 
-import re
-import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.plan import plan_from_dict
-from mtpstudio.core.service.render import UnitScope, render_service_files
-
-TARGET = 3.5
-SCORE = re.compile(r"Overall exposure level for \S+: (\d+\.\d)")
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} is not installed (scripts/test installs it)", pytrace=False)
-    return found
-
-
-def unit_text(binary: Path, **plan: Any) -> str:
-    data: dict[str, Any] = {"model": {"path": "/home/alice/models/Qwen3.6-35B-A3B-IQ4_XS.gguf"}}
-    data.update(plan)
-    p = plan_from_dict(data)
-    spec = build_launch_spec(p, documented_build(p.engine.flavour, binary))
-    return render_service_files(p, spec, scope=UnitScope.SYSTEM, user="alice")["unit"].text
-
-
-def exposure(unit: Path) -> tuple[float, str]:
-    result = subprocess.run(
-        [tool("systemd-analyze"), "security", "--offline=yes", "--no-pager", str(unit)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    found = SCORE.search(result.stdout + result.stderr)
-    assert found, result.stdout + result.stderr
-    return float(found.group(1)), result.stdout
+from support.rendering import unit_text
+from support.systemd_checks import TARGET, exposure, tool
 
 
 @pytest.fixture

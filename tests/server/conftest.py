@@ -10,30 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.servers import free_port
+from support.plans import cpu_plan
 
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan import Plan
 from mtpstudio.core.server.process import ServerProcess
 from mtpstudio.core.server.state import load_states, prune_stale, servers_dir
-
-
-def make_plan(binary: Path, model: Path, flavour: str, **changes: Any) -> Plan:
-    """A CPU plan for a tiny model on a free loopback port."""
-    base: dict[str, Any] = {
-        "device": "cpu",
-        "model.path": str(model),
-        "model.card": None,
-        "engine.flavour": flavour,
-        "engine.binary": str(binary),
-        "runtime.ctx": 512,
-        "runtime.cache_type_k": "f16",
-        "runtime.cache_type_v": "f16",
-        "runtime.threads": 2,
-        "mtp.enabled": False,
-        "server.port": free_port(),
-    }
-    base.update(changes)
-    return plan_with(Plan(), base)
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +44,7 @@ def plan_for(engine: Callable[[str], Path], tiny_model: Callable[..., Path]) -> 
 
     def make(flavour: str, kind: str = "dense", model_params: Any = None, **changes: Any) -> Plan:
         model = tiny_model(kind, **(model_params or {}))
-        return make_plan(engine(flavour), model, flavour, **changes)
+        return cpu_plan(engine(flavour), model, flavour, **changes)
 
     return make
 

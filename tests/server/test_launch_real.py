@@ -15,6 +15,7 @@ from support.waiting import scaled
 
 from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.errors import ServerError
+from mtpstudio.core.memory.measured import HOST
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.server.diagnosis import CauseKind, diagnose
 from mtpstudio.core.server.health import HealthState, probe_health
@@ -26,7 +27,7 @@ from mtpstudio.core.server.process import (
     ServerProcess,
     process_spec,
 )
-from mtpstudio.core.server.reconcile import HOST, last_measured
+from mtpstudio.core.server.reconcile import last_measured
 from mtpstudio.core.server.state import (
     Liveness,
     load_states,

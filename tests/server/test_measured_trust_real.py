@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.cli.main import main
+from mtpstudio.core.memory.measured import HOST
 from mtpstudio.core.plan import Plan, plan_with, save_plan
 from mtpstudio.core.server.process import ServerProcess
-from mtpstudio.core.server.reconcile import HOST
 from mtpstudio.core.usecases.launch import find_build, prepare_launch, run_launch
 
 pytestmark = [pytest.mark.engine]

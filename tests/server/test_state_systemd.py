@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support.runners import FixedRunner
 
 from mtpstudio.core.errors import ServerError
-from mtpstudio.core.runner import RunResult
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.process import LogRing, ProcessOutcome
 from mtpstudio.core.server.state import (
@@ -116,10 +116,7 @@ def test_show_output_is_parsed() -> None:
     )
     unit = UnitRef.of("mtpstudio-llama", user=True)
 
-    def runner(argv: object, timeout: float) -> RunResult:
-        return RunResult(tuple(argv), 0, stdout=text)  # type: ignore[arg-type]
-
-    status = unit_status(unit, runner)
+    status = unit_status(unit, FixedRunner(text))
     assert parse_show(text)["MainPID"] == "4242"
     assert status.active and status.main_pid == 4242
     assert status.describe() == "mtpstudio-llama.service: active (running), pid 4242"

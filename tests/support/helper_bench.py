@@ -15,17 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.plan import plan_from_dict
-from mtpstudio.core.service.render import (
-    RenderedFile,
+from mtpstudio.core.desktop.session_files import (
     SessionSettings,
     SessionVariant,
-    UnitScope,
     render_nvidia_profile,
-    render_service_files,
     render_session_files,
 )
+from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.plan import plan_from_dict
+from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.service.render import UnitScope, render_service_files
 from mtpstudio.helper.constants import TEMP_MARK
 
 HELPER = [sys.executable, "-m", "mtpstudio.helper"]

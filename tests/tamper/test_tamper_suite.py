@@ -370,19 +370,10 @@ def _disk_full(box: Sandbox, fx: Any) -> Outcome:
 
 def engine_plan(box: Sandbox, fx: Any, *, binary: Path | None = None, **changes: Any) -> Path:
     """A CPU plan for the tiny dense model on a free port, saved in the case's work folder."""
-    from support.servers import free_port
+    from support.plans import cpu_plan
 
-    from mtpstudio.core.plan import Plan, plan_with
-
-    base: dict[str, Any] = {
-        "device": "cpu", "model.path": str(fx.tiny_model("dense")), "model.card": None,
-        "engine.flavour": "upstream", "engine.binary": str(binary or fx.engine("upstream")),
-        "runtime.ctx": 512, "runtime.cache_type_k": "f16", "runtime.cache_type_v": "f16",
-        "runtime.threads": 2, "mtp.enabled": False, "server.port": free_port(),
-    }  # fmt: skip
-    base.update(changes)
     path = box.work / "plan.json"
-    save_plan(plan_with(Plan(), base), path)
+    save_plan(cpu_plan(binary or fx.engine("upstream"), fx.tiny_model("dense"), **changes), path)
     return path
 
 
@@ -922,7 +913,7 @@ def _no_escapes(*runs: Any) -> bool:
 @case("GGUF general.name with terminal escapes and a newline", "shown with escapes visible")
 def _gguf_name(box: Sandbox, fx: Any) -> Outcome:
     from gguf.constants import GGUFValueType
-    from gguf_builders import KV, Qwen35MoeParams, qwen35moe_specs, write_gguf
+    from support.gguf_builders import KV, Qwen35MoeParams, qwen35moe_specs, write_gguf
 
     kv, tensors = qwen35moe_specs(Qwen35MoeParams())
     name = f"Qwen{ESCAPES}\n  fits: yes, 0 MiB over"

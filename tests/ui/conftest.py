@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pytestqt.qtbot import QtBot
+from support.xvfb import xvfb_display as _xvfb_display
 
 from mtpstudio.core.detect.models import (
     Connector,
@@ -226,3 +227,10 @@ def fullsize_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("HOME", str(home))
     yield home
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture
+def xvfb_display() -> Iterator[str]:
+    """A private Xvfb on a free display number: its ``DISPLAY`` value."""
+    with _xvfb_display() as display:
+        yield display

@@ -37,7 +37,6 @@ from .journey import (
     value,
     write_fullsize_models,
 )
-from .test_xcb_gui import xvfb_display  # noqa: F401  (the fixture)
 
 RUNNER = Path(__file__).with_name("xvfb_journey.py")
 
@@ -207,7 +206,7 @@ def test_cpu_target_keeps_every_layer_in_ram(
 
 @pytest.mark.slow
 def test_the_real_window_on_xvfb_takes_the_same_path(
-    xvfb_display: str,  # noqa: F811
+    xvfb_display: str,
     tmp_path: Path,
     fullsize_models: dict[str, Path],
     engine: Callable[[str], Path],

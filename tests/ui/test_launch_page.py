@@ -11,6 +11,7 @@ import pytest
 import shiboken6
 from PySide6.QtCore import QProcess
 from pytestqt.qtbot import QtBot
+from support.plans import cpu_plan
 from support.servers import free_port
 
 from mtpstudio.core.bench.history import BenchHistory, export_entry
@@ -24,7 +25,6 @@ from mtpstudio.ui.server_process import ServerPhase
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
 from .conftest import WizardFactory, go_to, no_gpu_report
-from .test_server_process import tiny_plan
 
 pytestmark = [pytest.mark.engine]
 CATEGORIES = ("code_python", "translation")
@@ -33,7 +33,7 @@ SERVER_WAIT_MS = 120_000
 
 @pytest.fixture
 def upstream_plan(engine: Callable[[str], Path], tiny_model: Callable[..., Path]) -> Plan:
-    return tiny_plan(engine("upstream"), tiny_model("dense"))
+    return cpu_plan(engine("upstream"), tiny_model("dense"))
 
 
 @pytest.fixture(autouse=True)

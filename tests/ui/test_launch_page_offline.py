@@ -165,7 +165,7 @@ def test_with_only_other_plans_runs_the_page_says_so_and_shows_none(page: Launch
 
 def test_a_difference_that_rounds_to_zero_is_not_negative() -> None:
     """Issue 25 item 8: the Memory tab showed "-0.00" for a segment logged 0.004 MiB under."""
-    from mtpstudio.core.server.reconcile import ReconcileRow, Reconciliation
+    from mtpstudio.core.memory.measured import ReconcileRow, Reconciliation
     from mtpstudio.ui.pages.launch_memory import MemoryTab
 
     tab = MemoryTab()

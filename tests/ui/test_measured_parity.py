@@ -15,15 +15,15 @@ from typing import Any
 from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.detect.report import detect_for
-from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
-from mtpstudio.core.planning import budget_for, machine_for, resolve
-from mtpstudio.core.server.reconcile import (
+from mtpstudio.core.memory.measured import (
     ReconcileRow,
     Reconciliation,
     build_key,
     predicted_segments,
-    save_measurement,
 )
+from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
+from mtpstudio.core.planning import budget_for, machine_for, resolve
+from mtpstudio.core.server.reconcile import save_measurement
 from mtpstudio.core.usecases.planning_context import planning_context_for
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import MtpWizard

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from pytestqt.qtbot import QtBot
-from test_cli import run_cli
+from support.cli import run_cli
 
 from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
 from mtpstudio.core.service.render import UnitScope

@@ -13,11 +13,12 @@ from pytestqt.qtbot import QtBot
 from support.tiny_models import make_model
 
 from mtpstudio.core.desktop.reclaim import reclaim_options
+from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import ModelChoice, MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import PlanningContext, machine_for
-from mtpstudio.core.service.render import SessionSettings, UnitScope
+from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import export_files
 from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 from mtpstudio.ui.widgets.vram_bar import SEGMENT_STYLES
@@ -42,7 +43,7 @@ def test_a_cpu_target_is_not_worded_as_a_gpu(make_wizard: WizardFactory) -> None
 
 
 def test_cli_cpu_target_wording() -> None:
-    from test_cli import run_cli
+    from support.cli import run_cli
 
     out = run_cli("plan", "--demo", "--gpu", "cpu").stdout
     assert "Memory budget (the CPU: system RAM):" in out and "VRAM budget" not in out
@@ -55,7 +56,7 @@ def test_a_model_with_a_small_native_context_gets_a_default_within_it(
     make_wizard: WizardFactory, tmp_path: Path, qtbot: QtBot
 ) -> None:
     model = make_model("dense", tmp_path / "tiny 4k.gguf")  # trained for 4,096 tokens
-    from test_cli import run_cli
+    from support.cli import run_cli
 
     cli = run_cli("plan", "--model", str(model), "--gpu", "cpu")
     assert cli.returncode == 0, cli.stderr

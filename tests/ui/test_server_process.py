@@ -6,11 +6,10 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pytestqt.qtbot import QtBot
-from support.servers import free_port
+from support.plans import cpu_plan
 
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.server.diagnosis import CauseKind
@@ -20,25 +19,6 @@ from mtpstudio.ui.server_process import GuiServer, ServerPhase
 from mtpstudio.ui.tasks import TaskManager
 
 pytestmark = [pytest.mark.engine]
-
-
-def tiny_plan(binary: Path, model: Path, **changes: Any) -> Plan:
-    """A CPU plan for a tiny model on a free loopback port (upstream)."""
-    base: dict[str, Any] = {
-        "device": "cpu",
-        "model.path": str(model),
-        "model.card": None,
-        "engine.flavour": "upstream",
-        "engine.binary": str(binary),
-        "runtime.ctx": 512,
-        "runtime.cache_type_k": "f16",
-        "runtime.cache_type_v": "f16",
-        "runtime.threads": 2,
-        "mtp.enabled": False,
-        "server.port": free_port(),
-    }
-    base.update(changes)
-    return plan_with(Plan(), base)
 
 
 @pytest.fixture
@@ -53,7 +33,7 @@ def gui_server(qtbot: QtBot) -> Iterator[GuiServer]:
 
 @pytest.fixture
 def upstream_plan(engine: Callable[[str], Path], tiny_model: Callable[..., Path]) -> Plan:
-    return tiny_plan(engine("upstream"), tiny_model("dense"))
+    return cpu_plan(engine("upstream"), tiny_model("dense"))
 
 
 def test_start_healthy_recorded_then_stopped(

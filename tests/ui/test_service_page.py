@@ -14,8 +14,8 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
+from support.cli import write_model
 from support.helper_bench import make_root, snapshot
-from test_cli_export import write_model
 
 from mtpstudio.core import paths
 from mtpstudio.core.desktop.install import revert_user_group, user_status

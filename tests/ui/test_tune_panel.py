@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from pytestqt.qtbot import QtBot
+from support.plans import cpu_plan
 
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.target import BenchCancelled
@@ -20,7 +21,6 @@ from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
 from .conftest import WizardFactory, go_to
-from .test_server_process import tiny_plan
 
 CATEGORIES = ("code_python", "translation")
 TUNE_WAIT_MS = 240_000
@@ -30,7 +30,7 @@ TUNE_WAIT_MS = 240_000
 def mtp_plan(engine: Callable[[str], Path], tiny_model: Callable[..., Path]) -> Plan:
     # A starting plan that drafts 16 tokens a step that a tiny random model never accepts:
     # the first candidates (draft depth 1 and 2) waste far less, so the best is a candidate.
-    return tiny_plan(engine("upstream"), tiny_model("hybrid-mtp", dtype="q8_0"),
+    return cpu_plan(engine("upstream"), tiny_model("hybrid-mtp", dtype="q8_0"),
                      **{"mtp.enabled": True, "mtp.draft_max": 16,
                         "mtp.draft_p_min": 0.0})  # fmt: skip
 
@@ -155,7 +155,7 @@ def test_an_engine_that_cannot_start_is_one_sentence_and_changes_nothing(
     make_wizard: WizardFactory, tiny_model: Callable[..., Path], tmp_path: Path
 ) -> None:
     missing = tmp_path / "no such dir" / "llama-server"
-    plan = tiny_plan(missing, tiny_model("dense"))
+    plan = cpu_plan(missing, tiny_model("dense"))
     wizard, panel = tune_tab(make_wizard, plan, tmp_path / "history.sqlite")
     assert panel.start_tuning(CATEGORIES)
     assert wizard.tasks.wait_idle(30)

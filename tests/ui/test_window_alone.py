@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QCoreApplication
 from pytestqt.qtbot import QtBot
+from support.plans import cpu_plan
 
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
@@ -28,7 +29,6 @@ from mtpstudio.ui.widgets.common import Tone
 from mtpstudio.ui.wizard import PageId
 
 from .conftest import WizardFactory, go_to, no_gpu_report
-from .test_server_process import tiny_plan
 
 CLI_ONLY = ("--engine", "MTPSTUDIO_ENGINES", "mtpstudio detect", "--root")
 
@@ -107,7 +107,7 @@ def test_a_server_started_elsewhere_is_attached_benchmarked_and_stopped(
     tiny_model: Callable[..., Path],
     tmp_path: Path,
 ) -> None:
-    plan = tiny_plan(engine("upstream"), tiny_model("dense"))
+    plan = cpu_plan(engine("upstream"), tiny_model("dense"))
     plan_file = tmp_path / "tiny.json"
     save_plan(plan, plan_file)
     launched = subprocess.run([sys.executable, "-m", "mtpstudio", "launch", "--plan",

@@ -31,13 +31,13 @@ from mtpstudio.core.desktop.helper_setup import (
     InstallError as InstallError,  # re-exported: callers catch it from here
 )
 from mtpstudio.core.desktop.reclaim import session_display_name
-from mtpstudio.core.runner import Runner
-from mtpstudio.core.service.render import (
-    RenderedFile,
+from mtpstudio.core.desktop.session_files import (
     SessionSettings,
     SessionVariant,
     render_session_files,
 )
+from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.runner import Runner
 from mtpstudio.helper import main as helper_main
 from mtpstudio.helper.constants import (
     DISTRO_SESSION_DIRS,

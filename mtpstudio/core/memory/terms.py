@@ -242,7 +242,7 @@ UNMODELLED_COMPUTE_MARGIN = 0.35
 Against the replays (which match the engine's log allocation by allocation) the fitted
 formula comes out at most 17.3 % low on the model widths of the accuracy table (llama,
 qwen2, qwen3, qwen3moe, gemma3, glm4moe, qwen35, qwen35moe; ubatch 128-2048, ctx 4k-128k,
-flash attention on and off, f16 and quantized caches: ``tests/test_trunk_graph.py``); on
+flash attention on and off, f16 and quantized caches: ``tests/memory/test_trunk_graph.py``); on
 architectures it does not model, loaded by the real engine, at most 19.5 % low (phi3;
 ``benchmarks/arch_accuracy.py``).
 35 % keeps at least 8 % above the worst of them."""

@@ -473,7 +473,7 @@ def replayed_layers(n_layer: int, period: int, minimum: int) -> int:
     outputs). Layers repeat with ``period`` (their kinds and sizes); once the allocator has
     gone through a layer or two its free blocks repeat too, so further periods reach the same
     peak: the shortened replay is the whole graph's (checked count against count over random
-    shapes in ``tests/test_trunk_graph.py``: plain layers repeat from the third layer on,
+    shapes in ``tests/memory/test_trunk_graph.py``: plain layers repeat from the third layer on,
     gemma3 from the seventh, the hybrids from the eighth), and the budget slider stays fast."""
     if n_layer <= minimum:
         return n_layer
@@ -529,7 +529,7 @@ def compressed_layers(
     period is always kept (the last block trims its rows to the outputs). Once the allocator
     has gone through two alike periods its free blocks repeat, as for ``replayed_layers``:
     the shortened replay reaches the whole graph's peak (checked against whole replays over
-    n-cpu-moe, fit and -ngl placements in ``tests/test_cuda_schedule.py``)."""
+    n-cpu-moe, fit and -ngl placements in ``tests/memory/test_cuda_schedule.py``)."""
     periods = [tuple(range(b, min(b + period, n_layer))) for b in range(0, n_layer, period)]
     kinds = [tuple(kind(i) for i in p) for p in periods]
     kept: list[int] = []

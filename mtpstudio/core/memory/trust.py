@@ -37,7 +37,7 @@ _EXACT_ON_CPU = frozenset({"weights", "weights_mapped", "weights_resident", "wei
 
 Measured = frozenset[tuple[str, str]]
 """``(device id, segment)`` pairs a stored measurement of this build confirms (see
-``core.server.reconcile.measured_segments``); the host's id is ``host``."""
+``core.memory.measured.measured_segments``); the host's id is ``host``."""
 
 NOTHING_MEASURED: Measured = frozenset()
 

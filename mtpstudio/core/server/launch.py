@@ -23,6 +23,7 @@ from mtpstudio.core.engines.registry import describe_build, memory_facts
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.measured import Reconciliation, build_key
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, save_plan
 from mtpstudio.core.runner import Runner, SubprocessRunner
@@ -38,12 +39,7 @@ from mtpstudio.core.server.health import (
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.server.preflight import check_binary, check_model, check_port
 from mtpstudio.core.server.process import ProcessOutcome, ProcessSpec, ServerProcess, process_spec
-from mtpstudio.core.server.reconcile import (
-    Reconciliation,
-    build_key,
-    reconcile,
-    save_measurement,
-)
+from mtpstudio.core.server.reconcile import reconcile, save_measurement
 from mtpstudio.core.server.state import (
     ServerState,
     logs_dir,

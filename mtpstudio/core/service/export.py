@@ -7,16 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpstudio.core.atomic import write_bytes_atomic, write_text_atomic
+from mtpstudio.core.desktop.session_files import SessionSettings, render_reclaim_files
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.service.render import (
-    RenderedFile,
-    SessionSettings,
-    UnitScope,
-    render_reclaim_files,
-    render_service_files,
-    template_environment,
-)
+from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.service.render import UnitScope, render_service_files, template_environment
 from mtpstudio.core.service.rpc_unit import render_rpc_server_unit
 
 README_NAME = "README.md"
@@ -154,7 +149,7 @@ def service_set(files: dict[str, RenderedFile], scope: UnitScope) -> dict[str, R
 
 
 def install_commands(folder: Path, files: dict[str, RenderedFile], scope: UnitScope) -> list[str]:
-    from mtpstudio.core.quoting import shell_quote
+    from mtpstudio.core.quoting.shell import shell_quote
 
     system = scope is UnitScope.SYSTEM
     script = shell_quote(str(folder / files["install"].name))

@@ -1,4 +1,5 @@
-"""Plan + LaunchSpec -> the text of the unit, environment file, launch script and session files.
+"""Plan + LaunchSpec -> the text of the unit, environment file and launch script (the desktop's
+session files: ``core.desktop.session_files``).
 
 Pure: nothing here writes files or runs commands (``core.service.export.write_files`` does that).
 Templates are Jinja2 files shipped as package data (``mtpstudio.templates``), rendered with
@@ -21,60 +22,33 @@ from typing import Any
 
 import jinja2
 
-from mtpstudio.core import paths, quoting
+from mtpstudio.core import paths
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
-from mtpstudio.core.plan import DesktopReclaim, LoadMode, Plan
-from mtpstudio.helper import profile_shape, session_shape, unit_shape
-from mtpstudio.helper.profile_shape import NVIDIA_PROFILE_NAME, NVIDIA_PROFILE_PROCESSES
-from mtpstudio.helper.session_shape import SESSION_VARIABLES, SessionShape
+from mtpstudio.core.plan import LoadMode, Plan
+from mtpstudio.core.quoting.desktop_entry import desktop_exec_line, desktop_string
+from mtpstudio.core.quoting.env_file import env_file_assignment
+from mtpstudio.core.quoting.shell import shell_join, shell_quote
+from mtpstudio.core.quoting.systemd import (
+    parse_unit_file,
+    split_systemd_command_line,
+    systemd_path,
+    systemd_text,
+)
+from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.helper import unit_shape
 from mtpstudio.helper.shape_common import comment, comment_wrap
 from mtpstudio.helper.unit_shape import UnitShape
 
 __all__ = [
-    "NVIDIA_PROFILE_PROCESSES",
-    "SESSION_VARIABLES",
-    "RenderedFile",
     "ServiceLayout",
-    "SessionSettings",
-    "SessionVariant",
     "UnitScope",
-    "render_nvidia_profile",
-    "render_reclaim_files",
     "render_service_files",
-    "render_session_files",
-    "session_variant_for",
     "template_environment",
 ]
 
 TEMPLATE_PACKAGE = "mtpstudio.templates"
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
-
-
-@dataclass(frozen=True)
-class RenderedFile:
-    """One generated file and where it is meant to go.
-
-    Attributes:
-        name: the file name.
-        text: the whole content.
-        mode: permission bits to write it with.
-        install_path: the suggested absolute path.
-        explanation: one line for the GUI / CLI listing.
-        privileged: installing it needs root (the helper).
-        warnings: things to tell the user about this file.
-        params: for a file the helper installs, the values it builds the file from (what is
-            handed to it instead of the text).
-    """
-
-    name: str
-    text: str
-    mode: int
-    install_path: Path
-    explanation: str
-    privileged: bool = False
-    warnings: tuple[str, ...] = ()
-    params: Mapping[str, Any] | None = None
 
 
 class UnitScope(StrEnum):
@@ -119,48 +93,6 @@ class ServiceLayout:
         return cls(scope, unit, env, export / out.launch_script)
 
 
-class SessionVariant(StrEnum):
-    """Which login session keeps the desktop off the NVIDIA card's VRAM."""
-
-    WAYLAND_IGPU = "wayland-igpu"  # the display is on the iGPU: KWin uses only that GPU
-    WAYLAND_LLVMPIPE = "wayland-llvmpipe"  # the display is on NVIDIA: software rendering
-    X11_LLVMPIPE = "x11-llvmpipe"  # X11 Plasma with software GL
-
-
-ARCH_PLASMA_WAYLAND = ("/usr/lib/plasma-dbus-run-session-if-needed", "/usr/bin/startplasma-wayland")
-"""Exec= of Plasma 6's own Wayland session on Arch/CachyOS (plasma-workspace 6.x)."""
-ARCH_PLASMA_X11 = ("/usr/bin/startplasma-x11",)
-
-
-@dataclass(frozen=True)
-class SessionSettings:
-    """Paths and choices for the session files.
-
-    ``wayland_command`` / ``x11_command`` are what the distribution runs to start Plasma: the
-    ``Exec=`` of its installed session file (``plasma_source`` names that file), read with
-    ``core.desktop.session_apply.session_settings``; the defaults are Arch/CachyOS Plasma 6's,
-    for rendering on a machine without Plasma. ``igpu_card`` is the iGPU's DRM node, preferably
-    the stable ``/dev/dri/by-path/pci-…-card`` link; the wrapper resolves it at login.
-    """
-
-    igpu_card: str | None = None
-    wayland_command: tuple[str, ...] = ARCH_PLASMA_WAYLAND
-    x11_command: tuple[str, ...] = ARCH_PLASMA_X11
-    plasma_source: Mapping[str, str] | None = None  # folder kind -> the Plasma session file
-    wrapper_dir: str = "/usr/local/lib/mtpstudio"
-    wayland_sessions_dir: str = "/usr/local/share/wayland-sessions"
-    x11_sessions_dir: str = "/usr/local/share/xsessions"
-    mesa_egl_vendor_file: str = "/usr/share/glvnd/egl_vendor.d/50_mesa.json"
-    llvmpipe_threads: int | None = None
-
-
-def session_variant_for(display_on_igpu: bool, *, x11: bool = False) -> SessionVariant:
-    """The variant detection calls for: iGPU routing when a monitor hangs off the iGPU."""
-    if x11:
-        return SessionVariant.X11_LLVMPIPE
-    return SessionVariant.WAYLAND_IGPU if display_on_igpu else SessionVariant.WAYLAND_LLVMPIPE
-
-
 # --------------------------------------------------------------------------------------------
 # Jinja
 
@@ -186,13 +118,13 @@ def template_environment() -> jinja2.Environment:
     filters: Mapping[str, Callable[..., Any]] = {
         "comment": comment,
         "comment_wrap": comment_wrap,
-        "shell": quoting.shell_quote,
-        "shell_join": quoting.shell_join,
-        "systemd_path": quoting.systemd_path,
-        "systemd_text": quoting.systemd_text,
-        "env_file_assignment": lambda pair: quoting.env_file_assignment(*pair),
-        "desktop_string": quoting.desktop_string,
-        "desktop_exec": quoting.desktop_exec_line,
+        "shell": shell_quote,
+        "shell_join": shell_join,
+        "systemd_path": systemd_path,
+        "systemd_text": systemd_text,
+        "env_file_assignment": lambda pair: env_file_assignment(*pair),
+        "desktop_string": desktop_string,
+        "desktop_exec": desktop_exec_line,
     }
     env.filters.update(filters)
     return env
@@ -215,9 +147,9 @@ def _notes_context(spec: LaunchSpec) -> list[dict[str, str]]:
 
 def _check_exec_start(text: str, spec: LaunchSpec, name: str) -> None:
     """Split the rendered ExecStart back (systemd's rules) and compare with the argv."""
-    values = [v for s, k, v in quoting.parse_unit_file(text) if (s, k) == ("Service", "ExecStart")]
+    values = [v for s, k, v in parse_unit_file(text) if (s, k) == ("Service", "ExecStart")]
     try:
-        argv = quoting.split_systemd_command_line(values[0]) if len(values) == 1 else None
+        argv = split_systemd_command_line(values[0]) if len(values) == 1 else None
     except ValueError:
         argv = None
     if argv != list(spec.argv):
@@ -232,7 +164,7 @@ def _script_lines(spec: LaunchSpec) -> list[str]:
     lines = []
     start = 1
     for note in spec.flags:
-        lines.append(quoting.shell_join(spec.argv[start : start + len(note.words)]))
+        lines.append(shell_join(spec.argv[start : start + len(note.words)]))
         start += len(note.words)
     return lines
 
@@ -361,98 +293,3 @@ def render_service_files(
             explanation="The same command as a bash script, for running by hand.",
         ),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# desktop sessions and the NVIDIA profile
-
-
-def render_session_files(
-    variant: SessionVariant, settings: SessionSettings | None = None
-) -> dict[str, RenderedFile]:
-    """The session ``.desktop`` file and its wrapper script for ``variant`` (written by
-    ``helper.session_shape``, the code the helper builds the installed files with).
-
-    Returns:
-        ``{"desktop": …, "wrapper": …}``; both need root to install (SDDM reads only system
-        session folders). The desktop file carries the helper's parameters when the helper can
-        install it (Plasma's own session file is known).
-
-    Raises:
-        RenderError: the iGPU variant without ``settings.igpu_card``, or paths that cannot be
-            written safely.
-    """
-    settings = settings or SessionSettings()
-    facts = session_shape.VARIANTS[variant.value]
-    x11 = facts.kind == "xsessions"
-    shape = SessionShape(
-        variant=variant.value,
-        sessions_dir=settings.x11_sessions_dir if x11 else settings.wayland_sessions_dir,
-        plasma_command=tuple(settings.x11_command if x11 else settings.wayland_command),
-        plasma_source=(settings.plasma_source or {}).get(facts.kind),
-        igpu_card=settings.igpu_card,
-        llvmpipe_threads=settings.llvmpipe_threads,
-        wrapper_dir=settings.wrapper_dir,
-        mesa_egl_vendor_file=settings.mesa_egl_vendor_file,
-    )
-    desktop_text = session_shape.render_session_desktop(shape)
-    wrapper_text = session_shape.render_session_wrapper(shape)
-    try:
-        params: Mapping[str, Any] | None = shape.params()
-    except RenderError:
-        params = None  # rendered for a look (no Plasma here): not something to install
-    return {
-        "desktop": RenderedFile(
-            name=facts.file_name,
-            text=desktop_text,
-            mode=0o644,
-            install_path=Path(shape.desktop_path),
-            explanation=f"Login-screen entry '{facts.session_name}'.",
-            privileged=True,
-            params=params,
-        ),
-        "wrapper": RenderedFile(
-            name=facts.wrapper_name,
-            text=wrapper_text,
-            mode=0o755,
-            install_path=Path(shape.wrapper_path),
-            explanation="Sets the rendering variables, starts Plasma, and clears them at logout.",
-            privileged=True,
-        ),
-    }
-
-
-def render_nvidia_profile(processes: Sequence[str] = NVIDIA_PROFILE_PROCESSES) -> RenderedFile:
-    """The NVIDIA driver profile ``GLVidHeapReuseRatio=0`` for the desktop's processes.
-
-    The lightest reclaim: the driver stops keeping freed video memory in a pool for these
-    processes (egl-wayland#126); nothing else about the session changes.
-    """
-    path = Path("/etc/nvidia/nvidia-application-profiles-rc.d") / NVIDIA_PROFILE_NAME
-    return RenderedFile(
-        name=path.name,
-        text=profile_shape.render_nvidia_profile(processes),
-        mode=0o644,
-        install_path=path,
-        explanation="NVIDIA driver profile: the compositor and shell return freed VRAM "
-        "instead of pooling it.",
-        privileged=True,
-        params={"processes": list(processes)},
-    )
-
-
-def render_reclaim_files(
-    reclaim: DesktopReclaim,
-    settings: SessionSettings | None = None,
-    *,
-    x11: bool = False,
-) -> dict[str, RenderedFile]:
-    """The files for the plan's desktop reclaim choice (empty for ``none``)."""
-    if reclaim is DesktopReclaim.NONE:
-        return {}
-    if reclaim is DesktopReclaim.NVIDIA_PROFILE:
-        return {"nvidia-profile": render_nvidia_profile()}
-    if x11:
-        return render_session_files(SessionVariant.X11_LLVMPIPE, settings)
-    variant = session_variant_for(reclaim is DesktopReclaim.IGPU)
-    return render_session_files(variant, settings)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtpstudio.core import quoting
 from mtpstudio.core.plan import RpcServer
-from mtpstudio.core.service.render import RenderedFile
+from mtpstudio.core.quoting.systemd import systemd_command_line, systemd_text
+from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.helper.shape_common import comment_wrap
 
 RPC_SERVER_BINARY = Path("/usr/local/bin/ggml-rpc-server")
@@ -74,7 +74,7 @@ def render_rpc_server_unit(
     if threads is not None:
         argv += ["-t", str(threads)]
     name = rpc_unit_name(server)
-    description = quoting.systemd_text(f"llama.cpp rpc-server {server.endpoint} (mtpstudio)")
+    description = systemd_text(f"llama.cpp rpc-server {server.endpoint} (mtpstudio)")
     what = (
         f"# {name}: llama.cpp's rpc-server on {server.endpoint}, one device of an mtpstudio "
         "plan split over several machines (written by mtpstudio; install it on that machine)."
@@ -99,7 +99,7 @@ def render_rpc_server_unit(
         "\n"
         "[Service]\n"
         "Type=exec\n"
-        f"ExecStart={quoting.systemd_command_line(argv)}\n"
+        f"ExecStart={systemd_command_line(argv)}\n"
         "Restart=on-failure\n"
         "RestartSec=15s\n"
         "TimeoutStopSec=30s\n"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mtpstudio.core import paths
+from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.distro import read_os_release
 from mtpstudio.core.engines.apikey import default_key_path, ensure_api_key
 from mtpstudio.core.engines.build_hint import build_hint
@@ -26,14 +27,9 @@ from mtpstudio.core.planning import (
     launch_spec_for,
     resolve,
 )
+from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.export import render_all
-from mtpstudio.core.service.render import (
-    RenderedFile,
-    ServiceLayout,
-    SessionSettings,
-    UnitScope,
-    render_service_files,
-)
+from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
 
 
 class EngineNotHereError(RenderError):

@@ -58,11 +58,11 @@ from mtpstudio.core.desktop.session_apply import (
     switch_back_name,
 )
 from mtpstudio.core.desktop.session_check import SessionCheckReport, check_session
+from mtpstudio.core.desktop.session_files import SessionVariant, render_nvidia_profile
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
 from mtpstudio.core.plan import DesktopReclaim, Plan
 from mtpstudio.core.planning import FitSuggestion, fit_suggestions, resolve
-from mtpstudio.core.service.render import SessionVariant, render_nvidia_profile
 from mtpstudio.core.units import MIB
 from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.pages.base import PlanPage

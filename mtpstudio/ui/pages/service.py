@@ -48,7 +48,9 @@ from mtpstudio.core.desktop.install import (
     system_unit_plan,
 )
 from mtpstudio.core.desktop.session_apply import desktop_facts
+from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.errors import MtpStudioError, ServerError
+from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.server.systemd import (
     UnitRef,
     UnitStatus,
@@ -59,7 +61,7 @@ from mtpstudio.core.server.systemd import (
     unit_status,
 )
 from mtpstudio.core.service.export import ServiceSet, write_service_set
-from mtpstudio.core.service.render import RenderedFile, SessionSettings, UnitScope
+from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import (
     EngineNotHereError,
     RootAccountError,

@@ -1,0 +1,339 @@
+"""Tests for the embedded catalogue: GPU cards and the demo GGUF model cards."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from mtpstudio.core.errors import CatalogError
+from mtpstudio.core.model.catalog.gpus import (
+    DEFAULT_GPU_CARD,
+    MIB,
+    closest_context_figure,
+    cuda_context_figures,
+    cuda_context_for,
+    gpu_card,
+    gpu_cards,
+)
+from mtpstudio.core.model.catalog.header import synthetic_vocab
+from mtpstudio.core.model.catalog.models import (
+    CARD_FORMAT_VERSION,
+    DEFAULT_MODEL_CARD,
+    model_card,
+    model_card_info,
+    model_card_path,
+    model_cards,
+)
+from mtpstudio.core.model.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
+from mtpstudio.core.model.catalog.spec import IQ4_XS_RECIPE, card_tensors
+from mtpstudio.core.model.gguf import read_gguf
+from mtpstudio.core.model.info import ModelInfo
+
+GIB = 1024 * MIB
+REQUIRED_GPUS = {
+    "rtx-3060-12gb": 12,
+    "rtx-4060-ti-16gb": 16,
+    "rtx-4070-super": 12,
+    "rtx-4080": 16,
+    "rtx-4090": 24,
+    "rtx-5090": 32,
+    "rx-7800-xt": 16,
+}
+
+
+# --- GPU cards -------------------------------------------------------------------------------
+
+
+def test_required_gpus_are_in_the_catalogue_with_their_size() -> None:
+    for card_id, gb in REQUIRED_GPUS.items():
+        assert gpu_card(card_id).nominal_vram_gb == gb
+
+
+def test_every_gpu_id_resolves_and_ids_are_unique_slugs() -> None:
+    cards = gpu_cards()
+    ids = [card.id for card in cards]
+    assert len(set(ids)) == len(ids)
+    for card in cards:
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", card.id)
+        assert gpu_card(card.id) == card
+
+
+def test_vram_is_the_reported_total_just_under_the_nominal_size() -> None:
+    for card in gpu_cards():
+        nominal = card.nominal_vram_gb * GIB
+        assert 0.99 * nominal <= card.vram_bytes <= nominal, card.id
+        assert card.vram_bytes % MIB == 0
+        if m := re.search(r"-(\d+)gb$", card.id):
+            assert int(m[1]) == card.nominal_vram_gb, card.id
+        assert f"{card.nominal_vram_gb} GB" in card.label
+
+
+def test_bandwidth_is_bus_width_times_data_rate() -> None:
+    for card in gpu_cards():
+        expected = card.bus_width_bits / 8 * card.data_rate_gbps
+        assert card.bandwidth_gb_s == pytest.approx(expected, rel=0.005), card.id
+
+
+def test_desktop_and_driver_usage_are_sane() -> None:
+    for card in gpu_cards():
+        assert 0 < card.llvmpipe_desktop_vram_bytes < card.desktop_vram_bytes, card.id
+        assert card.desktop_vram_bytes <= 2 * GIB
+        if card.driver_overhead_bytes is not None:
+            assert 0 < card.driver_overhead_bytes < GIB
+        if card.vendor == "nvidia":
+            # design.md: KDE Wayland holds about 1 GB on NVIDIA, llvmpipe about 130 MB
+            assert card.desktop_vram_bytes == GIB
+            assert card.llvmpipe_desktop_vram_bytes == 130 * MIB
+            assert card.compute_capability is not None
+            assert re.fullmatch(r"\d+\.\d", card.compute_capability)
+        else:
+            assert card.gfx_target is not None and card.gfx_target.startswith("gfx")
+
+
+def test_default_gpu_is_the_12_gb_rtx_4070_super() -> None:
+    card = gpu_card(DEFAULT_GPU_CARD)
+    assert card.name == "NVIDIA GeForce RTX 4070 SUPER"
+    assert card.vram_mib == 12282
+
+
+def test_unknown_gpu_names_the_known_ids() -> None:
+    with pytest.raises(CatalogError) as caught:
+        gpu_card("rtx-9999")
+    message = str(caught.value)
+    assert message.startswith("unknown GPU 'rtx-9999'; known: ")
+    for card in gpu_cards():
+        assert card.id in message
+    assert caught.value.hint
+
+
+# --- model cards -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def qwen_info() -> ModelInfo:
+    return model_card_info(DEFAULT_MODEL_CARD)
+
+
+def test_default_model_card_is_qwen36_35b_a3b() -> None:
+    assert DEFAULT_MODEL_CARD == "qwen3.6-35b-a3b-iq4_xs"
+    assert model_cards()[0].card_id == DEFAULT_MODEL_CARD
+    assert model_card(DEFAULT_MODEL_CARD) is QWEN36_35B_A3B_IQ4_XS
+
+
+def test_unknown_model_card_names_the_known_ids() -> None:
+    with pytest.raises(CatalogError, match=r"^unknown model card 'nope'; known: .*qwen3\.6-35b"):
+        model_card("nope")
+    with pytest.raises(CatalogError):
+        model_card_path("nope")
+
+
+def test_qwen36_card_reads_back_with_the_architecture_facts(qwen_info: ModelInfo) -> None:
+    info = qwen_info
+    assert info.architecture == "qwen35moe"
+    assert (info.block_count, info.n_layer, info.n_nextn_layer) == (41, 40, 1)
+    assert info.attention_layers == tuple(range(3, 40, 4))
+    assert len(info.recurrent_layers) == 30
+    assert info.full_attention_interval == 4
+    assert info.n_embd == 2048
+    assert (info.n_head, info.n_head_kv, info.key_length, info.value_length) == (16, 2, 256, 256)
+    assert (
+        info.ssm_inner_size,
+        info.ssm_state_size,
+        info.ssm_group_count,
+        info.ssm_time_step_rank,
+        info.ssm_conv_kernel,
+    ) == (4096, 128, 16, 32, 4)
+    assert (info.n_expert, info.n_expert_used) == (256, 8)
+    assert (info.expert_ffn_length, info.shared_expert_ffn_length) == (512, 512)
+    assert info.vocab_size == 248_320
+    assert info.context_length == 262_144
+    assert info.file_type == "IQ4_XS"
+    assert info.has_mtp and info.is_moe
+
+
+def test_qwen36_tensor_table_has_the_hybrid_layout(qwen_info: ModelInfo) -> None:
+    by_name = {t.name: t for t in qwen_info.tensors}
+    assert by_name["token_embd.weight"].shape == (2048, 248_320)  # ggml ne order
+    assert by_name["blk.0.attn_qkv.weight"].shape == (2048, 8192)  # q, k (16x128) + v (32x128)
+    assert by_name["blk.0.ssm_conv1d.weight"].shape == (4, 8192)
+    assert by_name["blk.3.attn_q.weight"].shape == (2048, 16 * 256 * 2)  # query + gate
+    assert by_name["blk.3.attn_k.weight"].shape == (2048, 2 * 256)
+    assert by_name["blk.39.ffn_down_exps.weight"].shape == (512, 2048, 256)
+    assert by_name["blk.40.nextn.eh_proj.weight"].shape == (4096, 2048)
+    assert "blk.3.attn_qkv.weight" not in by_name
+    assert "blk.40.attn_qkv.weight" not in by_name  # the MTP block is full attention
+    assert "blk.40.ffn_gate_exps.weight" in by_name  # ... with the full MoE
+    layers = {t.layer for t in qwen_info.tensors if t.layer is not None}
+    assert layers == set(range(41))
+
+
+def test_qwen36_card_matches_its_spec_exactly(qwen_info: ModelInfo) -> None:
+    expected = card_tensors(QWEN36_35B_A3B_IQ4_XS)
+    got = [(t.name, t.shape, t.ggml_type, t.n_bytes) for t in qwen_info.tensors]
+    assert got == [(t.name, t.ne, int(t.ggml_type), t.n_bytes) for t in expected]
+
+
+def test_qwen36_quant_recipe_is_iq4_xs_as_llama_quantize_assigns_it(qwen_info: ModelInfo) -> None:
+    types = {t.name: t.type_name for t in qwen_info.tensors}
+    assert types["output.weight"] == "Q6_K"
+    assert types["token_embd.weight"] == "IQ4_XS"
+    assert types["blk.0.attn_qkv.weight"] == "Q5_K"
+    assert types["blk.3.attn_v.weight"] == "Q5_K"
+    assert types["blk.3.attn_q.weight"] == "IQ4_XS"
+    assert types["blk.0.ssm_out.weight"] == "IQ4_XS"
+    assert types["blk.0.ffn_down_exps.weight"] == "IQ4_XS"
+    assert types["blk.0.ffn_gate_inp.weight"] == "F32"
+    assert types["blk.0.ssm_conv1d.weight"] == "F32"
+    assert types["blk.0.ssm_a"] == "F32"
+    assert types["blk.40.nextn.enorm.weight"] == "F32"
+    assert set(qwen_info.quant_mix) == {"IQ4_XS", "Q5_K", "Q6_K", "F32"}
+
+
+def test_qwen36_size_matches_the_published_quant(qwen_info: ModelInfo) -> None:
+    spec = QWEN36_35B_A3B_IQ4_XS
+    trunk = sum(t.n_bytes for t in qwen_info.tensors if t.layer is None or t.layer < spec.n_layer)
+    mtp = qwen_info.tensor_bytes - trunk
+    # The published 18.6 GB IQ4_XS file (design.md) holds no MTP layer: compare the trunk.
+    assert not spec.published_covers_mtp
+    assert trunk == pytest.approx(spec.published_size_bytes, rel=0.02)
+    assert 0.40e9 < mtp < 0.50e9  # one MoE attention block + eh_proj at IQ4_XS
+    # IQ4_XS itself is 4.25 bpw; the Q6_K output and Q5_K attn_v/attn_qkv lift the average.
+    assert 4.25 < qwen_info.bits_per_weight < 4.40
+    assert qwen_info.n_params == pytest.approx(35.5e9, rel=0.01)
+
+
+def test_qwen36_27b_card() -> None:
+    info = model_card_info(QWEN36_27B_IQ4_XS.card_id)
+    assert info.architecture == "qwen35"
+    assert (info.block_count, info.n_layer, info.n_nextn_layer) == (65, 64, 1)
+    assert info.attention_layers == tuple(range(3, 64, 4))
+    assert (info.n_embd, info.ffn_length, info.n_expert) == (5120, 17_408, 0)
+    assert (info.n_head, info.n_head_kv, info.key_length) == (24, 4, 256)
+    assert (info.ssm_inner_size, info.ssm_time_step_rank, info.ssm_group_count) == (6144, 48, 16)
+    trunk = sum(t.n_bytes for t in info.tensors if t.layer is None or t.layer < 64)
+    assert trunk == pytest.approx(QWEN36_27B_IQ4_XS.published_size_bytes, rel=0.02)
+    assert {"blk.64.nextn.eh_proj.weight", "blk.64.ffn_up.weight"} <= {t.name for t in info.tensors}
+
+
+def test_card_is_a_header_only_gguf_in_the_user_cache() -> None:
+    path = model_card_path(DEFAULT_MODEL_CARD)
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "mtpstudio" / "catalog"
+    assert path == cache / f"{DEFAULT_MODEL_CARD}-v{CARD_FORMAT_VERSION}.gguf"
+    header = read_gguf(path)
+    assert not header.has_tensor_data
+    assert header.data_offset == path.stat().st_size  # ends where tensor data would start
+    assert path.stat().st_size < 16 * MIB
+    assert header.metadata["mtpstudio.demo_card"] == DEFAULT_MODEL_CARD
+    assert header.metadata["tokenizer.ggml.model"] == "gpt2"
+    assert header.metadata["tokenizer.ggml.pre"] == "qwen35"
+    assert header.metadata["tokenizer.ggml.eos_token_id"] == 248_046
+    assert header.metadata["qwen35moe.rope.dimension_count"] == 64
+
+
+def test_card_generation_is_idempotent() -> None:
+    first = model_card_path(DEFAULT_MODEL_CARD)
+    before = first.stat()
+    second = model_card_path(DEFAULT_MODEL_CARD)
+    after = second.stat()
+    assert second == first
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (
+        before.st_ino,
+        before.st_mtime_ns,
+        before.st_size,
+    )
+    assert not [p for p in first.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_unwritable_cache_is_a_catalog_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    with pytest.raises(CatalogError, match="cannot write the demo card"):
+        model_card_path(DEFAULT_MODEL_CARD)
+
+
+def test_synthetic_vocab_is_a_valid_bpe_vocabulary() -> None:
+    tokens, types, merges = synthetic_vocab(248_320)
+    assert len(tokens) == len(types) == 248_320
+    assert len(set(tokens)) == len(tokens)
+    assert tokens[248_044:248_047] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    assert tokens[248_068:248_070] == ["<think>", "</think>"]
+    assert tokens[-1] == "[PAD248319]"
+    assert len(merges) == 248_044 - 256
+    vocab = set(tokens[:248_044])
+    for merge in merges[::997]:
+        left, right = merge.split(" ")
+        assert left in vocab and right in vocab and left + right in vocab
+
+
+def test_recipe_falls_back_like_llama_quantize_for_odd_rows() -> None:
+    assert IQ4_XS_RECIPE.type_for("blk.0.ffn_up.weight", (2048, 512), 8).name == "IQ4_XS"
+    assert IQ4_XS_RECIPE.type_for("blk.0.ffn_up.weight", (96, 512), 8).name == "IQ4_NL"
+    assert IQ4_XS_RECIPE.type_for("blk.0.attn_v.weight", (2048, 512), 2).name == "IQ4_XS"
+    assert IQ4_XS_RECIPE.type_for("blk.0.attn_norm.weight", (2048,), 8).name == "F32"
+
+
+def test_every_nvidia_card_has_a_cuda_context_figure_with_its_source() -> None:
+    """A card's own published figure, else that of the published card closest in memory."""
+    figures = cuda_context_figures()
+    assert {f.name for f in figures} >= {"NVIDIA GeForce RTX 4060 Ti", "NVIDIA GeForce RTX 3090"}
+    for figure in figures:  # a published issue, or the GPU kit's own committed measurement
+        cited = re.search(r"github\.com/\S+/(issues|pull)/\d+", figure.source)
+        kit = re.search(r"GPU kit \(tests/fixtures/cuda_truth/[^)]+\)", figure.source)
+        assert cited or kit, figure.name
+        if kit:
+            assert (Path(__file__).parents[2] / kit[0][9:-1]).is_dir(), figure.name
+    for card in gpu_cards():
+        if card.vendor != "nvidia":
+            continue
+        assert card.driver_overhead_bytes is not None and card.driver_overhead_source, card.id
+        own = [f for f in figures if f.name == card.name]
+        expected = own[0] if own else closest_context_figure(card.vram_bytes)
+        assert card.driver_overhead_bytes == expected.context_mib * MIB, card.id
+        assert expected.source.split(" (")[0] in card.driver_overhead_source, card.id
+    four_sixty = gpu_card("rtx-4060-ti-16gb")
+    assert four_sixty.driver_overhead_bytes == 107 * MIB  # llama.cpp #23604
+    assert "published for this card" in four_sixty.driver_overhead_source
+
+
+def test_a_detected_card_takes_its_catalogue_figure_or_the_closest_published_one() -> None:
+    assert cuda_context_for("NVIDIA GeForce RTX 4070 SUPER", 12282 * MIB) == (
+        gpu_card("rtx-4070-super").driver_overhead_bytes,
+        gpu_card("rtx-4070-super").driver_overhead_source,
+    )
+    h100, source = cuda_context_for("NVIDIA H100 80GB HBM3", 81559 * MIB)
+    assert h100 == 527 * MIB and "GPU kit" in source  # measured on the lent H100
+    a100, source = cuda_context_for("NVIDIA A100 80GB PCIe", 81920 * MIB)
+    assert a100 == 527 * MIB and "closest in memory: NVIDIA H100" in source
+
+
+def test_a_detected_nvidia_card_counts_its_context_and_the_reserved_memory() -> None:
+    """NVML v2 reports memory the driver reserves apart from ``used``; it is in the total and
+    never free, so the driver segment holds it beside the CUDA context."""
+    from mtpstudio.core.detect.models import GpuInfo, GpuMemory, GpuVendor
+    from mtpstudio.core.memory.machine import driver_bytes
+
+    memory = GpuMemory(
+        total_bytes=12282 * MIB,
+        used_bytes=1400 * MIB,
+        free_bytes=10538 * MIB,
+        reserved_bytes=344 * MIB,
+        source="nvml v2",
+    )
+    card = GpuInfo(
+        id="CUDA0",
+        vendor=GpuVendor.NVIDIA,
+        name="NVIDIA GeForce RTX 4070 SUPER",
+        integrated=False,
+        compute_capability="8.9",
+        memory=memory,
+    )
+    context = gpu_card("rtx-4070-super").driver_overhead_bytes or 0
+    assert driver_bytes(card) == context + 344 * MIB
+    v1 = card.model_copy(update={"memory": memory.model_copy(update={"reserved_bytes": None})})
+    assert driver_bytes(v1) == context  # NVML v1 counts it in used, i.e. in other processes

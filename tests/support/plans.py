@@ -1,0 +1,42 @@
+"""The plans tests start from: a tiny model on the CPU, on a free loopback port, with a small
+context and two threads (what the launch tests run real servers from, quick on a 2-core CI
+machine), and the demo card on a catalogue GPU (what the planning tests plan)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD
+from mtpstudio.core.plan import Plan, plan_with
+from support.servers import free_port
+
+
+def cpu_plan(binary: Path, model: Path, flavour: str = "upstream", **changes: Any) -> Plan:
+    """A CPU plan for a tiny model on a free loopback port; ``changes`` by dotted key."""
+    base: dict[str, Any] = {
+        "device": "cpu",
+        "model.path": str(model),
+        "model.card": None,
+        "engine.flavour": flavour,
+        "engine.binary": str(binary),
+        "runtime.ctx": 512,
+        "runtime.cache_type_k": "f16",
+        "runtime.cache_type_v": "f16",
+        "runtime.threads": 2,
+        "mtp.enabled": False,
+        "server.port": free_port(),
+    }
+    base.update(changes)
+    return plan_with(Plan(), base)
+
+
+def demo_plan(**changes: Any) -> Plan:
+    """The demo card (Qwen3.6-35B-A3B) on an RTX 4070 Super with upstream; ``changes`` by
+    dotted key."""
+    card = {
+        "model.card": DEFAULT_MODEL_CARD,
+        "device": "rtx-4070-super",
+        "engine.flavour": "upstream",
+    }
+    return plan_with(plan_with(Plan(), card), dict(changes))

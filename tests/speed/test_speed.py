@@ -226,7 +226,7 @@ def test_a_cache_of_an_older_probe_is_measured_again() -> None:
     cache_path().write_text(json.dumps(stored))
     runner = FixedRunner(json.dumps({**PROBE, "gemv_flop_per_s": 6e10}))
     again = load_host_rates(runner=runner)
-    assert runner.calls == 1 and again is not None and again.gemv_flop_per_s == 6e10
+    assert len(runner.calls) == 1 and again is not None and again.gemv_flop_per_s == 6e10
     cache_path().unlink()
 
 

@@ -144,20 +144,26 @@ def _exec_start(shape: UnitShape) -> str:
     return systemd_command_line(shape.argv, shape.arg_groups)
 
 
-_SYSTEM_HARDENING = """\
-# Hardening (systemd-analyze security scores it below 3.5) that leaves the engine what it
-# needs: reading the model (everything is read-only but the cache folder), its port, and the
-# GPU device nodes of the classes NVIDIA (/dev/nvidia*), DRM (/dev/dri) and AMD (/dev/kfd)
-# cards use; every other device is closed. Left out on purpose: PrivateDevices= (a private
-# /dev without the GPU), MemoryDenyWriteExecute= (breaks the CUDA JIT), ProcSubset=pid
-# (libcuda reads /proc/driver/nvidia), RemoveIPC= (User= is often the desktop user, whose
-# shared memory it would delete). With NoNewPrivileges= the setuid nvidia-modprobe cannot
-# create /dev/nvidia-uvm: load nvidia-uvm at boot.
+def sandbox_lines(*, protect_home: str) -> str:
+    """The sandbox every unit mtpstudio writes shares (systemd-analyze security scores it):
+    no privileges, a read-only system, the kernel and other processes out of reach, the
+    system calls of a service, the address families of a network server. ``protect_home``:
+    ``read-only`` (the engine reads a model there) or ``yes``."""
+    return _SANDBOX.format(protect_home=protect_home)
+
+
+def gpu_device_lines(*, amd: bool) -> str:
+    """Every device closed but the GPU nodes: NVIDIA's (/dev/nvidia*) and DRM's (/dev/dri),
+    and with ``amd`` AMD's compute node (/dev/kfd)."""
+    return _GPU_DEVICES + ("DeviceAllow=char-kfd rw\n" if amd else "")
+
+
+_SANDBOX = """\
 NoNewPrivileges=yes
 CapabilityBoundingSet=
 AmbientCapabilities=
 ProtectSystem=strict
-ProtectHome=read-only
+ProtectHome={protect_home}
 PrivateTmp=yes
 PrivateMounts=yes
 ProtectClock=yes
@@ -176,13 +182,30 @@ SystemCallFilter=@system-service
 SystemCallFilter=~@privileged
 SystemCallErrorNumber=EPERM
 RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+"""
+_GPU_DEVICES = """\
 DevicePolicy=closed
 DeviceAllow=char-nvidia-frontend rw
 DeviceAllow=char-nvidia-uvm rw
 DeviceAllow=char-nvidia-caps r
 DeviceAllow=char-drm rw
-DeviceAllow=char-kfd rw
 """
+
+
+_SYSTEM_HARDENING = (
+    """\
+# Hardening (systemd-analyze security scores it below 3.5) that leaves the engine what it
+# needs: reading the model (everything is read-only but the cache folder), its port, and the
+# GPU device nodes of the classes NVIDIA (/dev/nvidia*), DRM (/dev/dri) and AMD (/dev/kfd)
+# cards use; every other device is closed. Left out on purpose: PrivateDevices= (a private
+# /dev without the GPU), MemoryDenyWriteExecute= (breaks the CUDA JIT), ProcSubset=pid
+# (libcuda reads /proc/driver/nvidia), RemoveIPC= (User= is often the desktop user, whose
+# shared memory it would delete). With NoNewPrivileges= the setuid nvidia-modprobe cannot
+# create /dev/nvidia-uvm: load nvidia-uvm at boot.
+"""
+    + sandbox_lines(protect_home="read-only")
+    + gpu_device_lines(amd=True)
+)
 
 
 def render_unit(shape: UnitShape) -> str:

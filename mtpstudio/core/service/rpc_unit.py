@@ -16,49 +16,28 @@ from mtpstudio.core.plan import RpcServer
 from mtpstudio.core.quoting.systemd import systemd_command_line, systemd_text
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.helper.shape_common import comment_wrap
+from mtpstudio.helper.unit_shape import gpu_device_lines, sandbox_lines
 
 RPC_SERVER_BINARY = Path("/usr/local/bin/ggml-rpc-server")
 """Where the unit expects the server on the other machine (llama.cpp's cmake installs it as
 ``ggml-rpc-server``; build it there with ``-DGGML_RPC=ON``)."""
 UNIT_DIR = Path("/etc/systemd/system")
 
-_HARDENING = """\
+_HARDENING = (
+    """\
 # Hardening: the server needs its port and, for a CUDA device, the GPU device nodes; the file
 # system is read-only (a cache of received tensors, with -c, would go to the cache folder).
 DynamicUser=yes
 SupplementaryGroups=video render
-NoNewPrivileges=yes
-CapabilityBoundingSet=
-AmbientCapabilities=
-ProtectSystem=strict
-ProtectHome=yes
-PrivateTmp=yes
-PrivateMounts=yes
-ProtectClock=yes
-ProtectHostname=yes
-ProtectProc=invisible
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectKernelLogs=yes
-ProtectControlGroups=yes
-RestrictNamespaces=yes
-RestrictRealtime=yes
-RestrictSUIDSGID=yes
-LockPersonality=yes
-SystemCallArchitectures=native
-SystemCallFilter=@system-service
-SystemCallFilter=~@privileged
-SystemCallErrorNumber=EPERM
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+"""
+    + sandbox_lines(protect_home="yes")
+    + """\
 CacheDirectory=mtpstudio-rpc
 Environment=CUDA_CACHE_PATH=%C/mtpstudio-rpc
 UMask=0077
-DevicePolicy=closed
-DeviceAllow=char-nvidia-frontend rw
-DeviceAllow=char-nvidia-uvm rw
-DeviceAllow=char-nvidia-caps r
-DeviceAllow=char-drm rw
 """
+    + gpu_device_lines(amd=False)
+)
 
 
 def rpc_unit_name(server: RpcServer) -> str:

@@ -192,6 +192,54 @@ class EffectiveSettings:
     n_gpu_layers: int | None
 
 
+def trunk_shape(plan: Plan, eff: EffectiveSettings) -> ComputeShape:
+    """The shape the engine reserves the trunk's compute buffer for: one ubatch over the
+    slot's context, with outputs for every token MTP verifies."""
+    rt = plan.runtime
+    tk, tv = rt.cache_type_k.value, rt.cache_type_v.value
+    n_outputs_max = min(rt.batch, eff.n_seq * (1 + (plan.mtp.draft_max if eff.mtp_active else 0)))
+    return ComputeShape(
+        n_tokens=min(eff.n_ctx, rt.ubatch),
+        n_kv=eff.n_ctx_seq,
+        n_stream=eff.n_stream,
+        n_outputs=min(min(eff.n_ctx, rt.ubatch), n_outputs_max),
+        flash_attn=eff.flash_attn,
+        quantized_k=quantized(tk),
+        quantized_v=quantized(tv),
+        n_seq=max(1, eff.n_seq),
+        n_rs_seq=eff.n_rs_seq if eff.mtp_active else 0,
+        type_k=tk,
+        type_v=tv,
+    )
+
+
+def draft_cache_types(plan: Plan, facts: EngineMemoryFacts) -> tuple[str, str]:
+    """The MTP draft's K and V cache types: its own where the engine takes them, else the
+    trunk's."""
+    if facts.mtp_uses_draft_cache_types:
+        return plan.mtp.cache_type_k.value, plan.mtp.cache_type_v.value
+    return plan.runtime.cache_type_k.value, plan.runtime.cache_type_v.value
+
+
+def draft_shape(plan: Plan, eff: EffectiveSettings, facts: EngineMemoryFacts) -> ComputeShape:
+    """The shape the engine reserves the MTP draft's compute buffer for (one output per
+    sequence, the draft sampler's top-k)."""
+    dk, dv = draft_cache_types(plan, facts)
+    return ComputeShape(
+        n_tokens=min(eff.n_ctx, plan.runtime.ubatch),
+        n_kv=eff.n_ctx_seq,
+        n_stream=eff.n_stream,
+        n_outputs=max(1, eff.n_seq),
+        flash_attn=eff.flash_attn,
+        quantized_k=quantized(dk),
+        quantized_v=quantized(dv),
+        n_seq=max(1, eff.n_seq),
+        type_k=dk,
+        type_v=dv,
+        top_k=facts.draft_sampler_top_k,
+    )
+
+
 @dataclass(frozen=True)
 class Budget:
     """The answer to 'will it fit': per-device segments, host RAM, warnings.
@@ -436,24 +484,9 @@ def compute_budget(
     # ik_llama.cpp's scheduler) the copies of RAM weights are estimated
     scheduled = target.is_cuda and not facts.reserves_all_logits
     if eff.mtp_active:
-        if facts.mtp_uses_draft_cache_types:
-            dk, dv = plan.mtp.cache_type_k.value, plan.mtp.cache_type_v.value
-        else:
-            dk, dv = tk, tv
+        dk, dv = draft_cache_types(plan, facts)
         mtp_kv = kv_bytes_per_cell(model, model.n_nextn_layer, dk, dv) * cells
-        mtp_shape = ComputeShape(
-            n_tokens=min(eff.n_ctx, rt.ubatch),
-            n_kv=eff.n_ctx_seq,
-            n_stream=eff.n_stream,
-            n_outputs=max(1, eff.n_seq),
-            flash_attn=eff.flash_attn,
-            quantized_k=quantized(dk),
-            quantized_v=quantized(dv),
-            n_seq=max(1, eff.n_seq),
-            type_k=dk,
-            type_v=dv,
-            top_k=facts.draft_sampler_top_k,
-        )
+        mtp_shape = draft_shape(plan, eff, facts)
         mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
         nextn = weights.layers[model.n_layer] if model.n_layer < len(weights.layers) else None
         ffn = nextn.ffn_tensors if nextn is not None else ()
@@ -497,20 +530,7 @@ def compute_budget(
             rs_gpu += step * sum(1 for i in rec if i in placement.gpu_layers)
             rs_cpu += step * sum(1 for i in rec if i not in placement.gpu_layers)
 
-    n_outputs_max = min(rt.batch, eff.n_seq * (1 + (plan.mtp.draft_max if eff.mtp_active else 0)))
-    main_shape = ComputeShape(
-        n_tokens=min(eff.n_ctx, rt.ubatch),
-        n_kv=eff.n_ctx_seq,
-        n_stream=eff.n_stream,
-        n_outputs=min(min(eff.n_ctx, rt.ubatch), n_outputs_max),
-        flash_attn=eff.flash_attn,
-        quantized_k=quantized(tk),
-        quantized_v=quantized(tv),
-        n_seq=max(1, eff.n_seq),
-        n_rs_seq=eff.n_rs_seq if eff.mtp_active else 0,
-        type_k=tk,
-        type_v=tv,
-    )
+    main_shape = trunk_shape(plan, eff)
     main_replayed = False
     if facts.reserves_all_logits:
         main_compute = compute_bytes_ik(model, main_shape)

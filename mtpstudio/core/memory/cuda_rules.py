@@ -199,8 +199,26 @@ def fattn_extra_bytes(
     return end - out_bytes
 
 
+class ByResidency:
+    """Rules of a backend the scheduler splits by where the weights and caches live: its blocks
+    are alike (the shortened replay holds) only while everything is on the device, and the
+    blocks' kinds and the copies a graph needs follow from ``residency``."""
+
+    residency: Residency
+
+    @property
+    def uniform_blocks(self) -> bool:
+        return self.residency.all_on_device
+
+    def block_key(self, layer: int) -> tuple[object, ...]:
+        return self.residency.block_key(layer)
+
+    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
+        return self.residency.copies_within(nodes)
+
+
 @dataclass(frozen=True)
-class CudaRules(BackendRules):
+class CudaRules(ByResidency, BackendRules):
     """A CUDA device's buffer type and what the scheduler and ``graph_optimize`` do first.
 
     ``cc``: the card's compute capability (the attention kernel depends on it).
@@ -236,16 +254,6 @@ class CudaRules(BackendRules):
 
     def attention_extra(self, shape: AttentionShape, out_bytes: int) -> int:
         return fattn_extra_bytes(self.cc, shape, out_bytes, self.fa_quants)
-
-    @property
-    def uniform_blocks(self) -> bool:
-        return self.residency.all_on_device
-
-    def block_key(self, layer: int) -> tuple[object, ...]:
-        return self.residency.block_key(layer)
-
-    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
-        return self.residency.copies_within(nodes)
 
     def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
         return schedule(leafs, nodes, self.residency, self._optimize, cache_view_bytes, self.side)

@@ -31,9 +31,11 @@ from mtpstudio.core.memory.budget import (
     _fit_layers_from_back,
     _moe_ffn_tensors,
     cpu_expert_layers_for,
-    quantized,
+    draft_cache_types,
+    draft_shape,
+    trunk_shape,
 )
-from mtpstudio.core.memory.cuda_rules import cache_view_bytes, cuda_rules_for, parse_cc
+from mtpstudio.core.memory.cuda_rules import ByResidency, cache_view_bytes, cuda_rules_for, parse_cc
 from mtpstudio.core.memory.cuda_schedule import Residency, schedule
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.engine_fit import (
@@ -76,7 +78,7 @@ PIPELINE_COPIES = 4
 
 
 @dataclass(frozen=True)
-class ScheduledRules(BackendRules):
+class ScheduledRules(ByResidency, BackendRules):
     """A backend of a graph scheduled over several devices whose buffer sizes tensors as the
     CPU does: an RPC server's CPU device (``side`` its index) or the host (``side`` the CPU's
     index, the ``CPU`` or ``CUDA_Host`` compute buffer). No ``graph_optimize`` runs on it."""
@@ -85,16 +87,6 @@ class ScheduledRules(BackendRules):
     alignment: int = CPU_ALIGNMENT
     residency: Residency = field(default_factory=Residency)
     side: int = 0
-
-    @property
-    def uniform_blocks(self) -> bool:
-        return self.residency.all_on_device
-
-    def block_key(self, layer: int) -> tuple[object, ...]:
-        return self.residency.block_key(layer)
-
-    def copies_within(self, nodes: Sequence[Tensor]) -> bool:
-        return self.residency.copies_within(nodes)
 
     def prepare(self, leafs: list[Tensor], nodes: list[Tensor]) -> Prepared:
         return schedule(
@@ -396,20 +388,7 @@ def _split_budget(
         layers=trunk,
         full_offload=full,
     )
-    n_outputs_max = min(rt.batch, eff.n_seq * (1 + (plan.mtp.draft_max if eff.mtp_active else 0)))
-    main_shape = ComputeShape(
-        n_tokens=min(eff.n_ctx, rt.ubatch),
-        n_kv=eff.n_ctx_seq,
-        n_stream=eff.n_stream,
-        n_outputs=min(min(eff.n_ctx, rt.ubatch), n_outputs_max),
-        flash_attn=eff.flash_attn,
-        quantized_k=quantized(tk),
-        quantized_v=quantized(tv),
-        n_seq=max(1, eff.n_seq),
-        n_rs_seq=eff.n_rs_seq if eff.mtp_active else 0,
-        type_k=tk,
-        type_v=tv,
-    )
+    main_shape = trunk_shape(plan, eff)
     if facts.reserves_all_logits:  # ik: its own scheduler, an estimate on every device
         whole = compute_bytes_ik(model, main_shape)
         main = _Compute((whole,) * nd, whole if host_buffers else 0)
@@ -434,29 +413,14 @@ def _split_budget(
     mtp_output = 0
     nextn_device: int | None = None
     if eff.mtp_active:
-        if facts.mtp_uses_draft_cache_types:
-            dk, dv = plan.mtp.cache_type_k.value, plan.mtp.cache_type_v.value
-        else:
-            dk, dv = tk, tv
+        dk, dv = draft_cache_types(plan, facts)
         nextn_device = sp.block_device[model.n_layer] if model.n_layer < model.block_count else None
         nextn_kv = kv_bytes_per_cell(model, model.n_nextn_layer, dk, dv) * cells
         if nextn_device is None:
             mtp_kv_cpu = nextn_kv
         else:
             mtp_kv[nextn_device] = nextn_kv
-        mtp_shape = ComputeShape(
-            n_tokens=min(eff.n_ctx, rt.ubatch),
-            n_kv=eff.n_ctx_seq,
-            n_stream=eff.n_stream,
-            n_outputs=max(1, eff.n_seq),
-            flash_attn=eff.flash_attn,
-            quantized_k=quantized(dk),
-            quantized_v=quantized(dv),
-            n_seq=max(1, eff.n_seq),
-            type_k=dk,
-            type_v=dv,
-            top_k=facts.draft_sampler_top_k,
-        )
+        mtp_shape = draft_shape(plan, eff, facts)
         nextn = weights.layers[model.n_layer] if model.n_layer < len(weights.layers) else None
         ffn = nextn.ffn_tensors if nextn is not None else ()
         mtp_res = split_residency(

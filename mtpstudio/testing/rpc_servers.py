@@ -4,7 +4,8 @@ ggml's CPU device sizes itself from ``sysconf(_SC_PHYS_PAGES)``; a small ``LD_PR
 library (compiled here with the system's C compiler) answers that call with the size asked
 for, so an rpc-server's CPU device reports exactly that memory, free and total. That is how
 the multi-device checks and the fit and split recorders (``tests/fixtures/fit/record_fit.py``,
-``tests/fixtures/split/record_split.py``) stand in for a second GPU or a second machine. Every server started is stopped by its own process id.
+``tests/fixtures/split/record_split.py``) stand in for a second GPU or a second machine.
+Every server started is stopped by its own process id.
 """
 
 from __future__ import annotations

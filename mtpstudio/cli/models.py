@@ -270,5 +270,5 @@ def _download(
         print(f"Plan saved to {args.save} (mtpstudio plan --plan {args.save}).", file=out)
     if args.json:
         files = [str(p) for p in result.paths]
-        print(json.dumps({"files": files, "plan": json.loads(plan.to_json())}, indent=2))
+        print(json.dumps({"files": files, "plan": plan.to_data()}, indent=2))
     return 0

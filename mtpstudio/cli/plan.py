@@ -485,5 +485,5 @@ def plan_json_fields(result: Any, desktop: list[Any], defaults_line: str) -> dic
         "desktop_options": [c.to_json() for c in desktop],
         "cpu_expert_layers": sorted(eff.cpu_expert_layers),
         "speed": None if result.speed is None else result.speed.to_json(),
-        "effective_options": json.loads(effective.to_json()),
+        "effective_options": effective.to_data(),
     }

@@ -634,13 +634,17 @@ class Plan(_Section):
         endpoints (an RPC device alone beside the CPU counts: the engine needs --rpc)."""
         return bool(self.split.rpc or self.split.gpus)
 
-    def to_json(self) -> str:
-        """The plan as stable, human-readable JSON (sorted keys, two-space indent); a plan for
-        one device leaves the (default) ``split`` section out, as it always did."""
+    def to_data(self) -> dict[str, Any]:
+        """The plan as it is stored (plan files, benchmark runs): its JSON values, a plan for
+        one device without the (default) ``split`` section, as it always was."""
         data = self.model_dump(mode="json")
         if self.split.is_default:
             del data["split"]
-        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+        return data
+
+    def to_json(self) -> str:
+        """The plan as stable, human-readable JSON (sorted keys, two-space indent)."""
+        return json.dumps(self.to_data(), indent=2, sort_keys=True) + "\n"
 
 
 def describe_validation_error(error: ValidationError) -> str:

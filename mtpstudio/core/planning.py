@@ -11,7 +11,6 @@ here so callers need not import the modules that compute them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -588,7 +587,7 @@ def published_setup_text() -> str:
 
 def follows_published_setup(plan: Plan) -> bool:
     """True when the plan uses every value of the published setup (the demo's defaults)."""
-    data = json.loads(plan.to_json())
+    data = plan.to_data()
     for dotted, value in PUBLISHED_SETUP.items():
         section, name = dotted.split(".")
         if data[section][name] != value:

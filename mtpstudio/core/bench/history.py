@@ -315,5 +315,5 @@ def export_entry(entry: HistoryEntry, fmt: str) -> str:
 def runs_of_plans(entries: Sequence[HistoryEntry], plans: Sequence[Plan]) -> list[HistoryEntry]:
     """The stored runs (oldest first) that benchmarked one of ``plans`` — the wizard's plan and
     the plan it resolves to (a run stores what was launched, e.g. with MTP auto decided)."""
-    wanted = [json.loads(plan.to_json()) for plan in plans]  # the form a run stores
+    wanted = [plan.to_data() for plan in plans]  # the form a run stores
     return [entry for entry in entries if entry.plan is not None and entry.plan in wanted]

@@ -17,7 +17,6 @@ Threading: ``run_tune`` runs on one thread; the CancelToken may be set from any 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -349,7 +348,7 @@ def estimate_with_baseline(
     measured = MeasuredRun(
         run_id=0,
         when=report.started_at,
-        plan=json.loads(baseline.plan.to_json()),
+        plan=baseline.plan.to_data(),
         model=model_key(baseline.plan),
         flavour=baseline.plan.engine.flavour.value,
         tok_s=run.tok_s or 0.0,

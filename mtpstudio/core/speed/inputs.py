@@ -8,7 +8,6 @@ acceptance of a model on an engine (the newest run that drafted) and the measure
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -76,7 +75,7 @@ class SpeedInputs:
 
     def measured_for(self, plans: Sequence[Plan]) -> MeasuredRun | None:
         """The newest run of one of ``plans`` (the plan and the one it resolves to)."""
-        wanted = [json.loads(p.to_json()) for p in plans]  # the form a run stores
+        wanted = [p.to_data() for p in plans]  # the form a run stores
         return next((r for r in reversed(self.runs) if r.plan in wanted), None)
 
 

@@ -38,9 +38,9 @@ from fetch_test_models import GEMMA, model_path  # noqa: E402
 from mtpstudio.core.memory.placement import ModelWeights, place  # noqa: E402
 from mtpstudio.core.model.gguf import read_model_info  # noqa: E402
 from mtpstudio.core.model.info import ModelInfo  # noqa: E402
+from mtpstudio.core.speed.cpu_kernels import REFERENCE_GEMV  # noqa: E402
 from mtpstudio.core.speed.estimate import (  # noqa: E402
     PARAMS,
-    REFERENCE_GEMV,
     DecodeShape,
     SpeedParams,
     SpeedRates,
@@ -109,11 +109,18 @@ PRIORITY = "0"
 """llama-bench's ``--prio`` (``--prio 2``: its threads at nice -10, so on a shared machine two
 threads get the two cores instead of waiting on each other behind other programs)."""
 
+REALTIME = False
+"""``--realtime``: run llama-bench under ``chrt -f 10`` (root only): its threads preempt every
+ordinary program, so what else runs on a shared machine waits instead of stealing a core in
+the middle of a token."""
 
-def run_once(bench: Path, model: Path, c: Config) -> float:
+
+def run_once(bench: Path, model: Path, c: Config, n_gen: int = N_GEN) -> float:
     """One llama-bench run (one repetition): generated tokens per second."""
-    argv = [str(bench), "-m", str(model), "-t", str(c.threads), "-p", "0", "-n", str(N_GEN),
+    argv = [str(bench), "-m", str(model), "-t", str(c.threads), "-p", "0", "-n", str(n_gen),
             "-d", str(c.depth), "-r", "1", "-o", "json", "--prio", PRIORITY]  # fmt: skip
+    if REALTIME:
+        argv = ["chrt", "-f", "10", *argv]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=3600)
     rows = json.loads(done.stdout)
     return float(rows[0]["avg_ts"])
@@ -185,16 +192,128 @@ def calibrate_attention(bench: Path, host: HostRates, reps: int) -> None:
           f"{PARAMS.cpu_attention_share})")  # fmt: skip
 
 
+KERNEL_TYPES = ("Q8_0", "Q6_K", "Q5_K", "Q5_0", "Q4_K", "Q4_0", "IQ4_XS", "Q3_K", "Q2_K", "F16")
+"""The weight types ``--calibrate-kernels`` measures (the ones GGUF files on the hub use)."""
+
+KERNEL_SHAPES = {
+    # name: (n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, ffn_length)
+    "wide": (4096, 2048, 4, 16, 4, 128, 8192),  # 2,560 weights per row produced
+    "narrow": (4096, 768, 8, 12, 4, 64, 12288),  # 1,090: the rows cost more
+}
+THIN = (1024, 64, 128, 1, 1, 64, 256)
+"""128 blocks of almost no weights: the graph's per-node costs."""
+
+
+def kernel_model(kind: str, qtype: str) -> Path:
+    from mtpstudio.testing.arch_gguf import ArchSpec, write_zero_arch
+
+    v, e, n, h, kv, hd, ff = THIN if kind == "thin" else KERNEL_SHAPES[kind]
+    out = ZERO_DIR / "kernels" / f"llama-{kind}-{qtype.lower()}.gguf"
+    if not out.exists():
+        spec = ArchSpec("llama", v, e, n, h, kv, hd, ffn_length=ff, context_length=4096,
+                        weight_type=qtype)  # fmt: skip
+        write_zero_arch(spec, out)
+    return out
+
+
+def products_of(model: ModelInfo) -> tuple[dict[str, int], int]:
+    """The weights a token multiplies, by type, and the rows those products produce."""
+    from mtpstudio.core.speed.cpu_kernels import tensor_rows
+
+    has_output = any(t.name == "output.weight" for t in model.tensors)
+    weights: dict[str, int] = {}
+    rows = 0
+    for t in model.tensors:
+        if len(t.shape) < 2 or (t.name == "token_embd.weight" and has_output):
+            continue
+        weights[t.type_name.upper()] = weights.get(t.type_name.upper(), 0) + t.n_elements
+        rows += tensor_rows(t.shape)
+    return weights, rows
+
+
+def calibrate_kernels(bench: Path, host: HostRates, reps: int, out: Path | None) -> None:
+    """Measure the generated models of ``KERNEL_TYPES`` × ``KERNEL_SHAPES`` and the thin one at
+    one and two threads; write the recording ``cpu_kernels.fit_kernels`` reads and print the
+    table it implies."""
+    from mtpstudio.core.speed.cpu_kernels import (
+        CPU_KERNELS,
+        Recording,
+        fit_kernels,
+        rounded,
+        source_text,
+    )
+    from mtpstudio.core.speed.graph_nodes import graph_nodes
+
+    models = [("thin", "Q8_0")] + [(k, t) for t in KERNEL_TYPES for k in KERNEL_SHAPES]
+    paths = {m: kernel_model(*m) for m in models}
+    configs = [Config(1, 0), Config(2, 0)]
+    got: dict[tuple[str, str], dict[Config, list[float]]] = {m: {c: [] for c in configs}
+                                                             for m in models}  # fmt: skip
+    for r in range(reps):
+        for m in models:
+            for c in configs:
+                got[m][c].append(run_once(bench, paths[m], c, n_gen=32))
+        print(f"  round {r + 1}/{reps} done (load {os.getloadavg()[0]:.2f})", flush=True)
+    runs = []
+    for m in models:
+        info = read_model_info(paths[m])
+        weights, rows = products_of(info)
+        g = graph_nodes(info)
+        nodes = sum(b.nodes for b in g.blocks) + g.output.nodes
+        syncs = sum(b.syncs for b in g.blocks) + g.output.syncs
+        one, two = (1.0 / statistics.median(got[m][c]) for c in configs)
+        runs.append({"name": f"{m[0]}-{m[1]}", "weights": weights, "rows": rows,
+                     "nodes": nodes, "syncs": syncs, "one_thread_s": one, "two_threads_s": two,
+                     "one_thread_tok_s": [round(v, 2) for v in got[m][configs[0]]],
+                     "two_threads_tok_s": [round(v, 2) for v in got[m][configs[1]]]})  # fmt: skip
+        print(f"  {m[0]:>6} {m[1]:<7} {one * 1e3:8.3f} ms one thread, {two * 1e3:8.3f} ms two")
+    cpu = host_cpu_name()
+    recording = {"machine": f"{cpu} ({os.cpu_count()} CPUs)", "engine": bench.parent.parent.name,
+                 "gemv_flop_per_s": host.gemv_flop_per_s, "host": host.to_json(),
+                 "realtime": REALTIME, "runs": runs}  # fmt: skip
+    if out is not None:
+        out.write_text(json.dumps(recording, indent=1) + "\n", encoding="utf-8")
+        print(f"recording written to {out}")
+    fitted = rounded(fit_kernels(Recording.from_json(recording)))
+    print("\nfitted (seconds per weight on a reference core; one thread / several):")
+    for t, k in fitted.rates.items():
+        now = CPU_KERNELS.rates.get(t)
+        print(f"  {t:<7} {k.one:.4g} / {k.several:.4g}" + (f"   (table: {now.one:.4g} / "
+              f"{now.several:.4g})" if now else "   (not in the table)"))  # fmt: skip
+    print(f"  row_s {fitted.row_s:.4g} (table {CPU_KERNELS.row_s:.4g}), node_s "
+          f"{fitted.node_s:.4g} ({CPU_KERNELS.node_s:.4g}), sync_s {fitted.sync_s:.4g} "
+          f"({CPU_KERNELS.sync_s:.4g})")  # fmt: skip
+    print("\nas cpu_kernels.CPU_KERNELS:\n" + source_text(fitted))
+
+
+def host_cpu_name() -> str:
+    from mtpstudio.core.speed.host_rates import hardware_key
+
+    return str(hardware_key()["cpu"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--models", default="gemma,27b")
     parser.add_argument("--calibrate-attention", action="store_true")
+    parser.add_argument(
+        "--calibrate-kernels",
+        action="store_true",
+        help="measure the CPU kernels' table (cpu_kernels.CPU_KERNELS)",
+    )
+    parser.add_argument("--out", type=Path, help="--calibrate-kernels: write the recording here")
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run llama-bench under chrt -f 10 (root; a shared machine)",
+    )
     parser.add_argument("--prio", default="0", choices=["0", "1", "2"],
                         help="llama-bench's --prio (2: nice -10 on a shared machine)")  # fmt: skip
     args = parser.parse_args()
-    global PRIORITY
+    global PRIORITY, REALTIME
     PRIORITY = args.prio
+    REALTIME = args.realtime
     bench = llama_bench()
     host = load_host_rates()
     if host is None:
@@ -206,6 +325,8 @@ def main() -> int:
     started = time.monotonic()
     if args.calibrate_attention:
         calibrate_attention(bench, host, args.reps)
+    elif args.calibrate_kernels:
+        calibrate_kernels(bench, host, args.reps, args.out)
     else:
         models = {"gemma": (model_path(GEMMA), [Config(1, 0), Config(2, 0), Config(1, 4096),
                                                  Config(2, 4096)]),

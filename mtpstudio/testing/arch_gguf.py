@@ -75,16 +75,19 @@ class ArchSpec:
     tied_output: bool = False
     context_length: int = 131072
     nextn: int = 0
+    weight_type: str = "IQ4_XS"
+    """The matrices' type where a row allows it (F16 otherwise)."""
 
     @property
     def is_moe(self) -> bool:
         return self.n_expert > 0
 
 
-def _weight_type(name: str, ne: tuple[int, ...]) -> GGMLQuantizationType:
+def _weight_type(name: str, ne: tuple[int, ...], wanted: str = "IQ4_XS") -> GGMLQuantizationType:
     if len(ne) < 2 or not name.endswith("weight") or "norm" in name or "gate_inp" in name:
         return Q.F32
-    return Q.IQ4_XS if ne[0] % 256 == 0 else Q.F16
+    qtype = GGMLQuantizationType[wanted]
+    return qtype if ne[0] % GGML_QUANT_SIZES[qtype][0] == 0 else Q.F16
 
 
 def _tensor_shapes(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
@@ -217,7 +220,7 @@ def write_arch_header(spec: ArchSpec, path: Path) -> None:
     _add_metadata(writer, spec)
     _add_tokenizer(writer, spec.n_vocab)
     for name, ne in _tensor_shapes(spec):
-        qtype = _weight_type(name, ne)
+        qtype = _weight_type(name, ne, spec.weight_type)
         block, size = GGML_QUANT_SIZES[qtype]
         n_bytes = int(np.prod(ne)) // block * size
         writer.add_tensor_info(

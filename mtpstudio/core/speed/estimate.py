@@ -180,13 +180,14 @@ def host_time(
     """
     workers = max(1, min(threads, host.cores))
     core_scale = REFERENCE_GEMV / host.gemv_flop_per_s
+    costs = kernels.thread_costs(host.machine)
     bandwidth = host.read_bandwidth(threads)
     flops = host.prefill_flops(threads) if prefill else host.decode_flops(threads)
     reads = (load.bytes - load.kv_bytes) / bandwidth
     if prefill:
         products = (load.flops - load.attention_flops) / flops
     else:
-        products = load.cpu.seconds(kernels, workers, core_scale) + load.state_flops / flops
+        products = load.cpu.seconds(workers, core_scale, costs.row_s) + load.state_flops / flops
     weights = max(reads, products)
     attention = 0.0
     if load.attention_flops:
@@ -199,7 +200,7 @@ def host_time(
         attention = max(load.kv_bytes / bandwidth, load.attention_flops / rate + visits)
     return {
         "cpu": weights + attention,
-        "cpu fixed": kernels.fixed_seconds(load.nodes, load.syncs, workers, core_scale),
+        "cpu fixed": kernels.fixed_seconds(load.nodes, load.syncs, workers, core_scale, costs),
     }
 
 
@@ -361,9 +362,11 @@ def basis_lines(
         f"{host.decode_flops(shape.threads) / GB:.0f} GFLOP/s ({host.source})",
     ]
     if cpu_products:
+        threads = kernels.thread_costs(host.machine)
         lines.append(
-            f"products on the CPU at the engine's rate per weight type, and what its threads "
-            f"cost ({kernels.source}), scaled to this core"
+            f"products on the CPU at the engine's rate per weight type ({kernels.source}), "
+            f"scaled to this core; what its threads cost to share the work "
+            + ("measured on this machine" if threads.measured else "assumed (not this machine)")
         )
     for card in rates.cards.values():
         if card.device == shape.gpu:

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ class HostRates:
     cores: int
     source: str
     measured: bool = True
+    machine: str = ""
+    """The CPU model and its logical CPUs (``machine_name``): empty where not probed."""
 
     def read_bandwidth(self, threads: int) -> float:
         """Bytes per second ``threads`` threads read from RAM (between probed counts: linear;
@@ -121,6 +123,11 @@ def hardware_key() -> dict[str, Any]:
     }
 
 
+def machine_name() -> str:
+    """This computer's CPU model and logical CPUs, as the kernel table names its machine."""
+    return f"{_cpuinfo()[0]} ({os.cpu_count() or 1} CPUs)"
+
+
 def physical_cores() -> int:
     return _cpuinfo()[1]
 
@@ -133,7 +140,7 @@ def _positive(value: Any, what: str) -> float:
     return float(value)
 
 
-def rates_from_probe(data: Any, cores: int, source: str) -> HostRates:
+def rates_from_probe(data: Any, cores: int, source: str, machine: str = "") -> HostRates:
     """The probe's JSON as ``HostRates`` (SchemaError for anything else)."""
     if not isinstance(data, dict) or data.get("version") != PROBE_VERSION:
         raise SchemaError(f"is not probe version {PROBE_VERSION}")
@@ -151,6 +158,7 @@ def rates_from_probe(data: Any, cores: int, source: str) -> HostRates:
         gemm_flop_per_s=_positive(data.get("gemm_flop_per_s"), "matrix-matrix rate"),
         cores=max(1, cores),
         source=source,
+        machine=machine[:200],
     )
 
 
@@ -182,7 +190,9 @@ def _cache_shape(data: Any) -> tuple[dict[str, Any], HostRates, float]:
     load = data.get("load_per_cpu", 0.0)
     if isinstance(load, bool) or not isinstance(load, int | float) or not 0 <= load < 1e6:
         raise SchemaError("has a load that is not a number")
-    rates = rates_from_probe(data.get("probe"), cores, _source(when, float(load)))
+    machine = data.get("machine")
+    machine = machine if isinstance(machine, str) else ""
+    rates = rates_from_probe(data.get("probe"), cores, _source(when, float(load)), machine)
     return data["key"], rates, float(load)
 
 
@@ -230,6 +240,8 @@ def load_host_rates(
     # a cache made on other hardware (a new CPU, more RAM) is measured again, and one made while
     # the machine was busy once it is quieter
     cached = found[1] if found is not None and found[0] == hardware_key() else None
+    if cached is not None:  # the same hardware: this machine, whatever an older cache says
+        cached = replace(cached, machine=machine_name())
     load_now = load_per_cpu() if load is None else load
     quieter = found is not None and found[2] > BUSY_LOAD and load_now < found[2] / 2
     if cached is not None and quieter and probe:
@@ -240,7 +252,7 @@ def load_host_rates(
         data = run_probe(runner)
         cores = physical_cores()
         when = time.strftime("%Y-%m-%d")
-        rates = rates_from_probe(data, cores, _source(when, load_now))
+        rates = rates_from_probe(data, cores, _source(when, load_now), machine_name())
     except (RuntimeError, SchemaError) as exc:
         log.warning("mtpstudio: the CPU and RAM probe failed (%s); speeds assume a desktop.", exc)
         return found[1] if found is not None and found[0] == hardware_key() else None
@@ -249,6 +261,7 @@ def load_host_rates(
         "cores": cores,
         "measured_at": when,
         "load_per_cpu": round(load_now, 2),
+        "machine": machine_name(),
         "probe": data,
     }
     try:

@@ -1,7 +1,7 @@
 """The speed estimate against the real upstream build's llama-bench, on this CPU.
 
 Run: .venv/bin/python benchmarks/bench_speed_cpu.py [--reps 5] [--models gemma,27b]
-     [--prio 2] [--calibrate-attention]
+     [--prio 2] [--realtime] [--calibrate-attention | --calibrate-kernels --out FILE]
 
 For Gemma 3 270M Q4_K_M (real weights, ``scripts/fetch_test_models.py``) and the full-size
 zero-weight Qwen3.6-27B IQ4_XS (dense: every weight is read per token; a sparse file written
@@ -16,6 +16,14 @@ before and after: these machines are shared and noisy.
 of 64, and 4 heads of 256 sharing one K/V head) at no context and at 16k, one thread, and
 prints the CPU flash attention's constants they imply (``SpeedParams.cpu_attention_visit_s``
 and ``cpu_attention_share``): fitted on those models, never on the two checked above.
+
+``--calibrate-kernels`` measures generated zero-weight llamas whose matrices are all of one type
+(``KERNEL_TYPES``), in two shapes (long rows and short ones), and one of 128 almost empty blocks,
+with one and two threads, writes the recording (``--out``; the committed one is
+``tests/fixtures/speed/cpu-kernels.json``) and prints the table ``cpu_kernels.fit_kernels`` makes
+of it, as the source of ``cpu_kernels.CPU_KERNELS``. ``--realtime`` runs llama-bench under
+``chrt -f 10`` (root): on a shared machine the other programs wait instead of taking a core in
+the middle of a token.
 """
 
 from __future__ import annotations

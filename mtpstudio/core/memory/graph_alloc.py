@@ -48,7 +48,7 @@ CPU_ALIGNMENT = 32
 """TENSOR_ALIGNMENT of the CPU buffer type (ggml-impl.h)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Tensor:
     """One tensor of a graph, as the allocator sees it.
 

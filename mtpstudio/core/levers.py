@@ -241,14 +241,15 @@ def _first_good(bench: LeverBench, options: list[PlanChange]) -> FitSuggestion |
     return last
 
 
-def _largest(
+def largest_where(
     lo: int, hi: int, ok: Callable[[int], bool], guess: Callable[[], int] | None = None
 ) -> int | None:
     """The largest n in [lo, hi] with ``ok(n)`` (``ok`` true up to some n, then false).
 
     ``guess``, asked once ``ok(lo)`` and ``not ok(hi)`` are known: where the answer probably
-    is. The guess and its neighbour are looked at first (a good guess settles the search in
-    two budgets), then the rest is bisected: the answer is the bisection's all the same.
+    is. The search looks there first and gallops from it (1, 2, 4 … steps) until the answer
+    is bracketed, then bisects: a good guess settles it in two budgets, a poor one costs a
+    few more, and the answer is the bisection's all the same.
     """
     if not ok(lo):
         return None
@@ -257,12 +258,22 @@ def _largest(
             return hi
         hi -= 1
         g = min(max(guess(), lo), hi)
-        if g > lo and not ok(g):
-            hi = g - 1
-        elif g == hi or not ok(g + 1):  # ok(g) is known here
-            return g
-        else:
-            lo = g + 1
+        if g == lo or ok(g):  # the answer is g or above: gallop up
+            lo, step = g, 1
+            while lo < hi:
+                probe = min(hi, lo + step)
+                if not ok(probe):
+                    hi = probe - 1
+                    break
+                lo, step = probe, 2 * step
+        else:  # below g: gallop down
+            hi, step = g - 1, 1
+            while lo < hi:
+                probe = max(lo, hi - step + 1)
+                if ok(probe):
+                    lo = probe
+                    break
+                hi, step = probe - 1, 2 * step
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if ok(mid):
@@ -272,20 +283,27 @@ def _largest(
     return lo
 
 
-def _smallest(lo: int, hi: int, ok: Callable[[int], bool], guess: int) -> int:
+def smallest_where(lo: int, hi: int, ok: Callable[[int], bool], guess: int) -> int:
     """The smallest n in [lo, hi] with ``ok(n)`` (``ok`` false up to some n, then true; ``ok(hi)``
-    known true). ``guess`` and its neighbour are looked at first, then the rest is bisected
-    (the answer is the bisection's all the same)."""
+    known true). The search looks at ``guess`` first and gallops from it until the answer is
+    bracketed, then bisects (the answer is the bisection's all the same)."""
     g = min(max(guess, lo), hi)
-    if ok(g):
-        if g == lo or not ok(g - 1):
-            return g
-        hi = g - 1
-    else:
-        lo = g + 1
-        if lo < hi and ok(lo):
-            return lo
-        lo = min(lo + 1, hi)
+    if g == hi or ok(g):  # the answer is g or below: gallop down
+        hi, step = g, 1
+        while lo < hi:
+            probe = max(lo, hi - step)
+            if not ok(probe):
+                lo = probe + 1
+                break
+            hi, step = probe, 2 * step
+    else:  # above g: gallop up
+        lo, step = g + 1, 1
+        while lo < hi:
+            probe = min(hi, lo + step - 1)
+            if ok(probe):
+                hi = probe
+                break
+            lo, step = probe + 1, 2 * step
     while lo < hi:
         mid = (lo + hi) // 2
         if ok(mid):
@@ -403,7 +421,7 @@ def fewest_cpu_expert_layers(bench: LeverBench) -> FitSuggestion:
             )
         per_layer = (_weights_on_devices(found) - _weights_on_devices(last)) // hi
         guess = hi - _free(last) // per_layer if per_layer > 0 else hi
-        found = at(_smallest(lo, hi, lambda n: device_fits(at(n).budget), guess))
+        found = at(smallest_where(lo, hi, lambda n: device_fits(at(n).budget), guess))
     n = found.plan.runtime.n_cpu_moe
     return replace(
         found, message=f"fewest expert layers on the CPU at ctx {ctx:,}: --n-cpu-moe {n}"
@@ -424,11 +442,15 @@ def fewest_cpu_layers(bench: LeverBench) -> FitSuggestion:
 
     top = model.block_count + 1
 
-    def guess() -> int:  # the layers' bytes taken as even: where the free bytes run out
-        first, last = _free(at(0)), _free(at(top))
-        return first * top // (first - last) if first > last else top
+    def guess() -> int:
+        """Where the free bytes run out, the blocks' bytes taken as even: from ``-ngl 1`` (the
+        output layer alone, larger than a block) to every layer on the GPU."""
+        first, last = _free(at(1)), _free(at(top))
+        if first < 0:
+            return 0
+        return 1 + first * (top - 1) // (first - last) if first > last else top
 
-    best = _largest(0, top, lambda n: device_fits(at(n).budget), guess)
+    best = largest_where(0, top, lambda n: device_fits(at(n).budget), guess)
     s = at(0 if best is None else best)
     where = layer_words(model, s.budget.placement)
     if best is None:

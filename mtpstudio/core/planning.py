@@ -37,7 +37,6 @@ from mtpstudio.core.memory.draft import with_draft
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.measured import Reconciliation, build_key, measured_segments
 from mtpstudio.core.memory.placement import ModelWeights
-from mtpstudio.core.memory.split_budget import compute_split_budget
 from mtpstudio.core.memory.targets import (
     ResolvedDevices,
     ResolvedTarget,
@@ -313,7 +312,9 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
     weights = pctx.weights
     if weights is not None and weights.mapped_in_ranges != facts.maps_in_ranges:
         weights = replace(weights, mapped_in_ranges=facts.maps_in_ranges)  # the era's mmap
-    if resolved.devices is not None:
+    if resolved.devices is not None:  # the split's model loads only for a split plan
+        from mtpstudio.core.memory.split_budget import compute_split_budget
+
         budget = compute_split_budget(
             plan, pctx.model, resolved.devices.devices, facts, target.host, weights
         )

@@ -232,7 +232,7 @@ def _hybrid_bytes(dims: HybridDims, shape: TrunkShape, rules: BackendRules) -> i
     return largest_reservation(lambda s: _built_graph(short, s), shape, rules)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=16)
 def _built_graph(dims: HybridDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
     """``hybrid_trunk_graph``, built once per shortened model and shape: a budget replays the
     same graph for the card's buffer and the host's, and the fit's layouts that keep the same

@@ -241,10 +241,39 @@ def _first_good(bench: LeverBench, options: list[PlanChange]) -> FitSuggestion |
     return last
 
 
-def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
-    """The largest n in [lo, hi] with ``ok(n)`` (``ok`` true up to some n, then false)."""
+def largest_where(
+    lo: int, hi: int, ok: Callable[[int], bool], guess: Callable[[], int] | None = None
+) -> int | None:
+    """The largest n in [lo, hi] with ``ok(n)`` (``ok`` true up to some n, then false).
+
+    ``guess``, asked once ``ok(lo)`` and ``not ok(hi)`` are known: where the answer probably
+    is. The search looks there first and gallops from it (1, 2, 4 … steps) until the answer
+    is bracketed, then bisects: a good guess settles it in two budgets, a poor one costs a
+    few more, and the answer is the bisection's all the same.
+    """
     if not ok(lo):
         return None
+    if guess is not None and lo < hi:
+        if ok(hi):
+            return hi
+        hi -= 1
+        g = min(max(guess(), lo), hi)
+        if g == lo or ok(g):  # the answer is g or above: gallop up
+            lo, step = g, 1
+            while lo < hi:
+                probe = min(hi, lo + step)
+                if not ok(probe):
+                    hi = probe - 1
+                    break
+                lo, step = probe, 2 * step
+        else:  # below g: gallop down
+            hi, step = g - 1, 1
+            while lo < hi:
+                probe = max(lo, hi - step + 1)
+                if ok(probe):
+                    lo = probe
+                    break
+                hi, step = probe - 1, 2 * step
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if ok(mid):
@@ -254,10 +283,57 @@ def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
     return lo
 
 
+def smallest_where(lo: int, hi: int, ok: Callable[[int], bool], guess: int) -> int:
+    """The smallest n in [lo, hi] with ``ok(n)`` (``ok`` false up to some n, then true; ``ok(hi)``
+    known true). The search looks at ``guess`` first and gallops from it until the answer is
+    bracketed, then bisects (the answer is the bisection's all the same)."""
+    g = min(max(guess, lo), hi)
+    if g == hi or ok(g):  # the answer is g or below: gallop down
+        hi, step = g, 1
+        while lo < hi:
+            probe = max(lo, hi - step)
+            if not ok(probe):
+                lo = probe + 1
+                break
+            hi, step = probe, 2 * step
+    else:  # above g: gallop up
+        lo, step = g + 1, 1
+        while lo < hi:
+            probe = min(hi, lo + step - 1)
+            if ok(probe):
+                hi = probe
+                break
+            lo, step = probe + 1, 2 * step
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _free(s: FitSuggestion) -> int:
+    """What the tightest device has left (negative: how far it is short)."""
+    return min((d.free_bytes or 0 for d in s.budget.devices), default=0)
+
+
+def _weights_on_devices(s: FitSuggestion) -> int:
+    return sum(d.segments.get("weights", 0) for d in s.budget.devices)
+
+
 def context_lever(bench: LeverBench, base: Mapping[str, Any] | None = None) -> FitSuggestion | None:
     """The largest context below the plan's that fits with every layer on the GPU (after the
     ``base`` changes); None when none does but the shortest fits with layers on the CPU (the
-    layers lever's answer)."""
+    layers lever's answer).
+
+    A shorter context never needs more memory, so what fits is every step up to some step:
+    the search is a bisection on the 256-cell grid. It looks at the step just below the plan's
+    context first: a plan that already runs (the levers are asked for every plan, to find
+    what runs faster) gets its answer from that one budget instead of the bisection's nine
+    or ten, and the answer is the bisection's (``tests/planning/test_lever_search.py``
+    compares the two).
+    """
     base = dict(base or {})
     steps = bench.plan.runtime.ctx // CTX_STEP
     if steps <= 1:
@@ -269,6 +345,8 @@ def context_lever(bench: LeverBench, base: Mapping[str, Any] | None = None) -> F
 
     best = None
     lo, hi = 1, steps - (1 if bench.plan.runtime.ctx % CTX_STEP == 0 else 0)
+    if _good(top := at(hi)):  # the largest step fits: the bisection would end there
+        return top
     while lo <= hi:
         mid = (lo + hi) // 2
         s = at(mid)
@@ -319,7 +397,8 @@ def fewest_cpu_expert_layers(bench: LeverBench) -> FitSuggestion:
 
     Moving one more layer's experts never adds VRAM once some are on the CPU (the op-offload
     buffer appears with the first), so after N = 0 the answer is found by bisection: a few
-    budgets instead of one per layer.
+    budgets instead of one per layer. The bisection starts where the experts' bytes per layer
+    say the answer is (what all of them in RAM leaves spare, in layers), and its neighbour.
     """
     model, ctx = bench.model, bench.plan.runtime.ctx
     if not model.is_moe:
@@ -340,14 +419,9 @@ def fewest_cpu_expert_layers(bench: LeverBench) -> FitSuggestion:
                 message="even with every expert on the CPU it does not fit: lower the context "
                 "or cache types",
             )
-        found = last
-        while lo < hi:
-            mid = (lo + hi) // 2
-            candidate = at(mid)
-            if device_fits(candidate.budget):
-                found, hi = candidate, mid
-            else:
-                lo = mid + 1
+        per_layer = (_weights_on_devices(found) - _weights_on_devices(last)) // hi
+        guess = hi - _free(last) // per_layer if per_layer > 0 else hi
+        found = at(smallest_where(lo, hi, lambda n: device_fits(at(n).budget), guess))
     n = found.plan.runtime.n_cpu_moe
     return replace(
         found, message=f"fewest expert layers on the CPU at ctx {ctx:,}: --n-cpu-moe {n}"
@@ -366,7 +440,17 @@ def fewest_cpu_layers(bench: LeverBench) -> FitSuggestion:
     def at(ngl: int) -> FitSuggestion:
         return bench.evaluate(PlanChange("", gpu_layers(ngl, moe), "layers"))
 
-    best = _largest(0, model.block_count + 1, lambda n: device_fits(at(n).budget))
+    top = model.block_count + 1
+
+    def guess() -> int:
+        """Where the free bytes run out, the blocks' bytes taken as even: from ``-ngl 1`` (the
+        output layer alone, larger than a block) to every layer on the GPU."""
+        first, last = _free(at(1)), _free(at(top))
+        if first < 0:
+            return 0
+        return 1 + first * (top - 1) // (first - last) if first > last else top
+
+    best = largest_where(0, top, lambda n: device_fits(at(n).budget), guess)
     s = at(0 if best is None else best)
     where = layer_words(model, s.budget.placement)
     if best is None:

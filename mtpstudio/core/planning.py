@@ -37,7 +37,6 @@ from mtpstudio.core.memory.draft import with_draft
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.measured import Reconciliation, build_key, measured_segments
 from mtpstudio.core.memory.placement import ModelWeights
-from mtpstudio.core.memory.split_budget import compute_split_budget
 from mtpstudio.core.memory.targets import (
     ResolvedDevices,
     ResolvedTarget,
@@ -313,7 +312,9 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
     weights = pctx.weights
     if weights is not None and weights.mapped_in_ranges != facts.maps_in_ranges:
         weights = replace(weights, mapped_in_ranges=facts.maps_in_ranges)  # the era's mmap
-    if resolved.devices is not None:
+    if resolved.devices is not None:  # the split's model loads only for a split plan
+        from mtpstudio.core.memory.split_budget import compute_split_budget
+
         budget = compute_split_budget(
             plan, pctx.model, resolved.devices.devices, facts, target.host, weights
         )
@@ -383,7 +384,7 @@ def evaluate(plan: Plan, pctx: PlanningContext, *, suggest: bool = True) -> Plan
     warnings = list(budget.warnings) + list(spec.warnings) + notes
     layers_off = not resolved.cpu_only and trunk_layers_on_cpu(budget, resolved.model) > 0
     if suggest and not resolved.cpu_only:
-        ranked = fit_suggestions(resolved)
+        ranked = fit_suggestions(resolved, budget)
         if budget.fits is not False and not layers_off:  # it runs: only what makes it faster
             ranked = [s for s in ranked if s.faster and s.fits]
         warnings += [f"Fit: {s.message}" for s in ranked[:SHOWN_SUGGESTIONS]]
@@ -447,13 +448,25 @@ def speed_for(
     return speed
 
 
-def lever_bench(resolved: ResolvedPlan) -> LeverBench:
+def lever_bench(resolved: ResolvedPlan, budget: Budget | None = None) -> LeverBench:
     """The plan on the levers' bench (``core.levers``): every change evaluated the one way,
-    ``budget_for`` of the changed plan resolved as this one is."""
+    ``budget_for`` of the changed plan resolved as this one is (``budget``: the plan's own,
+    when the caller has it).
+
+    The levers' searches ask for the same plan more than once (a bisection's last probe, the
+    answer evaluated again, two changes that make the same plan): each plan's budget is
+    computed once per bench, keyed by the plan it makes (``budget_for`` is a pure function
+    of the resolved plan, and every change here resolves with this plan's context).
+    """
+    budgets: dict[str, Budget] = {}
 
     def evaluate(change: PlanChange) -> FitSuggestion:
         other = resolved.with_changes(change.changes)
-        return evaluated(change, other.plan, budget_for(other))
+        key = other.plan.to_json()
+        found = budgets.get(key)
+        if found is None:
+            found = budgets[key] = budget_for(other)
+        return evaluated(change, other.plan, found)
 
     reclaims = []
     device = resolved.target.device
@@ -466,7 +479,7 @@ def lever_bench(resolved: ResolvedPlan) -> LeverBench:
         plan=resolved.plan,
         effective=resolved.effective,
         model=resolved.model,
-        budget=budget_for(resolved),
+        budget=budget if budget is not None else budget_for(resolved),
         mtp_active=resolved.mtp.active,
         split=resolved.devices is not None,
         evaluate=evaluate,
@@ -480,10 +493,10 @@ def offload_and_context(resolved: ResolvedPlan) -> list[FitSuggestion]:
     return levers.offload_and_context(lever_bench(resolved))
 
 
-def plan_standing(resolved: ResolvedPlan) -> Standing:
+def plan_standing(resolved: ResolvedPlan, budget: Budget | None = None) -> Standing:
     """Where the resolved plan's weights run, whether it drafts, and its estimated tokens per
-    second (``core.advice``)."""
-    budget = budget_for(resolved)
+    second (``core.advice``; ``budget``: the plan's, when the caller has it)."""
+    budget = budget if budget is not None else budget_for(resolved)
     speed = speed_for(resolved, budget).decode_tok_s
     return standing(budget, resolved.model, resolved.mtp.active, speed)
 
@@ -495,18 +508,20 @@ def suggestion_standing(s: FitSuggestion, resolved: ResolvedPlan) -> Standing:
     return standing(s.budget, resolved.model, mtp, speed)
 
 
-def fit_suggestions(resolved: ResolvedPlan) -> list[FitSuggestion]:
+def fit_suggestions(resolved: ResolvedPlan, budget: Budget | None = None) -> list[FitSuggestion]:
     """Every lever's smallest change toward a plan that fits with every layer on the GPU, ranked.
 
     The levers are ``core.levers.fit_levers``. Ranked (``levers.rank_key``): the changes that
     fit first, fastest first, then the most memory spare, cheapest lever first; then those that
     do not fit, closest first. Each message says ``<change>: <what it buys> — fits, N MiB
     spare`` / ``fits with K layers on the CPU`` / ``still N MiB short``. Empty for a CPU target.
+    ``budget``: the plan's own (``budget_for``), when the caller has it.
     """
     if resolved.cpu_only:
         return []
-    out = levers.fit_levers(lever_bench(resolved))
-    now = plan_standing(resolved)
+    bench = lever_bench(resolved, budget)
+    out = levers.fit_levers(bench)
+    now = plan_standing(resolved, bench.budget)
     ranked = []
     for s in out:
         then = suggestion_standing(s, resolved)

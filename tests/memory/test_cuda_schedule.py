@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.memory.cuda_rules import CC_ADA_LOVELACE, cuda_rules_for
+from mtpstudio.core.memory.cuda_rules import CC_ADA_LOVELACE, CudaHostRules, cuda_rules_for
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.engine_fit import Layout, layout_placement, upstream_fit
 from mtpstudio.core.memory.hybrid_graph import HybridDims, _hybrid_bytes, hybrid_trunk_graph
@@ -283,3 +283,45 @@ def test_a_shortened_replay_with_ram_blocks_equals_the_whole_one(
             shape = TrunkShape(ubatch, 4, ctx, cache_types=("q8_0", "q8_0"), n_rs_seq=3)
             whole = largest_reservation(lambda s: hybrid_trunk_graph(dims, s), shape, rules)
             assert _hybrid_bytes(dims, shape, rules) == whole, (p, ubatch, ctx)
+
+
+def test_replays_share_one_built_graph_and_never_change_it() -> None:
+    """A budget replays one graph for the card's buffer and the host's, and the fit's layouts
+    that keep the same blocks replay the same graph: ``hybrid_graph`` builds it once per shape
+    and hands the same tensors to every replay. Each replay of the shared graph, in turn and
+    again, gives what a freshly built graph gives: no schedule or walk changes what it reads."""
+    model = model_card_info(CARD_35B)
+    weights = ModelWeights.from_model(model)
+    dims = HybridDims.of(model)
+    ffn = next((lw.ffn_tensors for lw in weights.layers if lw.expert_bytes), ())
+    placements = [
+        dict(cpu=range(20)),
+        dict(cpu=range(27, 41), partial=PartialLayer(26, PartialKind.ATTN)),
+        dict(cpu=range(41)),
+        dict(ngl=30, cpu=range(41)),
+        dict(cpu=()),
+    ]
+    rules = []
+    for p in placements:
+        placement = place(
+            model,
+            gpu=True,
+            n_gpu_layers=p.get("ngl"),  # type: ignore[arg-type]
+            cpu_expert_layers=p.get("cpu", ()),  # type: ignore[arg-type]
+            load_mtp=True,
+            partial=p.get("partial"),  # type: ignore[arg-type]
+        )
+        residency = residency_for(weights, placement, layers=range(model.n_layer))
+        device = cuda_rules_for(CC_ADA_LOVELACE, model, ffn, residency=residency)
+        rules += [device, CudaHostRules(device=device)]
+    shape = TrunkShape(512, 4, 32768, cache_types=("q8_0", "q8_0"), n_rs_seq=3)
+    built = {s: hybrid_trunk_graph(dims, s) for s in (shape, shape.one_token())}
+    snapshot = {s: [(t.nbytes, len(t.srcs), t.is_output) for t in g[0] + g[1]]
+                for s, g in built.items()}  # fmt: skip
+    fresh = [largest_reservation(lambda s: hybrid_trunk_graph(dims, s), shape, r) for r in rules]
+    for _ in range(2):
+        shared = [largest_reservation(lambda s: built[s], shape, r) for r in rules]
+        assert shared == fresh
+    assert len(set(fresh)) > 2  # the residencies and the two buffers do differ
+    for s, g in built.items():
+        assert [(t.nbytes, len(t.srcs), t.is_output) for t in g[0] + g[1]] == snapshot[s]

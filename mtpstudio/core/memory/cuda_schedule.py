@@ -221,7 +221,7 @@ def assign_backends(
         b = _pass1(n, residency)
         if b is not None:
             backend[id(n)] = b
-    plain = [n for n in nodes if not _is_view_op(n)]
+    plain = [id(n) for n in nodes if not _is_view_op(n)]
     _expand(plain, backend, residency.host, gpu_only=True)
     _expand(plain, backend, residency.host, gpu_only=False)
     for n in nodes:  # pass 4: views follow their source; the rest, the first backend
@@ -244,7 +244,7 @@ def _pass1(n: Tensor, residency: Residency) -> int | None:
     if n.op in NO_WEIGHT_CHOICE:
         return None
     for src in n.srcs:
-        if not src.is_weight:
+        if not src.external or not src.is_weight:
             continue
         if residency.weight_in_ram(src):
             if residency.offloads(n) and residency.offload_to is not None:
@@ -254,17 +254,17 @@ def _pass1(n: Tensor, residency: Residency) -> int | None:
     return None
 
 
-def _expand(plain: list[Tensor], backend: dict[int, int], host: int, *, gpu_only: bool) -> None:
+def _expand(plain: list[int], backend: dict[int, int], host: int, *, gpu_only: bool) -> None:
     """Pass 2: the devices' assignments spread down, then up, over unassigned ops (the CPU's
-    stops them); then every assignment spread down and up."""
+    stops them); then every assignment spread down and up (``plain``: the ops' ``id``)."""
     for order in (plain, plain[::-1]):
         current: int | None = None
-        for n in order:
-            b = backend.get(id(n))
+        for key in order:
+            b = backend.get(key)
             if b is not None:
                 current = None if gpu_only and b == host else b
             elif current is not None:
-                backend[id(n)] = current
+                backend[key] = current
 
 
 @dataclass
@@ -300,10 +300,15 @@ def schedule(
     a cache view read across backends."""
     host = residency.host
     backend = assign_backends(leafs, nodes, residency)
+    external: dict[int, int] = {}  # where each weight and cache read lives, asked once
 
     def backend_of(t: Tensor) -> int:
         if t.external:
-            return residency.external_backend(t)
+            key = id(t)
+            found = external.get(key)
+            if found is None:
+                found = external[key] = residency.external_backend(t)
+            return found
         return backend.get(id(t), host)
 
     # pass 5: splits and their inputs; a reader of a copy reads it instead of its source
@@ -317,7 +322,7 @@ def schedule(
         b = backend[id(n)]
         need_new = split is not None and b == split.backend and bool(split.inputs)
         if need_new:
-            need_new = any(s.is_weight and backend_of(s) != b for s in n.srcs)
+            need_new = any(s.external and s.is_weight and backend_of(s) != b for s in n.srcs)
         if split is None or b != split.backend or need_new:
             if split is not None:
                 split.end = i

@@ -48,7 +48,7 @@ CPU_ALIGNMENT = 32
 """TENSOR_ALIGNMENT of the CPU buffer type (ggml-impl.h)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Tensor:
     """One tensor of a graph, as the allocator sees it.
 
@@ -194,7 +194,9 @@ class _Blocks:
         size = self._aligned(size)
         best = -1
         best_size = 0
-        for i, (_, block_size) in enumerate(self.free[:-1]):
+        free = self.free
+        for i in range(len(free) - 1):
+            block_size = free[i][1]
             if block_size >= size and (best == -1 or block_size <= best_size):
                 best, best_size = i, block_size
         if best == -1:
@@ -254,75 +256,84 @@ def walk_bytes(
     rules: BackendRules = CPU_RULES,
     events: list[AllocEvent] | None = None,
 ) -> int:
-    """``reserved_bytes`` of a graph ``rules.prepare`` already made (see there)."""
+    """``reserved_bytes`` of a graph ``rules.prepare`` already made (see there).
+
+    The walk runs for every compute buffer of every budget the levers look at, so it keeps
+    its bookkeeping by ``id`` in local dicts and reads each node's sources once.
+    """
     leafs, nodes, reads, kept = prepared
-
-    def _srcs(t: Tensor) -> tuple[Tensor, ...]:
-        return reads.get(id(t), t.srcs)
-
+    get_reads = reads.get
     size = rules.alloc_size
     blocks = _Blocks(rules.alignment, events=events)
+    aligned = blocks._aligned
     owned: dict[int, bool] = {}
     offset: dict[int, int] = {}
     children: dict[int, int] = {}
     views: dict[int, int] = {}
+    srcs_of = [get_reads(id(n), n.srcs) for n in nodes]
 
-    def own(t: Tensor) -> bool:
-        return owned.get(id(t), False)
-
-    def allocate(t: Tensor) -> None:
-        if t.external or t.view_of is not None or id(t) in offset:
+    def allocate(t: Tensor, srcs: tuple[Tensor, ...] | None = None) -> None:
+        key = id(t)
+        if t.external or t.view_of is not None or key in offset:
             return
-        owned[id(t)] = True
+        owned[key] = True
         if t.op in INPLACE_OPS:
-            for parent in _srcs(t):
-                if not own(parent) or parent.is_output or parent.layout != t.layout:
+            for parent in get_reads(key, t.srcs) if srcs is None else srcs:
+                pk = id(parent)
+                if not owned.get(pk, False) or parent.is_output or parent.layout != t.layout:
                     continue
-                if id(parent) in kept:
+                if pk in kept:
                     continue
-                if children.get(id(parent), 0) == 1 and views.get(id(parent), 0) == 0:
-                    offset[id(t)] = offset[id(parent)]
-                    owned[id(parent)] = False
-                    extra = blocks._aligned(size(parent)) - blocks._aligned(size(t))
+                if children.get(pk, 0) == 1 and views.get(pk, 0) == 0:
+                    at = offset[key] = offset[pk]
+                    owned[pk] = False
+                    extra = aligned(size(parent)) - aligned(size(t))
                     if extra > 0:
-                        blocks.release(offset[id(t)] + blocks._aligned(size(t)), extra)
+                        blocks.release(at + aligned(size(t)), extra)
                     return
-        offset[id(t)] = blocks.alloc(size(t))
+        offset[key] = blocks.alloc(size(t))
 
     def release(t: Tensor) -> None:
-        if t.is_output or id(t) in kept:
+        key = id(t)
+        if t.is_output or key in kept:
             return
         if events is not None:
-            events.append(("free", size(t), offset[id(t)]))
-        blocks.release(offset[id(t)], size(t))
-        owned[id(t)] = False
+            events.append(("free", size(t), offset[key]))
+        blocks.release(offset[key], size(t))
+        owned[key] = False
 
     for leaf in leafs:
         allocate(leaf)
-    for node in nodes:
+    for node, srcs in zip(nodes, srcs_of, strict=True):
         # a dependency the scheduler adds (op NONE) is a view that does not count as one
-        if node.view_of is not None and node.op != "NONE":
-            views[id(node.view_of)] = views.get(id(node.view_of), 0) + 1
+        base = node.view_of
+        if base is not None and node.op != "NONE":
+            views[id(base)] = views.get(id(base), 0) + 1
         if node.is_input:
-            allocate(node)
-        for src in _srcs(node):
-            children[id(src)] = children.get(id(src), 0) + 1
+            allocate(node, srcs)
+        for src in srcs:
+            key = id(src)
+            children[key] = children.get(key, 0) + 1
             if src.is_input:
                 allocate(src)
-    for node in nodes:
-        for src in _srcs(node):
-            allocate(src)
-        allocate(node)
-        for parent in _srcs(node):
-            children[id(parent)] -= 1
-            if children[id(parent)] or views.get(id(parent), 0):
+    for node, srcs in zip(nodes, srcs_of, strict=True):
+        for src in srcs:
+            if not src.external and src.view_of is None and id(src) not in offset:
+                allocate(src)
+        allocate(node, srcs)
+        for parent in srcs:
+            pk = id(parent)
+            left = children[pk] - 1
+            children[pk] = left
+            if left or views.get(pk, 0):
                 continue
             source = parent.view_of
             if source is not None:
-                views[id(source)] -= 1
-                if not views[id(source)] and not children.get(id(source), 0) and own(source):
+                sk = id(source)
+                views[sk] -= 1
+                if not views[sk] and not children.get(sk, 0) and owned.get(sk, False):
                     release(source)
-            elif own(parent):
+            elif owned.get(pk, False):
                 release(parent)
     return blocks.peak
 

@@ -229,7 +229,15 @@ def _hybrid_bytes(dims: HybridDims, shape: TrunkShape, rules: BackendRules) -> i
 
         layers = compressed_layers(dims.n_layer, period, kind)
         short = HybridDims(dims.sizes, dims.n_layer, dims.recurrent_layers, layers)
-    return largest_reservation(lambda s: hybrid_trunk_graph(short, s), shape, rules)
+    return largest_reservation(lambda s: _built_graph(short, s), shape, rules)
+
+
+@lru_cache(maxsize=16)
+def _built_graph(dims: HybridDims, shape: TrunkShape) -> tuple[list[Tensor], list[Tensor]]:
+    """``hybrid_trunk_graph``, built once per shortened model and shape: a budget replays the
+    same graph for the card's buffer and the host's, and the fit's layouts that keep the same
+    blocks share it (the replays read a graph, never change it)."""
+    return hybrid_trunk_graph(dims, shape)
 
 
 def _period(dims: HybridDims) -> int:

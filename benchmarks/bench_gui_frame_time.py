@@ -52,7 +52,7 @@ def main() -> int:
     from support.servers import engine_binary, free_port
     from support.tiny_models import make_model
 
-    from mtpstudio.core.detect.report import detect_all
+    from mtpstudio.core.detect.gather import detect_all
     from mtpstudio.core.plan import Plan, plan_with
     from mtpstudio.ui.pages.launch import BENCH_KEY, ServerExitChoice
     from mtpstudio.ui.server_process import ServerPhase
@@ -169,7 +169,7 @@ def main() -> int:
     print(line("benchmark streaming", streaming))
     print(line("control: no page", control))
     if bench is not None:
-        r = bench.report
+        r = bench.bench_text
         print(
             f"benchmark: {len(r.categories)} categories x {args.repeats} repeats, "
             f"{r.total_predicted} tokens, {r.tok_s or 0:.1f} tok/s, {seconds:.1f} s wall; "

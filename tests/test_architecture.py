@@ -31,10 +31,10 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.cancel",  # the task manager's cancel flag
         "mtpstudio.core.outside_text",  # the one way outside text is shown (errors, log lines)
         "mtpstudio.core.planning",
-        "mtpstudio.core.reports",
-        "mtpstudio.core.engines.capabilities",  # badges and reasons, phrased for people
+        "mtpstudio.core.plan_text",
+        "mtpstudio.core.engines.availability",  # badges and reasons, phrased for people
         "mtpstudio.core.detect.models",
-        "mtpstudio.core.detect.report",
+        "mtpstudio.core.detect.gather",
         "mtpstudio.core.detect.processes",
         # the Desktop VRAM and Service pages: the same core calls as `mtpstudio apply/render`
         "mtpstudio.core.desktop.install",
@@ -366,7 +366,7 @@ def test_the_ui_checker_catches_a_direct_import_of_the_memory_model() -> None:
         },
         "mtpstudio.ui.y": {
             "mtpstudio.core.engines.registry",
-            "mtpstudio.core.engines.capabilities",
+            "mtpstudio.core.engines.availability",
         },
         "mtpstudio.ui.z": {  # orchestration: only through the use cases
             "mtpstudio.core.server.launch",

@@ -24,7 +24,7 @@ from mtpstudio.core.detect.models import (
     PcieLink,
 )
 from mtpstudio.core.detect.processes import ProcessCategory
-from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.build import MtpSupport
 from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES

@@ -441,6 +441,41 @@ def test_the_helper_checker_catches_forbidden_imports() -> None:
     assert check("def f():\n    import pydantic\n") == ["pydantic"]
 
 
+def kit_imports(source: str, module: str, known: Iterable[str]) -> list[str]:
+    """What a module of the package imports from the development kit (``devkit``)."""
+    names = imported_names(source, module, False, known)
+    return sorted(n for n in names if n.split(".")[0] == "devkit")
+
+
+def test_the_package_never_imports_the_development_kit() -> None:
+    # devkit/ is not in the wheel: an import of it from mtpstudio would fail for every user.
+    modules = source_modules(PACKAGE_DIR, "mtpstudio")
+    assert len(modules) > 50  # the walk really found the package
+    offenders = {
+        name: hits
+        for name, path in modules.items()
+        if (hits := kit_imports(path.read_text(encoding="utf-8"), name, modules))
+    }
+    assert offenders == {}
+    assert not (PACKAGE_DIR / "testing").exists()  # the kit's old place inside the package
+
+
+def test_the_kit_import_checker_finds_every_form() -> None:
+    known = {"mtpstudio.core.plan"}
+
+    def check(source: str) -> list[str]:
+        return kit_imports(source, "mtpstudio.cli.plan", known)
+
+    assert check("from mtpstudio.core.plan import Plan\nimport json") == []
+    assert check("import devkitchen") == []
+    assert check("import devkit") == ["devkit"]
+    assert check("from devkit.zero_gguf import zero_gguf_for_card") == [
+        "devkit.zero_gguf.zero_gguf_for_card"
+    ]
+    assert check("from devkit import hub_server") == ["devkit.hub_server"]
+    assert check("def f():\n    import devkit.kit_runs as runs\n") == ["devkit.kit_runs"]
+
+
 def test_no_import_cycles_among_mtpstudio_modules() -> None:
     graph = import_graph(PACKAGE_DIR, "mtpstudio")
     assert len(graph) > 50, len(graph)  # the walk really found the package

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from devkit.rpc_servers import free_port, rpc_servers
 from mtpstudio.core.detect.rpc import RpcProbeError, parse_endpoint, plan_entry, probe_rpc
 from mtpstudio.core.units import MIB
-from mtpstudio.testing.rpc_servers import free_port, rpc_servers
 
 TIMEOUT = 1.5
 

@@ -219,7 +219,7 @@ def fullsize_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     The folder is a short one in the temp dir (``/tmp/mtpstudio-XXXXXXXX/home/alice``), so
     paths are as long as a user's, not as long as pytest's.
     """
-    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
+    from devkit.zero_gguf import zero_gguf_for_card
 
     scratch = Path(tempfile.mkdtemp(prefix="mtpstudio-"))
     home = scratch / "home" / "alice"

@@ -169,7 +169,7 @@ def main() -> int:
     print(line("benchmark streaming", streaming))
     print(line("control: no page", control))
     if bench is not None:
-        r = bench.bench_text
+        r = bench.report
         print(
             f"benchmark: {len(r.categories)} categories x {args.repeats} repeats, "
             f"{r.total_predicted} tokens, {r.tok_s or 0:.1f} tok/s, {seconds:.1f} s wall; "

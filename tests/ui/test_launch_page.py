@@ -93,7 +93,7 @@ def test_launch_benchmark_export_and_stop_on_close(
     bench(qtbot, page)
     qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
     assert page.bench is not None
-    report = page.bench.bench_text
+    report = page.bench.report
     assert report.error is None and [c.category for c in report.categories] == list(CATEGORIES)
     rows = table(page)
     assert [r[0] for r in rows] == list(CATEGORIES)
@@ -129,7 +129,7 @@ def test_killing_the_server_mid_benchmark_keeps_results_and_shows_the_diagnosis(
     os.kill(page.server.pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
     assert page.bench is not None
-    report = page.bench.bench_text
+    report = page.bench.report
     assert report.error is not None and 1 <= len(report.categories) < 9
     assert len(table(page)) == len(report.categories)  # what finished is kept and shown
     assert page.bench.run_id is not None  # and stored
@@ -163,7 +163,7 @@ def test_cancel_keeps_finished_categories(
     page.bench_tab.progress.valueChanged.connect(cancel_after_the_first_category)
     assert page.run_benchmark()
     qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
-    assert page.bench is not None and page.bench.bench_text.cancelled
+    assert page.bench is not None and page.bench.report.cancelled
     assert 1 <= len(table(page)) < 9
     assert "cancelled" in page.bench_tab.summary.text()
     assert page.server.phase is ServerPhase.HEALTHY and page.bench_tab.bench_button.isEnabled()
@@ -243,7 +243,7 @@ def test_walk_through_from_hardware_to_a_benchmark_result(
     assert page.server.prepared is not None and page.server.prepared.build.binary == binary
     bench(qtbot, page)
     qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
-    assert page.bench is not None and page.bench.bench_text.tok_s
+    assert page.bench is not None and page.bench.report.tok_s
     assert [r[0] for r in table(page)] == list(CATEGORIES)
     assert "tok/s" in page.bench_tab.summary.text()
     wizard.done(0)

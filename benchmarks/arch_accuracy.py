@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/arch_accuracy.py [--binary PATH] [--subset] [--only NAME] [--workdir DIR]
 
-Loads every model of ``mtpstudio.testing.arch_table`` (llama dense and MoE, qwen2, qwen3,
+Loads every model of ``devkit.arch_table`` (llama dense and MoE, qwen2, qwen3,
 qwen3moe, gemma3, glm4moe with its MTP draft, qwen35moe, qwen35; then phi3 and qwen2moe, which
 mtpstudio does not model) with a real llama-server, one load at a time, and prints predicted vs
 logged MiB per segment and the largest error per segment. Replayed architectures must be exact
@@ -19,11 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from mtpstudio.testing.arch_table import CI_SUBSET, TABLE, UNMODELLED_TABLE, write_model
-from mtpstudio.testing.budget_check import LoadConfig, SegmentRow, render_table
-from mtpstudio.testing.fullsize import LoadFailure, run_fullsize
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # devkit/ sits in the checkout; the wheel does not ship it
+
+from devkit.arch_table import CI_SUBSET, TABLE, UNMODELLED_TABLE, write_model  # noqa: E402
+from devkit.budget_check import LoadConfig, SegmentRow, render_table  # noqa: E402
+from devkit.fullsize import LoadFailure, run_fullsize  # noqa: E402
 
 
 def _default_binary() -> Path:

@@ -30,6 +30,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # devkit/ sits in the checkout; the wheel does not ship it
+
 IDLE_TARGET_PERCENT = 1.0
 STEP_TARGET_MS = 16.0
 SIZES = ((1600, 1000), (1366, 768))
@@ -74,9 +77,9 @@ def _run(home: Path, idle_s: float, font_pt: int, card: str, gpu: str) -> int:
     from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
     from PySide6.QtWidgets import QSlider
 
+    from devkit.zero_gguf import disk_bytes, zero_gguf_for_card
     from mtpstudio.core.detect.models import DetectionReport
     from mtpstudio.core.plan import Plan, plan_with
-    from mtpstudio.testing.zero_gguf import disk_bytes, zero_gguf_for_card
     from mtpstudio.ui.app import ensure_application
     from mtpstudio.ui.widgets.command_box import CommandBox
     from mtpstudio.ui.wizard import MtpWizard, PageId

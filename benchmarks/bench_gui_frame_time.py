@@ -52,7 +52,7 @@ def main() -> int:
     from support.servers import engine_binary, free_port
     from support.tiny_models import make_model
 
-    from mtpstudio.core.detect.report import detect_all
+    from mtpstudio.core.detect.gather import detect_all
     from mtpstudio.core.plan import Plan, plan_with
     from mtpstudio.ui.pages.launch import BENCH_KEY, ServerExitChoice
     from mtpstudio.ui.server_process import ServerPhase

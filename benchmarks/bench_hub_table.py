@@ -4,7 +4,7 @@ Run: .venv/bin/python benchmarks/bench_hub_table.py
 Target: every file listed with its plan in under 2 s, at most a few MB read per file.
 
 The repository (Qwen3.6-35B-A3B at ten quants, two of them split, zero-weight and full size)
-is served over real HTTP by ``mtpstudio.testing.hub_server``; the command runs as a user runs
+is served over real HTTP by ``devkit.hub_server``; the command runs as a user runs
 it, in a fresh process with HF_ENDPOINT pointing at the server, and the figures per file come
 from the server's own counters (body bytes it sent, ranges asked for).
 """
@@ -20,9 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from mtpstudio.core.model.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS
-from mtpstudio.testing.hub_repo import QWEN_QUANTS, quant_repo
-from mtpstudio.testing.hub_server import HubTestServer
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # devkit/ sits in the checkout; the wheel does not ship it
+
+from devkit.hub_repo import QWEN_QUANTS, quant_repo  # noqa: E402
+from devkit.hub_server import HubTestServer  # noqa: E402
+from mtpstudio.core.model.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS  # noqa: E402
 
 REPO = "unsloth/Qwen3.6-35B-A3B-GGUF"
 RUNS = 3

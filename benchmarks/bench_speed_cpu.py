@@ -40,6 +40,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.append(str(REPO))  # devkit/ sits in the checkout; the wheel does not ship it
 
 from fetch_test_models import GEMMA, model_path  # noqa: E402
 
@@ -96,8 +97,8 @@ def llama_bench() -> Path:
 
 
 def zero_27b() -> Path:
+    from devkit.zero_gguf import write_zero_gguf
     from mtpstudio.core.model.catalog.models import model_card_path
-    from mtpstudio.testing.zero_gguf import write_zero_gguf
 
     out = ZERO_DIR / "qwen3.6-27b-iq4_xs.gguf"
     if not out.exists():
@@ -107,7 +108,7 @@ def zero_27b() -> Path:
 
 def zero_llama(n_head: int, head_dim: int, n_head_kv: int) -> Path:
     """A generated zero-weight llama of 8 layers (1024 wide) with this attention."""
-    from mtpstudio.testing.arch_gguf import ArchSpec, write_zero_arch
+    from devkit.arch_gguf import ArchSpec, write_zero_arch
 
     out = ZERO_DIR / f"llama-8x1024-h{n_head}x{head_dim}-kv{n_head_kv}.gguf"
     if not out.exists():

@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.profiles import ik_stages, upstream
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.model.catalog.models import model_card_info

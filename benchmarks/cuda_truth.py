@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-try:  # installed (the lent machine: the wheel prepare built; here: the editable install)
-    import mtpstudio  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(REPO))
+# devkit/ (this kit) sits in the checkout, not in the wheel. Appended, so an installed mtpstudio
+# comes first (the lent machine: the wheel prepare built, in PYTHONPATH; here: the editable
+# install); without one, mtpstudio is found in the checkout as well.
+sys.path.append(str(REPO))
 
-from mtpstudio.testing.kit_build import SDIST_NAME, SDIST_SHA256, build, sha256_of  # noqa: E402
+from devkit.kit_build import SDIST_NAME, SDIST_SHA256, build, sha256_of  # noqa: E402
 
 KIT = REPO / ".cuda-kit"
 WORK = REPO / ".cuda-build"
@@ -74,7 +74,7 @@ def device_command(budget: int) -> str:
 
 def _pinned_sdist() -> Path:
     """The sdist from the engine cache, else downloaded the way scripts/build_engines.py does."""
-    from mtpstudio.testing.kit_build import build_engines_module
+    from devkit.kit_build import build_engines_module
 
     engines = build_engines_module(REPO)
     engine = engines.ENGINES["upstream"]
@@ -180,8 +180,8 @@ def _build(args: argparse.Namespace, budget: float) -> bool:
 
 
 def _run(args: argparse.Namespace, budget: float) -> bool:
-    from mtpstudio.testing.kit_build import BuildPaths
-    from mtpstudio.testing.kit_runs import run_table
+    from devkit.kit_build import BuildPaths
+    from devkit.kit_runs import run_table
 
     kind = "cpu" if args.cpu else "cuda"
     binary = Path(args.binary) if args.binary else BuildPaths(_work(args) / kind).binary
@@ -229,7 +229,7 @@ def all_cmd(args: argparse.Namespace) -> int:
 
 
 def convert_cmd(args: argparse.Namespace) -> int:
-    from mtpstudio.testing.cuda_compare import all_within_targets, write_fixture
+    from devkit.cuda_compare import all_within_targets, write_fixture
 
     folder, comparison = write_fixture(Path(args.archive), Path(args.fixtures))
     for line in comparison.table_lines():

@@ -14,10 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from mtpstudio.testing.budget_check import render_table
-from mtpstudio.testing.fullsize import CI_SUBSET, FULLSIZE, all_ok, run_fullsize
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # devkit/ sits in the checkout; the wheel does not ship it
+
+from devkit.budget_check import render_table  # noqa: E402
+from devkit.fullsize import CI_SUBSET, FULLSIZE, all_ok, run_fullsize  # noqa: E402
 
 
 def _default_binary() -> Path:

@@ -15,21 +15,24 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mtpstudio.core.memory.engine_fit import Layout
-from mtpstudio.core.model.catalog.header import write_card_header
-from mtpstudio.core.model.catalog.models import model_card_info
-from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.testing.arch_gguf import hybrid_spec
-from mtpstudio.testing.budget_check import render_table
-from mtpstudio.testing.split_compare import (
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # devkit/ sits in the checkout; the wheel does not ship it
+
+from devkit.arch_gguf import hybrid_spec  # noqa: E402
+from devkit.budget_check import render_table  # noqa: E402
+from devkit.split_compare import (  # noqa: E402
     SplitCase,
     device_rows,
     engine_layouts,
     predicted_budget,
 )
+from mtpstudio.core.memory.engine_fit import Layout  # noqa: E402
+from mtpstudio.core.model.catalog.header import write_card_header  # noqa: E402
+from mtpstudio.core.model.catalog.models import model_card_info  # noqa: E402
+from mtpstudio.core.model.gguf import read_model_info  # noqa: E402
+from mtpstudio.core.model.info import ModelInfo  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "split"
+FIXTURES = REPO / "tests" / "fixtures" / "split"
 
 
 def model_for(name: str, tmp: Path) -> ModelInfo:

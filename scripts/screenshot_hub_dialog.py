@@ -1,7 +1,7 @@
 """Render the Model page's Hugging Face dialog with a real listing: ten quants of Qwen3.6-35B-A3B.
 
 The quants (zero-weight, full size, two split) are served over real HTTP by the local Hub of
-``mtpstudio.testing.hub_server``; the dialog lists them, reads every header and plans it for a
+``devkit.hub_server``; the dialog lists them, reads every header and plans it for a
 catalogue RTX 3060 12 GB at 32k, then the window is grabbed. Nothing of the user's is read or
 written (the XDG folders and HF_HOME point into a temporary folder).
 
@@ -15,6 +15,9 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # devkit/ sits in the checkout; the wheel does not ship it
 
 
 def main() -> int:
@@ -33,11 +36,11 @@ def main() -> int:
     from PySide6.QtCore import QCoreApplication
     from PySide6.QtWidgets import QApplication
 
+    from devkit.hub_repo import QWEN_QUANTS, quant_repo
+    from devkit.hub_server import HubTestServer
     from mtpstudio.core.hub.client import HubClient
     from mtpstudio.core.model.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS
     from mtpstudio.core.plan import Plan, plan_with
-    from mtpstudio.testing.hub_repo import QWEN_QUANTS, quant_repo
-    from mtpstudio.testing.hub_server import HubTestServer
     from mtpstudio.ui.pages.hub_dialog import HubModelsDialog
     from mtpstudio.ui.state import WizardState
     from mtpstudio.ui.tasks import TaskManager

@@ -31,10 +31,10 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.cancel",  # the task manager's cancel flag
         "mtpstudio.core.outside_text",  # the one way outside text is shown (errors, log lines)
         "mtpstudio.core.planning",
-        "mtpstudio.core.reports",
-        "mtpstudio.core.engines.capabilities",  # badges and reasons, phrased for people
+        "mtpstudio.core.plan_text",
+        "mtpstudio.core.engines.availability",  # badges and reasons, phrased for people
         "mtpstudio.core.detect.models",
-        "mtpstudio.core.detect.report",
+        "mtpstudio.core.detect.gather",
         "mtpstudio.core.detect.processes",
         # the Desktop VRAM and Service pages: the same core calls as `mtpstudio apply/render`
         "mtpstudio.core.desktop.install",
@@ -366,7 +366,7 @@ def test_the_ui_checker_catches_a_direct_import_of_the_memory_model() -> None:
         },
         "mtpstudio.ui.y": {
             "mtpstudio.core.engines.registry",
-            "mtpstudio.core.engines.capabilities",
+            "mtpstudio.core.engines.availability",
         },
         "mtpstudio.ui.z": {  # orchestration: only through the use cases
             "mtpstudio.core.server.launch",
@@ -439,6 +439,41 @@ def test_the_helper_checker_catches_forbidden_imports() -> None:
     assert check("from mtpstudio.core import plan") == ["mtpstudio.core.plan"]
     assert check("from .. import ui") == ["mtpstudio.ui"]
     assert check("def f():\n    import pydantic\n") == ["pydantic"]
+
+
+def kit_imports(source: str, module: str, known: Iterable[str]) -> list[str]:
+    """What a module of the package imports from the development kit (``devkit``)."""
+    names = imported_names(source, module, False, known)
+    return sorted(n for n in names if n.split(".")[0] == "devkit")
+
+
+def test_the_package_never_imports_the_development_kit() -> None:
+    # devkit/ is not in the wheel: an import of it from mtpstudio would fail for every user.
+    modules = source_modules(PACKAGE_DIR, "mtpstudio")
+    assert len(modules) > 50  # the walk really found the package
+    offenders = {
+        name: hits
+        for name, path in modules.items()
+        if (hits := kit_imports(path.read_text(encoding="utf-8"), name, modules))
+    }
+    assert offenders == {}
+    assert not (PACKAGE_DIR / "testing").exists()  # the kit's old place inside the package
+
+
+def test_the_kit_import_checker_finds_every_form() -> None:
+    known = {"mtpstudio.core.plan"}
+
+    def check(source: str) -> list[str]:
+        return kit_imports(source, "mtpstudio.cli.plan", known)
+
+    assert check("from mtpstudio.core.plan import Plan\nimport json") == []
+    assert check("import devkitchen") == []
+    assert check("import devkit") == ["devkit"]
+    assert check("from devkit.zero_gguf import zero_gguf_for_card") == [
+        "devkit.zero_gguf.zero_gguf_for_card"
+    ]
+    assert check("from devkit import hub_server") == ["devkit.hub_server"]
+    assert check("def f():\n    import devkit.kit_runs as runs\n") == ["devkit.kit_runs"]
 
 
 def test_no_import_cycles_among_mtpstudio_modules() -> None:

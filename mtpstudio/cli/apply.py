@@ -128,7 +128,7 @@ def _root(args: argparse.Namespace) -> Path | None:
 
 
 def _detect(include_engines: bool = False) -> Any:
-    from mtpstudio.core.detect.report import DetectionSources, detect_all
+    from mtpstudio.core.detect.gather import DetectionSources, detect_all
 
     return detect_all(DetectionSources.system(), include_engines=include_engines)
 

@@ -262,7 +262,7 @@ class _Output:
     def _context(self, report: BenchReport) -> PlanningContext | None:
         """The machine and model of the plan a run benchmarked (its estimate goes beside it);
         None for a server without a plan, or a model that cannot be read here."""
-        from mtpstudio.core.detect.report import detect_for
+        from mtpstudio.core.detect.gather import detect_for
         from mtpstudio.core.plan import plan_from_json
         from mtpstudio.core.planning import machine_for
         from mtpstudio.core.usecases.planning_context import planning_context_for
@@ -282,8 +282,8 @@ class _Output:
         return self._contexts[key]
 
     def ab(self, ab: ABReport, plan: Plan | None) -> BenchReport:
+        from mtpstudio.core.bench.bench_text import render_ab_text
         from mtpstudio.core.bench.doctor import diagnose
-        from mtpstudio.core.bench.report import render_ab_text
         from mtpstudio.core.usecases.speed import with_estimate
 
         for side in (ab.a, ab.b):
@@ -301,7 +301,7 @@ class _Output:
         return ab.a
 
     def bench(self, report: BenchReport, plan: Plan | None) -> BenchReport:
-        from mtpstudio.core.bench.report import render_text
+        from mtpstudio.core.bench.bench_text import render_text
         from mtpstudio.core.usecases.bench import conclude
         from mtpstudio.core.usecases.speed import with_estimate
 
@@ -318,7 +318,7 @@ class _Output:
         return report
 
     def gate(self, gate: GateReport, started_at: str) -> None:
-        from mtpstudio.core.bench.report import render_gate_text
+        from mtpstudio.core.bench.bench_text import render_gate_text
 
         _clear_progress()
         print()
@@ -329,7 +329,7 @@ class _Output:
         self._store("gate", gate.on_label, gate.to_dict(), started_at)
 
     def concurrency(self, conc: ConcurrencyReport) -> None:
-        from mtpstudio.core.bench.report import render_concurrency_text
+        from mtpstudio.core.bench.bench_text import render_concurrency_text
 
         _clear_progress()
         print()

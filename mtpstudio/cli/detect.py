@@ -62,7 +62,7 @@ def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_detection(args: argparse.Namespace) -> DetectionReport:
     """Detection on this machine with the command's options."""
-    from mtpstudio.core.detect.report import DetectionSources, detect_all
+    from mtpstudio.core.detect.gather import DetectionSources, detect_all
 
     return detect_all(
         DetectionSources.system(),

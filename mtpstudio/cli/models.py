@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_models_hf(args: argparse.Namespace) -> int:
-    from mtpstudio.core.detect.report import detect_for
+    from mtpstudio.core.detect.gather import detect_for
     from mtpstudio.core.hub.client import HubClient, Repo, parse_repo_id
     from mtpstudio.core.hub.fit_table import best_row, table_rows
     from mtpstudio.core.hub.listing import group_models
@@ -209,7 +209,7 @@ def _pick(rows: list[Any], wanted: str, best: int | None) -> int:
 def _download(
     args: argparse.Namespace, client: Any, repo: Any, row: Any, folder: Path, out: Any
 ) -> int:
-    from mtpstudio.core.detect.report import detect_for
+    from mtpstudio.core.detect.gather import detect_for
     from mtpstudio.core.hub.download import DownloadProgress, download_model
     from mtpstudio.core.hub.listing import size_text
     from mtpstudio.core.model.gguf import read_model_info

@@ -379,14 +379,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plan = plan_with(plan, {"runtime.ctx": ctx_for_model(plan.runtime.ctx, info)})
     draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
     # the planner loads once the options and the files have been read: a bad one is quick
-    from mtpstudio.core.detect.report import detect_for
+    from mtpstudio.core.detect.gather import detect_for
+    from mtpstudio.core.plan_text import budget_report, model_summary_json, plan_report
     from mtpstudio.core.planning import (
         desktop_choices,
         evaluate,
         machine_for,
         published_demo_plan,
     )
-    from mtpstudio.core.reports import budget_report, model_summary_json, plan_report
     from mtpstudio.core.server.reconcile import last_measured_text
     from mtpstudio.core.speed.words import speed_lines
     from mtpstudio.core.usecases.planning_context import planning_context_for

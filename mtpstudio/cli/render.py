@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
 def _export_files(args: argparse.Namespace) -> Any:
     """Render the plan's files the way the GUI's Export does (service_files.export_files)."""
     from mtpstudio.core.desktop.session_apply import desktop_facts
-    from mtpstudio.core.detect.report import detect_for
+    from mtpstudio.core.detect.gather import detect_for
     from mtpstudio.core.plan import load_plan
     from mtpstudio.core.planning import machine_for
     from mtpstudio.core.service.render import UnitScope

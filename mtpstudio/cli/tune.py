@@ -120,7 +120,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from mtpstudio.core.bench.prompts import load_prompts, select
     from mtpstudio.core.bench.results import BenchSettings
     from mtpstudio.core.bench.target import CancelToken
-    from mtpstudio.core.bench.tune_report import render_tune_text
+    from mtpstudio.core.bench.tune_text import render_tune_text
     from mtpstudio.core.plan import MIN_CTX, load_plan, save_plan
     from mtpstudio.core.usecases.tune import TuneConstraints, run_tuning, tune_setup
 

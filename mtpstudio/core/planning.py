@@ -19,9 +19,9 @@ from mtpstudio.core import levers
 from mtpstudio.core.advice import Standing, standing
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.mtp import MtpDecision, decide_mtp
-from mtpstudio.core.engines.profile import EngineProfile
+from mtpstudio.core.engines.profiles.engine_profile import EngineProfile
 from mtpstudio.core.engines.registry import documented_build, profile_for
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError

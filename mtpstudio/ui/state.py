@@ -17,8 +17,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from mtpstudio.core.detect.gather import DetectionReport
 from mtpstudio.core.detect.models import EngineInfo
-from mtpstudio.core.detect.report import DetectionReport
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.model.gguf import read_model_info

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
     QWizard,
 )
 
-from mtpstudio.core.detect.report import detect_for
+from mtpstudio.core.detect.gather import detect_for
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import Plan, load_plan, save_plan

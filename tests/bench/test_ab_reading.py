@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtpstudio.core.bench.ab import ABReport, drafting_off_variant, preset_mtp_on_off
+from mtpstudio.core.bench.bench_text import render_ab_text, render_text
 from mtpstudio.core.bench.doctor import diagnose
 from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.bench.report import render_ab_text, render_text
 from mtpstudio.core.plan import Plan, plan_with
 
 from .samples import report

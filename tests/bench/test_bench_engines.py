@@ -16,12 +16,12 @@ from support.waiting import wait_for
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.bench.ab import run_ab
+from mtpstudio.core.bench.bench_text import render_text
 from mtpstudio.core.bench.client import metric_counters, parse_metrics
 from mtpstudio.core.bench.concurrency import run_concurrent
 from mtpstudio.core.bench.doctor import diagnose
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, select
-from mtpstudio.core.bench.report import render_text
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.runner import run_bench
 from mtpstudio.core.bench.target import BenchProgress, BenchTarget, CancelToken

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from support.gate import gate_both
 
+from mtpstudio.core.bench.bench_text import render_text
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.prompts import load_prompts, select
-from mtpstudio.core.bench.report import render_text
 from mtpstudio.core.bench.results import BenchSettings
 from mtpstudio.core.bench.target import BenchTarget
 from mtpstudio.core.memory.devices import HostSpec

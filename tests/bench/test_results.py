@@ -7,14 +7,14 @@ import json
 import pytest
 
 from mtpstudio.core.bench.ab import ABReport, pct_delta, preset_graphs_control, preset_mtp_on_off
-from mtpstudio.core.bench.gate import first_difference
-from mtpstudio.core.bench.report import (
+from mtpstudio.core.bench.bench_text import (
     render_ab_text,
     render_csv,
     render_gate_text,
     render_markdown,
     render_text,
 )
+from mtpstudio.core.bench.gate import first_difference
 from mtpstudio.core.plan import Plan
 
 from .samples import report

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.cli import run_cli
 
-from mtpstudio.testing.rpc_servers import free_port, rpc_servers
+from devkit.rpc_servers import free_port, rpc_servers
 
 
 def test_two_catalogue_gpus_give_two_bars_and_the_layer_split() -> None:

@@ -11,7 +11,7 @@ from fixtures.detect.fake_nvml import FakeNvml
 from fixtures.detect.machines import MACHINES, PCI_IDS, Roots, build_machine
 from support.runners import ScriptedRunner
 
-from mtpstudio.core.detect.report import DetectionSources
+from mtpstudio.core.detect.gather import DetectionSources
 from mtpstudio.core.runner import RunResult
 
 

@@ -26,7 +26,7 @@ from mtpstudio.core.detect.engines import (
     search_places,
 )
 from mtpstudio.core.detect.models import EngineInfo
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import FILE_PROBED_FLAGS
 from mtpstudio.core.engines.mtp import mtp_support
 from mtpstudio.core.engines.probe import (

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from devkit.rpc_servers import free_port, rpc_servers
 from mtpstudio.core.detect.rpc import RpcProbeError, parse_endpoint, plan_entry, probe_rpc
 from mtpstudio.core.units import MIB
-from mtpstudio.testing.rpc_servers import free_port, rpc_servers
 
 TIMEOUT = 1.5
 
@@ -187,7 +187,7 @@ def test_detection_counts_rpc_only_for_a_build_with_the_rpc_backend(
     """``--rpc`` is never probed with ``--version`` (upstream connects while parsing it); the
     RPC build's file holds the backend, the plain build's does not."""
     from mtpstudio.core.detect.engines import probe_engine_file
-    from mtpstudio.core.engines.caps import Backend
+    from mtpstudio.core.engines.build import Backend
     from mtpstudio.core.runner import SubprocessRunner
 
     rpc = probe_engine_file(engine("upstream-rpc"), SubprocessRunner(), use_cache=False)

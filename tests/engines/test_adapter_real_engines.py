@@ -18,7 +18,7 @@ from support.servers import ServerStartError, start_server
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.apikey import store_api_key
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.probe import CANDIDATE_FLAGS, FlagSpec
 from mtpstudio.core.engines.registry import build_launch_spec, probe_candidates
 from mtpstudio.core.engines.spec import LaunchSpec

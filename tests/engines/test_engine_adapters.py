@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import FILE_PROBED_FLAGS, Option
 from mtpstudio.core.engines.profiles import ik, upstream
 from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS

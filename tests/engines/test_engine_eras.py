@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import FILE_PROBED_FLAGS
 from mtpstudio.core.engines.mtp import mtp_can_run, mtp_support
 from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream

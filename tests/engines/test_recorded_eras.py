@@ -14,7 +14,7 @@ import pytest
 from fixtures.engines.replay import FIXTURES, RecordedRunner
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream
 from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.memory.devices import HostSpec

@@ -1,5 +1,5 @@
 """Hub test fixtures: a quant repository (ten full-size zero-weight models), small real GGUFs
-to download, and the local Hub serving them over real HTTP (mtpstudio.testing.hub_server)."""
+to download, and the local Hub serving them over real HTTP (devkit.hub_server)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import huggingface_hub.constants
 import pytest
 from support.gguf_builders import QT, Qwen35MoeParams, write_qwen35moe
 
+from devkit.hub_repo import QWEN_QUANTS, not_gguf_bytes, quant_repo
+from devkit.hub_server import HostedFile, HostedRepo, HubTestServer
 from mtpstudio.core.hub.client import HubClient, Repo
 from mtpstudio.core.model.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS
-from mtpstudio.testing.hub_repo import QWEN_QUANTS, not_gguf_bytes, quant_repo
-from mtpstudio.testing.hub_server import HostedFile, HostedRepo, HubTestServer
 
 QUANTS_REPO = "unsloth/Qwen3.6-35B-A3B-GGUF"
 SMALL_REPO = "tester/tiny-qwen35moe-GGUF"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.hub_server import HostedFile, HostedRepo, HubTestServer
 from mtpstudio.core.cancel import CancelToken
 from mtpstudio.core.errors import HubError
 from mtpstudio.core.hub.client import HubClient, RemoteFile, Repo
@@ -17,7 +18,6 @@ from mtpstudio.core.hub.download import DownloadProgress, download_model
 from mtpstudio.core.hub.listing import RemoteModel, group_models
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.units import MIB
-from mtpstudio.testing.hub_server import HostedFile, HostedRepo, HubTestServer
 
 from .conftest import SMALL_REPO, pinned
 

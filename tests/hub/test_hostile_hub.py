@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.hub_server import HostedFile, HostedRepo, HubTestServer
 from mtpstudio.core.errors import HubError
 from mtpstudio.core.hub.client import HubClient, Repo, parse_repo_id
 from mtpstudio.core.hub.download import download_model
@@ -22,7 +23,6 @@ from mtpstudio.core.hub.remote_header import (
     read_remote_headers,
 )
 from mtpstudio.core.units import MIB
-from mtpstudio.testing.hub_server import HostedFile, HostedRepo, HubTestServer
 
 from .conftest import TOKEN
 

@@ -10,11 +10,11 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from devkit.hub_server import HubTestServer
 from mtpstudio.core.detect.models import DetectionReport, HostInfo
 from mtpstudio.core.hub.download import DownloadProgress
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.units import GIB, MIB
-from mtpstudio.testing.hub_server import HubTestServer
 from mtpstudio.ui.pages.hub_dialog import COLUMNS, HubModelsDialog
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.widgets.common import Tone

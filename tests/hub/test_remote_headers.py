@@ -9,6 +9,8 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
+from devkit.hub_repo import QWEN_QUANTS
+from devkit.hub_server import HubTestServer
 from mtpstudio.core.errors import HubError
 from mtpstudio.core.hub.client import HubClient, Repo, parse_repo_id
 from mtpstudio.core.hub.fit_table import best_row, plan_remote_model, table_rows
@@ -18,8 +20,6 @@ from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import machine_for
 from mtpstudio.core.units import MIB
-from mtpstudio.testing.hub_repo import QWEN_QUANTS
-from mtpstudio.testing.hub_server import HubTestServer
 
 from .conftest import QUANTS_REPO, SMALL_REPO, TOKEN, pinned
 

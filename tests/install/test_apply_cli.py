@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from support.helper_bench import make_root, snapshot
 
+from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.cli.main import main
 from mtpstudio.core import paths
 from mtpstudio.core.plan import plan_from_dict, save_plan
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
 SESSION = "plasmawayland-llvmpipe-mtpstudio.desktop"
 

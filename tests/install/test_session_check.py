@@ -24,7 +24,7 @@ from mtpstudio.core.desktop.install import (
 from mtpstudio.core.desktop.reclaim import default_variant
 from mtpstudio.core.desktop.session_check import check_session, desktop_vram, measurement_candidates
 from mtpstudio.core.desktop.session_files import SessionVariant
-from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
+from mtpstudio.core.detect.gather import DetectionReport, DetectionSources, detect_all
 from mtpstudio.core.runner import RunResult
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "desktop"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from support.servers import engine_binary
 
-from mtpstudio.testing.arch_table import CI_SUBSET, write_model
-from mtpstudio.testing.budget_check import render_table
-from mtpstudio.testing.fullsize import run_fullsize
+from devkit.arch_table import CI_SUBSET, write_model
+from devkit.budget_check import render_table
+from devkit.fullsize import run_fullsize
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

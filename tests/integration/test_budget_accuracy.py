@@ -11,14 +11,14 @@ from support.servers import LlamaServer
 from support.tiny_models import TinyModelCache
 from support.tiny_shapes import DENSE, HYBRID, MOE
 
-from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.testing.budget_check import (
+from devkit.budget_check import (
     EXACT_MIB,
     SEGMENTS,
     LoadConfig,
     measured,
     predicted,
 )
+from mtpstudio.core.model.gguf import read_model_info
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpstudio.testing.cuda_compare import TruthArchive, compare
-from mtpstudio.testing.kit_build import SDIST_NAME, SDIST_SHA256, sha256_of
+from devkit.cuda_compare import TruthArchive, compare
+from devkit.kit_build import SDIST_NAME, SDIST_SHA256, sha256_of
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "cuda_truth.py"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from support.servers import engine_binary
 
-from mtpstudio.testing.budget_check import render_table
-from mtpstudio.testing.fullsize import CI_SUBSET, run_fullsize
-from mtpstudio.testing.zero_gguf import disk_bytes, zero_gguf_for_card
+from devkit.budget_check import render_table
+from devkit.fullsize import CI_SUBSET, run_fullsize
+from devkit.zero_gguf import disk_bytes, zero_gguf_for_card
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -10,6 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from devkit.cuda_compare import (
+    TruthArchive,
+    _config,
+    budget_on,
+    compare,
+    engine_layout,
+    fit_comparison,
+)
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.memory.cuda_rules import CC_ADA_LOVELACE, CudaHostRules, cuda_rules_for
 from mtpstudio.core.memory.devices import TargetDevice
@@ -27,14 +35,6 @@ from mtpstudio.core.memory.trunk_graph import TrunkShape, largest_reservation
 from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.units import MIB
-from mtpstudio.testing.cuda_compare import (
-    TruthArchive,
-    _config,
-    budget_on,
-    compare,
-    engine_layout,
-    fit_comparison,
-)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "cuda_truth"
 H200 = FIXTURES / "upstream-11434-cuda-nvidia-h200-2026-11-27" / "cuda-truth.tar.gz"

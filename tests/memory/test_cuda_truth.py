@@ -14,11 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.server.load_log import ContextBuffers, LoadReport
-from mtpstudio.core.units import MIB
-from mtpstudio.testing.cuda_compare import (
+from devkit.cuda_compare import (
     TruthArchive,
     all_within_targets,
     budget_on,
@@ -29,8 +25,8 @@ from mtpstudio.testing.cuda_compare import (
     device_rows,
     smi_memory,
 )
-from mtpstudio.testing.fullsize import CARD_27B, CARD_35B
-from mtpstudio.testing.kit_runs import (
+from devkit.fullsize import CARD_27B, CARD_35B
+from devkit.kit_runs import (
     ARCHIVE_LIMIT,
     ARCHIVE_NAME,
     RunPlace,
@@ -38,6 +34,10 @@ from mtpstudio.testing.kit_runs import (
     table,
     write_archive,
 )
+from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.devices import TargetDevice
+from mtpstudio.core.server.load_log import ContextBuffers, LoadReport
+from mtpstudio.core.units import MIB
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "cuda_truth"

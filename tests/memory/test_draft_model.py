@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.profiles.upstream import DRAFT_SPELLINGS as UPSTREAM_DRAFT
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build, memory_facts
 from mtpstudio.core.errors import AdapterError, PlanError

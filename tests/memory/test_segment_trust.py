@@ -23,8 +23,8 @@ from mtpstudio.core.memory.measured import (
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Trust, segment_trust, weakest
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan
+from mtpstudio.core.plan_text import budget_report
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve
-from mtpstudio.core.reports import budget_report
 from mtpstudio.core.server.reconcile import load_measurements, save_measurement
 from mtpstudio.core.units import MIB
 

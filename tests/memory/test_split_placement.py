@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
-from mtpstudio.core.engines.caps import Backend, EngineBuild
+from mtpstudio.core.engines.build import Backend, EngineBuild
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.memory.engine_fit import (

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from mtpstudio.core.model.catalog.header import write_card_header
-from mtpstudio.core.model.catalog.models import model_card_info
-from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.testing.arch_gguf import hybrid_spec
-from mtpstudio.testing.split_compare import (
+from devkit.arch_gguf import hybrid_spec
+from devkit.split_compare import (
     SplitCase,
     device_rows,
     engine_layouts,
     predicted_budget,
 )
+from mtpstudio.core.model.catalog.header import write_card_header
+from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.model.gguf import read_model_info
+from mtpstudio.core.model.info import ModelInfo
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "split"
 CASES = sorted(p.stem for p in FIXTURES.glob("*.json"))

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from support.alloc_trace import ENGINE_LOGS, engine_trace
 
+from devkit.arch_gguf import ArchSpec, hybrid_spec, write_arch_header
+from devkit.arch_table import MODELS, UNMODELLED_MODELS
+from devkit.budget_check import LoadConfig
 from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.cuda_rules import CC_ADA_LOVELACE, CudaRules
@@ -42,9 +45,6 @@ from mtpstudio.core.model.catalog.spec import ModelCardSpec
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict
-from mtpstudio.testing.arch_gguf import ArchSpec, hybrid_spec, write_arch_header
-from mtpstudio.testing.arch_table import MODELS, UNMODELLED_MODELS
-from mtpstudio.testing.budget_check import LoadConfig
 
 
 def _dims(arch: str, n_layer: int, e: int, heads: tuple[int, int, int], **kw: object) -> TrunkDims:
@@ -342,7 +342,7 @@ def test_the_trunk_graph_replays_the_engines_allocator_trace(name: str, tmp_path
     """Every allocation and free of the trunk's first reservation, at the engine's offsets.
 
     Recorded with upstream 11434 built with ggml-alloc.c's AT_PRINTF on (``-lv 5``), loading
-    the zero-weight model of ``TRACES`` (``mtpstudio.testing.arch_gguf``): ``llama-server -c CTX
+    the zero-weight model of ``TRACES`` (``devkit.arch_gguf``): ``llama-server -c CTX
     -np SLOTS -fa on|off -ub UBATCH [-ctk T -ctv T] [--spec-type draft-mtp --spec-draft-n-max
     N] --no-warmup`` (``tests/fixtures/engine_logs/upstream-11434-trunk-alloc-NAME.txt``).
     """

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from support.cli import run_cli
 
+from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.core.errors import GgufError, ServerError
 from mtpstudio.core.model.catalog.models import model_card_path
 from mtpstudio.core.model.file_state import FileState, file_state, require_whole_model
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.server.preflight import check_model
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
 CARD = "qwen3.6-35b-a3b-iq4_xs"
 GIB = 1024**3

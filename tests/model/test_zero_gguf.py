@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from devkit.zero_gguf import disk_bytes, main, write_zero_gguf
 from mtpstudio.core.model.catalog.models import model_card_path, model_cards
 from mtpstudio.core.model.gguf import read_gguf
-from mtpstudio.testing.zero_gguf import disk_bytes, main, write_zero_gguf
 
 
 @pytest.mark.parametrize("card", [c.card_id for c in model_cards()])

@@ -13,7 +13,7 @@ import pytest
 from support.packaged_env import clean_env
 from support.servers import engine_binary
 
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
+from devkit.zero_gguf import zero_gguf_for_card
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -42,6 +42,16 @@ def test_the_wheel_carries_every_template_and_resource(built_wheel: Path) -> Non
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(built_wheel).read(entry_points).decode()
     assert "mtpstudio = mtpstudio.cli.main:main" in text
+
+
+def test_the_wheel_ships_no_development_kit(built_wheel: Path) -> None:
+    # devkit/ (the GPU kit, the zero-weight GGUFs, the local Hub) stays in the repository: no
+    # module of it is in the wheel, under its own name or inside mtpstudio.
+    names = zipfile.ZipFile(built_wheel).namelist()
+    kit = {p.name for p in (ROOT / "devkit").glob("*.py") if p.name != "__init__.py"}
+    assert len(kit) > 10  # the check really knows the kit's modules
+    assert [n for n in names if n.startswith("devkit/") or n.rsplit("/", 1)[-1] in kit] == []
+    assert {n.split("/", 1)[0] for n in names} == {"mtpstudio", f"mtpstudio-{VERSION}.dist-info"}
 
 
 def test_the_sdist_carries_what_pkgbuild_and_install_sh_install(built_sdist: Path) -> None:

@@ -15,7 +15,7 @@ from support.rendering import BINARY, MODEL, check_golden, layout, users_plan
 
 from mtpstudio.core.desktop.session_files import SessionSettings, render_reclaim_files
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.runner import SubprocessRunner

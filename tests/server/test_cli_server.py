@@ -18,9 +18,9 @@ import pytest
 from support.tiny_models import HUGE_KV_MIB, HUGE_KV_MODEL, HUGE_KV_PLAN
 from support.waiting import scaled, wait_for
 
+from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.core.plan import Plan, save_plan
 from mtpstudio.core.server.state import load_states
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
 from .conftest import processes_with, state_files
 

@@ -408,7 +408,7 @@ def test_the_kits_decode_rows_have_the_estimate_beside_them() -> None:
     """The H100 kit's decode probes (zero weights, MTP 3, drafts never right): the 35B-A3B rows
     fitted the card's per-block costs (with and without CUDA graphs) and are met within 3 %;
     the 27B row, which fitted nothing, within 15 %."""
-    from mtpstudio.testing.cuda_compare import TruthArchive, compare
+    from devkit.cuda_compare import TruthArchive, compare
 
     lines = compare(TruthArchive.read(KIT)).decode_lines
     found = [

@@ -28,6 +28,6 @@ def run_cli(*args: str, display: bool = False) -> subprocess.CompletedProcess[st
 
 def write_model(path: Path) -> Path:
     """A loadable model file: the zero-weight full-size 35B (sparse; units need a real file)."""
-    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
+    from devkit.zero_gguf import zero_gguf_for_card
 
     return zero_gguf_for_card("qwen3.6-35b-a3b-iq4_xs", path)

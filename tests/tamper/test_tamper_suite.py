@@ -29,8 +29,8 @@ from support.tamper import (
     render_table,
 )
 
+from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.core.plan import plan_from_dict, save_plan
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
 UNIT = "mtpstudio-llama.service"
 MANIFEST = "var/lib/mtpstudio/manifest.json"
@@ -780,7 +780,7 @@ def _any_session(box: Sandbox, fx: Any) -> Outcome:
 
 def hub_for(box: Sandbox, files: dict[str, bytes | Path], **repo: object) -> Any:
     """A local Hub over real HTTP serving ``eve/x-GGUF`` from files in the case's work folder."""
-    from mtpstudio.testing.hub_server import HostedFile, HostedRepo, HubTestServer
+    from devkit.hub_server import HostedFile, HostedRepo, HubTestServer
 
     hosted = []
     for rel, content in files.items():

@@ -24,7 +24,7 @@ from mtpstudio.core.detect.models import (
     PcieLink,
 )
 from mtpstudio.core.detect.processes import ProcessCategory
-from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.build import MtpSupport
 from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES
@@ -219,7 +219,7 @@ def fullsize_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     The folder is a short one in the temp dir (``/tmp/mtpstudio-XXXXXXXX/home/alice``), so
     paths are as long as a user's, not as long as pytest's.
     """
-    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
+    from devkit.zero_gguf import zero_gguf_for_card
 
     scratch = Path(tempfile.mkdtemp(prefix="mtpstudio-"))
     home = scratch / "home" / "alice"

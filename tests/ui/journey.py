@@ -23,8 +23,8 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QEvent, QObject
 from PySide6.QtWidgets import QFileDialog, QWizard
 
+from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.core.plan import Plan, save_plan
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
 MOE_FILE = "Qwen3.6-35B-A3B-IQ4_XS.gguf"

@@ -10,8 +10,8 @@ from PySide6.QtGui import QGuiApplication
 
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
+from mtpstudio.core.plan_text import budget_trust
 from mtpstudio.core.planning import evaluate, fit_suggestions, offload_and_context, resolve
-from mtpstudio.core.reports import budget_trust
 from mtpstudio.ui.pages.budget import lever_entry
 from mtpstudio.ui.widgets.common import Tone
 from mtpstudio.ui.widgets.vram_bar import device_row

@@ -134,7 +134,7 @@ def test_an_rpc_server_is_probed_and_added_as_a_device(
 ) -> None:
     """The pinned engine's rpc-server on loopback, reporting 4,000 MiB: Probe and add puts what
     it answered into the plan, and the list shows it."""
-    from mtpstudio.testing.rpc_servers import rpc_servers
+    from devkit.rpc_servers import rpc_servers
 
     wizard = make_wizard(Plan(device="CUDA0"))
     page = wizard.hardware_page
@@ -152,7 +152,7 @@ def test_an_rpc_server_is_probed_and_added_as_a_device(
 def test_an_unreachable_rpc_endpoint_is_one_sentence_and_the_plan_stays(
     make_wizard: WizardFactory, qtbot: QtBot
 ) -> None:
-    from mtpstudio.testing.rpc_servers import free_port
+    from devkit.rpc_servers import free_port
 
     wizard = make_wizard(Plan(device="CUDA0"))
     page = wizard.hardware_page

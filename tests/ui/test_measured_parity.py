@@ -14,7 +14,7 @@ from typing import Any
 
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.detect.report import detect_for
+from mtpstudio.core.detect.gather import detect_for
 from mtpstudio.core.memory.measured import (
     ReconcileRow,
     Reconciliation,

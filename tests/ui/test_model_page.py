@@ -116,8 +116,8 @@ def test_an_unfinished_download_is_said_to_be_incomplete(
     make_wizard: WizardFactory, tmp_path: Path
 ) -> None:
     """Issue 25 item 5: an unfinished download planned as 'fits' without a word."""
+    from devkit.zero_gguf import zero_gguf_for_card
     from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD as CARD
-    from mtpstudio.testing.zero_gguf import zero_gguf_for_card
     from mtpstudio.ui.widgets.common import Tone
 
     partial = zero_gguf_for_card(CARD, tmp_path / "Downloads" / "Qwen3.6-35B-A3B-IQ4_XS.gguf")

@@ -12,9 +12,9 @@ import pytest
 from pytestqt.qtbot import QtBot
 from support.cli import run_cli
 
+from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
 from mtpstudio.core.service.render import UnitScope
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import MtpWizard, PageId
 

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QApplication, QScrollArea, QWizard
 from pytestqt.qtbot import QtBot
 from support.tiny_models import make_model
 
+from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.core.desktop.reclaim import reclaim_options
 from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
@@ -20,7 +21,6 @@ from mtpstudio.core.plan import ModelChoice, MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import PlanningContext, machine_for
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import export_files
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 from mtpstudio.ui.widgets.vram_bar import SEGMENT_STYLES
 from mtpstudio.ui.wizard import MtpWizard, PageId
 

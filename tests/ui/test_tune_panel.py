@@ -12,7 +12,7 @@ from support.plans import cpu_plan
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.target import BenchCancelled
 from mtpstudio.core.bench.tune import BASELINE_LABEL, RowStatus
-from mtpstudio.core.bench.tune_report import TUNE_KIND
+from mtpstudio.core.bench.tune_text import TUNE_KIND
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.server.process import stop_pid
 from mtpstudio.core.server.state import Liveness, load_states, prune_stale

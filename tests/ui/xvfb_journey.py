@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # devkit/, which is not installed
 
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest

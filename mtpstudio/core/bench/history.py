@@ -298,7 +298,7 @@ def export_entry(entry: HistoryEntry, fmt: str) -> str:
         return json.dumps(entry.to_dict(), indent=2, sort_keys=True) + "\n"
     if fmt not in ("md", "csv"):
         raise BenchError(f"unknown export format {fmt!r}", hint="Choose md, csv or json.")
-    from mtpstudio.core.bench.report import render_csv, render_markdown  # A/B, gate: when shown
+    from mtpstudio.core.bench.bench_text import render_csv, render_markdown  # A/B, gate: when shown
 
     try:
         if fmt == "md":

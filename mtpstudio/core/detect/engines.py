@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.detect.models import EngineInfo, FlagProbeInfo
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import RPC_FLAG, SPEC_TYPES
 from mtpstudio.core.engines.mtp import mtp_support
 from mtpstudio.core.engines.probe import (

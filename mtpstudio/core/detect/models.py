@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mtpstudio.core.detect.processes import ProcessCategory
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.plan import EngineFlavour
 
 REPORT_SCHEMA_VERSION = 1

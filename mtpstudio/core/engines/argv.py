@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.draft import (
     emit_draft_cache_types,
     emit_draft_limits,
@@ -28,8 +28,8 @@ from mtpstudio.core.engines.draft import (
 )
 from mtpstudio.core.engines.flags import Option
 from mtpstudio.core.engines.mtp import MtpDecision, as_documented, decide_mtp
-from mtpstudio.core.engines.profile import EngineProfile, MtpRequest
 from mtpstudio.core.engines.profiles import era_that_runs, era_words, profile_for
+from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, MtpRequest
 from mtpstudio.core.engines.spec import QUANTIZED_CACHE_TYPES, LaunchSpec, SpecBuilder
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from mtpstudio.core.engines.flags import Option
-from mtpstudio.core.engines.profile import EngineProfile, SpecTypeParams
+from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, SpecTypeParams
 from mtpstudio.core.engines.spec import SpecBuilder, format_float
 from mtpstudio.core.plan import Plan
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from mtpstudio.core.engines.caps import Backend, EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.flags import Option
-from mtpstudio.core.engines.profile import EngineProfile, MtpRequest
 from mtpstudio.core.engines.profiles import profile_for
+from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, MtpRequest
 from mtpstudio.core.engines.spec import SpecBuilder
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan

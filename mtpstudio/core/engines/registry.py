@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtpstudio.core.engines.argv import build_launch_spec
-from mtpstudio.core.engines.caps import Backend, EngineBuild
+from mtpstudio.core.engines.build import Backend, EngineBuild
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.profiles import PROFILES, profile_for, profiles_of
 from mtpstudio.core.engines.spec import DEFAULT_BINARY

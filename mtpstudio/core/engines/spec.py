@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.flags import FlagSpelling, Option
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.plan import CacheType, EngineFlavour

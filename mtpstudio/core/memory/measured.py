@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.units import MIB

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build, memory_facts
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError, ServerError

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mtpstudio.core.bench.target import BenchTarget
-from mtpstudio.core.detect.report import detect_all
+from mtpstudio.core.detect.gather import detect_all
 from mtpstudio.core.engines.apikey import plan_api_key
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.memory.budget import Budget

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mtpstudio.core.bench.target import BenchTarget
 from mtpstudio.core.engines.apikey import plan_api_key
-from mtpstudio.core.engines.caps import EngineBuild
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import ServerError

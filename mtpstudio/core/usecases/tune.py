@@ -25,8 +25,8 @@ from mtpstudio.core.bench.tune import (
     TuneRow,
     run_tune,
 )
-from mtpstudio.core.bench.tune_report import save_tune
 from mtpstudio.core.bench.tune_space import TuneSpace, default_space
+from mtpstudio.core.bench.tune_text import save_tune
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo

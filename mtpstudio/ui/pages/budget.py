@@ -20,9 +20,10 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.advice import standing, where_words
-from mtpstudio.core.engines.capabilities import mtp_reason
+from mtpstudio.core.engines.availability import mtp_reason
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import MoePlacement, Plan
+from mtpstudio.core.plan_text import TRUST_LEGEND
 from mtpstudio.core.planning import (
     Budget,
     FitSuggestion,
@@ -32,7 +33,6 @@ from mtpstudio.core.planning import (
     published_setup_text,
     resolve,
 )
-from mtpstudio.core.reports import TRUST_LEGEND
 from mtpstudio.core.speed.words import NOT_MODELLED, speed_summary, step_words
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.capabilities import (
+from mtpstudio.core.engines.availability import (
     build_capabilities,
     disabled_reasons,
     engine_name,

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.capabilities import engine_name
+from mtpstudio.core.engines.availability import engine_name
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.hub.client import HubClient, Repo, parse_repo_id
 from mtpstudio.core.hub.download import DownloadProgress, DownloadResult, download_model

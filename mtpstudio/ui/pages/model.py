@@ -25,7 +25,7 @@ from mtpstudio.core.model.defaults import ctx_for_model
 from mtpstudio.core.model.file_state import file_state_text
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import ModelChoice, describe_validation_error
-from mtpstudio.core.reports import model_summary_lines
+from mtpstudio.core.plan_text import model_summary_lines
 from mtpstudio.ui.formatting import gb_gib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState

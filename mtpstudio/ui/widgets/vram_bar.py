@@ -28,8 +28,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from mtpstudio.core.plan_text import budget_trust, combined_trust, trust_meaning
 from mtpstudio.core.planning import Budget, DeviceBudget, HostBudget
-from mtpstudio.core.reports import budget_trust, combined_trust, trust_meaning
 from mtpstudio.core.units import MIB
 
 

@@ -7,9 +7,9 @@ one module here plus its line in ``PROFILES``.
 
 from __future__ import annotations
 
-from mtpstudio.core.engines.caps import EngineBuild
-from mtpstudio.core.engines.profile import EngineProfile
+from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.profiles import ik, ik_stages, upstream, upstream_ranges
+from mtpstudio.core.engines.profiles.engine_profile import EngineProfile
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.plan import EngineFlavour
 

@@ -13,10 +13,15 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
-from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.build import MtpSupport
 from mtpstudio.core.engines.flags import FlagSpelling, Option
-from mtpstudio.core.engines.profile import DraftRule, MtpRequest, MtpRule, SpecTypeParams
 from mtpstudio.core.engines.profiles import ik
+from mtpstudio.core.engines.profiles.engine_profile import (
+    DraftRule,
+    MtpRequest,
+    MtpRule,
+    SpecTypeParams,
+)
 
 __all__ = ["MTP_ARCHITECTURES", "MTP_STAGE", "PROFILE", "SPELLINGS"]
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from types import MappingProxyType
 
-from mtpstudio.core.engines.caps import MtpSupport
+from mtpstudio.core.engines.build import MtpSupport
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.flags import SHARED_SPELLINGS, SPEC_TYPES, FlagSpelling, Option
-from mtpstudio.core.engines.profile import (
+from mtpstudio.core.engines.profiles.engine_profile import (
     BenchProtocol,
     DetectionRule,
     DraftRule,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import EngineBuild, MtpSupport
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.flags import FlagSpelling, Option
 from mtpstudio.core.plan import EngineFlavour

@@ -14,9 +14,9 @@ from fixtures.detect.machines import MIB
 from support.runners import ScriptedRunner
 
 from mtpstudio.cli.detect import add_detect_parser, cmd_detect, format_report
+from mtpstudio.core.detect.gather import DetectionReport, DetectionSources, detect_all
 from mtpstudio.core.detect.models import GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
-from mtpstudio.core.detect.report import DetectionReport, DetectionSources, detect_all
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_DOC = REPO / "docs" / "detect-schema.json"
@@ -127,7 +127,7 @@ def test_no_gpu_one_sentence(tmp_path: Path) -> None:
 
 
 def test_a_source_that_hangs_is_cut_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import mtpstudio.core.detect.report as report_mod
+    import mtpstudio.core.detect.gather as report_mod
 
     hang_s = 30
 

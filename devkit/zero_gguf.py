@@ -5,7 +5,7 @@ The header and tensor table are copied byte for byte; the tensor data is a hole 
 every weight reads as zero. Loaded with mmap (the engines' default) nothing but the pages the
 engine touches is ever read.
 
-CLI: ``python -m mtpstudio.testing.zero_gguf CARD_OR_GGUF OUT``.
+CLI, from the repository root: ``python -m devkit.zero_gguf CARD_OR_GGUF OUT``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def disk_bytes(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     cards = ", ".join(c.card_id for c in model_cards())
     parser = argparse.ArgumentParser(
-        prog="python -m mtpstudio.testing.zero_gguf",
+        prog="python -m devkit.zero_gguf",
         description="Write a zero-weight, sparse GGUF from a catalogue card or a GGUF header.",
     )
     parser.add_argument("card", help=f"a catalogue card ({cards}) or a GGUF header file")

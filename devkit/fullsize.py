@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from devkit.budget_check import LoadConfig, SegmentRow, rows_for
+from devkit.load_probe import load_log
+from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.testing.budget_check import LoadConfig, SegmentRow, rows_for
-from mtpstudio.testing.load_probe import load_log
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
 
 CARD_35B = "qwen3.6-35b-a3b-iq4_xs"
 CARD_27B = "qwen3.6-27b-iq4_xs"

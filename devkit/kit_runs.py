@@ -25,12 +25,12 @@ from typing import Any
 import httpx
 
 import mtpstudio
-from mtpstudio.testing.budget_check import LoadConfig
-from mtpstudio.testing.fullsize import CARD_27B, CARD_35B, FULLSIZE
-from mtpstudio.testing.gpu_readings import nvidia_smi_xml, nvml_reading, process_used_bytes
-from mtpstudio.testing.kit_build import SDIST_NAME, SDIST_SHA256
-from mtpstudio.testing.load_probe import load_log
-from mtpstudio.testing.zero_gguf import zero_gguf_for_card
+from devkit.budget_check import LoadConfig
+from devkit.fullsize import CARD_27B, CARD_35B, FULLSIZE
+from devkit.gpu_readings import nvidia_smi_xml, nvml_reading, process_used_bytes
+from devkit.kit_build import SDIST_NAME, SDIST_SHA256
+from devkit.load_probe import load_log
+from devkit.zero_gguf import zero_gguf_for_card
 
 ARCHIVE_NAME = "cuda-truth.tar.gz"
 ARCHIVE_TOP = "cuda-truth"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtpstudio.core.engines.caps import EngineBuild, MtpSupport
+from mtpstudio.core.engines.build import EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import Option
 from mtpstudio.core.engines.mtp import build_mtp_blocker, mtp_can_run
 from mtpstudio.core.engines.profiles import profile_for

@@ -27,6 +27,7 @@ from gguf.constants import (
     GGMLQuantizationType,
 )
 
+from devkit.zero_gguf import write_zero_gguf
 from mtpstudio.core.model.catalog.header import (
     synthetic_vocab,
     write_card_header,
@@ -34,7 +35,6 @@ from mtpstudio.core.model.catalog.header import (
 )
 from mtpstudio.core.model.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
 from mtpstudio.core.model.catalog.spec import ModelCardSpec
-from mtpstudio.testing.zero_gguf import write_zero_gguf
 
 Q = GGMLQuantizationType
 _EOS = "<|im_end|>"

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from devkit.hub_server import HostedFile, HostedRepo
 from mtpstudio.core.model.catalog.models import model_card_path
 from mtpstudio.core.model.catalog.spec import CardTensor, ModelCardSpec, QuantRecipe, card_tensors
 from mtpstudio.core.model.ggml_types import GGMLType as Q
 from mtpstudio.core.model.ggml_types import GGUFValueType
 from mtpstudio.core.model.gguf import read_gguf
-from mtpstudio.testing.hub_server import HostedFile, HostedRepo
 
 __all__ = [
     "QWEN_QUANTS",

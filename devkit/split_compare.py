@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from devkit.budget_check import SegmentRow
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.memory.engine_fit import Layout
 from mtpstudio.core.model.info import ModelInfo
@@ -23,7 +24,6 @@ from mtpstudio.core.plan import Plan, plan_from_dict
 from mtpstudio.core.planning import PlanningContext, budget_for, machine_for, resolve
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.units import MIB
-from mtpstudio.testing.budget_check import SegmentRow
 
 HOST = "CPU"
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from devkit.budget_check import LoadConfig, SegmentRow, render_table, rows_for
+from devkit.kit_runs import ARCHIVE_NAME, ARCHIVE_TOP
+from devkit.speed_check import probe_estimate
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import Budget, compute_budget
@@ -27,9 +30,6 @@ from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.units import MIB
-from mtpstudio.testing.budget_check import LoadConfig, SegmentRow, render_table, rows_for
-from mtpstudio.testing.kit_runs import ARCHIVE_NAME, ARCHIVE_TOP
-from mtpstudio.testing.speed_check import probe_estimate
 
 CONTEXT_TARGET = 0.10
 """The CUDA context figure is a published one: within 10 % of what the process holds."""

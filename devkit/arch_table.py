@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from devkit.arch_gguf import ArchSpec, hybrid_spec, write_zero_arch
+from devkit.budget_check import LoadConfig
 from mtpstudio.core.model.catalog.spec import ModelCardSpec
-from mtpstudio.testing.arch_gguf import ArchSpec, hybrid_spec, write_zero_arch
-from mtpstudio.testing.budget_check import LoadConfig
 
 _NO_WARMUP = ("--no-warmup", "-t", "2")
 

@@ -1,1 +1,0 @@
-"""Test and benchmark helpers that ship with the package (Qt-free)."""

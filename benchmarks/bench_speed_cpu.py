@@ -218,7 +218,7 @@ THIN = (1024, 64, 128, 1, 1, 64, 256)
 
 
 def kernel_model(kind: str, qtype: str) -> Path:
-    from mtpstudio.testing.arch_gguf import ArchSpec, write_zero_arch
+    from devkit.arch_gguf import ArchSpec, write_zero_arch
 
     v, e, n, h, kv, hd, ff = THIN if kind == "thin" else KERNEL_SHAPES[kind]
     out = ZERO_DIR / "kernels" / f"llama-{kind}-{qtype.lower()}.gguf"

@@ -11,6 +11,7 @@ from types import MappingProxyType
 
 import pytest
 
+from devkit.arch_gguf import ArchSpec, write_arch_header
 from mtpstudio.core.memory.graph_alloc import Tensor
 from mtpstudio.core.memory.placement import ModelWeights, place
 from mtpstudio.core.model.gguf import read_model_info
@@ -30,7 +31,6 @@ from mtpstudio.core.speed.estimate import DecodeShape, SpeedEstimate, SpeedRates
 from mtpstudio.core.speed.graph_nodes import PLAIN_BLOCK, count_nodes, graph_nodes
 from mtpstudio.core.speed.host_rates import HostRates
 from mtpstudio.core.speed.traffic import ModelCost, Routing
-from mtpstudio.testing.arch_gguf import ArchSpec, write_arch_header
 
 RECORDING = Path(__file__).parents[1] / "fixtures" / "speed" / "cpu-kernels.json"
 SOURCE = Path(__file__).parents[2] / "mtpstudio" / "core" / "speed" / "cpu_kernels.py"

@@ -8,7 +8,9 @@ NOT_MODELLED = (
     "the acceptance on your own prompts (code drafts better than prose), the draft's early "
     "stops at p-min, the CPU's turbo and what else runs on it, the card's real clocks and "
     "its PCIe link as the board wires it, the engine's own kernels (ik_llama.cpp's for experts "
-    "in RAM are faster than upstream's), and a card's arithmetic for prompts (a ceiling)"
+    "in RAM are faster than upstream's; upstream's were measured on one CPU), what threads cost "
+    "to share the work on a CPU other than that one, and a card's arithmetic for prompts (a "
+    "ceiling)"
 )
 """What the estimate cannot know, said once beside it (the README's list is longer)."""
 

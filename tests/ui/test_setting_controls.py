@@ -1,0 +1,55 @@
+"""Every GUI control bound to a Plan setting offers the declared range and step, no other."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
+
+from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan_settings import SETTINGS, native_context, setting
+
+from .conftest import WizardFactory, go_to
+
+BOUNDED = {p for p, s in SETTINGS.items() if s.low is not None and s.high is not None}
+
+
+def test_the_engine_pages_number_boxes_are_the_declarations(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(Plan(device=DEFAULT_GPU_CARD))
+    go_to(wizard, 2)
+    shown: set[str] = set()
+    for path, control in wizard.engine_page.controls.items():
+        spin = control.widget
+        if not isinstance(spin, QSpinBox | QDoubleSpinBox):
+            continue
+        declared = setting(path)  # KeyError: a number box with a range of its own
+        assert declared.low is not None and declared.high is not None
+        # a box that can say "none" (all layers, the engine's threads) has it one step below
+        low = declared.low - 1 if spin.specialValueText() else declared.low
+        assert (spin.minimum(), spin.maximum(), spin.singleStep()) == (
+            low,
+            declared.high,
+            declared.step,
+        ), path
+        shown.add(path)
+    assert shown == BOUNDED  # every number a user sets has its box, and only those
+
+
+def test_the_budget_sliders_are_the_declarations(make_wizard: WizardFactory) -> None:
+    wizard = make_wizard(Plan(device=DEFAULT_GPU_CARD))
+    go_to(wizard, 3)
+    page = wizard.budget_page
+    info = wizard.state.model_info
+    assert info is not None
+    for path, row in page.rows.items():
+        low, high, step = setting(path).whole_range()
+        assert row.unit == row.spin.singleStep() == step, path
+        assert row.spin.minimum() == low and row.slider.minimum() * step == low, path
+        assert row.slider.maximum() * step <= high, path
+        if path != "runtime.n_cpu_moe":  # at most the model's layers: the model's range
+            assert row.spin.maximum() == high, path
+    margin = setting("runtime.fit_margin_mib")
+    assert page.margin.slider.maximum() * margin.step == margin.slider_high
+    # the context slider stops where the one native-context rule says
+    top = native_context(info.context_length)
+    assert top is not None and top > wizard.plan.runtime.ctx
+    assert page.ctx.slider.maximum() == top // setting("runtime.ctx").step

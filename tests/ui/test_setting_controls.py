@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
 
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.plan_settings import SETTINGS, native_context, setting
 
 from .conftest import WizardFactory, go_to
@@ -53,3 +53,27 @@ def test_the_budget_sliders_are_the_declarations(make_wizard: WizardFactory) -> 
     top = native_context(info.context_length)
     assert top is not None and top > wizard.plan.runtime.ctx
     assert page.ctx.slider.maximum() == top // setting("runtime.ctx").step
+
+
+def test_a_valid_plan_is_shown_as_it_is_even_far_up_the_range(make_wizard: WizardFactory) -> None:
+    """Boxes with ranges of their own showed 1000 CPU expert layers as 512, 2000 threads as
+    1024 and a 20 GiB margin as 16 GiB: the declared range holds whatever the Plan accepts."""
+    plan = plan_with(
+        Plan(device=DEFAULT_GPU_CARD),
+        {
+            "runtime.moe": "n_cpu_moe",
+            "runtime.n_cpu_moe": 1000,
+            "runtime.threads": 2000,
+            "runtime.fit_margin_mib": 20480,
+            "runtime.batch": 131072,
+            "runtime.n_gpu_layers": 2000,
+        },
+    )
+    wizard = make_wizard(plan)
+    go_to(wizard, 2)
+    page = wizard.engine_page
+    shown = {p: page.controls[p].read() for p in ("runtime.n_cpu_moe", "runtime.threads")}
+    assert shown == {"runtime.n_cpu_moe": 1000, "runtime.threads": 2000}
+    assert page.margin.value() == 20480 and page.batch.value() == 131072
+    assert page.gpu_layers.value() == 2000
+    assert wizard.plan == plan

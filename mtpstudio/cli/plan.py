@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.plan_choices import (
-    EngineFlavour,
-)
+from mtpstudio.core.plan_choices import EngineFlavour
 from mtpstudio.core.plan_settings import SETTINGS, setting
 from mtpstudio.core.units import parse_token_count
 
@@ -79,7 +77,7 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         help="a machine running llama.cpp's rpc-server, as one more device (repeatable); it is "
         "probed for its memory now, or planned with =MIB without reaching it",
     )
-    _add_setting(src, "split.mode")
+    _add_settings(src, "split.mode")
     src.add_argument(
         "--tensor-split",
         "-ts",
@@ -90,10 +88,9 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     src.add_argument("--engine", help="upstream, ik, or the path of a llama-server binary")
 
     rt = p.add_argument_group("runtime")
-    for name in ("ctx", "cache_type_k", "cache_type_v", "flash_attn", "batch", "ubatch"):
-        _add_setting(rt, f"runtime.{name}")
-    for name in ("parallel", "threads", "n_cpu_moe"):
-        _add_setting(rt, f"runtime.{name}")
+    _add_settings(rt, "runtime.ctx", "runtime.cache_type_k", "runtime.cache_type_v")
+    _add_settings(rt, "runtime.flash_attn", "runtime.batch", "runtime.ubatch")
+    _add_settings(rt, "runtime.parallel", "runtime.threads", "runtime.n_cpu_moe")
     rt.add_argument(
         "--cpu-moe", "-cmoe", action="store_true", default=None, help="all experts on CPU"
     )
@@ -110,29 +107,25 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         help="VRAM the fit leaves free (upstream spells it --fit-target, ik --fit-margin); one "
         "value per device for a split plan",
     )
-    _add_setting(rt, "runtime.n_gpu_layers")
-    _add_setting(rt, "runtime.load_mode")
+    _add_settings(rt, "runtime.n_gpu_layers", "runtime.load_mode")
 
     mtp = p.add_argument_group("multi-token prediction")
-    for name in ("enabled", "draft_max", "draft_min", "draft_p_min", "cache_type_k"):
-        _add_setting(mtp, f"mtp.{name}")
-    for path in ("mtp.cache_type_v", "draft.path", "draft.gpu_layers"):
-        _add_setting(mtp, path)
+    _add_settings(mtp, "mtp.enabled", "mtp.draft_max", "mtp.draft_min", "mtp.draft_p_min")
+    _add_settings(mtp, "mtp.cache_type_k", "mtp.cache_type_v")
+    _add_settings(mtp, "draft.path", "draft.gpu_layers")
 
     srv = p.add_argument_group("server")
-    _add_setting(srv, "server.host")
-    _add_setting(srv, "server.port")
+    _add_settings(srv, "server.host", "server.port")
     srv.add_argument(
         "--api-key",
         metavar="KEY",
         help="store KEY in the API key file (0600); the plan names the file, never the key "
         "(`-` reads the key from standard input, keeping it out of the process list)",
     )
-    _add_setting(srv, "server.api_key_file")
-    _add_setting(srv, "desktop")
+    _add_settings(srv, "server.api_key_file", "desktop")
     groups = {"runtime": rt, "mtp": mtp, "draft": mtp, "server": srv, "desktop": srv}
     for path in _unplaced_settings(p):  # a newly declared setting needs no line here
-        _add_setting(groups.get(path.split(".")[0], rt), path)
+        _add_settings(groups.get(path.split(".")[0], src), path)
 
 
 def setting_options(path: str) -> dict[str, Any]:
@@ -153,8 +146,10 @@ def setting_options(path: str) -> dict[str, Any]:
     return options
 
 
-def _add_setting(group: Any, path: str) -> None:
-    group.add_argument(*setting(path).cli, **setting_options(path))
+def _add_settings(group: Any, *paths: str) -> None:
+    """The declared settings' options, in this order (the help lists them so)."""
+    for path in paths:
+        group.add_argument(*setting(path).cli, **setting_options(path))
 
 
 def _unplaced_settings(parser: argparse.ArgumentParser) -> list[str]:

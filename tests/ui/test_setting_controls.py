@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
+from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.plan_settings import SETTINGS, native_context, setting
+from mtpstudio.ui.widgets.number_box import NumberBox
 
 from .conftest import WizardFactory, go_to
 
@@ -77,3 +79,22 @@ def test_a_valid_plan_is_shown_as_it_is_even_far_up_the_range(make_wizard: Wizar
     assert page.margin.value() == 20480 and page.batch.value() == 131072
     assert page.gpu_layers.value() == 2000
     assert wizard.plan == plan
+
+
+def test_a_box_sized_for_typical_values_keeps_its_width_and_its_range(qtbot: QtBot) -> None:
+    """The batch boxes hold the declared 4 Mi but stay as wide as a five-digit batch, so the
+    Engine page is no wider than with boxes that stopped at 65,536."""
+    wide, narrow, capped = NumberBox(), NumberBox(), NumberBox()
+    for box in (wide, narrow, capped):
+        qtbot.addWidget(box)
+        box.setGroupSeparatorShown(True)
+    low, high, _ = setting("runtime.batch").whole_range()
+    wide.setRange(low, high)
+    narrow.setRange(low, 65536)
+    capped.setRange(low, high)
+    capped.size_for(65536)
+    assert wide.sizeHint().width() > narrow.sizeHint().width()
+    assert capped.sizeHint().width() == narrow.sizeHint().width()
+    assert capped.minimumSizeHint().width() == narrow.minimumSizeHint().width()
+    capped.setValue(high)
+    assert capped.value() == high  # the range is the declared one

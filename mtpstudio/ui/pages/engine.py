@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -161,6 +160,8 @@ class EnginePage(PlanPage):
         cf.addRow("Flash attention", self.flash_attn)
         self.batch = self._spin("runtime.batch")
         self.ubatch = self._spin("runtime.ubatch")
+        for box in (self.batch, self.ubatch):
+            box.size_for(65536)  # side by side: as wide as a five-digit batch, not 4 Mi
         cf.addRow("Batch / ubatch", self._pair(self.batch, self.ubatch))
 
         server = QGroupBox("Server", self)
@@ -219,6 +220,7 @@ class EnginePage(PlanPage):
         self.n_cpu_moe = self._spin("runtime.n_cpu_moe", " layers")
         pf.addRow("CPU expert layers", self.n_cpu_moe)
         self.margin = self._spin("runtime.fit_margin_mib", " MiB", kind="mib")
+        self.margin.size_for(16384)  # as wide as 16 GiB, not the 1 TiB the Plan allows
         pf.addRow("Margin", self.margin)
         self.gpu_layers = self._spin("runtime.n_gpu_layers", special="all")
         pf.addRow("GPU layers", self.gpu_layers)
@@ -268,7 +270,7 @@ class EnginePage(PlanPage):
 
     def _spin(
         self, path: str, suffix: str = "", special: str | None = None, kind: str = "count"
-    ) -> QSpinBox:
+    ) -> NumberBox:
         """A spin box over the setting's declared range and step; with ``special``, one step
         below the range is None (the engine's own choice), shown as ``special``."""
         low, high, step = setting(path).whole_range()

@@ -11,20 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.plan_choices import (
-    CacheType,
-    DesktopReclaim,
-    EngineFlavour,
-    FlashAttention,
-    LoadMode,
-    SplitMode,
-)
+from mtpstudio.core.plan_choices import EngineFlavour
+from mtpstudio.core.plan_settings import SETTINGS, setting
 from mtpstudio.core.units import parse_token_count
 
 if TYPE_CHECKING:
     from mtpstudio.core.plan import Plan
 
-CACHE_TYPES = [c.value for c in CacheType]
 EXIT_DOES_NOT_FIT = 3
 """``plan --check`` exits with this when the plan does not fit or will not run as planned."""
 
@@ -84,9 +77,7 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         help="a machine running llama.cpp's rpc-server, as one more device (repeatable); it is "
         "probed for its memory now, or planned with =MIB without reaching it",
     )
-    src.add_argument(
-        "--split-mode", "-sm", choices=[m.value for m in SplitMode], help="layer or row split"
-    )
+    _add_settings(src, "split.mode")
     src.add_argument(
         "--tensor-split",
         "-ts",
@@ -97,19 +88,9 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     src.add_argument("--engine", help="upstream, ik, or the path of a llama-server binary")
 
     rt = p.add_argument_group("runtime")
-    rt.add_argument("--ctx", "-c", help="context size in tokens (32768, 128k, 1e6)")
-    rt.add_argument("--cache-type-k", "-ctk", choices=CACHE_TYPES, help="K cache type")
-    rt.add_argument("--cache-type-v", "-ctv", choices=CACHE_TYPES, help="V cache type")
-    rt.add_argument(
-        "--flash-attn", "-fa", choices=[f.value for f in FlashAttention], help="flash attention"
-    )
-    rt.add_argument("--batch", "-b", type=int, help="logical batch size")
-    rt.add_argument("--ubatch", "-ub", type=int, help="physical batch size")
-    rt.add_argument("--parallel", "-np", type=int, help="server slots (default 1)")
-    rt.add_argument("--threads", "-t", type=int, help="CPU threads")
-    rt.add_argument(
-        "--n-cpu-moe", "-ncmoe", type=int, help="expert tensors of layers 0..N-1 on CPU"
-    )
+    _add_settings(rt, "runtime.ctx", "runtime.cache_type_k", "runtime.cache_type_v")
+    _add_settings(rt, "runtime.flash_attn", "runtime.batch", "runtime.ubatch")
+    _add_settings(rt, "runtime.parallel", "runtime.threads", "runtime.n_cpu_moe")
     rt.add_argument(
         "--cpu-moe", "-cmoe", action="store_true", default=None, help="all experts on CPU"
     )
@@ -126,53 +107,70 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         help="VRAM the fit leaves free (upstream spells it --fit-target, ik --fit-margin); one "
         "value per device for a split plan",
     )
-    rt.add_argument("--n-gpu-layers", "-ngl", type=int, help="layers on the GPU")
-    rt.add_argument("--load-mode", choices=[m.value for m in LoadMode], help="mmap, no-mmap, mlock")
+    _add_settings(rt, "runtime.n_gpu_layers", "runtime.load_mode")
 
     mtp = p.add_argument_group("multi-token prediction")
-    mtp.add_argument(
-        "--mtp",
-        "-mtp",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="MTP drafting (default auto: on when the model has an MTP layer and the build "
-        "can run it)",
-    )
-    # the engines' own spellings are accepted too (upstream --spec-draft-*, ik --draft-*)
-    mtp.add_argument("--draft-max", "--spec-draft-n-max", type=int,
-                     help="most drafted tokens per step")  # fmt: skip
-    mtp.add_argument("--draft-min", "--spec-draft-n-min", type=int,
-                     help="fewest drafted tokens per step")  # fmt: skip
-    mtp.add_argument("--draft-p-min", "--spec-draft-p-min", type=float,
-                     help="draft probability threshold")  # fmt: skip
-    mtp.add_argument("--draft-cache-type-k", "--spec-draft-type-k", "-ctkd", choices=CACHE_TYPES,
-                     help="draft K cache type")  # fmt: skip
-    mtp.add_argument("--draft-cache-type-v", "--spec-draft-type-v", "-ctvd", choices=CACHE_TYPES,
-                     help="draft V cache type")  # fmt: skip
-    mtp.add_argument(
-        "--draft-model", type=Path, metavar="GGUF", help="a separate draft model (turns MTP off)"
-    )
-    mtp.add_argument("--draft-gpu-layers", "-ngld", type=int, help="draft model layers on the GPU")
+    _add_settings(mtp, "mtp.enabled", "mtp.draft_max", "mtp.draft_min", "mtp.draft_p_min")
+    _add_settings(mtp, "mtp.cache_type_k", "mtp.cache_type_v")
+    _add_settings(mtp, "draft.path", "draft.gpu_layers")
 
     srv = p.add_argument_group("server")
-    srv.add_argument("--host", help="listen address (default 127.0.0.1)")
-    srv.add_argument("--port", type=int, help="TCP port (default 8080)")
+    _add_settings(srv, "server.host", "server.port")
     srv.add_argument(
         "--api-key",
         metavar="KEY",
         help="store KEY in the API key file (0600); the plan names the file, never the key "
         "(`-` reads the key from standard input, keeping it out of the process list)",
     )
-    srv.add_argument(
-        "--api-key-file",
-        type=Path,
-        metavar="FILE",
-        help="the API key file the plan names (default beyond loopback: "
-        "~/.config/mtpstudio/server-api-key, generated when missing)",
-    )
-    srv.add_argument(
-        "--desktop", choices=[d.value for d in DesktopReclaim], help="desktop VRAM reclamation"
-    )
+    _add_settings(srv, "server.api_key_file", "desktop")
+    groups = {"runtime": rt, "mtp": mtp, "draft": mtp, "server": srv, "desktop": srv}
+    for path in _unplaced_settings(p):  # a newly declared setting needs no line here
+        _add_settings(groups.get(path.split(".")[0], src), path)
+
+
+def setting_options(path: str) -> dict[str, Any]:
+    """The ``add_argument`` keywords of a declared Plan setting: its type or choices, its
+    placeholder and help line, all from its declaration (``core.plan_settings``)."""
+    declared = setting(path)
+    options: dict[str, Any] = {"help": declared.cli_help}
+    if declared.kind in ("int", "float"):
+        options["type"] = int if declared.kind == "int" else float
+    elif declared.kind == "path":
+        options["type"] = Path
+    elif declared.kind == "choice" and declared.choices is not None:
+        options["choices"] = [member.value for member in declared.choices]
+    elif declared.kind == "switch":
+        options.update(action=argparse.BooleanOptionalAction, default=None)
+    if declared.metavar is not None:
+        options["metavar"] = declared.metavar
+    return options
+
+
+def _add_settings(group: Any, *paths: str) -> None:
+    """The declared settings' options, in this order (the help lists them so)."""
+    for path in paths:
+        group.add_argument(*setting(path).cli, **setting_options(path))
+
+
+def _unplaced_settings(parser: argparse.ArgumentParser) -> list[str]:
+    taken = {flag for action in parser._actions for flag in action.option_strings}
+    return [path for path, s in SETTINGS.items() if s.cli and s.cli[0] not in taken]
+
+
+def setting_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The declared Plan settings the options gave, by dotted path (``--ctx 128k`` ->
+    ``runtime.ctx: 131072``); an option not given (None) is no change."""
+    changes: dict[str, Any] = {}
+    for path, declared in SETTINGS.items():
+        value = getattr(args, declared.dest, None) if declared.cli else None
+        if value is None:
+            continue
+        if declared.kind == "tokens":
+            value = parse_token_count(str(value))
+        elif declared.kind == "path":
+            value = str(value)
+        changes[path] = value
+    return changes
 
 
 def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
@@ -184,36 +182,7 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     from mtpstudio.core.plan import Plan, load_plan, plan_with
 
     base = load_plan(args.plan) if args.plan else Plan()
-    changes: dict[str, Any] = {}
-    if args.ctx is not None:
-        changes["runtime.ctx"] = parse_token_count(str(args.ctx))
-    direct = {
-        "cache_type_k": "runtime.cache_type_k",
-        "cache_type_v": "runtime.cache_type_v",
-        "flash_attn": "runtime.flash_attn",
-        "batch": "runtime.batch",
-        "ubatch": "runtime.ubatch",
-        "parallel": "runtime.parallel",
-        "threads": "runtime.threads",
-        "n_gpu_layers": "runtime.n_gpu_layers",
-        "load_mode": "runtime.load_mode",
-        "mtp": "mtp.enabled",
-        "draft_max": "mtp.draft_max",
-        "draft_min": "mtp.draft_min",
-        "draft_p_min": "mtp.draft_p_min",
-        "draft_cache_type_k": "mtp.cache_type_k",
-        "draft_cache_type_v": "mtp.cache_type_v",
-        "host": "server.host",
-        "port": "server.port",
-        "api_key_file": "server.api_key_file",
-        "desktop": "desktop",
-        "draft_gpu_layers": "draft.gpu_layers",
-        "split_mode": "split.mode",
-    }
-    for attr, dotted in direct.items():
-        value = getattr(args, attr)
-        if value is not None:
-            changes[dotted] = value
+    changes = setting_changes(args)
     changes.update(_device_changes(args))
     if args.model is not None:
         changes["model.path"], changes["model.card"] = str(args.model), None
@@ -226,13 +195,10 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
             changes["engine.flavour"], changes["engine.binary"] = args.engine, None
         else:
             changes.update(_probed_engine(args.engine))
-    if args.draft_model is not None:
-        changes["draft.path"] = str(args.draft_model)
-        if args.mtp is None:
-            changes["mtp.enabled"] = False
+    if args.draft_model is not None and args.mtp is None:
+        changes["mtp.enabled"] = False
     if args.n_cpu_moe is not None:
         changes["runtime.moe"] = "n_cpu_moe"
-        changes["runtime.n_cpu_moe"] = args.n_cpu_moe
     if args.cpu_moe:
         changes["runtime.moe"] = "all_cpu"
     if args.fit is True:

@@ -29,10 +29,8 @@ from mtpstudio.core.plan import (
     Plan,
     plan_with,
 )
+from mtpstudio.core.plan_settings import CTX_STEP, native_context
 from mtpstudio.core.units import MIB
-
-CTX_STEP = 256
-"""The engine pads the context to 256 cells: the context levers move in these steps."""
 
 
 @dataclass(frozen=True)
@@ -366,7 +364,7 @@ def largest_context(
     """The largest context (a multiple of 256, up to the native context) at this offload (the
     plan after the ``base`` changes)."""
     base = dict(base or {})
-    top = ceiling or max(bench.model.context_length, CTX_STEP)
+    top = ceiling or native_context(bench.model.context_length) or MIN_CTX
 
     def at(ctx: int) -> FitSuggestion:
         return bench.evaluate(PlanChange("", {**base, "runtime.ctx": ctx}, "context"))
@@ -385,7 +383,8 @@ def largest_context(
             hi = mid - 1
     if best is None:
         return answer(
-            at(CTX_STEP), "nothing fits even at ctx 256: move experts or layers to the CPU first"
+            at(CTX_STEP),
+            f"nothing fits even at ctx {CTX_STEP}: move experts or layers to the CPU first",
         )
     return answer(
         best, f"largest context that fits at this offload: {best.plan.runtime.ctx:,} tokens"

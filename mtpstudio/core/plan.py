@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -27,17 +28,20 @@ from mtpstudio.core.plan_choices import FlashAttention as FlashAttention
 from mtpstudio.core.plan_choices import LoadMode as LoadMode
 from mtpstudio.core.plan_choices import MoePlacement as MoePlacement
 from mtpstudio.core.plan_choices import SplitMode as SplitMode
+from mtpstudio.core.plan_settings import MAX_CTX as MAX_CTX
+from mtpstudio.core.plan_settings import MAX_LAYERS as MAX_LAYERS
+from mtpstudio.core.plan_settings import MAX_MARGIN_MIB as MAX_MARGIN_MIB
+from mtpstudio.core.plan_settings import MIN_CTX as MIN_CTX
+from mtpstudio.core.plan_settings import SETTINGS as SETTINGS
+from mtpstudio.core.plan_settings import Setting as Setting
+from mtpstudio.core.plan_settings import native_context as native_context
+from mtpstudio.core.plan_settings import setting as setting
 from mtpstudio.core.state_files import StateFileError, parse_json, read_json
 
 SCHEMA_VERSION: Literal[2] = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 """Version 1 files still load: see ``_migrate_v1`` (MTP on/off became auto/on/off; the API key
 moved out of the file)."""
-MIN_CTX = 256
-MAX_CTX = 4 * 1024 * 1024
-MAX_THREADS = 100_000  # far above any machine; the engine still holds it in an int
-MAX_LAYERS = 4096
-MAX_MARGIN_MIB = 1024 * 1024
 MAX_PLAN_BYTES = 1024 * 1024
 DEFAULT_PORT = 8080
 _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")
@@ -58,6 +62,14 @@ def is_host(value: str) -> bool:
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+
+    @field_validator("*")
+    @classmethod
+    def _within_declared_bounds(cls, value: Any, info: ValidationInfo) -> Any:
+        """A field declared in ``plan_settings`` keeps its bounds, in its one sentence."""
+        field = cls.model_fields.get(info.field_name or "")
+        found = declared(field.metadata) if field is not None else None
+        return value if found is None else found.check(value)
 
 
 class ModelChoice(_Section):
@@ -111,7 +123,7 @@ class EngineChoice(_Section):
 class MtpOptions(_Section):
     """Multi-token prediction: the model's own nextn layer drafts tokens."""
 
-    enabled: bool | None = Field(
+    enabled: Annotated[bool | None, setting("mtp.enabled")] = Field(
         default=None,
         strict=True,
         description=(
@@ -119,44 +131,25 @@ class MtpOptions(_Section):
             "when the model has an MTP layer and the chosen build can run it)."
         ),
     )
-    draft_max: int = Field(
+    draft_max: Annotated[int, setting("mtp.draft_max")] = Field(
         default=2,
         strict=True,
         description="Most tokens drafted per step (--spec-draft-n-max / --draft-max).",
     )
-    draft_min: int = Field(default=0, strict=True, description="Fewest tokens drafted per step.")
-    draft_p_min: float = Field(
+    draft_min: Annotated[int, setting("mtp.draft_min")] = Field(
+        default=0, strict=True, description="Fewest tokens drafted per step."
+    )
+    draft_p_min: Annotated[float, setting("mtp.draft_p_min")] = Field(
         default=0.75,
         strict=True,
         description="Stop drafting when the draft's probability falls below this.",
     )
-    cache_type_k: CacheType = Field(
+    cache_type_k: Annotated[CacheType, setting("mtp.cache_type_k")] = Field(
         default=CacheType.F16, description="K cache type of the draft context."
     )
-    cache_type_v: CacheType = Field(
+    cache_type_v: Annotated[CacheType, setting("mtp.cache_type_v")] = Field(
         default=CacheType.F16, description="V cache type of the draft context."
     )
-
-    @field_validator("draft_max")
-    @classmethod
-    def _draft_max_range(cls, value: int) -> int:
-        if not 1 <= value <= 16:
-            raise ValueError("draft max must be between 1 and 16")
-        return value
-
-    @field_validator("draft_min")
-    @classmethod
-    def _draft_min_range(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError("draft min must not be negative")
-        return value
-
-    @field_validator("draft_p_min")
-    @classmethod
-    def _p_min_range(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError("draft p-min must be between 0 and 1")
-        return value
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> Self:
@@ -173,11 +166,11 @@ class DraftModelOptions(_Section):
     Its depth, p-min and K/V cache types are the ``mtp`` section's draft settings.
     """
 
-    path: Path | None = Field(
+    path: Annotated[Path | None, setting("draft.path")] = Field(
         default=None,
         description="Draft GGUF sharing the model's vocabulary; none means no draft model.",
     )
-    gpu_layers: int | None = Field(
+    gpu_layers: Annotated[int | None, setting("draft.gpu_layers")] = Field(
         default=None,
         strict=True,
         description="Draft layers on the GPU (-ngld); none means all of them on a GPU plan.",
@@ -190,53 +183,54 @@ class DraftModelOptions(_Section):
             raise ValueError("draft model path must not contain a newline")
         return value
 
-    @field_validator("gpu_layers")
-    @classmethod
-    def _draft_ngl(cls, value: int | None) -> int | None:
-        if value is not None and not 0 <= value <= MAX_LAYERS:
-            raise ValueError(f"draft gpu layers must be between 0 and {MAX_LAYERS}")
-        return value
-
 
 class RuntimeOptions(_Section):
     """What the engine is asked to allocate and how it places weights."""
 
-    ctx: int = Field(default=32768, strict=True, description="Context size in tokens (-c).")
-    cache_type_k: CacheType = Field(default=CacheType.Q8_0, description="K cache type (-ctk).")
-    cache_type_v: CacheType = Field(default=CacheType.Q8_0, description="V cache type (-ctv).")
-    flash_attn: FlashAttention = Field(
+    ctx: Annotated[int, setting("runtime.ctx")] = Field(
+        default=32768, strict=True, description="Context size in tokens (-c)."
+    )
+    cache_type_k: Annotated[CacheType, setting("runtime.cache_type_k")] = Field(
+        default=CacheType.Q8_0, description="K cache type (-ctk)."
+    )
+    cache_type_v: Annotated[CacheType, setting("runtime.cache_type_v")] = Field(
+        default=CacheType.Q8_0, description="V cache type (-ctv)."
+    )
+    flash_attn: Annotated[FlashAttention, setting("runtime.flash_attn")] = Field(
         default=FlashAttention.ON, description="Flash attention (-fa); quantized V needs it."
     )
-    batch: int = Field(default=2048, strict=True, description="Logical batch size (-b).")
-    ubatch: int = Field(
+    batch: Annotated[int, setting("runtime.batch")] = Field(
+        default=2048, strict=True, description="Logical batch size (-b)."
+    )
+    ubatch: Annotated[int, setting("runtime.ubatch")] = Field(
         default=512, strict=True, description="Physical batch size (-ub); drives compute buffers."
     )
-    parallel: int = Field(
+    parallel: Annotated[int, setting("runtime.parallel")] = Field(
         default=1,
         strict=True,
         description="Server slots (-np); more slots multiply the recurrent state.",
     )
-    threads: int | None = Field(
+    threads: Annotated[int | None, setting("runtime.threads")] = Field(
         default=None, strict=True, description="CPU threads (-t); none lets the engine choose."
     )
     moe: MoePlacement = Field(
         default=MoePlacement.FIT,
         description="Expert placement: engine fit, N layers on CPU, all on CPU, or all on GPU.",
     )
-    n_cpu_moe: int = Field(
+    n_cpu_moe: Annotated[int, setting("runtime.n_cpu_moe")] = Field(
         default=0,
         strict=True,
         description="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe).",
     )
-    fit_margin_mib: int = Field(
+    fit_margin_mib: Annotated[int, setting("runtime.fit_margin_mib")] = Field(
         default=1024,
         strict=True,
         description="VRAM left free by the fit (MiB; --fit-target / --fit-margin).",
     )
-    load_mode: LoadMode = Field(
+    load_mode: Annotated[LoadMode, setting("runtime.load_mode")] = Field(
         default=LoadMode.MMAP, description="Weights memory-mapped, read in, or locked in RAM."
     )
-    n_gpu_layers: int | None = Field(
+    n_gpu_layers: Annotated[int | None, setting("runtime.n_gpu_layers")] = Field(
         default=None,
         strict=True,
         description="Layers on the GPU (-ngl); none means all (or fit's choice).",
@@ -253,57 +247,6 @@ class RuntimeOptions(_Section):
         ),
     )
 
-    @field_validator("ctx")
-    @classmethod
-    def _ctx_floor(cls, value: int) -> int:
-        if value < MIN_CTX:
-            raise ValueError(f"ctx must be at least {MIN_CTX}")
-        if value > MAX_CTX:
-            raise ValueError(f"ctx must be at most {MAX_CTX}")
-        return value
-
-    @field_validator("batch", "ubatch")
-    @classmethod
-    def _batch_positive(cls, value: int) -> int:
-        if not 1 <= value <= MAX_CTX:
-            raise ValueError(f"batch sizes must be between 1 and {MAX_CTX}")
-        return value
-
-    @field_validator("parallel")
-    @classmethod
-    def _slots_range(cls, value: int) -> int:
-        if not 1 <= value <= 256:
-            raise ValueError("parallel (slots) must be between 1 and 256")
-        return value
-
-    @field_validator("threads")
-    @classmethod
-    def _threads_positive(cls, value: int | None) -> int | None:
-        if value is not None and not 1 <= value <= MAX_THREADS:
-            raise ValueError(f"threads must be between 1 and {MAX_THREADS}")
-        return value
-
-    @field_validator("n_cpu_moe")
-    @classmethod
-    def _n_cpu_moe_range(cls, value: int) -> int:
-        if not 0 <= value <= MAX_LAYERS:
-            raise ValueError(f"n_cpu_moe must be between 0 and {MAX_LAYERS}")
-        return value
-
-    @field_validator("fit_margin_mib")
-    @classmethod
-    def _margin_range(cls, value: int) -> int:
-        if not 0 <= value <= MAX_MARGIN_MIB:
-            raise ValueError(f"fit margin must be between 0 and {MAX_MARGIN_MIB} MiB (1 TiB)")
-        return value
-
-    @field_validator("n_gpu_layers")
-    @classmethod
-    def _ngl_range(cls, value: int | None) -> int | None:
-        if value is not None and not 0 <= value <= MAX_LAYERS:
-            raise ValueError(f"gpu layers must be between 0 and {MAX_LAYERS}")
-        return value
-
     @model_validator(mode="after")
     def _ubatch_within_batch(self) -> Self:
         if self.ubatch > self.batch:
@@ -314,9 +257,13 @@ class RuntimeOptions(_Section):
 class ServerOptions(_Section):
     """Where the server listens."""
 
-    host: str = Field(default="127.0.0.1", description="Listen address; loopback by default.")
-    port: int = Field(default=DEFAULT_PORT, strict=True, description="TCP port.")
-    api_key_file: Path | None = Field(
+    host: Annotated[str, setting("server.host")] = Field(
+        default="127.0.0.1", description="Listen address; loopback by default."
+    )
+    port: Annotated[int, setting("server.port")] = Field(
+        default=DEFAULT_PORT, strict=True, description="TCP port."
+    )
+    api_key_file: Annotated[Path | None, setting("server.api_key_file")] = Field(
         default=None,
         description=(
             "File holding the API key (user-only, 0600); the key itself is never stored in the "
@@ -332,13 +279,6 @@ class ServerOptions(_Section):
                 "host must be a plain address: an IP address or a host name (letters, digits, "
                 "'-' and '.')"
             )
-        return value
-
-    @field_validator("port")
-    @classmethod
-    def _port_range(cls, value: int) -> int:
-        if not 1 <= value <= 65535:
-            raise ValueError("port must be between 1 and 65535")
         return value
 
     @field_validator("api_key_file")
@@ -471,7 +411,7 @@ class SplitOptions(_Section):
         default_factory=list,
         description="rpc-server endpoints on other machines (--rpc); the engine puts them first.",
     )
-    mode: SplitMode = Field(
+    mode: Annotated[SplitMode, setting("split.mode")] = Field(
         default=SplitMode.LAYER,
         description=(
             "-sm: 'layer' deals whole layers to the devices; 'row' splits each weight matrix "
@@ -572,7 +512,7 @@ class Plan(_Section):
         default_factory=DraftModelOptions, description="A separate draft model (instead of MTP)."
     )
     server: ServerOptions = Field(default_factory=ServerOptions, description="Listen address.")
-    desktop: DesktopReclaim = Field(
+    desktop: Annotated[DesktopReclaim, setting("desktop")] = Field(
         default=DesktopReclaim.NONE, description="How desktop VRAM is reclaimed."
     )
     outputs: OutputPaths = Field(default_factory=OutputPaths, description="Generated files.")
@@ -645,6 +585,25 @@ class Plan(_Section):
     def to_json(self) -> str:
         """The plan as stable, human-readable JSON (sorted keys, two-space indent)."""
         return json.dumps(self.to_data(), indent=2, sort_keys=True) + "\n"
+
+
+def declared(metadata: list[Any]) -> Setting | None:
+    """The :class:`Setting` a field's metadata carries, if any."""
+    return next((m for m in metadata if isinstance(m, Setting)), None)
+
+
+def declared_fields(model: type[BaseModel] = Plan, prefix: str = "") -> dict[str, Setting]:
+    """Every field of ``model`` (and its sections) carrying a :class:`Setting`, by dotted
+    path: what the Plan validates with, for comparing with ``plan_settings.SETTINGS``."""
+    found: dict[str, Setting] = {}
+    for name, field in model.model_fields.items():
+        here = declared(field.metadata)
+        if here is not None:
+            found[f"{prefix}{name}"] = here
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found.update(declared_fields(annotation, f"{prefix}{name}."))
+    return found
 
 
 def describe_validation_error(error: ValidationError) -> str:

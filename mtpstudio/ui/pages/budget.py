@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.advice import standing, where_words
 from mtpstudio.core.engines.availability import mtp_reason
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.plan import MoePlacement, Plan
+from mtpstudio.core.plan import MoePlacement, Plan, native_context, setting
 from mtpstudio.core.plan_text import TRUST_LEGEND
 from mtpstudio.core.planning import (
     Budget,
@@ -44,8 +44,8 @@ from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.number_box import NumberBox
 from mtpstudio.ui.widgets.vram_bar import VramBar, mapped_in_ram
 
-CTX_STEP = 256
-MARGIN_STEP = 64
+NO_MODEL_CTX_TOP = 262144
+"""The context slider's top before a model names its native context."""
 LEVERS_KEY = "budget-levers"
 
 
@@ -65,9 +65,6 @@ def lever_entry(s: FitSuggestion) -> str:
     for pattern, short in _COMPACT:
         head, tail = pattern.sub(short, head), pattern.sub(short, tail)
     return f"{head}\t{tail}"
-
-
-MARGIN_MAX_MIB = 4096
 
 
 @dataclass
@@ -111,14 +108,10 @@ class BudgetPage(PlanPage):
         self.rows: dict[str, SliderRow] = {}
         grid = QGridLayout()
         grid.setColumnStretch(1, 1)
-        self.ctx = self._row(grid, 0, "Context", "runtime.ctx", CTX_STEP, " tokens")
-        self.draft = self._row(grid, 1, "Draft depth", "mtp.draft_max", 1, "")
-        self.cpu_layers = self._row(grid, 2, "CPU expert layers", "runtime.n_cpu_moe", 1, "")
-        self.margin = self._row(grid, 3, "Margin", "runtime.fit_margin_mib", MARGIN_STEP, " MiB")
-        self.draft.slider.setRange(1, 16)
-        self.draft.spin.setRange(1, 16)
-        self.margin.slider.setRange(0, MARGIN_MAX_MIB // MARGIN_STEP)
-        self.margin.spin.setRange(0, 65536)
+        self.ctx = self._row(grid, 0, "Context", "runtime.ctx", " tokens")
+        self.draft = self._row(grid, 1, "Draft depth", "mtp.draft_max", "")
+        self.cpu_layers = self._row(grid, 2, "CPU expert layers", "runtime.n_cpu_moe", "")
+        self.margin = self._row(grid, 3, "Margin", "runtime.fit_margin_mib", " MiB")
 
         self.fit_offload_button = QPushButton("Fit: fewest CPU expert layers", self)
         self.fit_offload_button.setToolTip(
@@ -195,13 +188,17 @@ class BudgetPage(PlanPage):
         state.speed_inputs_changed.connect(self._on_speed_inputs_changed)
         self._refreshing = False
 
-    def _row(
-        self, grid: QGridLayout, row: int, title: str, path: str, unit: int, suffix: str
-    ) -> SliderRow:
+    def _row(self, grid: QGridLayout, row: int, title: str, path: str, suffix: str) -> SliderRow:
+        """A slider and a spin box over the setting's declared range, one step a slider
+        notch (a declared ``slider_high`` tops the slider where the range is too wide)."""
+        declared = setting(path)
+        low, high, unit = declared.whole_range()
         slider = QSlider(Qt.Orientation.Horizontal, self)
+        slider.setRange(low // unit, int(declared.slider_high or high) // unit)
         slider.setTracking(True)  # valueChanged while dragging: the bar follows the hand
         kind = {"runtime.ctx": "tokens", "runtime.fit_margin_mib": "mib"}.get(path, "count")
         spin = NumberBox(kind, self)
+        spin.setRange(low, high)
         spin.setSuffix(suffix)
         spin.setSingleStep(unit)
         spin.setGroupSeparatorShown(True)
@@ -230,10 +227,10 @@ class BudgetPage(PlanPage):
     def _refresh(self) -> None:
         plan = self.state.plan
         info = self.state.model_info
-        native = info.context_length if info is not None else 262144
-        ctx_top = max(native, plan.runtime.ctx, CTX_STEP)
-        self.ctx.slider.setRange(1, ctx_top // CTX_STEP)
-        self.ctx.spin.setRange(CTX_STEP, max(ctx_top, 4 * 1024 * 1024))
+        low, high, step = setting("runtime.ctx").whole_range()
+        native = NO_MODEL_CTX_TOP if info is None else native_context(info.context_length) or low
+        ctx_top = min(max(native, plan.runtime.ctx), high)
+        self.ctx.slider.setRange(low // step, ctx_top // step)
         n_layer = info.n_layer if info is not None else 0
         self.cpu_layers.slider.setRange(0, max(n_layer, plan.runtime.n_cpu_moe))
         self.cpu_layers.spin.setRange(0, max(n_layer, plan.runtime.n_cpu_moe))

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -42,6 +41,7 @@ from mtpstudio.core.plan import (
     LoadMode,
     MoePlacement,
     Plan,
+    setting,
 )
 from mtpstudio.core.planning import BuildChoice, EngineBuild, LaunchSpec, build_choices
 from mtpstudio.ui.help_text import field_description, setting_tooltip
@@ -150,7 +150,7 @@ class EnginePage(PlanPage):
 
         context = QGroupBox("Context && cache", self)
         cf = QFormLayout(context)
-        self.ctx = self._spin("runtime.ctx", 256, 4 * 1024 * 1024, 256, " tokens", kind="tokens")
+        self.ctx = self._spin("runtime.ctx", " tokens", kind="tokens")
         cf.addRow("Context", self.ctx)
         self.cache_k = self._combo("runtime.cache_type_k", CACHE_CHOICES)
         self.cache_v = self._combo("runtime.cache_type_v", CACHE_CHOICES)
@@ -158,14 +158,16 @@ class EnginePage(PlanPage):
         cf.addRow("V cache", self.cache_v)
         self.flash_attn = self._combo("runtime.flash_attn", FLASH_CHOICES)
         cf.addRow("Flash attention", self.flash_attn)
-        self.batch = self._spin("runtime.batch", 1, 65536, 256)
-        self.ubatch = self._spin("runtime.ubatch", 1, 65536, 128)
+        self.batch = self._spin("runtime.batch")
+        self.ubatch = self._spin("runtime.ubatch")
+        for box in (self.batch, self.ubatch):
+            box.size_for(65536)  # side by side: as wide as a five-digit batch, not 4 Mi
         cf.addRow("Batch / ubatch", self._pair(self.batch, self.ubatch))
 
         server = QGroupBox("Server", self)
         sf = QFormLayout(server)
         self.host = self._line("server.host")
-        self.port = self._spin("server.port", 1, 65535, 1)
+        self.port = self._spin("server.port")
         self.port.setGroupSeparatorShown(False)
         self.api_key_file = self._line("server.api_key_file", optional=True)
         self.api_key_file.setPlaceholderText("none")
@@ -181,11 +183,11 @@ class EnginePage(PlanPage):
         self.mtp_state.setWordWrap(True)
         self.mtp_state.setStyleSheet("color: #374151;")
         mf.addRow(self.mtp_state)
-        self.draft_max = self._spin("mtp.draft_max", 1, 16, 1)
+        self.draft_max = self._spin("mtp.draft_max")
         mf.addRow("Draft depth (max)", self.draft_max)
-        self.draft_min = self._spin("mtp.draft_min", 0, 16, 1)
+        self.draft_min = self._spin("mtp.draft_min")
         mf.addRow("Draft min", self.draft_min)
-        self.draft_p_min = self._double("mtp.draft_p_min", 0.0, 1.0, 0.05)
+        self.draft_p_min = self._double("mtp.draft_p_min")
         mf.addRow("p-min", self.draft_p_min)
         self.draft_cache_k = self._combo("mtp.cache_type_k", CACHE_CHOICES)
         self.draft_cache_v = self._combo("mtp.cache_type_v", CACHE_CHOICES)
@@ -205,7 +207,7 @@ class EnginePage(PlanPage):
         draft_buttons.addStretch(1)
         mf.addRow("Draft model", self.draft_file)
         mf.addRow("", draft_buttons)
-        self.draft_gpu_layers = self._spin("draft.gpu_layers", -1, 1024, 1, special="all", none=-1)
+        self.draft_gpu_layers = self._spin("draft.gpu_layers", special="all")
         mf.addRow("Draft GPU layers", self.draft_gpu_layers)
         self.draft_note = QLabel(self)
         self.draft_note.setWordWrap(True)
@@ -215,17 +217,18 @@ class EnginePage(PlanPage):
         pf = QFormLayout(placement)
         self.moe = self._combo("runtime.moe", MOE_CHOICES)
         pf.addRow("Experts", self.moe)
-        self.n_cpu_moe = self._spin("runtime.n_cpu_moe", 0, 512, 1, " layers")
+        self.n_cpu_moe = self._spin("runtime.n_cpu_moe", " layers")
         pf.addRow("CPU expert layers", self.n_cpu_moe)
-        self.margin = self._spin("runtime.fit_margin_mib", 0, 16384, 64, " MiB", kind="mib")
+        self.margin = self._spin("runtime.fit_margin_mib", " MiB", kind="mib")
+        self.margin.size_for(16384)  # as wide as 16 GiB, not the 1 TiB the Plan allows
         pf.addRow("Margin", self.margin)
-        self.gpu_layers = self._spin("runtime.n_gpu_layers", -1, 1024, 1, special="all", none=-1)
+        self.gpu_layers = self._spin("runtime.n_gpu_layers", special="all")
         pf.addRow("GPU layers", self.gpu_layers)
         self.load_mode = self._combo("runtime.load_mode", LOAD_CHOICES)
         pf.addRow("Weights", self.load_mode)
-        self.threads = self._spin("runtime.threads", 0, 1024, 1, special="engine default", none=0)
+        self.threads = self._spin("runtime.threads", special="engine default")
         pf.addRow("Threads", self.threads)
-        self.parallel = self._spin("runtime.parallel", 1, 256, 1)
+        self.parallel = self._spin("runtime.parallel")
         pf.addRow("Slots", self.parallel)
 
         left = QVBoxLayout()
@@ -266,18 +269,14 @@ class EnginePage(PlanPage):
         signal.connect(lambda *_: self._on_control_changed(control.path))
 
     def _spin(
-        self,
-        path: str,
-        low: int,
-        high: int,
-        step: int,
-        suffix: str = "",
-        special: str | None = None,
-        none: int | None = None,
-        kind: str = "count",
-    ) -> QSpinBox:
+        self, path: str, suffix: str = "", special: str | None = None, kind: str = "count"
+    ) -> NumberBox:
+        """A spin box over the setting's declared range and step; with ``special``, one step
+        below the range is None (the engine's own choice), shown as ``special``."""
+        low, high, step = setting(path).whole_range()
+        none = low - 1 if special is not None else None
         spin = NumberBox(kind, self)
-        spin.setRange(low, high)
+        spin.setRange(low if none is None else none, high)
         spin.setSingleStep(step)
         spin.setSuffix(suffix)
         spin.setKeyboardTracking(False)
@@ -295,10 +294,11 @@ class EnginePage(PlanPage):
         self._register(Control(path, spin, read, write), spin.valueChanged)
         return spin
 
-    def _double(self, path: str, low: float, high: float, step: float) -> QDoubleSpinBox:
+    def _double(self, path: str) -> QDoubleSpinBox:
+        declared = setting(path)
         spin = QDoubleSpinBox(self)
-        spin.setRange(low, high)
-        spin.setSingleStep(step)
+        spin.setRange(float(declared.low or 0.0), float(declared.high or 0.0))
+        spin.setSingleStep(float(declared.step))
         spin.setDecimals(2)
         spin.setKeyboardTracking(False)
         self._register(

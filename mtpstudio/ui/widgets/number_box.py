@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from PySide6.QtCore import QSize
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QSpinBox, QWidget
 
@@ -35,7 +36,32 @@ class NumberBox(QSpinBox):
     def __init__(self, kind: str = "count", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.kind = kind
+        self.widest: int | None = None
         self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToPreviousValue)
+
+    def size_for(self, widest: int) -> None:
+        """Be as wide as ``widest`` needs rather than the maximum (a box whose range is far
+        wider than the values people type keeps its width; a longer value still fits)."""
+        self.widest = widest
+        self.updateGeometry()
+
+    def sizeHint(self) -> QSize:
+        return self._narrowed(super().sizeHint())
+
+    def minimumSizeHint(self) -> QSize:
+        return self._narrowed(super().minimumSizeHint())
+
+    def _narrowed(self, hint: QSize) -> QSize:
+        if self.widest is None or self.widest >= self.maximum():
+            return hint
+        advance = self.fontMetrics().horizontalAdvance
+
+        def width(value: int) -> int:
+            return advance(f"{self.prefix()}{self.textFromValue(value)}{self.suffix()} ")
+
+        others = max(width(self.minimum()), advance(self.specialValueText()))
+        spare = max(width(self.maximum()), others) - max(width(self.widest), others)
+        return QSize(hint.width() - spare, hint.height())
 
     def parse(self, text: str) -> int | None:
         """The value ``text`` (without prefix, suffix or special text) means, or None."""

@@ -122,7 +122,8 @@ def test_a_model_under_tmp_is_warned_for_a_private_tmp_unit(tmp_path: Path) -> N
     plan = Plan(model=ModelChoice(path=model, card=None))
     from mtpstudio.core.model.gguf import read_model_info
 
-    resolved = resolve(plan, PlanningContext(machine_for(DetectionReport()), read_model_info(model)))
+    pctx = PlanningContext(machine_for(DetectionReport()), read_model_info(model))
+    resolved = resolve(plan, pctx)
     session = SessionSettings(igpu_card=None)
     system = export_files(resolved, UnitScope.SYSTEM, "bob", session=session, preview=True)
     assert "PrivateTmp=yes" in system.files["unit"].text

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mtpstudio.core.bench.target import BenchTarget
+from mtpstudio.core.detect.engines import probe_engine_file
 from mtpstudio.core.detect.report import detect_all
 from mtpstudio.core.engines.apikey import plan_api_key
 from mtpstudio.core.engines.caps import EngineBuild
@@ -35,6 +36,7 @@ from mtpstudio.core.planning import (
     machine_for,
     resolve,
 )
+from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.core.server.health import connect_host
 from mtpstudio.core.server.launch import (
     LaunchResult,
@@ -159,12 +161,16 @@ def prepare_resolved_launch(
     Nothing is detected again: the build, the target, MTP and the budget prediction are the
     ones ``resolved`` carries (the plan the GUI's pages showed). The plan is pinned to that
     build's binary; a plan for a catalogue card this computer does not have runs on what the
-    same machine facts hold (``card_not_here``).
+    same machine facts hold (``card_not_here``). Only when the pages planned with documented
+    flags for a binary the plan names (one their detection did not probe) is that one file
+    probed (cached), and the plan resolved with it on the same machine facts.
 
     Raises:
         ServerError / AdapterError / GgufError: something would make the start fail (no engine
             build was found, a file, the port); nothing has started.
     """
+    if not resolved.build.probed and resolved.plan.engine.binary is not None:
+        resolved = _with_named_build(resolved, Path(resolved.plan.engine.binary))
     choice = resolved.build
     if not choice.probed:
         flavour = resolved.plan.engine.flavour.value
@@ -185,6 +191,24 @@ def prepare_resolved_launch(
     if card_not_here(resolved.plan, resolved.pctx.machine) is not None:
         resolved = resolved.with_changes({"device": "auto"})
     return _prepared(resolved, build, path, environ=environ, log_path=log_path)
+
+
+def _with_named_build(resolved: ResolvedPlan, binary: Path) -> ResolvedPlan:
+    """``resolved`` on the same facts with the build at ``binary`` probed (the probe cached).
+
+    Raises:
+        ServerError: no program there, or it does not answer like a llama-server build.
+    """
+    check_binary(binary)
+    build = probe_engine_file(binary, SubprocessRunner()).to_build()
+    if build is None:
+        raise ServerError(
+            f"{binary} did not answer like a llama-server build mtpstudio knows",
+            hint="Pick another build on the Engine & options page (Browse…).",
+        )
+    pctx = resolved.pctx
+    machine = dataclasses.replace(pctx.machine, builds=(*pctx.machine.builds, build))
+    return resolve(resolved.plan, dataclasses.replace(pctx, machine=machine))
 
 
 def refuse_unresolved(plan: Plan) -> NoReturn:

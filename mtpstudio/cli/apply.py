@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.usecases.words import MtpStudioError
 
 
 def register(sub: Any) -> None:
@@ -237,7 +237,7 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
     from mtpstudio.core.desktop.reclaim import default_variant
     from mtpstudio.core.desktop.session_apply import desktop_facts, prepare_session, usable_variant
     from mtpstudio.core.desktop.session_files import SessionVariant
-    from mtpstudio.core.units import MIB
+    from mtpstudio.core.usecases.words import MIB
 
     root = _root(args)
     report = _detect()
@@ -288,16 +288,13 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
 
 
 def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list[str]]:
-    from mtpstudio.core.memory.machine import machine_facts
     from mtpstudio.core.plan import load_plan
-    from mtpstudio.core.service.render import UnitScope
-    from mtpstudio.core.service.service_files import install_files
-    from mtpstudio.core.usecases.planning_context import planning_context_for
+    from mtpstudio.core.usecases.service import UnitScope, install_files
+    from mtpstudio.core.usecases.workbench import resolved_for
 
     plan = load_plan(args.plan)
-    machine = machine_facts(_detect(include_engines=plan.engine.binary is None))
-    pctx = planning_context_for(plan, machine)
-    out = install_files(plan, pctx, UnitScope(scope_name), args.account)
+    resolved = resolved_for(plan, _detect(include_engines=plan.engine.binary is None))
+    out = install_files(resolved, UnitScope(scope_name), args.account)
     return out.files, list(out.messages)
 
 

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.bench.choices import EXPORT_FORMATS, PRESET_NAMES
-from mtpstudio.core.errors import BenchError, MtpStudioError
-from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan_choices import EngineFlavour
+from mtpstudio.core.usecases.words import BenchError, MtpStudioError, visible
 
 if TYPE_CHECKING:  # the command's body imports what it runs: registering it stays light
     from mtpstudio.core.bench.ab import ABReport, ABVariant, TargetOpener
@@ -27,7 +26,7 @@ if TYPE_CHECKING:  # the command's body imports what it runs: registering it sta
     from mtpstudio.core.bench.results import BenchReport, BenchSettings
     from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
     from mtpstudio.core.plan import Plan
-    from mtpstudio.core.planning import PlanningContext
+    from mtpstudio.core.usecases.workbench import PlanningContext
 
 # The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
 DEFAULT_LAUNCHER: ServerLauncher | None = None
@@ -264,9 +263,9 @@ class _Output:
         None for a server without a plan, or a model that cannot be read here."""
         from mtpstudio.core.detect.gather import detect_for
         from mtpstudio.core.plan import plan_from_json
-        from mtpstudio.core.planning import machine_for
         from mtpstudio.core.usecases.planning_context import planning_context_for
         from mtpstudio.core.usecases.speed import load_speed_inputs
+        from mtpstudio.core.usecases.workbench import machine_for
 
         if report.plan_json is None:
             return None

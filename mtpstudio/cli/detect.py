@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.units import GIB, MIB
+from mtpstudio.core.usecases.words import GIB, MIB
 
 if TYPE_CHECKING:  # the report's pydantic models load with the command, not its registration
     from mtpstudio.core.detect.models import DetectionReport, EngineInfo, GpuInfo, GpuProcess

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.outside_text import visible
 from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S
+from mtpstudio.core.usecases.words import visible
 
 
 def register(sub: Any) -> None:

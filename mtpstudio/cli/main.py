@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from mtpstudio import __version__
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.outside_text import visible
+from mtpstudio.core.usecases.words import MtpStudioError, visible
 
 # The module (mtpstudio/cli/<name>.py) that registers each subcommand, in help order, so a
 # command imports only its own module (launch stays quick); a test checks it is complete.

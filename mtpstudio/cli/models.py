@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.cli.plan import add_plan_options, plan_and_changes
-from mtpstudio.core.errors import HubError, PlanError
+from mtpstudio.core.usecases.words import HubError, PlanError
 
 
 def register(sub: Any) -> None:
@@ -55,8 +55,8 @@ def cmd_models_hf(args: argparse.Namespace) -> int:
     from mtpstudio.core.hub.fit_table import best_row, table_rows
     from mtpstudio.core.hub.listing import group_models
     from mtpstudio.core.hub.remote_header import read_remote_headers
-    from mtpstudio.core.paths import models_dir
-    from mtpstudio.core.planning import machine_for
+    from mtpstudio.core.usecases.words import models_dir
+    from mtpstudio.core.usecases.workbench import machine_for
 
     if args.model is not None or args.demo is not None:
         raise PlanError(
@@ -212,10 +212,10 @@ def _download(
     from mtpstudio.core.detect.gather import detect_for
     from mtpstudio.core.hub.download import DownloadProgress, download_model
     from mtpstudio.core.hub.listing import size_text
-    from mtpstudio.core.model.gguf import read_model_info
     from mtpstudio.core.plan import plan_with, save_plan
-    from mtpstudio.core.planning import evaluate, machine_for
+    from mtpstudio.core.usecases.model_files import read_model_info
     from mtpstudio.core.usecases.planning_context import planning_context_for
+    from mtpstudio.core.usecases.workbench import evaluate, machine_for
 
     model = row.header.model
     tty = sys.stderr.isatty()

@@ -10,10 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.errors import PlanError
 from mtpstudio.core.plan_choices import EngineFlavour
 from mtpstudio.core.plan_settings import SETTINGS, setting
-from mtpstudio.core.units import parse_token_count
+from mtpstudio.core.usecases.words import PlanError, parse_token_count
 
 if TYPE_CHECKING:
     from mtpstudio.core.plan import Plan
@@ -214,8 +213,8 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
 def _gpu_choice(text: str) -> str:
     """``--gpu``: auto, cpu, a device id, or a catalogue GPU by id or name (any case); anything
     else is refused with the catalogue's ids."""
-    from mtpstudio.core.errors import CatalogError
     from mtpstudio.core.model.catalog.gpus import catalogue_gpu_id, gpu_cards
+    from mtpstudio.core.usecases.words import CatalogError
 
     found = catalogue_gpu_id(text)
     if found is not None:
@@ -331,48 +330,43 @@ def _list_demo_cards() -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from mtpstudio.core.model.gguf import read_model_info
-    from mtpstudio.core.model.source import load_model_info
-    from mtpstudio.core.plan import plan_with, save_plan
+    """Print what the workbench answers for the plan the options describe."""
+    from mtpstudio.core.plan import save_plan
 
     if args.demo == "list":
         return _list_demo_cards()
     plan, changes = plan_and_changes(args)
-    info = load_model_info(plan.model)
-    if args.plan is None and "runtime.ctx" not in changes:  # the default, not a choice
-        from mtpstudio.core.model.defaults import ctx_for_model
+    # the files are read before the planner loads: a bad one is refused quickly
+    from mtpstudio.core.usecases.model_files import read_plan_models
 
-        plan = plan_with(plan, {"runtime.ctx": ctx_for_model(plan.runtime.ctx, info)})
-    draft = read_model_info(plan.draft.path) if plan.draft.path is not None else None
-    # the planner loads once the options and the files have been read: a bad one is quick
-    from mtpstudio.core.detect.gather import detect_for
-    from mtpstudio.core.plan_text import budget_report, model_summary_json, plan_report
-    from mtpstudio.core.planning import (
-        desktop_choices,
-        evaluate,
-        machine_for,
-        published_demo_plan,
+    plan, info, draft = read_plan_models(plan, default_ctx="runtime.ctx" not in changes
+                                         and args.plan is None)  # fmt: skip
+    from mtpstudio.core.usecases.plan_text import (
+        budget_report,
+        model_summary_json,
+        plan_report,
+        speed_lines,
     )
-    from mtpstudio.core.server.reconcile import last_measured_text
-    from mtpstudio.core.speed.words import speed_lines
-    from mtpstudio.core.usecases.planning_context import planning_context_for
     from mtpstudio.core.usecases.speed import load_speed_inputs
+    from mtpstudio.core.usecases.workbench import Workbench, detect_for
 
-    pctx = planning_context_for(
-        plan, machine_for(detect_for(plan)), info, draft=draft, speed=load_speed_inputs()
-    )
+    bench = Workbench(speed=load_speed_inputs())
+    bench.set_report(detect_for(plan))
+    bench.set_model(info)
+    bench.set_draft(draft, plan.draft.path)
     defaults_line = ""
     if plan.model.path is None and args.plan is None:
-        plan, defaults_line = published_demo_plan(plan, pctx, frozenset(changes))
-    result = evaluate(plan, pctx)
+        plan, defaults_line = bench.demo_defaults(plan, frozenset(changes))
+    result = bench.result(plan)
+    assert result is not None  # the model is read
     budget = replace(result.budget, warnings=result.warnings)
     effective = result.effective or plan
     verdict = result.verdict
-    unloadable = _unloadable_files(plan, info, draft)
+    unloadable = bench.unloadable_files(plan)
     if args.save:
         save_plan(plan, args.save)
     if args.json:
-        fields = plan_json_fields(result, desktop_choices(plan, pctx), defaults_line)
+        fields = plan_json_fields(result, bench.desktop_choices(plan), defaults_line)
         options = fields.pop("effective_options")
         model = str(plan.model.path) if plan.model.path is not None else None
         data = (
@@ -402,7 +396,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if result.speed is not None:
             verdict_lines += speed_lines(result.speed)
         sys.stdout.write(budget_report(budget, result.argv, verdict_lines))
-        measured = last_measured_text(pctx.machine.build_for(plan), result.target.device.id)
+        measured = bench.last_measured(plan, result.target.device.id)
         if measured:
             print(f"\n{measured}")
         if args.save:
@@ -410,27 +404,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.check and (not verdict.ok or unloadable):
         return EXIT_DOES_NOT_FIT
     return 0
-
-
-def _unloadable_files(plan: Plan, info: Any, draft: Any) -> list[str]:
-    """Sentences for the model files the engine cannot load (header only, incomplete)."""
-    from mtpstudio.core.errors import GgufError
-    from mtpstudio.core.model.file_state import require_whole_model
-
-    out = []
-    for path, facts, role in (
-        (plan.model.path, info, "model"),
-        (plan.draft.path, draft, "draft model"),
-    ):
-        if path is None or facts is None:
-            continue
-        try:
-            require_whole_model(facts, path, role)
-        except GgufError as exc:
-            said = str(exc)
-            refused = "launch, apply unit and export-unit refuse it"
-            out.append(f"{said[:1].upper()}{said[1:]}; {refused}. {exc.hint}")
-    return out
 
 
 def plan_json_fields(result: Any, desktop: list[Any], defaults_line: str) -> dict[str, Any]:

@@ -37,20 +37,17 @@ def _export_files(args: argparse.Namespace) -> Any:
     from mtpstudio.core.desktop.session_apply import desktop_facts
     from mtpstudio.core.detect.gather import detect_for
     from mtpstudio.core.plan import load_plan
-    from mtpstudio.core.planning import machine_for
-    from mtpstudio.core.service.render import UnitScope
-    from mtpstudio.core.service.service_files import export_files
-    from mtpstudio.core.usecases.planning_context import planning_context_for
+    from mtpstudio.core.usecases.service import UnitScope, export_files
+    from mtpstudio.core.usecases.workbench import resolved_for
 
     plan = load_plan(args.plan)
-    machine = machine_for(detect_for(plan))
-    pctx = planning_context_for(plan, machine)
-    session = desktop_facts(None).settings(machine.igpu_card)
-    return export_files(plan, pctx, UnitScope(args.scope), args.user, session=session)
+    resolved = resolved_for(plan, detect_for(plan))
+    session = desktop_facts(None).settings(resolved.pctx.machine.igpu_card)
+    return export_files(resolved, UnitScope(args.scope), args.user, session=session)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from mtpstudio.core.service.export import write_files
+    from mtpstudio.core.usecases.service import write_files
 
     out = _export_files(args)
     files = out.files
@@ -66,8 +63,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_export_unit(args: argparse.Namespace) -> int:
-    from mtpstudio.core.service.export import write_service_set
-    from mtpstudio.core.service.render import UnitScope
+    from mtpstudio.core.usecases.service import UnitScope, write_service_set
 
     out = _export_files(args)
     files = dict(out.files)

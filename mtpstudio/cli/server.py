@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.errors import ServerError
-from mtpstudio.core.outside_text import visible
+from mtpstudio.core.usecases.words import ServerError, visible
 
 
 def register(sub: Any) -> None:

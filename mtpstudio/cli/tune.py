@@ -14,8 +14,8 @@ from types import FrameType
 from typing import Any
 
 from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.errors import BenchError
 from mtpstudio.core.plan_choices import CacheType
+from mtpstudio.core.usecases.words import BenchError
 
 
 def register(sub: Any) -> None:

@@ -306,7 +306,8 @@ def resolve(plan: Plan, pctx: PlanningContext) -> ResolvedPlan:
 
 
 def budget_for(resolved: ResolvedPlan) -> Budget:
-    """The memory budget of a resolved plan (the draft model and stored measurements counted)."""
+    """The memory budget of a resolved plan (the draft model and stored measurements counted);
+    MTP as ``resolve`` decided it."""
     plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
     facts = resolved.profile.memory
     weights = pctx.weights
@@ -316,10 +317,24 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
         from mtpstudio.core.memory.split_budget import compute_split_budget
 
         budget = compute_split_budget(
-            plan, pctx.model, resolved.devices.devices, facts, target.host, weights
+            plan,
+            pctx.model,
+            resolved.devices.devices,
+            facts,
+            target.host,
+            weights,
+            mtp_active=resolved.mtp.active,
         )
     else:
-        budget = compute_budget(plan, pctx.model, target.device, facts, target.host, weights)
+        budget = compute_budget(
+            plan,
+            pctx.model,
+            target.device,
+            facts,
+            target.host,
+            weights,
+            mtp_active=resolved.mtp.active,
+        )
     if pctx.draft_model is not None and plan.draft.path is not None:
         budget = with_draft(budget, plan, pctx.draft_model, facts)
     if pctx.measurements and resolved.build.probed:
@@ -417,7 +432,7 @@ def speed_for(
     inputs = pctx.speed
     gpus = [resolved.target.device] if resolved.target.device.is_gpu else []
     cards = {d.id: card_rates(d) for d in gpus}  # one entry per GPU the budget plans
-    mtp = resolved.mtp.active and budget.effective.mtp_active
+    mtp = resolved.mtp.active
     if mtp and acceptance is None:
         acceptance = inputs.acceptance_for(model_key(resolved.plan), plan.engine.flavour.value)
     shape = DecodeShape(
@@ -502,10 +517,10 @@ def plan_standing(resolved: ResolvedPlan, budget: Budget | None = None) -> Stand
 
 
 def suggestion_standing(s: FitSuggestion, resolved: ResolvedPlan) -> Standing:
-    """The same for a lever's answer: MTP is kept unless the lever turned it off."""
-    mtp = resolved.mtp.active and s.changes.get("mtp.enabled") is not False
-    speed = speed_for(resolve(s.plan, resolved.pctx), s.budget).decode_tok_s
-    return standing(s.budget, resolved.model, mtp, speed)
+    """The same for a lever's answer, MTP as the changed plan resolves it."""
+    other = resolve(s.plan, resolved.pctx)
+    speed = speed_for(other, s.budget).decode_tok_s
+    return standing(s.budget, resolved.model, other.mtp.active, speed)
 
 
 def fit_suggestions(resolved: ResolvedPlan, budget: Budget | None = None) -> list[FitSuggestion]:

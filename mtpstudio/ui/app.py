@@ -9,9 +9,9 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan
+from mtpstudio.core.usecases.model_files import DEFAULT_GPU_CARD
+from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.ui.icons import app_icon
 from mtpstudio.ui.smoke import arm_smoke_screenshot
 
@@ -42,15 +42,15 @@ def ensure_application() -> QApplication:
 def demo_plan() -> Plan:
     """The demo: the demo model card on the catalogue RTX 4070 SUPER, with the published MTP
     setup when the memory model says it fits that card (else the Plan's defaults)."""
-    from mtpstudio.core.planning import machine_for, published_demo_plan
-    from mtpstudio.core.usecases.planning_context import planning_context_for
+    from mtpstudio.core.usecases.workbench import Workbench, load_model_info
 
     plan = Plan(device=DEFAULT_GPU_CARD)
+    bench = Workbench()  # no detection: the catalogue card is the machine
     try:
-        pctx = planning_context_for(plan, machine_for(None))
+        bench.set_model(load_model_info(plan.model))
+        return bench.demo_defaults(plan, frozenset())[0]
     except MtpStudioError:
         return plan  # the card's header cannot be built: the plain defaults still work
-    return published_demo_plan(plan, pctx)[0]
 
 
 def run_app(plan: Plan | None = None, *, demo: bool = False) -> int:

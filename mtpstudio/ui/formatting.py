@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.outside_text import visible
-from mtpstudio.core.units import GIB, MIB
+from mtpstudio.core.usecases.words import GIB, MIB, error_sentence
+
+__all__ = ["error_sentence", "gb_gib", "gib", "mib", "signed_mib"]
 
 
 def mib(n_bytes: int | None) -> str:
@@ -31,15 +31,3 @@ def signed_mib(delta_mib: float) -> str:
     (not "-0.00" or "+0.00")."""
     rounded = round(delta_mib, 2)
     return "0.00" if rounded == 0 else f"{rounded:+,.2f}"
-
-
-def error_sentence(exc: BaseException) -> str:
-    """One readable sentence for an exception (core errors carry their own wording)."""
-    if isinstance(exc, MtpStudioError):
-        text = str(exc)
-        if exc.hint:
-            text += f". {exc.hint}" if not text.endswith(".") else f" {exc.hint}"
-    else:
-        text = f"Unexpected error ({type(exc).__name__}): {exc}"
-    text = visible(" ".join(text.split()))
-    return text[:1].upper() + text[1:]

@@ -7,7 +7,7 @@ import shlex
 from pydantic import BaseModel
 
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.planning import LaunchSpec
+from mtpstudio.core.usecases.workbench import LaunchSpec
 
 
 def field_description(path: str) -> str:

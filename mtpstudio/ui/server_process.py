@@ -1,8 +1,9 @@
 """The server the GUI starts: a ``QProcess`` over core's launch spec, watched without blocking.
 
 Built from the same steps as ``mtpstudio launch`` (the launch use case, ``core.usecases.launch``):
-``find_build`` and ``prepare_launch`` (checks, the plan resolved for this machine, the command;
-no argv logic here) run as a background task; the
+``prepare_resolved_launch`` (checks, then the command of exactly the plan the pages resolved
+and showed, nothing detected again; a bare Plan goes through ``find_build`` and
+``prepare_launch`` instead; no argv logic here) runs as a background task; the
 process is a ``QProcess`` in its own session whose output goes straight to the log file (so a
 server left running outlives the window and keeps logging); the log is followed with core's
 ``LogFollower`` on a timer; ``wait_healthy`` runs as a task. The state is recorded with
@@ -29,9 +30,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.planning import EngineBuild, Reconciliation
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.diagnosis import Diagnosis, diagnose
 from mtpstudio.core.server.health import (
@@ -52,8 +51,11 @@ from mtpstudio.core.usecases.launch import (
     find_build,
     measure_launch,
     prepare_launch,
+    prepare_resolved_launch,
     record_state,
 )
+from mtpstudio.core.usecases.words import MtpStudioError
+from mtpstudio.core.usecases.workbench import EngineBuild, Reconciliation, ResolvedPlan
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 
@@ -198,8 +200,12 @@ class GuiServer(QObject):
 
     # -- start ----------------------------------------------------------------------------------
 
-    def start(self, plan: Plan, timeout: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
-        """Check and start ``plan``'s server (asynchronously; the signals say how it went)."""
+    def start(self, plan: Plan | ResolvedPlan, timeout: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
+        """Check and start the server (asynchronously; the signals say how it went).
+
+        A ``ResolvedPlan`` starts exactly as resolved (its build, target and MTP: what the
+        pages showed); a bare ``Plan`` is resolved here, with the build the finder names.
+        """
         if self.busy:
             self.start_refused.emit("A server is already starting or running; stop it first.")
             return
@@ -211,6 +217,8 @@ class GuiServer(QObject):
         finder = self._find_build
 
         def job(token: CancelToken) -> PreparedLaunch:
+            if isinstance(plan, ResolvedPlan):
+                return prepare_resolved_launch(plan)
             return prepare_launch(plan, finder(plan))
 
         self._tasks.run(
@@ -219,6 +227,14 @@ class GuiServer(QObject):
             self._on_prepare_failed,
             key="server-prepare",
         )
+
+    def refuse(self, sentence: str) -> None:
+        """Refuse a start before it begins (the caller found why): FAILED, ``start_refused``."""
+        if self.busy:
+            self.start_refused.emit("A server is already starting or running; stop it first.")
+            return
+        self._set_phase(ServerPhase.FAILED)
+        self.start_refused.emit(sentence)
 
     def _on_prepare_failed(self, exc: BaseException) -> None:
         self._set_phase(ServerPhase.FAILED)

@@ -1,45 +1,44 @@
-"""The wizard's shared state: one Plan, the detection report and the model header.
+"""The wizard's shared state: one Plan, and Qt signals over the workbench that plans it.
 
 Pages read ``state.plan`` and write their slice through ``state.update({...})``; every change
-replaces the Plan (Plans are immutable) and emits ``plan_changed``. Detection and GGUF reading
-run as background tasks (``ui.tasks``); their results arrive on the GUI thread and are
-announced with ``report_changed`` / ``model_changed``. The planning context (machine facts +
-model) is built once per report/model pair, so evaluating a Plan stays cheap enough to follow a
-slider (``evaluation()`` caches the answer per Plan).
+replaces the Plan (Plans are immutable) and emits ``plan_changed``. What the plan is planned
+with and every answer about it live in ``state.bench`` (``core.usecases.workbench``, Qt-free):
+the machine, the model and draft model, measurements, the evaluation cache, the levers and
+the reasons a control is disabled. This object only runs detection, GGUF reading and the
+evaluation as background tasks (``ui.tasks``), hands their results to the workbench on the GUI
+thread and announces them (``report_changed`` / ``model_changed`` / ``evaluated`` …).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from mtpstudio.core.detect.gather import DetectionReport
-from mtpstudio.core.detect.models import EngineInfo
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
-from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import ModelChoice, Plan, plan_with
-from mtpstudio.core.planning import (
-    Budget,
+from mtpstudio.core.usecases.words import MtpStudioError
+from mtpstudio.core.usecases.workbench import (
+    DEFAULT_GPU_CARD,
     BuildChoice,
+    DetectionReport,
+    EngineInfo,
+    Evaluation,
     MachineFacts,
+    ModelInfo,
     PlanningContext,
-    PlanResult,
-    ResolvedTarget,
+    ResolvedPlan,
     SpeedInputs,
-    budget_for,
-    effective_build,
-    evaluate,
-    machine_for,
-    resolve,
+    Workbench,
+    catalogue_ids,
+    discrete_gpu_ids,
+    evaluate_plan,
+    gpu_card,
+    load_model_info,
+    read_model_info,
+    replanned_for_model,
 )
-from mtpstudio.core.usecases.planning_context import planning_context_for
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 
@@ -54,62 +53,14 @@ EVALUATE_KEY = "evaluate"
 SPEED_KEY = "speed-inputs"
 
 
-def catalogue_ids() -> frozenset[str]:
-    return frozenset(card.id for card in gpu_cards())
-
-
-def discrete_gpu_ids(report: DetectionReport | None) -> list[str]:
-    """Detected GPUs a plan can target (integrated GPUs share system RAM and are not offered)."""
-    if report is None:
-        return []
-    return [g.id for g in report.gpus if not g.integrated]
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """One Plan evaluated: the full result, or at least the budget, or only the error."""
-
-    plan: Plan
-    result: PlanResult | None
-    budget: Budget | None
-    target: ResolvedTarget | None
-    error: str | None = None
-
-    @property
-    def warnings(self) -> tuple[str, ...]:
-        if self.result is not None:
-            return self.result.warnings
-        return self.budget.warnings if self.budget is not None else ()
-
-    @property
-    def argv(self) -> list[str] | None:
-        return self.result.argv if self.result is not None else None
-
-
-def evaluate_plan(plan: Plan, pctx: PlanningContext) -> Evaluation:
-    """``planning.evaluate`` without fit suggestions; a command-line error keeps the budget."""
-    try:
-        result = evaluate(plan, pctx, suggest=False)
-    except MtpStudioError as exc:
-        message = error_sentence(exc)
-        try:
-            resolved = resolve(plan, pctx)
-            target, budget = resolved.target, budget_for(resolved)
-        except MtpStudioError:
-            return Evaluation(plan, None, None, None, message)
-        return Evaluation(plan, None, budget, target, message)
-    return Evaluation(plan, result, result.budget, result.target)
-
-
-PLACEMENT_FIELDS = ("moe", "n_cpu_moe", "n_gpu_layers")
-"""What a model change plans anew (layer counts and expert placement belong to one model)."""
-
-
-def replanned_for_model(plan: Plan, choice: ModelChoice) -> Plan:
-    """``plan`` for another model: the model, and the default placement for it."""
-    fresh = Plan().runtime
-    runtime = plan.runtime.model_copy(update={f: getattr(fresh, f) for f in PLACEMENT_FIELDS})
-    return plan.model_copy(update={"model": choice, "runtime": runtime})
+__all__ = [
+    "Evaluation",
+    "WizardState",
+    "catalogue_ids",
+    "discrete_gpu_ids",
+    "evaluate_plan",
+    "replanned_for_model",
+]
 
 
 class WizardState(QObject):
@@ -138,22 +89,44 @@ class WizardState(QObject):
         self._tasks = tasks
         self._detector = detector
         self._model_loader = model_loader
-        self.report: DetectionReport | None = None
+        self.bench = Workbench()
         self.detection_error: str | None = None
         self.device_notice: str | None = None
-        self.model_info: ModelInfo | None = None
         self.model_choice: ModelChoice | None = None  # the choice model_info was read from
         self.model_error: str | None = None
         self._loading_choice: ModelChoice | None = None
         self._failed_choice: ModelChoice | None = None
-        self.draft_info: ModelInfo | None = None
-        self.draft_path: Path | None = None  # the file draft_info was read from
         self.draft_error: str | None = None
         self._draft_tried: Path | None = None  # the plan's draft file being read or unreadable
-        self._context: PlanningContext | None = None
-        self.speed_inputs = SpeedInputs()  # an assumed desktop until the probe's rates land
-        self._evaluation: Evaluation | None = None
         self._last_evaluation: Evaluation | None = None  # the newest, of any Plan
+
+    # -- the workbench's facts ------------------------------------------------------------------
+
+    @property
+    def report(self) -> DetectionReport | None:
+        """What detection found (None: not yet, or it failed)."""
+        return self.bench.report
+
+    @property
+    def model_info(self) -> ModelInfo | None:
+        """The plan's model header (None until it is read)."""
+        return self.bench.model
+
+    @property
+    def draft_info(self) -> ModelInfo | None:
+        """The separate draft model's header (None: none read)."""
+        return self.bench.draft
+
+    @property
+    def draft_path(self) -> Path | None:
+        """The file ``draft_info`` was read from."""
+        return self.bench.draft_path
+
+    @property
+    def speed_inputs(self) -> SpeedInputs:
+        """The rates and stored runs speeds are estimated with (an assumed desktop until the
+        probe's rates land)."""
+        return self.bench.speed
 
     # -- the Plan -----------------------------------------------------------------------------
 
@@ -171,7 +144,6 @@ class WizardState(QObject):
         if plan == self._plan:
             return
         self._plan = plan
-        self._evaluation = None
         if plan.model not in (self.model_choice, self._loading_choice, self._failed_choice):
             self._start_model_load(plan.model, commit=False)
         draft = plan.draft.path
@@ -203,9 +175,7 @@ class WizardState(QObject):
 
     def set_report(self, report: DetectionReport | None) -> None:
         """Use this report (tests and the screenshot command may set one directly)."""
-        self.report = report
-        self._context = None
-        self._evaluation = None
+        self.bench.set_report(report)
         self.normalize_device()
         self.report_changed.emit(report)
         self.activity_changed.emit()
@@ -287,9 +257,8 @@ class WizardState(QObject):
 
         def done(info: ModelInfo) -> None:
             self._loading_choice = self._failed_choice = None
-            self.model_info, self.model_choice, self.model_error = info, choice, None
-            self._context = None
-            self._evaluation = None
+            self.model_choice, self.model_error = choice, None
+            self.bench.set_model(info)
             if commit and self._plan.model != choice:
                 # another model: its placement is planned anew (the engine's fit, every layer
                 # offered to the GPU), not carried over from the model before
@@ -302,9 +271,8 @@ class WizardState(QObject):
             self.model_error = error_sentence(exc)
             if not commit:  # the plan's own model cannot be read: nothing to plan with
                 self._failed_choice = choice
-                self.model_info, self.model_choice = None, None
-                self._context = None
-                self._evaluation = None
+                self.model_choice = None
+                self.bench.set_model(None)
                 self.model_changed.emit(None)
             self.model_failed.emit(self.model_error)
             self.activity_changed.emit()
@@ -335,9 +303,8 @@ class WizardState(QObject):
 
         def done(info: ModelInfo) -> None:
             self._draft_tried = None
-            self.draft_info, self.draft_path, self.draft_error = info, path, None
-            self._context = None
-            self._evaluation = None
+            self.draft_error = None
+            self.bench.set_draft(info, path)
             if commit and self._plan.draft.path != path:
                 try:
                     self.update({"draft.path": str(path)})
@@ -366,27 +333,18 @@ class WizardState(QObject):
 
     def machine(self) -> MachineFacts:
         """The machine as the planner sees it (no GPU, no builds until detection answers)."""
-        return machine_for(self.report)
+        return self.bench.machine()
 
     def context(self) -> PlanningContext | None:
-        """Machine + model, built once per report/model; None until the model is read."""
-        if self.model_info is None:
-            return None
-        wanted = self._plan.draft.path
-        draft = self.draft_info if wanted is not None and wanted == self.draft_path else None
-        if self._context is None or self._context.draft_model is not draft:
-            self._context = planning_context_for(
-                self._plan, self.machine(), self.model_info, draft=draft, speed=self.speed_inputs
-            )
-        return self._context
+        """What the current Plan is planned with (``Workbench.context``); None until the model
+        is read."""
+        return self.bench.context(self._plan)
 
     def set_speed_inputs(self, inputs: SpeedInputs) -> None:
         """Plan speeds with this computer's rates and stored runs from now on."""
-        if inputs == self.speed_inputs:
+        if inputs == self.bench.speed:
             return
-        self.speed_inputs = inputs
-        self._context = None
-        self._evaluation = None
+        self.bench.set_speed(inputs)
         self.speed_inputs_changed.emit()
 
     def load_speed_inputs(self, loader: SpeedLoader | None = None) -> None:
@@ -403,9 +361,16 @@ class WizardState(QObject):
 
     def build(self) -> BuildChoice:
         """The build the plan uses: the probed one, else its flavour's documented flags."""
-        pctx = self.context()
-        machine = pctx.machine if pctx is not None else self.machine()
-        return effective_build(self._plan, machine)
+        return self.bench.build(self._plan)
+
+    def resolved(self) -> ResolvedPlan | None:
+        """The current Plan resolved once, as the pages show it (the evaluation's, when there
+        is one): what Start launches. None until the model is read.
+
+        Raises:
+            MtpStudioError: the plan cannot be resolved.
+        """
+        return self.bench.resolved(self._plan)
 
     def evaluation(self, *, background: bool = False) -> Evaluation | None:
         """Budget, command line and warnings of the current Plan (cached per Plan).
@@ -416,16 +381,17 @@ class WizardState(QObject):
         the current Plan lands. Meanwhile the newest finished evaluation (of an earlier
         Plan) is returned, or None.
         """
+        kept = self.bench.cached(self._plan)
+        if kept is not None:
+            return kept
         pctx = self.context()
         if pctx is None:
             return None
-        if self._evaluation is not None and self._evaluation.plan is self._plan:
-            return self._evaluation
         if background:
             self._evaluate_in_background(pctx)
             return self._last_evaluation
-        self._evaluation = self._last_evaluation = evaluate_plan(self._plan, pctx)
-        return self._evaluation
+        self._last_evaluation = self.bench.evaluation(self._plan)
+        return self._last_evaluation
 
     def _evaluate_in_background(self, pctx: PlanningContext) -> None:
         if self._tasks.is_running(EVALUATE_KEY):
@@ -437,8 +403,8 @@ class WizardState(QObject):
 
         def done(evaluation: Evaluation) -> None:
             self._last_evaluation = evaluation
-            if plan is self._plan:
-                self._evaluation = evaluation
+            if plan is self._plan and self.context() is pctx:
+                self.bench.keep(evaluation)
                 self.evaluated.emit()
             else:
                 current = self.context()

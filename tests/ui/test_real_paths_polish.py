@@ -18,7 +18,7 @@ from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import ModelChoice, MoePlacement, Plan, plan_with
-from mtpstudio.core.planning import PlanningContext, machine_for
+from mtpstudio.core.planning import PlanningContext, machine_for, resolve
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import export_files
 from mtpstudio.ui.widgets.vram_bar import SEGMENT_STYLES
@@ -123,12 +123,13 @@ def test_a_model_under_tmp_is_warned_for_a_private_tmp_unit(tmp_path: Path) -> N
     from mtpstudio.core.model.gguf import read_model_info
 
     pctx = PlanningContext(machine_for(DetectionReport()), read_model_info(model))
+    resolved = resolve(plan, pctx)
     session = SessionSettings(igpu_card=None)
-    system = export_files(plan, pctx, UnitScope.SYSTEM, "bob", session=session, preview=True)
+    system = export_files(resolved, UnitScope.SYSTEM, "bob", session=session, preview=True)
     assert "PrivateTmp=yes" in system.files["unit"].text
     (note,) = [m for m in system.messages if "PrivateTmp" in m]
     assert f"the model {model} is under /tmp, which this system unit cannot see" in note
-    user = export_files(plan, pctx, UnitScope.USER, session=session, preview=True)
+    user = export_files(resolved, UnitScope.USER, session=session, preview=True)
     assert "PrivateTmp=yes" not in user.files["unit"].text
     assert not [m for m in user.messages if "PrivateTmp" in m]
 

@@ -113,7 +113,7 @@ def build_launch_spec(
     _emit_model(plan, b, model_path, assumed)
     key_file = _emit_server(plan, b, api_key_file or plan.server.api_key_file)
     _emit_context(plan, b, profile)
-    _emit_placement(plan, model, b, profile, cpu)
+    _emit_placement(plan, model, b, profile, cpu, mtp_active=decision.active)
     if plan.is_split and not cpu:
         _emit_split(plan, b, profile, devices)
     _emit_load_mode(plan, b, profile)
@@ -301,7 +301,13 @@ def _flash_attn_note(
 
 
 def _emit_placement(
-    plan: Plan, model: ModelInfo | None, b: SpecBuilder, profile: EngineProfile, cpu: bool
+    plan: Plan,
+    model: ModelInfo | None,
+    b: SpecBuilder,
+    profile: EngineProfile,
+    cpu: bool,
+    *,
+    mtp_active: bool,
 ) -> None:
     rt = plan.runtime
     fit = profile.fit
@@ -321,7 +327,7 @@ def _emit_placement(
         )
         return
     if rt.moe is MoePlacement.FIT:
-        _emit_fit(plan, model, b, profile)
+        _emit_fit(plan, b, profile, mtp_active)
     else:
         if fit.off_values is not None:
             b.emit(Option.FIT, list(fit.off_values), "runtime.moe", fit_off_note, required=False)
@@ -330,7 +336,7 @@ def _emit_placement(
     _emit_op_offload(plan, b, profile)
 
 
-def _emit_fit(plan: Plan, model: ModelInfo | None, b: SpecBuilder, profile: EngineProfile) -> None:
+def _emit_fit(plan: Plan, b: SpecBuilder, profile: EngineProfile, mtp_active: bool) -> None:
     rt = plan.runtime
     fit = profile.fit
     if rt.n_gpu_layers is not None:
@@ -346,9 +352,7 @@ def _emit_fit(plan: Plan, model: ModelInfo | None, b: SpecBuilder, profile: Engi
             "the smallest margin it honours, is used instead."
         )
         margin = 1
-    architectures = profile.memory.mtp_architectures
-    mtp_here = plan.mtp.enabled and (model is None or model.architecture in architectures)
-    if mtp_here and not fit.counts_mtp_context:
+    if mtp_active and not fit.counts_mtp_context:
         b.warn(
             f"{profile.name}'s fit does not count the MTP draft context; leave a larger "
             "fit margin so drafting has room."

@@ -345,7 +345,11 @@ def slot_context(plan: Plan, facts: EngineMemoryFacts) -> SlotContext:
 
 
 def _effective(
-    plan: Plan, model: ModelInfo, facts: EngineMemoryFacts, cpu_expert_layers: frozenset[int]
+    plan: Plan,
+    model: ModelInfo,
+    facts: EngineMemoryFacts,
+    cpu_expert_layers: frozenset[int],
+    mtp_active: bool | None = None,
 ) -> tuple[EffectiveSettings, list[str]]:
     rt = plan.runtime
     warnings: list[str] = []
@@ -353,15 +357,14 @@ def _effective(
     fa = rt.flash_attn is not FlashAttention.OFF
     cells = slot_context(plan, facts)
     n_ctx, n_ctx_seq, n_stream = cells.n_ctx, cells.n_ctx_seq, cells.n_stream
-    mtp_active = False
-    explicit = plan.mtp.enabled is True  # None is auto: on only where MTP can run, silently
-    if plan.mtp.enabled is not False:  # the planner passes MTP decided (planning.resolve)
-        mtp_active = model_mtp_blocker(model, facts) is None
-        if not mtp_active and explicit and not model.has_mtp:
+    if mtp_active is None:  # a plan the planner did not resolve: MTP runs where it can
+        mtp_active = plan.mtp.enabled is not False and model_mtp_blocker(model, facts) is None
+    if plan.mtp.enabled is True and not mtp_active:  # asked for, and it cannot run: say why
+        if not model.has_mtp:
             warnings.append(
                 "MTP is on but the model has no MTP (nextn) layer: the engine will not draft."
             )
-        elif not mtp_active and explicit:
+        elif model.architecture not in facts.mtp_architectures:
             warnings.append(
                 f"{facts.flavour.value} cannot run MTP for {model.architecture}: it loads "
                 "the model without drafting (switch engine or turn MTP off)."
@@ -422,6 +425,7 @@ def compute_budget(
     *,
     host_buffers: bool = True,
     fit_target_remedy: bool = True,
+    mtp_active: bool | None = None,
 ) -> Budget:
     """Predict what the engine allocates for ``plan`` on ``target``.
 
@@ -430,6 +434,8 @@ def compute_budget(
     own fit is simulated (see ``engine_fit_layers`` below). ``host_buffers=False`` leaves the
     replays of the ``CUDA_Host`` buffers out (the fit's projections do not count them);
     ``fit_target_remedy=False`` does not search the ``--fit-target`` that survives the growth.
+    ``mtp_active``: MTP as the planner decided it (``planning.resolve``), read as given; None
+    for a plan the planner did not resolve (MTP then runs where the model and engine can).
     """
     weights = weights or ModelWeights.from_model(model)
     host = host or HostSpec()
@@ -437,12 +443,12 @@ def compute_budget(
     asked = plan  # before the engine's fit sets its -ngl
     if cpu_expert_layers is None:
         if engine_fit_applies(plan, target):
-            fit = engine_fit_placement(plan, model, target, facts, host, weights)
+            fit = engine_fit_placement(plan, model, target, facts, host, weights, mtp_active)
             cpu_expert_layers, partial = fit.cpu_expert_layers, fit.partial
             plan = with_gpu_layers(plan, fit.n_gpu_layers)
         else:
             cpu_expert_layers = cpu_expert_layers_for(plan, model)
-    eff, warnings = _effective(plan, model, facts, cpu_expert_layers)
+    eff, warnings = _effective(plan, model, facts, cpu_expert_layers, mtp_active)
     placement = place(
         model,
         gpu=target.is_gpu,
@@ -637,7 +643,7 @@ def compute_budget(
     for d in devices:
         engine_fit = fit is not None and not fit.fails
         if d.fits is False and d.free_bytes is not None and engine_fit and fit_target_remedy:
-            remedy = surviving_fit_margin(asked, model, target, facts, host, weights)
+            remedy = surviving_fit_margin(asked, model, target, facts, host, weights, mtp_active)
             warnings.append(
                 f"the engine's fit with --fit-target {plan.runtime.fit_margin_mib} loads, but "
                 f"the process grows by {(growth.load_bytes + growth.bytes) / MIB:,.0f} MiB after "
@@ -862,25 +868,28 @@ class FitPlacement:
     """Upstream's own search (its layout, target and projections), where it was replayed."""
 
 
-def _fit_layers_from_back(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts) -> int:
+def _fit_layers_from_back(
+    plan: Plan, model: ModelInfo, facts: EngineMemoryFacts, mtp_active: bool | None = None
+) -> int:
     """How many blocks the fit counts: upstream adds the MTP block when it is loaded
-    (``hp_ngl += n_layer_nextn`` in common/fit.cpp), so its experts are the first to move."""
-    mtp_loaded = (
-        facts.fit_counts_mtp_block
-        and plan.mtp.enabled is not False  # on, or auto (on where it can run)
-        and model_mtp_blocker(model, facts) is None
-    )
+    (``hp_ngl += n_layer_nextn`` in common/fit.cpp), so its experts are the first to move.
+    ``mtp_active``: as the planner decided it (None: on, or auto, where it can run)."""
+    if mtp_active is None:
+        mtp_active = plan.mtp.enabled is not False and model_mtp_blocker(model, facts) is None
+    mtp_loaded = facts.fit_counts_mtp_block and mtp_active
     return model.block_count if mtp_loaded else model.n_layer
 
 
-def fit_layer_slots(plan: Plan, model: ModelInfo, facts: EngineMemoryFacts) -> int:
+def fit_layer_slots(
+    plan: Plan, model: ModelInfo, facts: EngineMemoryFacts, mtp_active: bool | None = None
+) -> int:
     """The largest ``-ngl`` the engine's fit sets: the blocks it counts plus the output layer.
 
     Upstream counts the trunk (and a loaded MTP block), so with MTP off its largest value
     leaves layer 0 on the CPU (``-ngl`` counts every block from the back); ik counts every block.
     """
     if facts.fit_counts_mtp_block:
-        return _fit_layers_from_back(plan, model, facts) + 1
+        return _fit_layers_from_back(plan, model, facts, mtp_active) + 1
     return model.block_count + 1
 
 
@@ -891,6 +900,7 @@ def engine_fit_placement(
     facts: EngineMemoryFacts,
     host: HostSpec,
     weights: ModelWeights,
+    mtp_active: bool | None = None,
 ) -> FitPlacement:
     """Expert layers and whole layers the engine's fit moves to the CPU.
 
@@ -901,8 +911,8 @@ def engine_fit_placement(
     does not fit with every expert in RAM stops (``Unable to auto-fit model``).
     """
     if facts.fit_splits_layers:  # upstream: its own arithmetic (common/fit.cpp)
-        return upstream_fit_placement(plan, model, target, facts, host, weights)
-    n = _fit_layers_from_back(plan, model, facts)
+        return upstream_fit_placement(plan, model, target, facts, host, weights, mtp_active)
+    n = _fit_layers_from_back(plan, model, facts, mtp_active)
 
     def fits(layers: frozenset[int], ngl: int | None = None) -> bool:
         budget = compute_budget(
@@ -913,6 +923,7 @@ def engine_fit_placement(
             host,
             weights,
             cpu_expert_layers=layers,
+            mtp_active=mtp_active,
         )
         return device_fits(budget)
 
@@ -929,7 +940,7 @@ def engine_fit_placement(
         if fits(every):
             return FitPlacement(every)
     # the largest -ngl that fits (the budget grows with every layer on the GPU)
-    lo, hi = 0, fit_layer_slots(plan, model, facts)
+    lo, hi = 0, fit_layer_slots(plan, model, facts, mtp_active)
     if not fits(every, ngl=hi):
         while lo < hi - 1:
             mid = (lo + hi) // 2
@@ -948,6 +959,7 @@ def upstream_fit_placement(
     facts: EngineMemoryFacts,
     host: HostSpec,
     weights: ModelWeights,
+    mtp_active: bool | None = None,
 ) -> FitPlacement:
     """Upstream's fit on one device, with the engine's own arithmetic (``engine_fit``).
 
@@ -957,7 +969,7 @@ def upstream_fit_placement(
     the driver's context at init, the desktop and other processes, and the recurrent state
     the measurement really allocated; less ``--fit-target``.
     """
-    hp_ngl = _fit_layers_from_back(plan, model, facts)
+    hp_ngl = _fit_layers_from_back(plan, model, facts, mtp_active)
     slots = hp_ngl + 1
 
     def budget_of(layout: Layout) -> Budget:
@@ -973,6 +985,7 @@ def upstream_fit_placement(
             cpu_expert_layers=lp.cpu_expert_layers,
             partial=lp.partial,
             host_buffers=False,
+            mtp_active=mtp_active,
         )
 
     whole = budget_of(Layout(slots, 0)).devices[0].segments
@@ -1011,6 +1024,7 @@ def surviving_fit_margin(
     facts: EngineMemoryFacts,
     host: HostSpec,
     weights: ModelWeights,
+    mtp_active: bool | None = None,
 ) -> int | None:
     """The smallest ``--fit-target`` (MiB, in steps of 64) with which the engine's own fit
     leaves room for what the process grows by after the load; None when up to 8 GiB more
@@ -1020,7 +1034,15 @@ def surviving_fit_margin(
         runtime = plan.runtime.model_copy(update={"fit_margin_mib": margin})
         trial = plan.model_copy(update={"runtime": runtime})
         budget = compute_budget(
-            trial, model, target, facts, host, weights, host_buffers=False, fit_target_remedy=False
+            trial,
+            model,
+            target,
+            facts,
+            host,
+            weights,
+            host_buffers=False,
+            fit_target_remedy=False,
+            mtp_active=mtp_active,
         )
         return all(  # the peak after the growth, without what is left of the margin
             d.total_bytes is None or d.used_bytes - d.segments["margin"] <= d.total_bytes

@@ -204,22 +204,26 @@ def compute_split_budget(
     *,
     layout: SplitLayout | None = None,
     host_buffers: bool = True,
+    mtp_active: bool | None = None,
 ) -> Budget:
     """Predict what the engine allocates on each of ``devices`` (the engine's order: RPC
     servers first, then local GPUs) and in system RAM for ``plan``.
 
     ``layout`` fixes the placement (the fit's projections use it); otherwise the plan's
     ``-ngl``/``-ts``/expert placement decide, or upstream's fit over the devices is replayed.
+    ``mtp_active``: MTP as the planner decided it (None: a plan it did not resolve).
     """
     devices = tuple(devices)
     weights = weights or ModelWeights.from_model(model)
     host = host or HostSpec()
     search: DevicesFitSearch | None = None
     warnings: list[str] = []
-    hp_ngl = _fit_layers_from_back(plan, model, facts)
+    hp_ngl = _fit_layers_from_back(plan, model, facts, mtp_active)
     if layout is None:
         if split_fit_applies(plan, devices, facts):
-            search, layout = replay_split_fit(plan, model, devices, facts, host, weights)
+            search, layout = replay_split_fit(
+                plan, model, devices, facts, host, weights, mtp_active
+            )
         else:
             layout = plan_layout(plan, model, devices)
             if plan.runtime.moe is MoePlacement.FIT and not facts.fit_splits_layers:
@@ -228,7 +232,7 @@ def compute_split_budget(
                     "plan shows every layer dealt by the devices' free memory (set GPU layers "
                     "and the split yourself to plan what you will run)"
                 )
-    eff, more = _effective(plan, model, facts, frozenset())
+    eff, more = _effective(plan, model, facts, frozenset(), mtp_active)
     warnings += more
     if plan.split.mode.value == "row":
         warnings.append(
@@ -581,12 +585,13 @@ def replay_split_fit(
     facts: EngineMemoryFacts,
     host: HostSpec,
     weights: ModelWeights,
+    mtp_active: bool | None = None,
 ) -> tuple[DevicesFitSearch, SplitLayout]:
     """Upstream's fit over ``devices`` with its own arithmetic: each query is the budget of
     that layout without the host's buffers; the projection per device is its weights, K/V
     cache, recurrent state and compute buffer, plus the MTP draft context measured with its
     own parameters (the engine's default placement) on that device."""
-    hp_ngl = _fit_layers_from_back(plan, model, facts)
+    hp_ngl = _fit_layers_from_back(plan, model, facts, mtp_active)
     nd = len(devices)
 
     def layout_of(query: DevicesQuery) -> SplitLayout:
@@ -599,7 +604,15 @@ def replay_split_fit(
 
     def budget_of(layout: SplitLayout) -> Budget:
         return compute_split_budget(
-            plan, model, devices, facts, host, weights, layout=layout, host_buffers=False
+            plan,
+            model,
+            devices,
+            facts,
+            host,
+            weights,
+            layout=layout,
+            host_buffers=False,
+            mtp_active=mtp_active,
         )
 
     whole = budget_of(SplitLayout(None, None))

@@ -1,7 +1,8 @@
-"""The service's files for a Plan: what ``apply unit`` installs and what ``export-unit`` writes.
+"""The service's files for a resolved Plan: what ``apply unit`` installs and ``export-unit`` writes.
 
 One function per use, shared by the CLI and the Service page, so the GUI writes the same
-bytes as the CLI (``mtpstudio export-unit``) and installs the same unit (``apply unit``).
+bytes as the CLI (``mtpstudio export-unit``) and installs the same unit (``apply unit``). Each
+takes the plan as ``planning.resolve`` decided it (target, build, MTP) and decides nothing again.
 """
 
 from __future__ import annotations
@@ -20,13 +21,7 @@ from mtpstudio.core.errors import RenderError
 from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.planning import (
-    LaunchSpec,
-    PlanningContext,
-    ResolvedPlan,
-    launch_spec_for,
-    resolve,
-)
+from mtpstudio.core.planning import LaunchSpec, ResolvedPlan, launch_spec_for
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
@@ -86,13 +81,14 @@ def account_for(scope: UnitScope, account: str | None) -> str | None:
     return account or getpass.getuser()
 
 
-def require_model_files(plan: Plan, pctx: PlanningContext) -> None:
+def require_model_files(resolved: ResolvedPlan) -> None:
     """A unit is written only for model files on this computer that the engine can load: not
     for a demo card, nor a missing, header-only or unfinished file (model and draft model).
 
     Raises:
         RenderError: one sentence saying why and what to do instead.
     """
+    plan, pctx = resolved.plan, resolved.pctx
     if plan.model.path is None:
         raise RenderError(
             f"the plan uses the demo card {plan.model.card}, not a model file on this computer, "
@@ -141,15 +137,12 @@ def hidden_by_private_tmp(plan: Plan, unit_text: str) -> list[str]:
 
 
 def install_files(
-    plan: Plan, pctx: PlanningContext, scope: UnitScope, account: str | None = None
+    resolved: ResolvedPlan, scope: UnitScope, account: str | None = None
 ) -> ServiceFiles:
     """Unit, env file and script as ``mtpstudio apply unit`` installs them (the same command
     and key file as ``export-unit``); refused unless the model files can be loaded."""
-    require_model_files(plan, pctx)
-    resolved = resolve(plan, pctx)
-    spec, notes = launch_spec_for(resolved, api_key_file=export_key_file(plan, create=False)[0])
-    require_runnable(spec, scope, account_for(scope, account), cuda=_cuda(resolved))
-    key_file, messages = export_key_file(plan, create=True)
+    check_exportable(resolved, scope, account)
+    key_file, messages = export_key_file(resolved.plan, create=True)
     plan = resolved.effective
     spec, notes = launch_spec_for(resolved, api_key_file=key_file)
     layout = ServiceLayout.for_plan(
@@ -179,8 +172,7 @@ def export_key_file(plan: Plan, *, create: bool) -> tuple[Path | None, list[str]
 
 
 def export_files(
-    plan: Plan,
-    pctx: PlanningContext,
+    resolved: ResolvedPlan,
     scope: UnitScope,
     account: str | None = None,
     *,
@@ -196,9 +188,8 @@ def export_files(
     key file's path does not depend on whether it exists yet) and the model file is not checked.
     """
     if not preview:
-        check_exportable(plan, pctx, scope, account)
-    key_file, messages = export_key_file(plan, create=not preview)
-    resolved = resolve(plan, pctx)
+        check_exportable(resolved, scope, account)
+    key_file, messages = export_key_file(resolved.plan, create=not preview)
     plan = resolved.effective  # the files say what the engine runs: MTP auto decided
     spec, notes = launch_spec_for(resolved, api_key_file=key_file)
     files = render_all(
@@ -216,17 +207,14 @@ def _cuda(resolved: ResolvedPlan) -> bool:
     return resolved.target.device.is_cuda
 
 
-def check_exportable(
-    plan: Plan, pctx: PlanningContext, scope: UnitScope, account: str | None = None
-) -> None:
+def check_exportable(resolved: ResolvedPlan, scope: UnitScope, account: str | None = None) -> None:
     """What export and install refuse, checked before anything is asked or written: the model
     files (loadable, on this computer), the engine binary, the account.
 
     Raises:
         RenderError: one sentence saying why, with what to do.
     """
-    require_model_files(plan, pctx)
-    resolved = resolve(plan, pctx)
-    key_file = export_key_file(plan, create=False)[0]
+    require_model_files(resolved)
+    key_file = export_key_file(resolved.plan, create=False)[0]
     spec, _ = launch_spec_for(resolved, api_key_file=key_file)
     require_runnable(spec, scope, account_for(scope, account), cuda=_cuda(resolved))

@@ -1,9 +1,11 @@
 """Launch and measure: a Plan resolved on this machine, its server prepared, started, reconciled.
 
-One path for ``mtpstudio launch``, ``bench --plan``, ``tune`` and the GUI's Start button:
-``prepare_launch`` finds nothing by itself (the build is given), checks the files, resolves the
-plan once with ``planning.resolve`` (target, MTP, the command line for the resolved target) and
-hands the server layer a finished command plus the budget prediction to reconcile against;
+One path for ``mtpstudio launch``, ``bench --plan`` and ``tune``: ``prepare_launch`` finds
+nothing by itself (the build is given), checks the files, resolves the plan once with
+``planning.resolve`` (target, MTP, the command line for the resolved target) and hands the
+server layer a finished command plus the budget prediction to reconcile against. The GUI's
+Start button runs ``prepare_resolved_launch``: the plan exactly as the pages resolved and showed
+it (its build, target, MTP, budget), nothing detected again (Vorta's prepare, then run);
 ``run_launch`` (the CLI's subprocess) or the GUI's ``QProcess`` start it; ``measure_launch``
 sets the prediction against the logged sizes; ``bench_target`` hands the server to the
 benchmark. The plain types the GUI needs are re-exported here.
@@ -14,13 +16,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NoReturn
 
 from mtpstudio.core.bench.target import BenchTarget
+from mtpstudio.core.detect.engines import probe_engine_file
 from mtpstudio.core.detect.gather import detect_all
 from mtpstudio.core.engines.apikey import plan_api_key
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
-from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.model.catalog.gpus import gpu_card
 from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
@@ -32,6 +36,7 @@ from mtpstudio.core.planning import (
     machine_for,
     resolve,
 )
+from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.core.server.health import connect_host
 from mtpstudio.core.server.launch import (
     LaunchResult,
@@ -43,6 +48,7 @@ from mtpstudio.core.server.launch import (
     record_state,
     run_launch,
 )
+from mtpstudio.core.server.preflight import check_binary, check_model
 from mtpstudio.core.server.process import ProcessOutcome, stop_pid
 from mtpstudio.core.server.state import (
     Liveness,
@@ -63,7 +69,9 @@ __all__ = [
     "launch_machine",
     "measure_launch",
     "prepare_launch",
+    "prepare_resolved_launch",
     "record_state",
+    "refuse_unresolved",
     "resolve_launch",
     "run_launch",
     "servers_elsewhere",
@@ -132,6 +140,109 @@ def prepare_launch(
             has started.
     """
     path, resolved = resolve_launch(plan, build, machine)
+    return _prepared(
+        resolved,
+        build,
+        path,
+        environ=environ,
+        log_path=log_path,
+        die_with_parent=die_with_parent,
+    )
+
+
+def prepare_resolved_launch(
+    resolved: ResolvedPlan,
+    *,
+    environ: Mapping[str, str] | None = None,
+    log_path: Path | None = None,
+) -> PreparedLaunch:
+    """Check the files and the port and build the command of exactly this resolved plan.
+
+    Nothing is detected again: the build, the target, MTP and the budget prediction are the
+    ones ``resolved`` carries (the plan the GUI's pages showed). The plan is pinned to that
+    build's binary; a plan for a catalogue card this computer does not have runs on what the
+    same machine facts hold (``card_not_here``). Only when the pages planned with documented
+    flags for a binary the plan names (one their detection did not probe) is that one file
+    probed (cached), and the plan resolved with it on the same machine facts.
+
+    Raises:
+        ServerError / AdapterError / GgufError: something would make the start fail (no engine
+            build was found, a file, the port); nothing has started.
+    """
+    if not resolved.build.probed and resolved.plan.engine.binary is not None:
+        resolved = _with_named_build(resolved, Path(resolved.plan.engine.binary))
+    choice = resolved.build
+    if not choice.probed:
+        flavour = resolved.plan.engine.flavour.value
+        raise ServerError(
+            f"no {flavour} llama-server was found",
+            hint="Pick a build on the Engine & options page, or add its folder to $PATH and "
+            "press Refresh on the Hardware page.",
+        )
+    build = choice.build
+    if resolved.plan.engine.binary is None:  # the build shown, named (no decision changes)
+        named = {"engine.binary": str(build.binary)}
+        resolved = dataclasses.replace(
+            resolved,
+            plan=plan_with(resolved.plan, named),
+            effective=plan_with(resolved.effective, named),
+        )
+    path, _, _ = preflight(resolved.plan, build)
+    if card_not_here(resolved.plan, resolved.pctx.machine) is not None:
+        resolved = resolved.with_changes({"device": "auto"})
+    return _prepared(resolved, build, path, environ=environ, log_path=log_path)
+
+
+def _with_named_build(resolved: ResolvedPlan, binary: Path) -> ResolvedPlan:
+    """``resolved`` on the same facts with the build at ``binary`` probed (the probe cached).
+
+    Raises:
+        ServerError: no program there, or it does not answer like a llama-server build.
+    """
+    check_binary(binary)
+    build = probe_engine_file(binary, SubprocessRunner()).to_build()
+    if build is None:
+        raise ServerError(
+            f"{binary} did not answer like a llama-server build mtpstudio knows",
+            hint="Pick another build on the Engine & options page (Browse…).",
+        )
+    pctx = resolved.pctx
+    machine = dataclasses.replace(pctx.machine, builds=(*pctx.machine.builds, build))
+    return resolve(resolved.plan, dataclasses.replace(pctx, machine=machine))
+
+
+def refuse_unresolved(plan: Plan) -> NoReturn:
+    """Why a plan the pages could not resolve (its model unread) cannot start, in the order a
+    launch checks: the binary it names, the model file, else that the header is still being
+    read. Nothing is detected.
+
+    Raises:
+        ServerError / GgufError: always.
+    """
+    if plan.engine.binary is not None:
+        check_binary(Path(plan.engine.binary))
+    if plan.model.path is None:
+        raise ServerError(
+            f"the plan uses the demo card {plan.model.card}, which has no model file to run",
+            hint="Open your GGUF file on the Model page.",
+        )
+    check_model(Path(plan.model.path))
+    raise ServerError(
+        "the model's header has not been read yet",
+        hint="Wait until the Model page shows it, then press Start again.",
+    )
+
+
+def _prepared(
+    resolved: ResolvedPlan,
+    build: EngineBuild,
+    path: Path,
+    *,
+    environ: Mapping[str, str] | None = None,
+    log_path: Path | None = None,
+    die_with_parent: bool = False,
+) -> PreparedLaunch:
+    """The resolved plan's command (``-lv 4`` added) and budget as a process to start."""
     spec, _ = launch_spec_for(resolved, for_mtpstudio_launch=True, model_path=path)
 
     def predict() -> tuple[Budget, str]:

@@ -19,21 +19,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.advice import standing, where_words
-from mtpstudio.core.engines.availability import mtp_reason
-from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan import MoePlacement, Plan, native_context, setting
-from mtpstudio.core.plan_text import TRUST_LEGEND
-from mtpstudio.core.planning import (
+from mtpstudio.core.usecases.plan_text import (
+    NOT_MODELLED,
+    TRUST_LEGEND,
+    speed_summary,
+    step_words,
+    where_words,
+)
+from mtpstudio.core.usecases.words import MtpStudioError
+from mtpstudio.core.usecases.workbench import (
     Budget,
     FitSuggestion,
     fit_suggestions,
     follows_published_setup,
-    offload_and_context,
+    mtp_reason,
     published_setup_text,
-    resolve,
 )
-from mtpstudio.core.speed.words import NOT_MODELLED, speed_summary, step_words
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
@@ -402,10 +404,9 @@ class BudgetPage(PlanPage):
             return
         if evaluation.target is None or not evaluation.target.device.is_gpu:
             return
-        resolved = evaluation.result.resolved
-        if resolved is None:
+        now = self.state.bench.standing(evaluation)
+        if now is None:
             return
-        now = standing(evaluation.budget, resolved.model, resolved.mtp.active)
         applied = self.last_suggestion
         parts = []
         if applied is not None and applied.plan == self.state.plan:
@@ -422,17 +423,21 @@ class BudgetPage(PlanPage):
     def _start_levers(self, evaluation: Evaluation) -> None:
         """Rank every lever for this plan in the background (tens of budgets, ~0.1 s) and show
         the ones that make it faster: a reclaim that moves a layer is always said."""
-        plan, pctx = self.state.plan, self.state.context()
+        plan = self.state.plan
         on_gpu = evaluation.target is not None and evaluation.target.device.is_gpu
-        if plan == self._levers_for:
-            return
+        if plan == self._levers_for or evaluation.plan is not plan:
+            return  # (an earlier plan's: the current one's starts them when it lands)
         self._levers_for = plan
-        if pctx is None or not on_gpu:
+        try:
+            resolved = self.state.resolved()  # the plan the page shows, resolved once
+        except MtpStudioError:
+            resolved = None
+        if resolved is None or not on_gpu:
             self._show_faster([])
             return
 
         def work(token: CancelToken) -> list[FitSuggestion]:
-            return [s for s in fit_suggestions(resolve(plan, pctx)) if s.faster]
+            return [s for s in fit_suggestions(resolved) if s.faster]
 
         def failed(exc: BaseException) -> None:
             self._show_faster([])
@@ -537,10 +542,7 @@ class BudgetPage(PlanPage):
 
     def suggestions(self) -> list[FitSuggestion]:
         """The planner's two answers for the current Plan (a few milliseconds)."""
-        pctx = self.state.context()
-        if pctx is None:
-            return []
-        return offload_and_context(resolve(self.state.plan, pctx))
+        return self.state.bench.fit_answers(self.state.plan)
 
     def apply_suggestion(self, index: int) -> FitSuggestion | None:
         """Apply the planner's answer ``index`` (0: fewest experts or layers on the CPU, 1: the
@@ -570,9 +572,8 @@ class BudgetPage(PlanPage):
         """The ranked answers of every lever, one menu entry each (computed when the menu opens:
         a few dozen budgets, too many for every slider step)."""
         self.levers_menu.clear()
-        pctx = self.state.context()
         try:
-            ranked = fit_suggestions(resolve(self.state.plan, pctx)) if pctx is not None else []
+            ranked = self.state.bench.levers(self.state.plan)
         except MtpStudioError as exc:
             self.levers_menu.addAction(error_sentence(exc)).setEnabled(False)
             return []

@@ -59,11 +59,10 @@ from mtpstudio.core.desktop.session_apply import (
 )
 from mtpstudio.core.desktop.session_check import SessionCheckReport, check_session
 from mtpstudio.core.desktop.session_files import SessionVariant, render_nvidia_profile
-from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
 from mtpstudio.core.plan import DesktopReclaim, Plan
-from mtpstudio.core.planning import FitSuggestion, fit_suggestions, resolve
-from mtpstudio.core.units import MIB
+from mtpstudio.core.usecases.model_files import GpuCard, gpu_card
+from mtpstudio.core.usecases.words import MIB, MtpStudioError
+from mtpstudio.core.usecases.workbench import DetectionReport, FitSuggestion, fit_suggestions
 from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids
@@ -358,19 +357,20 @@ class DesktopPage(PlanPage):
         """What each reclaim does for this plan's speed (the budget page's ranking, tens of
         budgets in the background): experts moved onto the GPU, MTP kept, the estimated gain in
         tok/s; memory spare second."""
-        plan, pctx = self.state.plan, self.state.context()
+        plan = self.state.plan
         if plan == self._ranked_for and self.gains is not None:
             self._show_gains(self.gains)
             return
         self._ranked_for = plan
-        if pctx is None:
+        try:
+            resolved = self.state.resolved()  # the plan the pages show, resolved once
+        except MtpStudioError:
+            resolved = None
+        if resolved is None or not resolved.target.device.is_gpu:
             self._show_gains([])
             return
 
         def work(token: CancelToken) -> list[FitSuggestion]:
-            resolved = resolve(plan, pctx)
-            if not resolved.target.device.is_gpu:
-                return []
             return [s for s in fit_suggestions(resolved) if s.lever.startswith("desktop:")]
 
         self.state.tasks.run(work, self._show_gains, lambda _: self._show_gains([]),

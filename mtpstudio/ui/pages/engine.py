@@ -29,12 +29,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.availability import (
-    build_capabilities,
-    disabled_reasons,
-    engine_name,
-    mtp_reason,
-)
 from mtpstudio.core.plan import (
     CacheType,
     FlashAttention,
@@ -43,7 +37,14 @@ from mtpstudio.core.plan import (
     Plan,
     setting,
 )
-from mtpstudio.core.planning import BuildChoice, EngineBuild, LaunchSpec, build_choices
+from mtpstudio.core.usecases.workbench import (
+    BuildChoice,
+    EngineBuild,
+    LaunchSpec,
+    build_capabilities,
+    engine_name,
+    mtp_reason,
+)
 from mtpstudio.ui.help_text import field_description, setting_tooltip
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
@@ -365,7 +366,7 @@ class EnginePage(PlanPage):
 
     def build_choices(self) -> list[BuildChoice]:
         """Every probed build, then each flavour without one as its documented flags."""
-        return build_choices(self.state.machine())
+        return self.state.bench.build_choices()
 
     def current_build(self) -> EngineBuild:
         """The probed build the plan uses, else the documented flags of its flavour."""
@@ -459,18 +460,11 @@ class EnginePage(PlanPage):
         """Enabled states, reasons and tooltips for the current Plan and build."""
         plan = self.state.plan
         build = self.current_build()
-        self.reasons = disabled_reasons(build, self.state.model_info, plan)
+        self.reasons = self.state.bench.disabled_reasons(plan, build)
         evaluation = self.state.evaluation()
         spec: LaunchSpec | None = (
             evaluation.result.spec if evaluation and evaluation.result else None
         )
-        if plan.draft.path is not None:  # the draft settings drive the draft model too
-            for key in ("mtp.draft_max", "mtp.draft_min", "mtp.draft_p_min",
-                        "mtp.cache_type_k", "mtp.cache_type_v"):  # fmt: skip
-                if self.reasons.get(key, "").startswith("MTP"):
-                    del self.reasons[key]
-        else:
-            self.reasons["draft.gpu_layers"] = "no draft model is chosen"
         for path, control in self.controls.items():
             reason = self.reasons.get(path)
             enabled = reason is None
@@ -480,9 +474,6 @@ class EnginePage(PlanPage):
             control.widget.setToolTip(setting_tooltip(path, spec, reason))
         for path, combo in (("runtime.moe", self.moe), ("runtime.load_mode", self.load_mode)):
             self._disable_choices(path, combo, plan_value(plan, path))
-        mtp_reason = self.reasons.get("mtp.enabled")
-        if mtp_reason is not None:
-            self.reasons["mtp.enabled=on"] = mtp_reason
         self._disable_choices("mtp.enabled", self.mtp_enabled, _MTP_DATA[plan.mtp.enabled])
         result = evaluation.result if evaluation is not None else None
         self.mtp_state.setText(result.mtp_line if result is not None else "")

@@ -24,12 +24,12 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.cancel import CancelToken
-from mtpstudio.core.detect.models import DetectionReport, GpuInfo
 from mtpstudio.core.detect.processes import ProcessCategory
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.plan import SplitMode
-from mtpstudio.core.units import MIB
+from mtpstudio.core.usecases.model_files import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.usecases.rpc_endpoint import ProbedEndpoint, probe_endpoint
+from mtpstudio.core.usecases.words import MIB
+from mtpstudio.core.usecases.workbench import DetectionReport, GpuInfo
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids, discrete_gpu_ids

@@ -35,9 +35,7 @@ from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.bench.history import BenchHistory, HistoryEntry, export_entry, runs_of_plans
 from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.plan import Plan, plan_with
-from mtpstudio.core.planning import machine_for
+from mtpstudio.core.plan import Plan
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import HealthAnswer
 from mtpstudio.core.server.process import ProcessOutcome
@@ -55,9 +53,11 @@ from mtpstudio.core.usecases.launch import (
     attached_target,
     bench_target,
     card_not_here,
+    refuse_unresolved,
     servers_elsewhere,
     stop_elsewhere,
 )
+from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.pages.launch_bench import EXPORT_FORMATS, BenchTab
@@ -260,7 +260,7 @@ class LaunchPage(PlanPage):
         """Said before launch: the plan is for a catalogue card this computer does not have."""
         if self.state.report is None:
             return None
-        return card_not_here(self.state.plan, machine_for(self.state.report))
+        return card_not_here(self.state.plan, self.state.machine())
 
     def _on_plan_changed(self, plan: object) -> None:
         super()._on_plan_changed(plan)
@@ -303,11 +303,14 @@ class LaunchPage(PlanPage):
         self.log_tab.clear()
         self.memory_tab.clear()
         plan = self._started_from = self.state.plan
-        if plan.engine.binary is None:
-            shown = self.state.build()  # the build the Engine page shows for this flavour
-            if shown.probed:
-                plan = plan_with(plan, {"engine.binary": str(shown.build.binary)})
-        self.server.start(plan)
+        try:  # exactly the plan the pages resolved and showed: nothing is detected again
+            resolved = self.state.resolved()
+            if resolved is None:
+                refuse_unresolved(plan)
+        except MtpStudioError as exc:
+            self.server.refuse(error_sentence(exc))
+            return
+        self.server.start(resolved)
         self._show_phase()
 
     def _on_start_clicked(self) -> None:

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QVBoxLayout, QWidget
 
-from mtpstudio.core.outside_text import visible
+from mtpstudio.core.usecases.words import visible
 
 LOG_BLOCKS = 5000
 

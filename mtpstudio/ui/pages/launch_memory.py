@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.planning import Reconciliation
+from mtpstudio.core.usecases.workbench import Reconciliation
 from mtpstudio.ui.formatting import signed_mib
 
 MEMORY_COLUMNS = ("Segment", "Device", "Predicted MiB", "Logged MiB", "Difference")

@@ -20,12 +20,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.model.catalog.models import model_cards
-from mtpstudio.core.model.defaults import ctx_for_model
-from mtpstudio.core.model.file_state import file_state_text
-from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import ModelChoice, describe_validation_error
-from mtpstudio.core.plan_text import model_summary_lines
+from mtpstudio.core.usecases.model_files import (
+    ModelInfo,
+    ctx_for_model,
+    file_state_text,
+    model_cards,
+)
+from mtpstudio.core.usecases.plan_text import model_summary_lines
 from mtpstudio.ui.formatting import gb_gib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState

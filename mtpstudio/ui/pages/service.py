@@ -49,8 +49,6 @@ from mtpstudio.core.desktop.install import (
 )
 from mtpstudio.core.desktop.session_apply import desktop_facts
 from mtpstudio.core.desktop.session_files import SessionSettings
-from mtpstudio.core.errors import MtpStudioError, ServerError
-from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.server.systemd import (
     UnitRef,
     UnitStatus,
@@ -60,16 +58,19 @@ from mtpstudio.core.server.systemd import (
     stop_unit,
     unit_status,
 )
-from mtpstudio.core.service.export import ServiceSet, write_service_set
-from mtpstudio.core.service.render import UnitScope
-from mtpstudio.core.service.service_files import (
+from mtpstudio.core.usecases.service import (
     EngineNotHereError,
+    RenderedFile,
     RootAccountError,
     ServiceFiles,
+    ServiceSet,
+    UnitScope,
     check_exportable,
     export_files,
     install_files,
+    write_service_set,
 )
+from mtpstudio.core.usecases.words import MtpStudioError, ServerError
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState
@@ -254,12 +255,13 @@ class ServicePage(PlanPage):
         return UnitRef.of(self.state.plan.outputs.service_name, self.scope is UnitScope.USER)
 
     def render_files(self, *, preview: bool = True) -> ServiceFiles | None:
-        """The files of the current Plan (export's rendering; None until the model is read)."""
-        pctx = self.state.context()
-        if pctx is None:
+        """The files of the current Plan as the other pages resolved it (export's rendering;
+        None until the model is read)."""
+        resolved = self.state.resolved()
+        if resolved is None:
             return None
-        return export_files(self.state.plan, pctx, self.scope, self.account,
-                            session=self.session_settings(pctx.machine.igpu_card),
+        return export_files(resolved, self.scope, self.account,
+                            session=self.session_settings(resolved.pctx.machine.igpu_card),
                             preview=preview)  # fmt: skip
 
     def session_settings(self, igpu_card: str | None) -> SessionSettings:
@@ -371,11 +373,12 @@ class ServicePage(PlanPage):
 
     def check_export(self) -> bool:
         """What export refuses (a partial model, no engine, root), said before the dialog."""
-        pctx = self.state.context()
-        if pctx is None:
+        if self.state.context() is None:
             return False
         try:
-            check_exportable(self.state.plan, pctx, self.scope, self.account)
+            resolved = self.state.resolved()
+            assert resolved is not None  # the model is read
+            check_exportable(resolved, self.scope, self.account)
         except MtpStudioError as exc:
             self.action.outcome.show_outcome(
                 f"Not exported: {self._gui_words(exc)}", Tone.BAD, repr(exc)
@@ -432,8 +435,7 @@ class ServicePage(PlanPage):
 
     def prepare_install(self) -> None:
         """Render what ``apply unit`` installs and show the files against what is there."""
-        pctx = self.state.context()
-        if pctx is None:
+        if self.state.context() is None:
             return
         scope = self.scope
         self.action.outcome.clear()
@@ -448,7 +450,9 @@ class ServicePage(PlanPage):
             )
             return
         try:
-            out = install_files(self.state.plan, pctx, scope, self.account)
+            resolved = self.state.resolved()
+            assert resolved is not None  # the model is read
+            out = install_files(resolved, scope, self.account)
         except MtpStudioError as exc:
             self.action.outcome.show_error(exc, "Cannot install: ")
             return

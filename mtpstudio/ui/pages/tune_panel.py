@@ -31,12 +31,9 @@ from PySide6.QtWidgets import (
 
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.target import CancelToken as TuneCancelToken
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import MIN_CTX, CacheType, Plan, plan_with
-from mtpstudio.core.planning import MachineFacts, SpeedInputs
-from mtpstudio.core.units import MIB
 from mtpstudio.core.usecases.bench import BenchSettings, prompts_for
+from mtpstudio.core.usecases.model_files import ModelInfo
 from mtpstudio.core.usecases.tune import (
     TuneConstraints,
     TuneOutcome,
@@ -46,6 +43,8 @@ from mtpstudio.core.usecases.tune import (
     run_tuning,
     tune_setup,
 )
+from mtpstudio.core.usecases.words import MIB, MtpStudioError
+from mtpstudio.core.usecases.workbench import MachineFacts, SpeedInputs
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskManager

@@ -26,8 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.outside_text import visible
+from mtpstudio.core.usecases.words import MtpStudioError, visible
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskHandle, TaskManager
 from mtpstudio.ui.widgets.common import Notice, Tone

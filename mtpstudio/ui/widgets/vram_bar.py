@@ -28,9 +28,9 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from mtpstudio.core.plan_text import budget_trust, combined_trust, trust_meaning
-from mtpstudio.core.planning import Budget, DeviceBudget, HostBudget
-from mtpstudio.core.units import MIB
+from mtpstudio.core.usecases.plan_text import budget_trust, combined_trust, trust_meaning
+from mtpstudio.core.usecases.words import MIB
+from mtpstudio.core.usecases.workbench import Budget, DeviceBudget, HostBudget
 
 
 @dataclass(frozen=True)

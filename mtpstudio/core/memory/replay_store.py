@@ -1,0 +1,277 @@
+"""Replayed compute buffers kept between runs (``$XDG_CACHE_HOME/mtpstudio/replays.json``).
+
+A replay (``hybrid_graph``, ``trunk_graph``, ``nextn_graph``) is a pure function of hashable
+inputs: the model's sizes, the graph's shape and the backend's rules. Its answer is stored under
+a digest of those inputs and of the source of the memory model's modules (``code_digest``), so a
+changed rule or allocator never reads an answer of the old code: a file made by other code is
+ignored and replaced. The file is hostile input like every cache: it is read through
+``state_files.load_cache`` (a file of the wrong shape is set aside and rebuilt), every value is
+a byte count in range, and each entry carries a seal over its key and its value: an entry whose
+seal does not match is not used (the replay runs and its answer replaces the entry), so a
+damaged or edited entry cannot change a figure. At most ``MAX_ENTRIES`` answers are kept, the
+least recently used dropped first; new answers are written once, when the process exits.
+
+Only inputs built of the memory model's own dataclasses, tuples, frozensets and plain values
+have a stable digest; a call with anything else (a test's own rules) is replayed and not kept.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import enum
+import functools
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any, ParamSpec, cast
+
+from mtpstudio.core.atomic import WriteError, write_text_atomic
+from mtpstudio.core.paths import cache_dir
+from mtpstudio.core.state_files import SchemaError, load_cache
+
+log = logging.getLogger(__name__)
+
+CACHE_NAME = "replays.json"
+FORMAT = 1
+MAX_ENTRIES = 4096
+"""Answers kept (about 70 bytes each): a plan and its levers ask for about a hundred."""
+MAX_BYTES = 1024 * 1024
+MAX_VALUE = 1 << 50
+"""A compute buffer above a petabyte is no answer of a replay."""
+KEYED_PACKAGE = "mtpstudio.core.memory"
+"""Only dataclasses of this package are keyed (their source is in ``code_digest``)."""
+DISABLE_ENV = "MTPSTUDIO_NO_REPLAY_CACHE"
+"""Set (to anything) to replay every buffer and keep nothing (benchmarks of a first run)."""
+
+P = ParamSpec("P")
+
+
+class Unkeyable(ValueError):
+    """An input without a stable digest (not built of the memory model's own types)."""
+
+
+_PLAIN = frozenset({int, str, bool, type(None)})
+"""Types ``canonical`` keeps as they are (exactly these: not an enum or another subclass)."""
+
+
+def canonical(value: object) -> object:
+    """``value`` as plain JSON data that is equal for equal inputs in every process (frozensets
+    sorted, dataclasses by class and fields; the hash seed plays no part)."""
+    if isinstance(value, enum.Enum):
+        return ["e", _class_name(type(value)), canonical(value.value)]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return ["f", repr(value)]
+    if isinstance(value, tuple | list):
+        if all(type(v) in _PLAIN for v in value):  # the common case, made quicker
+            return ["t", list(value)]
+        return ["t", [canonical(v) for v in value]]
+    if isinstance(value, frozenset | set):
+        items = [canonical(v) for v in value]
+        try:
+            items.sort()
+        except TypeError:  # items of mixed types: by their text
+            items.sort(key=lambda v: json.dumps(v, sort_keys=True))
+        return ["s", items]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if type(value).__hash__ is None:  # a mutable dataclass: made each time
+            return _dataclass_form(value)
+        return _canonical_dataclass(cast("Hashable", value))
+    raise Unkeyable(f"no stable digest for a {type(value).__name__}")
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical_dataclass(value: Hashable) -> object:
+    """A frozen dataclass's ``canonical`` form, made once per distinct value: the rules and
+    the model's sizes come back for every buffer of a budget."""
+    return _dataclass_form(value)
+
+
+def _dataclass_form(value: Any) -> object:
+    fields = {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return ["d", _class_name(type(value)), fields]
+
+
+def _class_name(cls: type) -> str:
+    if cls.__module__ != KEYED_PACKAGE and not cls.__module__.startswith(KEYED_PACKAGE + "."):
+        raise Unkeyable(f"{cls.__module__}.{cls.__qualname__} is not the memory model's")
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@functools.cache
+def code_digest() -> str:
+    """SHA-256 of the source of every module of the memory model (the replays, the rules, the
+    scheduler, the allocator) and of ``units``; empty when a source file cannot be read (an
+    install without sources: then nothing is stored)."""
+    memory = Path(__file__).parent
+    digest = hashlib.sha256(f"replays {FORMAT}\n".encode())
+    try:
+        files = [*sorted(memory.glob("*.py")), memory.parent / "units.py"]
+        for path in files:
+            digest.update(f"{path.name}\n".encode())
+            digest.update(path.read_bytes())
+    except OSError:
+        return ""
+    return digest.hexdigest()
+
+
+def _seal(code: str, key: str, value: int) -> str:
+    return hashlib.blake2b(f"{code}:{key}:{value}".encode(), digest_size=8).hexdigest()
+
+
+def _is_hex(text: object, length: int) -> bool:
+    if not isinstance(text, str) or len(text) != length:
+        return False
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
+
+
+def check_store(data: Any) -> tuple[str, dict[str, tuple[int, str]]]:
+    """The (code digest, entries) of a parsed store; SchemaError for any other shape."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SchemaError(f"is not format {FORMAT} of mtpstudio's replay cache")
+    code, entries = data.get("code"), data.get("entries")
+    if not isinstance(code, str) or not _is_hex(code, 64) or not isinstance(entries, dict):
+        raise SchemaError("has no code digest or no entries")
+    if len(entries) > MAX_ENTRIES:
+        raise SchemaError(f"holds {len(entries)} entries, more than {MAX_ENTRIES}")
+    out: dict[str, tuple[int, str]] = {}
+    for key, entry in entries.items():
+        if not _is_hex(key, 32):
+            raise SchemaError(f"has an entry named {key[:40]!r}, not a digest")
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise SchemaError(f"has entry {key} that is not [bytes, seal]")
+        value, seal = entry
+        if type(value) is not int or not 0 <= value < MAX_VALUE or not _is_hex(seal, 16):
+            raise SchemaError(f"has entry {key} whose bytes or seal are out of shape")
+        out[key] = (value, seal)
+    return code, out
+
+
+class ReplayStore:
+    """The answers of earlier replays, read from ``path`` on first use and written back (when
+    new ones came) by ``save``. Thread-safe: the GUI's tasks replay in worker threads."""
+
+    def __init__(self, path: Callable[[], Path], code: Callable[[], str] = code_digest) -> None:
+        self._path = path
+        self._code = code
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[int, str]] | None = None
+        self._dirty = False
+        self.hits = 0
+        """Answers read back."""
+        self.misses = 0
+        """Answers asked for and not found (or not trusted): replayed."""
+        self.rejected = 0
+        """Entries found with a seal that did not match (not used, replayed again)."""
+
+    def key(self, kind: str, args: tuple[object, ...]) -> str | None:
+        """The digest that names the answer of replay ``kind`` for ``args`` (None: the inputs
+        have no stable digest, or the code's source is unknown, so nothing is stored)."""
+        code = self._code()
+        if not code:
+            return None
+        try:
+            text = json.dumps([kind, canonical(args)], sort_keys=True, separators=(",", ":"))
+        except Unkeyable:
+            return None
+        return hashlib.sha256(f"{code}\n{text}".encode()).hexdigest()[:32]
+
+    def _load(self) -> dict[str, tuple[int, str]]:
+        if self._entries is None:
+            path = self._path()
+            found = load_cache(path, "replay cache", check_store, max_bytes=MAX_BYTES)
+            self._entries = found[1] if found is not None and found[0] == self._code() else {}
+        return self._entries
+
+    def get(self, key: str) -> int | None:
+        """The stored answer named ``key`` whose seal matches, else None."""
+        with self._lock:
+            entries = self._load()
+            found = entries.pop(key, None)
+            if found is None:
+                self.misses += 1
+                return None
+            value, seal = found
+            if seal != _seal(self._code(), key, value):
+                self.misses += 1
+                self.rejected += 1
+                self._dirty = True  # written back without it
+                log.warning("mtpstudio: replay cache entry %s has a wrong seal; replayed.", key)
+                return None
+            entries[key] = found  # most recently used last
+            self.hits += 1
+            return value
+
+    def put(self, key: str, value: int) -> None:
+        if not 0 <= value < MAX_VALUE:
+            return
+        with self._lock:
+            entries = self._load()
+            entries.pop(key, None)
+            entries[key] = (value, _seal(self._code(), key, value))
+            self._dirty = True
+
+    def save(self) -> None:
+        """Write the answers back when new ones came (the newest ``MAX_ENTRIES``); a cache
+        that cannot be written is left as it was (said in the log)."""
+        with self._lock:
+            if not self._dirty or self._entries is None:
+                return
+            kept = list(self._entries.items())[-MAX_ENTRIES:]
+            data = {
+                "format": FORMAT,
+                "code": self._code(),
+                "entries": {key: [value, seal] for key, (value, seal) in kept},
+            }
+            try:
+                write_text_atomic(self._path(), json.dumps(data, separators=(",", ":")))
+            except WriteError as exc:
+                log.warning("mtpstudio: the replay cache was not saved: %s", exc)
+                return
+            self._dirty = False
+
+
+def _default_path() -> Path:
+    return cache_dir() / CACHE_NAME
+
+
+STORE = ReplayStore(_default_path)
+"""The process's store; ``stored`` replays go through it, written back at exit."""
+_saving = threading.Event()
+
+
+def stored(kind: str) -> Callable[[Callable[P, int]], Callable[P, int]]:
+    """Keep the answers of replay function ``kind`` in ``STORE`` across runs (under an
+    ``lru_cache``, which answers repeated calls within the run)."""
+
+    def wrap(replay: Callable[P, int]) -> Callable[P, int]:
+        @functools.wraps(replay)
+        def cached(*args: P.args, **kwargs: P.kwargs) -> int:
+            if kwargs or os.environ.get(DISABLE_ENV):
+                return replay(*args, **kwargs)
+            key = STORE.key(kind, args)
+            if key is None:
+                return replay(*args, **kwargs)
+            value = STORE.get(key)
+            if value is not None:
+                return value
+            value = replay(*args, **kwargs)
+            STORE.put(key, value)
+            if not _saving.is_set():
+                _saving.set()
+                atexit.register(STORE.save)
+            return value
+
+        return cached
+
+    return wrap

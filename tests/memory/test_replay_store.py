@@ -32,6 +32,7 @@ from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, fit_suggestions
 from mtpstudio.core.planning import resolve as resolve_plan
+from mtpstudio.core.speed import graph_nodes
 
 MOE = "qwen3.6-35b-a3b-iq4_xs"
 DENSE = "qwen3.6-27b-iq4_xs"
@@ -42,6 +43,7 @@ REPLAYS: list[Any] = [
     trunk_graph._trunk_bytes,
     trunk_graph._nextn_block_bytes,
     nextn_graph._nextn_bytes,
+    graph_nodes._counted,
 ]
 
 PLANS = [
@@ -143,7 +145,8 @@ def test_an_edited_entry_is_replayed_not_used(
     assert _figures(*PLANS[0]) == figures
     assert store.rejected == len(keys) and store.hits == 0
     store.save()  # written back with the replayed answers: the next run reads them
-    assert use_store(path).get(keys[0]) == values[0]
+    first = next(i for i, value in enumerate(values) if isinstance(value, int))
+    assert use_store(path).get(keys[first]) == values[first]
 
 
 def test_an_entry_under_another_key_is_not_used(
@@ -179,6 +182,9 @@ def test_an_entry_under_another_key_is_not_used(
         '{"format": 1, "code": "%s", "entries": {"%s": ["1", "0011223344556677"]}}',
         '{"format": 1, "code": "%s", "entries": {"%s": [1, "zz"]}}',
         '{"format": 1, "code": "%s", "entries": {"%s": [1]}}',
+        '{"format": 1, "code": "%s", "entries": {"%s": [[1, -2], "0011223344556677"]}}',
+        '{"format": 1, "code": "%s", "entries": {"%s": [[1, [2]], "0011223344556677"]}}',
+        '{"format": 1, "code": "%s", "entries": {"%s": [[%d], "0011223344556677"]}}',
     ],
 )
 def test_a_file_of_the_wrong_shape_is_set_aside_and_rebuilt(
@@ -233,6 +239,23 @@ def test_the_store_keeps_at_most_max_entries(tmp_path: Path) -> None:
     assert f"{MAX_ENTRIES + 9:032x}" in entries and f"{0:032x}" not in entries  # oldest out
     store.put("f" * 32, 1 << 50)  # no buffer is that large: not kept
     assert ReplayStore(lambda: path).get("f" * 32) is None
+
+
+def test_answers_of_several_counts_are_kept_and_checked(tmp_path: Path) -> None:
+    """The speed model's node counts are kept as a list; an answer of the other kind (a
+    count where counts were stored, or the reverse) is not used, and an overlong one is not
+    kept."""
+    path = tmp_path / "replays.json"
+    store = ReplayStore(lambda: path)
+    store.put("1" * 32, (3, 4, 5))
+    store.put("2" * 32, 7)
+    store.put("3" * 32, tuple(range(replay_store.MAX_COUNTS + 1)))
+    store.save()
+    again = ReplayStore(lambda: path)
+    assert again.get("1" * 32, tuple) == (3, 4, 5)
+    assert again.get("2" * 32, tuple) is None and again.rejected == 1
+    assert again.get("1" * 32, int) is None and again.rejected == 2
+    assert again.get("3" * 32, tuple) is None and again.rejected == 2
 
 
 def test_keys_are_stable_and_tell_inputs_apart() -> None:

@@ -218,7 +218,7 @@ def hybrid_compute_bytes(
 
 
 @lru_cache(maxsize=512)
-@stored("hybrid_trunk")
+@stored("hybrid_trunk", int)
 def _hybrid_bytes(dims: HybridDims, shape: TrunkShape, rules: BackendRules) -> int:
     period = _period(dims)
     if rules.uniform_blocks:

@@ -256,7 +256,7 @@ def nextn_compute_bytes(
 
 
 @lru_cache(maxsize=256)
-@stored("nextn")
+@stored("nextn", int)
 def _nextn_bytes(
     dims: ModelDims,
     n_tokens: int,

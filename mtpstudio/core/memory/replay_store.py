@@ -25,10 +25,11 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, ParamSpec, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 from mtpstudio.core.atomic import WriteError, write_text_atomic
 from mtpstudio.core.paths import cache_dir
@@ -43,12 +44,17 @@ MAX_ENTRIES = 4096
 MAX_BYTES = 1024 * 1024
 MAX_VALUE = 1 << 50
 """A compute buffer above a petabyte is no answer of a replay."""
+MAX_COUNTS = 4096
+"""Numbers in one answer of several (``graph_nodes``: two per block and the output's)."""
 KEYED_PACKAGE = "mtpstudio.core.memory"
 """Only dataclasses of this package are keyed (their source is in ``code_digest``)."""
 DISABLE_ENV = "MTPSTUDIO_NO_REPLAY_CACHE"
 """Set (to anything) to replay every buffer and keep nothing (benchmarks of a first run)."""
 
 P = ParamSpec("P")
+Answer = int | tuple[int, ...]
+"""A replay's answer: a byte count, or a few counts (``speed.graph_nodes``)."""
+A = TypeVar("A", int, tuple[int, ...])
 
 
 class Unkeyable(ValueError):
@@ -121,8 +127,33 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def _seal(code: str, key: str, value: int) -> str:
-    return hashlib.blake2b(f"{code}:{key}:{value}".encode(), digest_size=8).hexdigest()
+@functools.cache
+def source_digest(module: str) -> str:
+    """SHA-256 of the source of ``module`` (a replay outside the memory model: its own code
+    is part of its answers' keys); empty when it cannot be read."""
+    path = getattr(sys.modules.get(module), "__file__", None)
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""
+    except OSError:
+        return ""
+
+
+def _seal(code: str, key: str, value: Answer) -> str:
+    text = str(value) if isinstance(value, int) else json.dumps(list(value))
+    return hashlib.blake2b(f"{code}:{key}:{text}".encode(), digest_size=8).hexdigest()
+
+
+def _in_range(value: object) -> bool:
+    return type(value) is int and 0 <= value < MAX_VALUE
+
+
+def _answer(value: object) -> Answer | None:
+    """A stored answer as the replays give it (a list as a tuple), or None when it is none."""
+    if _in_range(value):
+        return cast("int", value)
+    if isinstance(value, list) and len(value) <= MAX_COUNTS and all(map(_in_range, value)):
+        return tuple(value)
+    return None
 
 
 def _is_hex(text: object, length: int) -> bool:
@@ -135,7 +166,7 @@ def _is_hex(text: object, length: int) -> bool:
     return True
 
 
-def check_store(data: Any) -> tuple[str, dict[str, tuple[int, str]]]:
+def check_store(data: Any) -> tuple[str, dict[str, tuple[Answer, str]]]:
     """The (code digest, entries) of a parsed store; SchemaError for any other shape."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SchemaError(f"is not format {FORMAT} of mtpstudio's replay cache")
@@ -144,15 +175,15 @@ def check_store(data: Any) -> tuple[str, dict[str, tuple[int, str]]]:
         raise SchemaError("has no code digest or no entries")
     if len(entries) > MAX_ENTRIES:
         raise SchemaError(f"holds {len(entries)} entries, more than {MAX_ENTRIES}")
-    out: dict[str, tuple[int, str]] = {}
+    out: dict[str, tuple[Answer, str]] = {}
     for key, entry in entries.items():
         if not _is_hex(key, 32):
             raise SchemaError(f"has an entry named {key[:40]!r}, not a digest")
         if not (isinstance(entry, list) and len(entry) == 2):
             raise SchemaError(f"has entry {key} that is not [bytes, seal]")
-        value, seal = entry
-        if type(value) is not int or not 0 <= value < MAX_VALUE or not _is_hex(seal, 16):
-            raise SchemaError(f"has entry {key} whose bytes or seal are out of shape")
+        value, seal = _answer(entry[0]), entry[1]
+        if value is None or not _is_hex(seal, 16):
+            raise SchemaError(f"has entry {key} whose answer or seal are out of shape")
         out[key] = (value, seal)
     return code, out
 
@@ -165,7 +196,7 @@ class ReplayStore:
         self._path = path
         self._code = code
         self._lock = threading.Lock()
-        self._entries: dict[str, tuple[int, str]] | None = None
+        self._entries: dict[str, tuple[Answer, str]] | None = None
         self._dirty = False
         self.hits = 0
         """Answers read back."""
@@ -186,15 +217,16 @@ class ReplayStore:
             return None
         return hashlib.sha256(f"{code}\n{text}".encode()).hexdigest()[:32]
 
-    def _load(self) -> dict[str, tuple[int, str]]:
+    def _load(self) -> dict[str, tuple[Answer, str]]:
         if self._entries is None:
             path = self._path()
             found = load_cache(path, "replay cache", check_store, max_bytes=MAX_BYTES)
             self._entries = found[1] if found is not None and found[0] == self._code() else {}
         return self._entries
 
-    def get(self, key: str) -> int | None:
-        """The stored answer named ``key`` whose seal matches, else None."""
+    def get(self, key: str, kind: type[Answer] = int) -> Answer | None:
+        """The stored answer named ``key`` whose seal matches and that is of type ``kind``
+        (``int`` or ``tuple``), else None."""
         with self._lock:
             entries = self._load()
             found = entries.pop(key, None)
@@ -202,7 +234,7 @@ class ReplayStore:
                 self.misses += 1
                 return None
             value, seal = found
-            if seal != _seal(self._code(), key, value):
+            if not isinstance(value, kind) or seal != _seal(self._code(), key, value):
                 self.misses += 1
                 self.rejected += 1
                 self._dirty = True  # written back without it
@@ -212,8 +244,8 @@ class ReplayStore:
             self.hits += 1
             return value
 
-    def put(self, key: str, value: int) -> None:
-        if not 0 <= value < MAX_VALUE:
+    def put(self, key: str, value: Answer) -> None:
+        if _answer(value if isinstance(value, int) else list(value)) is None:
             return
         with self._lock:
             entries = self._load()
@@ -231,7 +263,7 @@ class ReplayStore:
             data = {
                 "format": FORMAT,
                 "code": self._code(),
-                "entries": {key: [value, seal] for key, (value, seal) in kept},
+                "entries": {key: [_plain(value), seal] for key, (value, seal) in kept},
             }
             try:
                 write_text_atomic(self._path(), json.dumps(data, separators=(",", ":")))
@@ -239,6 +271,10 @@ class ReplayStore:
                 log.warning("mtpstudio: the replay cache was not saved: %s", exc)
                 return
             self._dirty = False
+
+
+def _plain(value: Answer) -> int | list[int]:
+    return value if isinstance(value, int) else list(value)
 
 
 def _default_path() -> Path:
@@ -250,21 +286,25 @@ STORE = ReplayStore(_default_path)
 _saving = threading.Event()
 
 
-def stored(kind: str) -> Callable[[Callable[P, int]], Callable[P, int]]:
-    """Keep the answers of replay function ``kind`` in ``STORE`` across runs (under an
-    ``lru_cache``, which answers repeated calls within the run)."""
+def stored(kind: str, answer: type[A]) -> Callable[[Callable[P, A]], Callable[P, A]]:
+    """Keep the answers (of type ``answer``) of replay function ``kind`` in ``STORE`` across
+    runs (under an ``lru_cache``, which answers repeated calls within the run). The key holds
+    the digest of the memory model's source and of the replay's own module."""
 
-    def wrap(replay: Callable[P, int]) -> Callable[P, int]:
+    def wrap(replay: Callable[P, A]) -> Callable[P, A]:
+        module = replay.__module__
+
         @functools.wraps(replay)
-        def cached(*args: P.args, **kwargs: P.kwargs) -> int:
+        def cached(*args: P.args, **kwargs: P.kwargs) -> A:
             if kwargs or os.environ.get(DISABLE_ENV):
                 return replay(*args, **kwargs)
-            key = STORE.key(kind, args)
+            source = source_digest(module)
+            key = STORE.key(f"{kind} {source}", args) if source else None
             if key is None:
                 return replay(*args, **kwargs)
-            value = STORE.get(key)
-            if value is not None:
-                return value
+            found = STORE.get(key, answer)
+            if isinstance(found, answer):
+                return found
             value = replay(*args, **kwargs)
             STORE.put(key, value)
             if not _saving.is_set():

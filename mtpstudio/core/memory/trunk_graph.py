@@ -335,7 +335,7 @@ def nextn_block_compute_bytes(
 
 
 @lru_cache(maxsize=256)
-@stored("nextn_block")
+@stored("nextn_block", int)
 def _nextn_block_bytes(dims: TrunkDims, shape: TrunkShape, rules: BackendRules) -> int:
     return largest_reservation(lambda s: nextn_block_graph(dims, s), shape, rules)
 
@@ -501,7 +501,7 @@ def trunk_compute_bytes(
 
 
 @lru_cache(maxsize=512)
-@stored("trunk")
+@stored("trunk", int)
 def _trunk_bytes(dims: TrunkDims, shape: TrunkShape, rules: BackendRules) -> int:
     if rules.uniform_blocks:
         n = trunk_replay_layers(dims)

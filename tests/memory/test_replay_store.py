@@ -321,3 +321,27 @@ def test_inputs_of_other_types_are_replayed_and_not_kept() -> None:
     # a bool is not taken for the int it equals
     assert json.dumps(canonical((True, 2))) != json.dumps(canonical((1, 2)))
     assert json.dumps(canonical(frozenset({True, 2}))) != json.dumps(canonical(frozenset({1, 2})))
+
+
+REPLAY_IN_A_CHILD = """
+from mtpstudio.core.memory.hybrid_graph import hybrid_compute_bytes
+from mtpstudio.core.memory.replay_store import STORE
+from mtpstudio.core.memory.trunk_graph import TrunkShape
+from mtpstudio.core.model.catalog.models import model_card_info
+model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
+print(hybrid_compute_bytes(model, TrunkShape(512, 1, 8192)), STORE.hits, STORE.misses)
+"""
+
+
+def test_a_process_writes_its_answers_at_exit_and_the_next_reads_them(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop(replay_store.DISABLE_ENV, None)
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", REPLAY_IN_A_CHILD], capture_output=True,
+                              text=True, env=env, check=True)  # fmt: skip
+        runs.append(done.stdout.split())
+    (first, hits, misses), (again, hits_again, misses_again) = runs
+    assert first == again and int(first) > 0
+    assert (hits, misses) == ("0", "1") and (hits_again, misses_again) == ("1", "0")
+    assert (tmp_path / "mtpstudio" / replay_store.CACHE_NAME).is_file()

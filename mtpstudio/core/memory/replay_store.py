@@ -5,11 +5,12 @@ inputs: the model's sizes, the graph's shape and the backend's rules. Its answer
 a digest of those inputs and of the source of the memory model's modules (``code_digest``), so a
 changed rule or allocator never reads an answer of the old code: a file made by other code is
 ignored and replaced. The file is hostile input like every cache: it is read through
-``state_files.load_cache`` (a file of the wrong shape is set aside and rebuilt), every value is
-a byte count in range, and each entry carries a seal over its key and its value: an entry whose
-seal does not match is not used (the replay runs and its answer replaces the entry), so a
-damaged or edited entry cannot change a figure. At most ``MAX_ENTRIES`` answers are kept, the
-least recently used dropped first; new answers are written once, when the process exits.
+``state_files.load_cache`` (a file of the wrong shape is set aside and rebuilt), every answer is
+a byte count in range (or a short list of counts, the speed model's nodes per block), and each
+entry carries a seal over its key and its answer: an entry whose seal does not match, or whose
+answer is not of the replay's kind, is not used (the replay runs and its answer replaces the
+entry), so a damaged or edited entry cannot change a figure. At most ``MAX_ENTRIES`` answers
+are kept, the least recently used dropped first; new answers are written once, at exit.
 
 Only inputs built of the memory model's own dataclasses, tuples, frozensets and plain values
 have a stable digest; a call with anything else (a test's own rules) is replayed and not kept.
@@ -238,7 +239,7 @@ class ReplayStore:
                 self.misses += 1
                 self.rejected += 1
                 self._dirty = True  # written back without it
-                log.warning("mtpstudio: replay cache entry %s has a wrong seal; replayed.", key)
+                log.warning("mtpstudio: replay cache entry %s is not as stored; replayed.", key)
                 return None
             entries[key] = found  # most recently used last
             self.hits += 1
@@ -286,6 +287,10 @@ STORE = ReplayStore(_default_path)
 _saving = threading.Event()
 
 
+def _save_at_exit() -> None:
+    STORE.save()
+
+
 def stored(kind: str, answer: type[A]) -> Callable[[Callable[P, A]], Callable[P, A]]:
     """Keep the answers (of type ``answer``) of replay function ``kind`` in ``STORE`` across
     runs (under an ``lru_cache``, which answers repeated calls within the run). The key holds
@@ -309,7 +314,7 @@ def stored(kind: str, answer: type[A]) -> Callable[[Callable[P, A]], Callable[P,
             STORE.put(key, value)
             if not _saving.is_set():
                 _saving.set()
-                atexit.register(STORE.save)
+                atexit.register(_save_at_exit)
             return value
 
         return cached

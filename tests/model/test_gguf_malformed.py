@@ -30,6 +30,7 @@ from support.gguf_builders import (
 from support.waiting import scaled
 
 from mtpstudio.core.errors import GgufError
+from mtpstudio.core.model import gguf
 from mtpstudio.core.model.gguf import GgufFormatError, model_info_from_gguf, read_gguf
 
 ARCH = raw_kv("general.architecture", VT.STRING, "llama")
@@ -331,7 +332,7 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
 # Fuzzing: random mutations and truncations of a valid header
 
 
-def _valid_header(path: Path) -> bytes:
+def _valid_header(path: Path, *, big_endian: bool = False) -> bytes:
     kv = [
         KV("llama.block_count", 2, VT.UINT32),
         KV("llama.embedding_length", 64, VT.UINT32),
@@ -352,7 +353,7 @@ def _valid_header(path: Path) -> bytes:
         TensorSpec("blk.0.attn_norm.weight", (64,)),
         TensorSpec("blk.1.ffn_up.weight", (256, 8), QT.Q4_K),
     ]
-    [p] = write_gguf(path, kv=kv, tensors=tensors)
+    [p] = write_gguf(path, kv=kv, tensors=tensors, big_endian=big_endian)
     return p.read_bytes()
 
 
@@ -439,3 +440,43 @@ def test_all_truncations_of_the_header(fuzz_dir: Path) -> None:
     path.write_bytes(base)
     read_gguf(path)  # the full header reads
     assert ok <= 1  # only the complete header (cut == len) can succeed
+
+
+def _outcome(path: Path) -> tuple[object, ...]:
+    try:
+        g = read_gguf(path, lazy_threshold=0)
+    except GgufError as exc:
+        return ("error", type(exc).__name__, str(exc))
+    values = {k: v.to_list() if hasattr(v, "to_list") else v for k, v in g.metadata.items()}
+    return ("read", values, [t.name for t in g.tensors])
+
+
+@pytest.mark.parametrize("big_endian", [False, True], ids=["little-endian", "big-endian"])
+def test_the_plain_string_walk_agrees_with_numpys_on_damaged_arrays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, big_endian: bool
+) -> None:
+    """The plain walk trusts every length first and walks again, checking, only when it ends
+    past the bytes held (the elements' offsets are found when one is asked for): for every
+    truncation and every odd length of the token array's elements it reads what numpy's walk
+    reads, or fails with the same error."""
+    u64 = ">Q" if big_endian else "<Q"
+    base = _valid_header(tmp_path / "base.gguf", big_endian=big_endian)
+    at = base.index(b"tokenizer.ggml.tokens") + len(b"tokenizer.ggml.tokens") + 4 + 4 + 8
+    cases = [base[:cut] for cut in range(0, len(base) + 1, 3)]
+    for element in (0, 1, 39):  # the first, the second and the last token's length
+        pos = at
+        for _ in range(element):
+            pos += 8 + struct.unpack_from(u64, base, pos)[0]
+        for length in [*INTERESTING_U64, len(base) - pos - 8, len(base) - pos - 7]:
+            cases.append(base[:pos] + struct.pack(u64, length) + base[pos + 8 :])
+    path = tmp_path / "walked.gguf"
+    plain_errors = 0
+    for data in cases:
+        path.write_bytes(data)
+        monkeypatch.setattr(gguf, "_walk_plainly", lambda count: False)
+        vectorised = _outcome(path)
+        monkeypatch.setattr(gguf, "_walk_plainly", lambda count: True)
+        plain = _outcome(path)
+        assert plain == vectorised, len(data)
+        plain_errors += plain[0] == "error"
+    assert 0 < plain_errors < len(cases)

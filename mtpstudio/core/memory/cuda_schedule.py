@@ -317,31 +317,33 @@ def schedule(
     copies: dict[tuple[int, int], Tensor] = {}
     split: _Split | None = None
     for i, n in enumerate(nodes):
-        if _is_view_op(n):
+        if n.view_of is not None and n.op in VIEW_OPS:
             continue
         b = backend[id(n)]
-        need_new = split is not None and b == split.backend and bool(split.inputs)
-        if need_new:
-            need_new = any(s.external and s.is_weight and backend_of(s) != b for s in n.srcs)
-        if split is None or b != split.backend or need_new:
+        # the sources this node reads from another backend (most nodes: none)
+        away = [s for s in n.srcs if backend_of(s) != b]
+        if (
+            split is None
+            or b != split.backend
+            or (split.inputs and any(s.external and s.is_weight for s in away))
+        ):
             if split is not None:
                 split.end = i
             split = _Split(b, i)
             splits.append(split)
-        replaced = False
+        if not away:
+            continue
         srcs: list[Tensor] = []
         for s in n.srcs:
-            if backend_of(s) != b:
+            if s in away:
                 key = (id(s), b)
                 if key not in copies:
                     copies[key] = _copy_of(s, b, residency, cache_bytes)
                     split.inputs.append(s)
                 srcs.append(copies[key])
-                replaced = True
             else:
                 srcs.append(s)
-        if replaced:
-            reads[id(n)] = tuple(srcs)
+        reads[id(n)] = tuple(srcs)
     if split is not None:
         split.end = len(nodes)
     if splits:

@@ -29,6 +29,7 @@ from mtpstudio.core.memory.graph_alloc import (
     Tensor,
 )
 from mtpstudio.core.memory.nextn_graph import _moe_ffn, _norm, _rotated, _swiglu_ffn
+from mtpstudio.core.memory.replay_store import stored
 from mtpstudio.core.memory.trunk_graph import (
     AttentionInputs,
     KvInputs,
@@ -217,6 +218,7 @@ def hybrid_compute_bytes(
 
 
 @lru_cache(maxsize=512)
+@stored("hybrid_trunk", int)
 def _hybrid_bytes(dims: HybridDims, shape: TrunkShape, rules: BackendRules) -> int:
     period = _period(dims)
     if rules.uniform_blocks:

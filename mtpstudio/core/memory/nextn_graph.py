@@ -27,6 +27,7 @@ from mtpstudio.core.memory.graph_alloc import (
     Tensor,
     reserved_bytes,
 )
+from mtpstudio.core.memory.replay_store import stored
 
 
 def nextn_graph(
@@ -255,6 +256,7 @@ def nextn_compute_bytes(
 
 
 @lru_cache(maxsize=256)
+@stored("nextn", int)
 def _nextn_bytes(
     dims: ModelDims,
     n_tokens: int,

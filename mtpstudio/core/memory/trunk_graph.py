@@ -42,6 +42,7 @@ from mtpstudio.core.memory.nextn_graph import (
     _swiglu_ffn,
     backend_top_k,
 )
+from mtpstudio.core.memory.replay_store import stored
 from mtpstudio.core.model.info import ModelInfo
 
 TRUNK_GRAPH_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "glm4moe"})
@@ -334,6 +335,7 @@ def nextn_block_compute_bytes(
 
 
 @lru_cache(maxsize=256)
+@stored("nextn_block", int)
 def _nextn_block_bytes(dims: TrunkDims, shape: TrunkShape, rules: BackendRules) -> int:
     return largest_reservation(lambda s: nextn_block_graph(dims, s), shape, rules)
 
@@ -499,6 +501,7 @@ def trunk_compute_bytes(
 
 
 @lru_cache(maxsize=512)
+@stored("trunk", int)
 def _trunk_bytes(dims: TrunkDims, shape: TrunkShape, rules: BackendRules) -> int:
     if rules.uniform_blocks:
         n = trunk_replay_layers(dims)

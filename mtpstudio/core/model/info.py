@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,10 @@ class TensorInfo:
             n *= dim
         return n
 
-    @property
+    @cached_property
     def layer(self) -> int | None:
-        """The block index for ``blk.N.*`` tensors, else ``None``."""
+        """The block index for ``blk.N.*`` tensors, else ``None`` (read once: the placement
+        asks for it many times per budget)."""
         if not self.name.startswith("blk."):
             return None
         head = self.name.split(".", 2)[1]

@@ -20,6 +20,7 @@ from mtpstudio.core.memory.hybrid_graph import (
     HybridDims,
     hybrid_trunk_graph,
 )
+from mtpstudio.core.memory.replay_store import stored
 from mtpstudio.core.memory.trunk_graph import (
     TRUNK_GRAPH_ARCHITECTURES,
     TrunkDims,
@@ -87,14 +88,26 @@ ONE_TOKEN = TrunkShape(n_tokens=1, n_outputs=1, n_kv=256, n_kv_swa=256)
 
 @lru_cache(maxsize=32)
 def _counted(dims: TrunkDims | HybridDims, n_layer: int) -> GraphNodes:
+    flat = _counts(dims, n_layer)
+    pairs = [NodeCount(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+    return GraphNodes(tuple(pairs[1:]), pairs[0], modelled=True)
+
+
+@stored("graph_nodes", tuple)
+def _counts(dims: TrunkDims | HybridDims, n_layer: int) -> tuple[int, ...]:
+    """The output's (nodes, syncs), then each block's, flat: kept between runs like the
+    memory model's replays (the graph of every block is built for it)."""
     graph: Graph = (
         trunk_graph(dims, ONE_TOKEN)
         if isinstance(dims, TrunkDims)
         else hybrid_trunk_graph(dims, ONE_TOKEN)
     )
     counts = count_nodes(graph[1])
-    blocks = tuple(counts.get(i, NodeCount(0, 0)) for i in range(n_layer))
-    return GraphNodes(blocks, counts.get(-1, NodeCount(0, 0)), modelled=True)
+    flat: list[int] = []
+    for part in (-1, *range(n_layer)):
+        count = counts.get(part, NodeCount(0, 0))
+        flat += (count.nodes, count.syncs)
+    return tuple(flat)
 
 
 def graph_nodes(model: ModelInfo) -> GraphNodes:

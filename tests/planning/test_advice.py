@@ -4,6 +4,7 @@ of builds, the seeds' spellings are understood, `plan | head` ends quietly, `--g
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -38,7 +39,10 @@ def test_the_seeds_setup_is_told_which_levers_move_experts_onto_the_gpu() -> Non
     assert llvmpipe[1] >= 2  # the sessions's layers of experts, said (before: nothing)
     gains = [float(m[1]) for line in lines if (m := re.search(r"≈ \+([\d.]+) % tok/s", line))]
     assert len(gains) == len(lines)  # every line listed is faster, and says by how much
-    assert gains == sorted(gains, reverse=True)  # the estimate ranks them
+    # the estimate ranks them; estimates within 0.2 % of each other tie and memory spare
+    # decides (test_speed_comes_first_memory_second), so a later line is at most that faster
+    # (plus the printed rounding)
+    assert all(a >= b - 0.25 for a, b in itertools.pairwise(gains)), gains
     assert all("more" in line for line in lines)
 
 

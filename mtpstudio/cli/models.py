@@ -50,11 +50,16 @@ def register(sub: Any) -> None:
 
 
 def cmd_models_hf(args: argparse.Namespace) -> int:
-    from mtpstudio.core.detect.gather import detect_for
-    from mtpstudio.core.hub.client import HubClient, Repo, parse_repo_id
-    from mtpstudio.core.hub.fit_table import best_row, table_rows
-    from mtpstudio.core.hub.listing import group_models
-    from mtpstudio.core.hub.remote_header import read_remote_headers
+    from mtpstudio.core.usecases.hub import (
+        HubClient,
+        Repo,
+        best_row,
+        group_models,
+        parse_repo_id,
+        read_remote_headers,
+        table_rows,
+    )
+    from mtpstudio.core.usecases.machine import detect_for
     from mtpstudio.core.usecases.words import models_dir
     from mtpstudio.core.usecases.workbench import machine_for
 
@@ -114,8 +119,7 @@ def _json(
 def _print_table(
     out: Any, where: str, rows: list[Any], best: int | None, notes: list[str], elapsed: float
 ) -> None:
-    from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND
-    from mtpstudio.core.hub.listing import size_text
+    from mtpstudio.core.usecases.hub import BEST_RULE, COLUMN_LEGEND, size_text
 
     fit = next((r.fit for r in rows if r.fit is not None), None)
     target = f"{fit.target}, ctx {fit.ctx:,}" if fit is not None else "the chosen card"
@@ -209,10 +213,9 @@ def _pick(rows: list[Any], wanted: str, best: int | None) -> int:
 def _download(
     args: argparse.Namespace, client: Any, repo: Any, row: Any, folder: Path, out: Any
 ) -> int:
-    from mtpstudio.core.detect.gather import detect_for
-    from mtpstudio.core.hub.download import DownloadProgress, download_model
-    from mtpstudio.core.hub.listing import size_text
     from mtpstudio.core.plan import plan_with, save_plan
+    from mtpstudio.core.usecases.hub import DownloadProgress, download_model, size_text
+    from mtpstudio.core.usecases.machine import detect_for
     from mtpstudio.core.usecases.model_files import read_model_info
     from mtpstudio.core.usecases.planning_context import planning_context_for
     from mtpstudio.core.usecases.workbench import evaluate, machine_for

@@ -30,15 +30,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.availability import engine_name
-from mtpstudio.core.hub.client import HubClient, Repo, parse_repo_id
-from mtpstudio.core.hub.download import DownloadProgress, DownloadResult, download_model
-from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND, TableRow, best_row, table_rows
-from mtpstudio.core.hub.listing import group_models, size_text
-from mtpstudio.core.hub.remote_header import RemoteHeader, read_remote_headers
 from mtpstudio.core.plan import ModelChoice, Plan, plan_with
+from mtpstudio.core.usecases.hub import (
+    BEST_RULE,
+    COLUMN_LEGEND,
+    DownloadProgress,
+    DownloadResult,
+    HubClient,
+    RemoteHeader,
+    Repo,
+    TableRow,
+    best_row,
+    download_model,
+    group_models,
+    parse_repo_id,
+    read_remote_headers,
+    size_text,
+    table_rows,
+)
 from mtpstudio.core.usecases.words import MtpStudioError, models_dir
-from mtpstudio.core.usecases.workbench import MachineFacts
+from mtpstudio.core.usecases.workbench import MachineFacts, engine_name
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskHandle

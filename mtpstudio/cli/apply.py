@@ -240,10 +240,9 @@ def _print_changes(changes: Sequence[tuple[str, str]]) -> None:
 def cmd_apply_session(args: argparse.Namespace) -> int:
     from mtpstudio.core.usecases.desktop import (
         SessionVariant,
-        default_variant,
+        default_session,
         desktop_facts,
         prepare_session,
-        usable_variant,
     )
     from mtpstudio.core.usecases.system_install import apply_plan
     from mtpstudio.core.usecases.words import MIB
@@ -252,9 +251,7 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
     report = _detect()
     facts = desktop_facts(root)
     if args.variant is None:
-        variant, why = default_variant(report)
-        variant, changed = usable_variant(variant, facts, chosen=False)
-        why = changed or why
+        variant, why = default_session(report, facts)
     else:
         variant = {
             "llvmpipe": SessionVariant.WAYLAND_LLVMPIPE,

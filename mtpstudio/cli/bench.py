@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from mtpstudio.core.plan_choices import EngineFlavour
 from mtpstudio.core.usecases.command_defaults import EXPORT_FORMATS, PRESET_NAMES
 from mtpstudio.core.usecases.files import write_text_atomic
-from mtpstudio.core.usecases.words import BenchError, MtpStudioError, visible
+from mtpstudio.core.usecases.words import BenchError, MtpStudioError
 
 if TYPE_CHECKING:  # the command's body imports what it runs: registering it stays light
     from mtpstudio.core.plan import Plan
@@ -178,27 +178,9 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def _url_target(
     url: str, flavour: str, label: str, args: argparse.Namespace, key: str | None
 ) -> BenchTarget:
-    from mtpstudio.core.usecases.bench import BenchClient, BenchTarget
+    from mtpstudio.core.usecases.bench import url_target
 
-    url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise BenchError(
-            f"{url!r} is not a server URL", hint="Give it as http://HOST:PORT, e.g. "
-            "http://127.0.0.1:8080."
-        )  # fmt: skip
-    target = BenchTarget(
-        base_url=url,
-        flavour=EngineFlavour(flavour),
-        label=label,
-        drafting_requested=True if args.expect_drafts else None,
-        api_key=key,
-    )
-    with BenchClient(target, 10.0) as client:
-        client.check_ready()
-        props = client.props()
-    build = props.get("build_info") or props.get("system_fingerprint")
-    shown = visible(str(build))[:200] if build else None  # the server's words, shown later
-    return replace(target, engine_build=shown)
+    return url_target(url, flavour, label, expect_drafts=args.expect_drafts, api_key=key)
 
 
 @dataclass

@@ -136,7 +136,7 @@ def _print_started(result: Any) -> None:
 
 def _stay_attached(proc: Any, result: Any, echo: bool) -> int:
     """Until Ctrl-C (then stop the server) or until the server exits by itself."""
-    from mtpstudio.core.usecases.server_watch import diagnose, parse_load_log, remove_state
+    from mtpstudio.core.usecases.server_watch import diagnose_ended, remove_state
 
     try:
         while proc.alive():
@@ -151,9 +151,8 @@ def _stay_attached(proc: Any, result: Any, echo: bool) -> int:
         return 0
     outcome = proc.stop()
     remove_state(result.state)
-    text = Path(result.log_path).read_text(encoding="utf-8", errors="replace")
-    diagnosis = diagnose(
-        parse_load_log(text), result.prepared.plan, outcome, model=result.prepared.model
+    diagnosis = diagnose_ended(
+        Path(result.log_path), result.prepared.plan, outcome, result.prepared.model
     )
     print(f"mtpstudio: the server ended: {diagnosis.render()}", file=sys.stderr)
     return 1

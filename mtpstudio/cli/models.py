@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +53,10 @@ def register(sub: Any) -> None:
 def cmd_models_hf(args: argparse.Namespace) -> int:
     from mtpstudio.core.usecases.hub import (
         HubClient,
-        Repo,
-        best_row,
-        group_models,
+        list_models,
         parse_repo_id,
+        planned_table,
         read_remote_headers,
-        table_rows,
     )
     from mtpstudio.core.usecases.machine import detect_for
     from mtpstudio.core.usecases.words import models_dir
@@ -74,10 +73,8 @@ def cmd_models_hf(args: argparse.Namespace) -> int:
     repo_id = parse_repo_id(args.repo)
     client = HubClient()
     started = time.monotonic()
-    commit = client.resolve(Repo(repo_id, args.revision))
-    repo = Repo(repo_id, commit)
-    files = client.list_files(repo)
-    models, notes = group_models(files)
+    repo, models, notes = list_models(client, repo_id, args.revision)
+    commit = repo.revision or ""  # the commit the revision points at now
     if not models:
         raise HubError(
             f"{repo_id} has no GGUF files at {args.revision or 'main'}",
@@ -86,8 +83,7 @@ def cmd_models_hf(args: argparse.Namespace) -> int:
     headers = read_remote_headers(client, repo, models)
     folder = args.to if args.to is not None else models_dir() / repo_id
     machine = machine_for(detect_for(plan))
-    rows = table_rows(headers, plan, machine, folder)
-    best = best_row(rows)
+    rows, best = planned_table(headers, plan, machine, folder)
     elapsed = time.monotonic() - started
     where = f"{repo_id} @ {args.revision or 'main'} (commit {commit[:7]})"
     if args.json and args.download is None:
@@ -105,7 +101,7 @@ def cmd_models_hf(args: argparse.Namespace) -> int:
 
 
 def _json(
-    where: str, rows: list[Any], best: int | None, notes: list[str], elapsed: float
+    where: str, rows: Sequence[Any], best: int | None, notes: list[str], elapsed: float
 ) -> dict[str, Any]:
     return {
         "repository": where,
@@ -117,7 +113,7 @@ def _json(
 
 
 def _print_table(
-    out: Any, where: str, rows: list[Any], best: int | None, notes: list[str], elapsed: float
+    out: Any, where: str, rows: Sequence[Any], best: int | None, notes: list[str], elapsed: float
 ) -> None:
     from mtpstudio.core.usecases.hub import BEST_RULE, COLUMN_LEGEND, size_text
 
@@ -180,7 +176,7 @@ def _print_table(
     )
 
 
-def _pick(rows: list[Any], wanted: str, best: int | None) -> int:
+def _pick(rows: Sequence[Any], wanted: str, best: int | None) -> int:
     if wanted.lower() == "best":
         if best is None:
             raise PlanError("no file fits, so there is no best one to download")

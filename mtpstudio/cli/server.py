@@ -51,21 +51,16 @@ def register(sub: Any) -> None:
 
 
 def _unit(args: argparse.Namespace) -> Any:
-    from mtpstudio.core.usecases.server_units import UnitRef, require_installed
+    from mtpstudio.core.usecases.server_units import installed_unit
 
-    unit = UnitRef.of(args.unit, args.user_unit)
-    require_installed(unit)
-    return unit
+    return installed_unit(args.unit, args.user_unit)
 
 
 def _states(port: int | None) -> tuple[list[Any], list[Any]]:
     """(live states, stale states removed), optionally only ``port``."""
-    from mtpstudio.core.usecases.server_watch import load_states, prune_stale
+    from mtpstudio.core.usecases.server_watch import servers_here
 
-    states = load_states()  # read once: a damaged record is named once
-    stale = prune_stale(states)
-    live = [s for s in states if s not in stale and (port is None or s.port == port)]
-    return live, [s for s in stale if port is None or s.port == port]
+    return servers_here(port)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -40,16 +40,15 @@ from mtpstudio.core.usecases.hub import (
     RemoteHeader,
     Repo,
     TableRow,
-    best_row,
     download_model,
-    group_models,
+    list_models,
     parse_repo_id,
+    planned_table,
     read_remote_headers,
     size_text,
-    table_rows,
 )
 from mtpstudio.core.usecases.words import MtpStudioError, models_dir
-from mtpstudio.core.usecases.workbench import MachineFacts, engine_name
+from mtpstudio.core.usecases.workbench import engine_name
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskHandle
@@ -97,13 +96,6 @@ class _SortItem(QTableWidgetItem):
         if mine is not None and theirs is not None:
             return bool(mine < theirs)
         return super().__lt__(other)
-
-
-def _plan_table(
-    headers: tuple[RemoteHeader, ...], plan: Plan, machine: MachineFacts, folder: Path
-) -> tuple[tuple[TableRow, ...], int | None]:
-    rows = tuple(table_rows(headers, plan, machine, folder))
-    return rows, best_row(rows)
 
 
 class HubModelsDialog(QDialog):
@@ -252,9 +244,7 @@ class HubModelsDialog(QDialog):
 
         def job(token: CancelToken) -> Listing:
             token.report_progress(("listing", 0, 0, repo_id))
-            commit = client.resolve(Repo(repo_id, revision))
-            repo = Repo(repo_id, commit)
-            models, notes = group_models(client.list_files(repo))
+            repo, models, notes = list_models(client, repo_id, revision)
             token.raise_if_cancelled()
             headers = tuple(
                 read_remote_headers(
@@ -268,7 +258,7 @@ class HubModelsDialog(QDialog):
                 )
             )
             token.report_progress(("planning", len(headers), len(headers), ""))
-            rows, best = _plan_table(headers, plan, machine, folder)
+            rows, best = planned_table(headers, plan, machine, folder)
             return Listing(repo, headers, rows, best, tuple(notes))
 
         self.notice.show_text(None)
@@ -284,7 +274,7 @@ class HubModelsDialog(QDialog):
 
         def job(token: CancelToken) -> Listing:
             token.report_progress(("planning", 0, 0, ""))
-            rows, best = _plan_table(listing.headers, plan, machine, folder)
+            rows, best = planned_table(listing.headers, plan, machine, folder)
             return Listing(listing.repo, listing.headers, rows, best, listing.notes)
 
         self._start(job, self._on_listed, PLAN_KEY)

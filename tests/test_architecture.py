@@ -410,60 +410,9 @@ PLANNING_PATH = frozenset(
 )
 
 # Not routed yet, face module -> the core modules (less ``mtpstudio.core.``) it still imports
-# directly. This list may only shrink: a new direct import fails, and so does an entry that is
-# no longer true (take it out). cli.plan keeps the option parsing's imports (its catalogue,
-# probes and key file) until the settings are declared once.
-NOT_YET_ROUTED: dict[str, frozenset[str]] = {
-    module: frozenset(targets)
-    for module, targets in {
-        "mtpstudio.cli.apply": {"desktop.helper_setup", "desktop.install", "desktop.reclaim",
-                                "desktop.session_apply", "desktop.session_check",
-                                "desktop.session_files", "detect.gather", "paths", "runner"},
-        "mtpstudio.cli.bench": {"atomic", "bench.ab", "bench.choices", "bench.client",
-                                "bench.concurrency", "bench.doctor", "bench.gate", "bench.history",
-                                "bench.prompts", "bench.bench_text", "bench.results",
-                                "bench.runner", "bench.target", "bench.vram", "detect.gather",
-                                "engines.apikey"},
-        "mtpstudio.cli.detect": {"detect.models", "detect.gather"},
-        "mtpstudio.cli.gui": {"qt_platform"},
-        "mtpstudio.cli.launch": {"server.diagnosis", "server.health", "server.load_log",
-                                 "server.state"},
-        "mtpstudio.cli.models": {"detect.gather", "hub.client", "hub.download", "hub.fit_table",
-                                 "hub.listing", "hub.remote_header"},
-        "mtpstudio.cli.plan": {"detect.engines", "detect.rpc", "engines.apikey",
-                               "model.catalog.gpus", "model.catalog.models", "runner"},
-        "mtpstudio.cli.render": {"desktop.session_apply", "detect.gather"},
-        "mtpstudio.cli.server": {"runner", "server.health", "server.process", "server.state",
-                                 "server.systemd"},
-        "mtpstudio.cli.tune": {"atomic", "bench.history", "bench.prompts", "bench.results",
-                               "bench.target", "bench.tune_text"},
-        "mtpstudio.ui.pages.desktop": {"desktop.helper_setup", "desktop.install",
-                                       "desktop.reclaim", "desktop.session_apply",
-                                       "desktop.session_check", "desktop.session_files"},
-        "mtpstudio.ui.pages.hardware": {"cancel", "detect.processes"},
-        "mtpstudio.ui.pages.hub_dialog": {"engines.availability", "hub.client", "hub.download",
-                                          "hub.fit_table", "hub.listing", "hub.remote_header"},
-        "mtpstudio.ui.pages.launch": {"atomic", "bench.history", "bench.target",
-                                      "server.diagnosis", "server.health", "server.process",
-                                      "server.state"},
-        "mtpstudio.ui.pages.launch_bench": {"bench.history", "bench.target"},
-        "mtpstudio.ui.pages.launch_history": {"bench.history"},
-        "mtpstudio.ui.pages.service": {"desktop.helper_setup", "desktop.install",
-                                       "desktop.session_apply", "desktop.session_files",
-                                       "server.systemd"},
-        "mtpstudio.ui.pages.tune_panel": {"bench.history", "bench.target"},
-        "mtpstudio.ui.server_process": {"server.diagnosis", "server.health", "server.load_log",
-                                        "server.process", "server.procfs", "server.state",
-                                        "server.watchdog"},
-        "mtpstudio.ui.settings": {"atomic", "state_files"},
-        "mtpstudio.ui.system_access": {"desktop.helper_setup", "desktop.install", "runner",
-                                       "server.systemd"},
-        "mtpstudio.ui.tasks": {"cancel"},
-        "mtpstudio.ui.widgets.engine_picker": {"detect.engines", "distro", "engines.build_hint",
-                                               "runner"},
-        "mtpstudio.ui.widgets.install_preview": {"desktop.install"},
-    }.items()
-}  # fmt: skip
+# directly. Empty: every face enters the core through the use cases and the Plan schema, and a
+# new direct import fails.
+NOT_YET_ROUTED: dict[str, frozenset[str]] = {}
 
 
 def face_entries(graph: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
@@ -490,13 +439,10 @@ def test_the_faces_enter_the_core_only_through_the_use_cases_and_the_plan() -> N
     faces = [m for m in graph if m.startswith(FACES)]
     assert len(faces) > 30, faces  # the walk really found both faces
     entries = face_entries(graph)
-    assert {m: sorted(t) for m, t in entries.items() if m in PLANNING_PATH} == {
-        "mtpstudio.cli.launch": sorted(NOT_YET_ROUTED["mtpstudio.cli.launch"]),
-        "mtpstudio.cli.plan": sorted(NOT_YET_ROUTED["mtpstudio.cli.plan"]),
-        "mtpstudio.cli.render": sorted(NOT_YET_ROUTED["mtpstudio.cli.render"]),
-        "mtpstudio.ui.pages.launch": sorted(NOT_YET_ROUTED["mtpstudio.ui.pages.launch"]),
-        "mtpstudio.ui.server_process": sorted(NOT_YET_ROUTED["mtpstudio.ui.server_process"]),
-    }, "the planning path takes the plan, its budget, levers and files from the use cases"
+    planning = {m: sorted(t) for m, t in entries.items() if m in PLANNING_PATH}
+    assert planning == {}, (
+        "the planning path takes the plan, its budget, levers and files from the use cases"
+    )
     for module in ("mtpstudio.ui.state", "mtpstudio.ui.pages.budget", "mtpstudio.ui.pages.engine"):
         assert "mtpstudio.core.usecases.workbench" in graph[module], module
         inner = ("mtpstudio.core.planning", "mtpstudio.core.memory", "mtpstudio.core.engines")

@@ -128,7 +128,7 @@ def _root(args: argparse.Namespace) -> Path | None:
 
 
 def _detect(include_engines: bool = False) -> Any:
-    from mtpstudio.core.detect.gather import DetectionSources, detect_all
+    from mtpstudio.core.usecases.machine import DetectionSources, detect_all
 
     return detect_all(DetectionSources.system(), include_engines=include_engines)
 
@@ -151,8 +151,13 @@ def _ask(question: str) -> bool:
 def _transport(args: argparse.Namespace, root: Path | None, doing: str) -> Any:
     """The helper to use: in-process with --root; else the installed one through pkexec, set
     up first (same password) when it is missing or another version's and the user agrees."""
-    from mtpstudio.core.desktop.helper_setup import HelperStatus, helper_state, setup_note
-    from mtpstudio.core.desktop.install import HelperNotSetUp, helper_for
+    from mtpstudio.core.usecases.system_install import (
+        HelperNotSetUp,
+        HelperStatus,
+        helper_for,
+        helper_state,
+        setup_note,
+    )
 
     if root is not None:
         return helper_for(root)
@@ -178,14 +183,14 @@ def _transport(args: argparse.Namespace, root: Path | None, doing: str) -> Any:
 
 
 def _said_setup(transport: Any) -> None:
-    from mtpstudio.core.desktop.helper_setup import SetupFirstTransport, describe_written
+    from mtpstudio.core.usecases.system_install import SetupFirstTransport, describe_written
 
     if isinstance(transport, SetupFirstTransport) and transport.written:
         print(f"Set up the helper: {describe_written(transport.written)}")
 
 
 def cmd_setup_helper(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.helper_setup import (
+    from mtpstudio.core.usecases.system_install import (
         PkexecSetup,
         describe_written,
         helper_state,
@@ -209,7 +214,7 @@ def cmd_setup_helper(args: argparse.Namespace) -> int:
 
 
 def _print_preview(plan: Any, root: Path | None, dry_run: bool) -> None:
-    from mtpstudio.core.desktop.install import preview
+    from mtpstudio.core.usecases.system_install import preview
 
     for note in plan.notes:
         print(note)
@@ -233,19 +238,20 @@ def _print_changes(changes: Sequence[tuple[str, str]]) -> None:
 
 
 def cmd_apply_session(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.install import apply_plan
-    from mtpstudio.core.desktop.reclaim import default_variant
-    from mtpstudio.core.desktop.session_apply import desktop_facts, prepare_session, usable_variant
-    from mtpstudio.core.desktop.session_files import SessionVariant
+    from mtpstudio.core.usecases.desktop import (
+        SessionVariant,
+        default_session,
+        desktop_facts,
+        prepare_session,
+    )
+    from mtpstudio.core.usecases.system_install import apply_plan
     from mtpstudio.core.usecases.words import MIB
 
     root = _root(args)
     report = _detect()
     facts = desktop_facts(root)
     if args.variant is None:
-        variant, why = default_variant(report)
-        variant, changed = usable_variant(variant, facts, chosen=False)
-        why = changed or why
+        variant, why = default_session(report, facts)
     else:
         variant = {
             "llvmpipe": SessionVariant.WAYLAND_LLVMPIPE,
@@ -299,13 +305,13 @@ def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list
 
 
 def cmd_apply_unit(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.install import (
+    from mtpstudio.core.usecases.system_install import (
+        SubprocessRunner,
         apply_plan,
         install_user_unit,
         preview,
         system_unit_plan,
     )
-    from mtpstudio.core.runner import SubprocessRunner
 
     root = _root(args)
     if args.scope == "user" and root is not None:
@@ -369,8 +375,8 @@ def _refuse_silent_replace(previews: Sequence[Any], replace: bool, scope_flag: s
 
 
 def cmd_apply_nvidia(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.install import apply_plan, nvidia_profile_plan
-    from mtpstudio.core.desktop.session_files import render_nvidia_profile
+    from mtpstudio.core.usecases.desktop import render_nvidia_profile
+    from mtpstudio.core.usecases.system_install import apply_plan, nvidia_profile_plan
 
     root = _root(args)
     plan = nvidia_profile_plan(render_nvidia_profile())
@@ -392,13 +398,13 @@ def cmd_apply_nvidia(args: argparse.Namespace) -> int:
 
 
 def cmd_revert(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.install import (
+    from mtpstudio.core.usecases.system_install import (
+        SubprocessRunner,
         revert_groups,
         revert_user_group,
         system_status,
         user_status,
     )
-    from mtpstudio.core.runner import SubprocessRunner
 
     root = _root(args)
     if args.what is None:
@@ -431,7 +437,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
 
 def _revert_usage(root: Path | None) -> int:
     """Bare ``revert``: what is installed and the command that undoes each kind."""
-    from mtpstudio.core.desktop.install import system_status, user_status
+    from mtpstudio.core.usecases.system_install import system_status, user_status
 
     groups = list(system_status(root)["groups"])
     if root is None:
@@ -447,9 +453,13 @@ def _revert_usage(root: Path | None) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mtpstudio.core import paths
-    from mtpstudio.core.desktop.helper_setup import as_json, helper_state
-    from mtpstudio.core.desktop.install import system_status, user_status
+    from mtpstudio.core.usecases.system_install import (
+        as_json,
+        helper_state,
+        system_status,
+        user_status,
+    )
+    from mtpstudio.core.usecases.words import state_dir
 
     root = _root(args)
     data: dict[str, Any] = {"system": system_status(root)}
@@ -462,7 +472,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = root / "var/lib/mtpstudio" if root is not None else Path("/var/lib/mtpstudio")
     titles = {
         "system": f"System files (through the helper; record in {state})",
-        "user": f"Your account's files (record in {paths.state_dir()})",
+        "user": f"Your account's files (record in {state_dir()})",
     }
     if root is None:
         print(f"Helper: {helper_state().describe()}.")
@@ -481,9 +491,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_session(args: argparse.Namespace) -> int:
-    from mtpstudio.core.desktop.session_apply import stored_measurement
-    from mtpstudio.core.desktop.session_check import check_session
-    from mtpstudio.core.runner import SubprocessRunner
+    from mtpstudio.core.usecases.desktop import check_session, stored_measurement
+    from mtpstudio.core.usecases.system_install import SubprocessRunner
 
     root = _root(args)
     session = os.environ.get("DESKTOP_SESSION") or None

@@ -11,21 +11,28 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.bench.choices import EXPORT_FORMATS, PRESET_NAMES
 from mtpstudio.core.plan_choices import EngineFlavour
-from mtpstudio.core.usecases.words import BenchError, MtpStudioError, visible
+from mtpstudio.core.usecases.command_defaults import EXPORT_FORMATS, PRESET_NAMES
+from mtpstudio.core.usecases.files import write_text_atomic
+from mtpstudio.core.usecases.words import BenchError, MtpStudioError
 
 if TYPE_CHECKING:  # the command's body imports what it runs: registering it stays light
-    from mtpstudio.core.bench.ab import ABReport, ABVariant, TargetOpener
-    from mtpstudio.core.bench.client import CompletionSample
-    from mtpstudio.core.bench.concurrency import ConcurrencyReport
-    from mtpstudio.core.bench.gate import GateReport
-    from mtpstudio.core.bench.history import BenchHistory
-    from mtpstudio.core.bench.prompts import BenchPrompt
-    from mtpstudio.core.bench.results import BenchReport, BenchSettings
-    from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
     from mtpstudio.core.plan import Plan
+    from mtpstudio.core.usecases.bench import (
+        ABReport,
+        ABVariant,
+        BenchHistory,
+        BenchProgress,
+        BenchPrompt,
+        BenchReport,
+        BenchSettings,
+        BenchTarget,
+        CompletionSample,
+        ConcurrencyReport,
+        GateReport,
+        ServerLauncher,
+        TargetOpener,
+    )
     from mtpstudio.core.usecases.workbench import PlanningContext
 
 # The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
@@ -131,7 +138,7 @@ def register(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> BenchSettings:
-    from mtpstudio.core.bench.results import BenchSettings
+    from mtpstudio.core.usecases.bench import BenchSettings
 
     if args.repeat < 1 or args.n_predict < 1 or args.concurrency < 1:
         raise BenchError("--repeat, --n-predict and --concurrency must be at least 1")
@@ -151,7 +158,7 @@ def _progress(step: BenchProgress) -> None:
 def _api_key(args: argparse.Namespace) -> str | None:
     """The --url servers' key: from --api-key-file, or standard input with ``--api-key -``."""
     if args.api_key_file is not None:
-        from mtpstudio.core.engines.apikey import read_api_key
+        from mtpstudio.core.usecases.api_key import read_api_key
 
         return read_api_key(args.api_key_file)
     if args.api_key is None:
@@ -171,28 +178,9 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def _url_target(
     url: str, flavour: str, label: str, args: argparse.Namespace, key: str | None
 ) -> BenchTarget:
-    from mtpstudio.core.bench.client import BenchClient
-    from mtpstudio.core.bench.target import BenchTarget
+    from mtpstudio.core.usecases.bench import url_target
 
-    url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise BenchError(
-            f"{url!r} is not a server URL", hint="Give it as http://HOST:PORT, e.g. "
-            "http://127.0.0.1:8080."
-        )  # fmt: skip
-    target = BenchTarget(
-        base_url=url,
-        flavour=EngineFlavour(flavour),
-        label=label,
-        drafting_requested=True if args.expect_drafts else None,
-        api_key=key,
-    )
-    with BenchClient(target, 10.0) as client:
-        client.check_ready()
-        props = client.props()
-    build = props.get("build_info") or props.get("system_fingerprint")
-    shown = visible(str(build))[:200] if build else None  # the server's words, shown later
-    return replace(target, engine_build=shown)
+    return url_target(url, flavour, label, expect_drafts=args.expect_drafts, api_key=key)
 
 
 @dataclass
@@ -204,7 +192,7 @@ class _Targets:
 
 @contextmanager
 def _targets(args: argparse.Namespace, stack: ExitStack) -> Iterator[_Targets]:
-    from mtpstudio.core.bench.ab import drafting_off_variant
+    from mtpstudio.core.usecases.bench import drafting_off_variant
 
     if args.url:
         key = _api_key(args)
@@ -250,7 +238,7 @@ class _Output:
     """Prints each result, stores it in the history and collects the --json document."""
 
     def __init__(self, history: BenchHistory | None) -> None:
-        from mtpstudio.core.bench.runner import utc_now
+        from mtpstudio.core.usecases.bench import utc_now
 
         self.history = history
         self.document: dict[str, Any] = {"started_at": utc_now()}
@@ -261,8 +249,8 @@ class _Output:
     def _context(self, report: BenchReport) -> PlanningContext | None:
         """The machine and model of the plan a run benchmarked (its estimate goes beside it);
         None for a server without a plan, or a model that cannot be read here."""
-        from mtpstudio.core.detect.gather import detect_for
         from mtpstudio.core.plan import plan_from_json
+        from mtpstudio.core.usecases.machine import detect_for
         from mtpstudio.core.usecases.planning_context import planning_context_for
         from mtpstudio.core.usecases.speed import load_speed_inputs
         from mtpstudio.core.usecases.workbench import machine_for
@@ -281,8 +269,7 @@ class _Output:
         return self._contexts[key]
 
     def ab(self, ab: ABReport, plan: Plan | None) -> BenchReport:
-        from mtpstudio.core.bench.bench_text import render_ab_text
-        from mtpstudio.core.bench.doctor import diagnose
+        from mtpstudio.core.usecases.bench import diagnose, render_ab_text
         from mtpstudio.core.usecases.speed import with_estimate
 
         for side in (ab.a, ab.b):
@@ -300,8 +287,7 @@ class _Output:
         return ab.a
 
     def bench(self, report: BenchReport, plan: Plan | None) -> BenchReport:
-        from mtpstudio.core.bench.bench_text import render_text
-        from mtpstudio.core.usecases.bench import conclude
+        from mtpstudio.core.usecases.bench import conclude, render_text
         from mtpstudio.core.usecases.speed import with_estimate
 
         outcome = conclude(with_estimate(report, self._context(report)), plan, self.history)
@@ -317,7 +303,7 @@ class _Output:
         return report
 
     def gate(self, gate: GateReport, started_at: str) -> None:
-        from mtpstudio.core.bench.bench_text import render_gate_text
+        from mtpstudio.core.usecases.bench import render_gate_text
 
         _clear_progress()
         print()
@@ -328,7 +314,7 @@ class _Output:
         self._store("gate", gate.on_label, gate.to_dict(), started_at)
 
     def concurrency(self, conc: ConcurrencyReport) -> None:
-        from mtpstudio.core.bench.bench_text import render_concurrency_text
+        from mtpstudio.core.usecases.bench import render_concurrency_text
 
         _clear_progress()
         print()
@@ -341,7 +327,7 @@ class _Output:
         self, kind: str, label: str, data: dict[str, Any], started_at: str | None = None
     ) -> None:
         """Store a document run, dated when it started (not when the command did)."""
-        from mtpstudio.core.bench.runner import utc_now
+        from mtpstudio.core.usecases.bench import utc_now
 
         if self.history is not None:
             run_id = self.history.add_document(kind, label, data, started_at or utc_now())
@@ -355,13 +341,17 @@ def _on_samples(report: BenchReport) -> list[CompletionSample]:
 
 def run_bench_command(args: argparse.Namespace) -> int:
     """``mtpstudio bench``: run, print, store; exit 2 on a server failure, 1 on a failed gate."""
-    from mtpstudio.core.bench.ab import run_ab
-    from mtpstudio.core.bench.concurrency import run_concurrent
-    from mtpstudio.core.bench.gate import gate_against
-    from mtpstudio.core.bench.history import BenchHistory
-    from mtpstudio.core.bench.prompts import load_prompts, select
-    from mtpstudio.core.bench.runner import run_bench, utc_now
-    from mtpstudio.core.bench.vram import VramSampler
+    from mtpstudio.core.usecases.bench import (
+        BenchHistory,
+        VramSampler,
+        gate_against,
+        load_prompts,
+        run_ab,
+        run_bench,
+        run_concurrent,
+        select,
+        utc_now,
+    )
 
     settings = _settings(args)
     prompts = select(load_prompts(args.prompts), _categories(args.categories))
@@ -400,11 +390,15 @@ def _run_plans_in_turn(
     out: _Output,
 ) -> BenchReport:
     """Plans one server at a time (two big models rarely fit one GPU together)."""
-    from mtpstudio.core.bench.ab import drafting_off_variant, run_ab_rounds
-    from mtpstudio.core.bench.concurrency import run_concurrent
-    from mtpstudio.core.bench.gate import gate_against
-    from mtpstudio.core.bench.runner import run_bench, utc_now
-    from mtpstudio.core.bench.vram import VramSampler
+    from mtpstudio.core.usecases.bench import (
+        VramSampler,
+        drafting_off_variant,
+        gate_against,
+        run_ab_rounds,
+        run_bench,
+        run_concurrent,
+        utc_now,
+    )
 
     launcher = _launcher(args)
     variants = _variants(args)
@@ -440,8 +434,8 @@ def _run_plans_in_turn(
 
 
 def _variants(args: argparse.Namespace) -> tuple[ABVariant, ...]:
-    from mtpstudio.core.bench.ab import PRESETS, ABVariant
     from mtpstudio.core.plan import load_plan
+    from mtpstudio.core.usecases.bench import PRESETS, ABVariant
 
     plan = load_plan(args.plan)
     if args.preset:
@@ -478,7 +472,7 @@ def _categories(text: str | None) -> list[str] | None:
 
 
 def run_history_command(args: argparse.Namespace) -> int:
-    from mtpstudio.core.bench.history import BenchHistory
+    from mtpstudio.core.usecases.bench import BenchHistory
 
     entries = BenchHistory().entries()
     if args.json:
@@ -504,7 +498,7 @@ def run_history_command(args: argparse.Namespace) -> int:
 
 
 def run_show_command(args: argparse.Namespace) -> int:
-    from mtpstudio.core.bench.history import BenchHistory, export_entry
+    from mtpstudio.core.usecases.bench import BenchHistory, export_entry
 
     entry = BenchHistory().get(args.id)
     sys.stdout.write(export_entry(entry, args.format))

@@ -50,7 +50,7 @@ def cmd_gui(args: argparse.Namespace) -> int:
             "no display is available for the wizard",
             hint="Run it in a graphical session, or use `mtpstudio plan --demo` here.",
         )
-    from mtpstudio.core.qt_platform import check_xcb_platform  # before Qt loads: no abort 134
+    from mtpstudio.core.usecases.gui_platform import check_xcb_platform
 
     check_xcb_platform()
     from mtpstudio.core.plan import load_plan

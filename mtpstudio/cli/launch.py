@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S
+from mtpstudio.core.usecases.command_defaults import DEFAULT_STARTUP_TIMEOUT_S
 from mtpstudio.core.usecases.words import visible
 
 
@@ -71,7 +71,6 @@ def _result_json(result: Any) -> dict[str, Any]:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from mtpstudio.core.plan import load_plan, plan_with
-    from mtpstudio.core.server.state import prune_stale
     from mtpstudio.core.usecases.launch import (
         card_not_here,
         find_build,
@@ -79,6 +78,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         prepare_launch,
         run_launch,
     )
+    from mtpstudio.core.usecases.server_watch import prune_stale
 
     plan = load_plan(args.plan)
     if args.port is not None:
@@ -136,9 +136,7 @@ def _print_started(result: Any) -> None:
 
 def _stay_attached(proc: Any, result: Any, echo: bool) -> int:
     """Until Ctrl-C (then stop the server) or until the server exits by itself."""
-    from mtpstudio.core.server.diagnosis import diagnose
-    from mtpstudio.core.server.load_log import parse_load_log
-    from mtpstudio.core.server.state import remove_state
+    from mtpstudio.core.usecases.server_watch import diagnose_ended, remove_state
 
     try:
         while proc.alive():
@@ -153,9 +151,8 @@ def _stay_attached(proc: Any, result: Any, echo: bool) -> int:
         return 0
     outcome = proc.stop()
     remove_state(result.state)
-    text = Path(result.log_path).read_text(encoding="utf-8", errors="replace")
-    diagnosis = diagnose(
-        parse_load_log(text), result.prepared.plan, outcome, model=result.prepared.model
+    diagnosis = diagnose_ended(
+        Path(result.log_path), result.prepared.plan, outcome, result.prepared.model
     )
     print(f"mtpstudio: the server ended: {diagnosis.render()}", file=sys.stderr)
     return 1

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +51,14 @@ def register(sub: Any) -> None:
 
 
 def cmd_models_hf(args: argparse.Namespace) -> int:
-    from mtpstudio.core.detect.gather import detect_for
-    from mtpstudio.core.hub.client import HubClient, Repo, parse_repo_id
-    from mtpstudio.core.hub.fit_table import best_row, table_rows
-    from mtpstudio.core.hub.listing import group_models
-    from mtpstudio.core.hub.remote_header import read_remote_headers
+    from mtpstudio.core.usecases.hub import (
+        HubClient,
+        list_models,
+        parse_repo_id,
+        planned_table,
+        read_remote_headers,
+    )
+    from mtpstudio.core.usecases.machine import detect_for
     from mtpstudio.core.usecases.words import models_dir
     from mtpstudio.core.usecases.workbench import machine_for
 
@@ -69,10 +73,8 @@ def cmd_models_hf(args: argparse.Namespace) -> int:
     repo_id = parse_repo_id(args.repo)
     client = HubClient()
     started = time.monotonic()
-    commit = client.resolve(Repo(repo_id, args.revision))
-    repo = Repo(repo_id, commit)
-    files = client.list_files(repo)
-    models, notes = group_models(files)
+    repo, models, notes = list_models(client, repo_id, args.revision)
+    commit = repo.revision or ""  # the commit the revision points at now
     if not models:
         raise HubError(
             f"{repo_id} has no GGUF files at {args.revision or 'main'}",
@@ -81,8 +83,7 @@ def cmd_models_hf(args: argparse.Namespace) -> int:
     headers = read_remote_headers(client, repo, models)
     folder = args.to if args.to is not None else models_dir() / repo_id
     machine = machine_for(detect_for(plan))
-    rows = table_rows(headers, plan, machine, folder)
-    best = best_row(rows)
+    rows, best = planned_table(headers, plan, machine, folder)
     elapsed = time.monotonic() - started
     where = f"{repo_id} @ {args.revision or 'main'} (commit {commit[:7]})"
     if args.json and args.download is None:
@@ -100,7 +101,7 @@ def cmd_models_hf(args: argparse.Namespace) -> int:
 
 
 def _json(
-    where: str, rows: list[Any], best: int | None, notes: list[str], elapsed: float
+    where: str, rows: Sequence[Any], best: int | None, notes: list[str], elapsed: float
 ) -> dict[str, Any]:
     return {
         "repository": where,
@@ -112,10 +113,9 @@ def _json(
 
 
 def _print_table(
-    out: Any, where: str, rows: list[Any], best: int | None, notes: list[str], elapsed: float
+    out: Any, where: str, rows: Sequence[Any], best: int | None, notes: list[str], elapsed: float
 ) -> None:
-    from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND
-    from mtpstudio.core.hub.listing import size_text
+    from mtpstudio.core.usecases.hub import BEST_RULE, COLUMN_LEGEND, size_text
 
     fit = next((r.fit for r in rows if r.fit is not None), None)
     target = f"{fit.target}, ctx {fit.ctx:,}" if fit is not None else "the chosen card"
@@ -176,7 +176,7 @@ def _print_table(
     )
 
 
-def _pick(rows: list[Any], wanted: str, best: int | None) -> int:
+def _pick(rows: Sequence[Any], wanted: str, best: int | None) -> int:
     if wanted.lower() == "best":
         if best is None:
             raise PlanError("no file fits, so there is no best one to download")
@@ -209,10 +209,9 @@ def _pick(rows: list[Any], wanted: str, best: int | None) -> int:
 def _download(
     args: argparse.Namespace, client: Any, repo: Any, row: Any, folder: Path, out: Any
 ) -> int:
-    from mtpstudio.core.detect.gather import detect_for
-    from mtpstudio.core.hub.download import DownloadProgress, download_model
-    from mtpstudio.core.hub.listing import size_text
     from mtpstudio.core.plan import plan_with, save_plan
+    from mtpstudio.core.usecases.hub import DownloadProgress, download_model, size_text
+    from mtpstudio.core.usecases.machine import detect_for
     from mtpstudio.core.usecases.model_files import read_model_info
     from mtpstudio.core.usecases.planning_context import planning_context_for
     from mtpstudio.core.usecases.workbench import evaluate, machine_for

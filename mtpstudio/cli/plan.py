@@ -22,7 +22,7 @@ EXIT_DOES_NOT_FIT = 3
 
 
 def _demo_help() -> str:
-    from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_cards
+    from mtpstudio.core.usecases.model_cards import DEFAULT_MODEL_CARD, model_cards
 
     cards = ", ".join(c.card_id for c in model_cards())
     return (
@@ -186,7 +186,7 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     if args.model is not None:
         changes["model.path"], changes["model.card"] = str(args.model), None
     elif args.demo is not None:
-        from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD
+        from mtpstudio.core.usecases.model_cards import DEFAULT_MODEL_CARD
 
         changes["model.path"], changes["model.card"] = None, args.demo or DEFAULT_MODEL_CARD
     if args.engine is not None:
@@ -213,7 +213,7 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
 def _gpu_choice(text: str) -> str:
     """``--gpu``: auto, cpu, a device id, or a catalogue GPU by id or name (any case); anything
     else is refused with the catalogue's ids."""
-    from mtpstudio.core.model.catalog.gpus import catalogue_gpu_id, gpu_cards
+    from mtpstudio.core.usecases.model_files import catalogue_gpu_id, gpu_cards
     from mtpstudio.core.usecases.words import CatalogError
 
     found = catalogue_gpu_id(text)
@@ -266,8 +266,7 @@ def rpc_entry(text: str) -> dict[str, Any]:
         RpcProbeError: the endpoint cannot be reached or does not answer as an rpc-server.
         PlanError: the size is not a whole number of MiB.
     """
-    from mtpstudio.core.detect.rpc import parse_endpoint
-    from mtpstudio.core.usecases.rpc_endpoint import probe_endpoint
+    from mtpstudio.core.usecases.rpc_endpoint import parse_endpoint, probe_endpoint
 
     where, sep, size = text.partition("=")
     host, port = parse_endpoint(where)
@@ -282,8 +281,7 @@ def rpc_entry(text: str) -> dict[str, Any]:
 
 
 def _probed_engine(text: str) -> dict[str, Any]:
-    from mtpstudio.core.detect.engines import probe_engine_file
-    from mtpstudio.core.runner import SubprocessRunner
+    from mtpstudio.core.usecases.engine_files import SubprocessRunner, probe_engine_file
 
     path = Path(text).expanduser()
     if "/" not in text and not path.exists():
@@ -298,8 +296,8 @@ def _probed_engine(text: str) -> dict[str, Any]:
 
 def _with_key_file(plan: Plan, args: argparse.Namespace, changes: dict[str, Any]) -> Plan:
     """Name a key file when the plan needs one; store ``--api-key`` in it (0600), never the plan."""
-    from mtpstudio.core.engines.apikey import default_key_path, store_api_key
     from mtpstudio.core.plan import plan_with
+    from mtpstudio.core.usecases.api_key import default_key_path, store_api_key
 
     key_file = plan.server.api_key_file
     if key_file is None and (args.api_key is not None or not plan.server.is_loopback):
@@ -316,13 +314,13 @@ def _with_key_file(plan: Plan, args: argparse.Namespace, changes: dict[str, Any]
 def _check_device(device: str) -> None:
     if device in {"auto", "cpu"} or device.upper().startswith(("CUDA", "VULKAN", "ROCM")):
         return
-    from mtpstudio.core.model.catalog.gpus import gpu_card
+    from mtpstudio.core.usecases.model_files import gpu_card
 
     gpu_card(device)  # raises CatalogError naming the known ids
 
 
 def _list_demo_cards() -> int:
-    from mtpstudio.core.model.catalog.models import model_cards
+    from mtpstudio.core.usecases.model_cards import model_cards
 
     for card in model_cards():
         print(card.card_id)

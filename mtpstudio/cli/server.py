@@ -51,29 +51,24 @@ def register(sub: Any) -> None:
 
 
 def _unit(args: argparse.Namespace) -> Any:
-    from mtpstudio.core.server.systemd import UnitRef, require_installed
+    from mtpstudio.core.usecases.server_units import installed_unit
 
-    unit = UnitRef.of(args.unit, args.user_unit)
-    require_installed(unit)
-    return unit
+    return installed_unit(args.unit, args.user_unit)
 
 
 def _states(port: int | None) -> tuple[list[Any], list[Any]]:
     """(live states, stale states removed), optionally only ``port``."""
-    from mtpstudio.core.server.state import load_states, prune_stale
+    from mtpstudio.core.usecases.server_watch import servers_here
 
-    states = load_states()  # read once: a damaged record is named once
-    stale = prune_stale(states)
-    live = [s for s in states if s not in stale and (port is None or s.port == port)]
-    return live, [s for s in stale if port is None or s.port == port]
+    return servers_here(port)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mtpstudio.core.runner import SubprocessRunner
-    from mtpstudio.core.server.health import probe_health
+    from mtpstudio.core.usecases.server_units import SubprocessRunner
+    from mtpstudio.core.usecases.server_watch import probe_health
 
     if args.unit:
-        from mtpstudio.core.server.systemd import unit_status
+        from mtpstudio.core.usecases.server_units import unit_status
 
         status = unit_status(_unit(args), SubprocessRunner())
         print(json.dumps(status.to_json(), indent=2) if args.json else status.describe())
@@ -115,12 +110,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from mtpstudio.core.server.process import stop_pid
-    from mtpstudio.core.server.state import remove_state
+    from mtpstudio.core.usecases.server_watch import remove_state, stop_pid
 
     if args.unit:
-        from mtpstudio.core.runner import SubprocessRunner
-        from mtpstudio.core.server.systemd import stop_unit
+        from mtpstudio.core.usecases.server_units import SubprocessRunner, stop_unit
 
         unit = _unit(args)
         stop_unit(unit, SubprocessRunner())
@@ -140,8 +133,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from mtpstudio.core.runner import SubprocessRunner
-    from mtpstudio.core.server.systemd import start_unit, unit_status
+    from mtpstudio.core.usecases.server_units import SubprocessRunner, start_unit, unit_status
 
     if not args.unit:
         raise ServerError(
@@ -156,7 +148,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def _log_path(port: int | None) -> Path:
-    from mtpstudio.core.server.state import load_states, logs_dir
+    from mtpstudio.core.usecases.server_watch import load_states, logs_dir
 
     live = [s for s in load_states() if port is None or s.port == port]
     if len(live) > 1:
@@ -175,18 +167,17 @@ def _log_path(port: int | None) -> Path:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     if args.unit:
-        from mtpstudio.core.server.systemd import journal_argv
+        from mtpstudio.core.usecases.server_units import journal_argv
 
         unit = _unit(args)
         if args.follow:
             return subprocess.call(journal_argv(unit, args.lines, follow=True))
-        from mtpstudio.core.runner import SubprocessRunner
-        from mtpstudio.core.server.systemd import journal_tail
+        from mtpstudio.core.usecases.server_units import SubprocessRunner, journal_tail
 
         text = journal_tail(unit, SubprocessRunner(), args.lines)
         sys.stdout.writelines(visible(line, keep_tabs=True) + "\n" for line in text.splitlines())
         return 0
-    from mtpstudio.core.server.process import LogFollower
+    from mtpstudio.core.usecases.server_watch import LogFollower
 
     path = _log_path(args.port)
     follower = LogFollower(path)
@@ -196,7 +187,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not args.follow:
         return 0
     sys.stdout.flush()  # the last lines now, not when the server next writes (a pipe buffers)
-    from mtpstudio.core.server.state import load_states
+    from mtpstudio.core.usecases.server_watch import load_states
 
     try:
         while any(s.log_path == str(path) and s.liveness().value == "running"

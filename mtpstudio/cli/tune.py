@@ -13,8 +13,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.plan_choices import CacheType
+from mtpstudio.core.usecases.files import write_text_atomic
 from mtpstudio.core.usecases.words import BenchError
 
 
@@ -116,13 +116,18 @@ def _progress(step: Any) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from mtpstudio.core.bench.history import BenchHistory
-    from mtpstudio.core.bench.prompts import load_prompts, select
-    from mtpstudio.core.bench.results import BenchSettings
-    from mtpstudio.core.bench.target import CancelToken
-    from mtpstudio.core.bench.tune_text import render_tune_text
     from mtpstudio.core.plan import MIN_CTX, load_plan, save_plan
-    from mtpstudio.core.usecases.tune import TuneConstraints, run_tuning, tune_setup
+    from mtpstudio.core.usecases.tune import (
+        BenchHistory,
+        BenchSettings,
+        CancelToken,
+        TuneConstraints,
+        load_prompts,
+        render_tune_text,
+        run_tuning,
+        select,
+        tune_setup,
+    )
 
     if min(args.n_predict, args.finalists, args.short, args.repeat) < 1:
         raise BenchError("--n-predict, --repeat, --finalists and --short must be at least 1")

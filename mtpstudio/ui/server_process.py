@@ -31,20 +31,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.server import procfs
-from mtpstudio.core.server.diagnosis import Diagnosis, diagnose
-from mtpstudio.core.server.health import (
-    DEFAULT_STARTUP_TIMEOUT_S,
-    HealthAnswer,
-    HealthResult,
-    HealthState,
-    probe_health,
-    wait_healthy,
-)
-from mtpstudio.core.server.load_log import LoadReport, parse_load_log
-from mtpstudio.core.server.process import STOP_GRACE_S, LogFollower, ProcessOutcome
-from mtpstudio.core.server.state import ServerState, remove_state, state_path
-from mtpstudio.core.server.watchdog import Watchdog
 from mtpstudio.core.usecases.launch import (
     LaunchResult,
     PreparedLaunch,
@@ -53,6 +39,26 @@ from mtpstudio.core.usecases.launch import (
     prepare_launch,
     prepare_resolved_launch,
     record_state,
+)
+from mtpstudio.core.usecases.server_watch import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    STOP_GRACE_S,
+    Diagnosis,
+    HealthAnswer,
+    HealthResult,
+    HealthState,
+    LoadReport,
+    LogFollower,
+    ProcessOutcome,
+    ServerState,
+    Watchdog,
+    diagnose,
+    parse_load_log,
+    probe_health,
+    procfs,
+    remove_state,
+    state_path,
+    wait_healthy,
 )
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.core.usecases.workbench import EngineBuild, Reconciliation, ResolvedPlan
@@ -190,7 +196,7 @@ class GuiServer(QObject):
     def base_url(self) -> str | None:
         if self.prepared is None:
             return None
-        from mtpstudio.core.server.health import connect_host
+        from mtpstudio.core.usecases.server_watch import connect_host
 
         server = self.prepared.plan.server
         return f"http://{connect_host(server.host)}:{server.port}"

@@ -1,35 +1,93 @@
 """Benchmark a running server: the nine categories, the doctor's findings, the history.
 
 One implementation for ``mtpstudio bench`` and the GUI's Benchmark tab. The benchmark's plain
-types are re-exported here for the GUI.
+types, its A/B, gate and concurrency runs, their text and the stored history are re-exported
+here for both faces.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from mtpstudio.core.bench.ab import (
+    PRESETS,
+    ABReport,
+    ABVariant,
+    TargetOpener,
+    drafting_off_variant,
+    run_ab,
+    run_ab_rounds,
+)
+from mtpstudio.core.bench.bench_text import (
+    render_ab_text,
+    render_concurrency_text,
+    render_gate_text,
+    render_text,
+)
+from mtpstudio.core.bench.client import BenchClient, CompletionSample
+from mtpstudio.core.bench.concurrency import ConcurrencyReport, run_concurrent
 from mtpstudio.core.bench.doctor import Finding, diagnose
-from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.bench.prompts import BenchPrompt, load_prompts
+from mtpstudio.core.bench.gate import GateReport, gate_against
+from mtpstudio.core.bench.history import BenchHistory, HistoryEntry, export_entry, runs_of_plans
+from mtpstudio.core.bench.prompts import BenchPrompt, load_prompts, select
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
-from mtpstudio.core.bench.runner import run_bench
-from mtpstudio.core.bench.target import BenchProgress, BenchTarget, CancelToken, no_progress
+from mtpstudio.core.bench.runner import run_bench, utc_now
+from mtpstudio.core.bench.target import (
+    BenchProgress,
+    BenchTarget,
+    CancelToken,
+    ServerLauncher,
+    no_progress,
+)
 from mtpstudio.core.bench.vram import VramSampler
-from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.errors import BenchError, MtpStudioError
+from mtpstudio.core.outside_text import visible
+from mtpstudio.core.plan import EngineFlavour, Plan
 from mtpstudio.core.planning import PlanningContext
 from mtpstudio.core.usecases.speed import with_estimate
 
 __all__ = [
+    "PRESETS",
+    "ABReport",
+    "ABVariant",
+    "BenchClient",
+    "BenchHistory",
     "BenchOutcome",
     "BenchProgress",
+    "BenchPrompt",
     "BenchReport",
     "BenchSettings",
+    "BenchTarget",
+    "CancelToken",
+    "CompletionSample",
+    "ConcurrencyReport",
     "Finding",
+    "GateReport",
+    "HistoryEntry",
+    "ServerLauncher",
+    "TargetOpener",
+    "VramSampler",
     "conclude",
+    "diagnose",
+    "drafting_off_variant",
+    "export_entry",
+    "gate_against",
+    "load_prompts",
     "prompts_for",
+    "render_ab_text",
+    "render_concurrency_text",
+    "render_gate_text",
+    "render_text",
+    "run_ab",
+    "run_ab_rounds",
+    "run_bench",
     "run_benchmark",
+    "run_concurrent",
+    "runs_of_plans",
+    "select",
+    "url_target",
+    "utc_now",
     "vram_sampler",
 ]
 
@@ -90,3 +148,30 @@ def run_benchmark(
     """
     report = run_bench(target, prompts, settings, cancel=cancel, progress=progress, vram=vram)
     return conclude(with_estimate(report, pctx), target.plan, history)
+
+
+def url_target(
+    url: str, flavour: str, label: str, *, expect_drafts: bool, api_key: str | None
+) -> BenchTarget:
+    """A running server to benchmark, given by URL: checked ready, with the build it names
+    (``/props``; the server's words, made visible and cut to 200 characters). With
+    ``expect_drafts`` a run without drafts is flagged."""
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise BenchError(
+            f"{url!r} is not a server URL", hint="Give it as http://HOST:PORT, e.g. "
+            "http://127.0.0.1:8080."
+        )  # fmt: skip
+    target = BenchTarget(
+        base_url=url,
+        flavour=EngineFlavour(flavour),
+        label=label,
+        drafting_requested=True if expect_drafts else None,
+        api_key=api_key,
+    )
+    with BenchClient(target, 10.0) as client:
+        client.check_ready()
+        props = client.props()
+    build = props.get("build_info") or props.get("system_fingerprint")
+    shown = visible(str(build))[:200] if build else None  # the server's words, shown later
+    return replace(target, engine_build=shown)

@@ -17,7 +17,7 @@ from mtpstudio.core.detect.rpc import (
     probe_rpc,
 )
 
-__all__ = ["ProbedEndpoint", "RpcProbeError", "probe_endpoint"]
+__all__ = ["ProbedEndpoint", "RpcProbeError", "parse_endpoint", "probe_endpoint"]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.bench.prompts import BenchPrompt
+from mtpstudio.core.bench.prompts import BenchPrompt, load_prompts, select
 from mtpstudio.core.bench.results import BenchSettings
 from mtpstudio.core.bench.target import CancelToken, ServerLauncher
 from mtpstudio.core.bench.tune import (
@@ -26,7 +26,7 @@ from mtpstudio.core.bench.tune import (
     run_tune,
 )
 from mtpstudio.core.bench.tune_space import TuneSpace, default_space
-from mtpstudio.core.bench.tune_text import save_tune
+from mtpstudio.core.bench.tune_text import render_tune_text, save_tune
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
@@ -38,13 +38,19 @@ from mtpstudio.core.usecases.planning_context import planning_context_for
 
 __all__ = [
     "DRAFTING_KNOBS",
+    "BenchHistory",
+    "BenchSettings",
+    "CancelToken",
     "TuneConstraints",
     "TuneOutcome",
     "TuneProgress",
     "TuneResult",
     "TuneRow",
     "TuneSetup",
+    "load_prompts",
+    "render_tune_text",
     "run_tuning",
+    "select",
     "tune_setup",
 ]
 

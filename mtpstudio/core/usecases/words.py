@@ -39,6 +39,7 @@ __all__ = [
     "models_dir",
     "parse_mib",
     "parse_token_count",
+    "state_dir",
     "visible",
 ]
 
@@ -67,3 +68,10 @@ def models_dir() -> Path:
     from mtpstudio.core import paths
 
     return paths.models_dir()
+
+
+def state_dir() -> Path:
+    """Where mtpstudio keeps its records of what it installed and ran (``core.paths``)."""
+    from mtpstudio.core import paths
+
+    return paths.state_dir()

@@ -29,38 +29,36 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.desktop.helper_setup import (
-    HelperState,
-    SetupFirstTransport,
-    describe_written,
-    setup_note,
-)
-from mtpstudio.core.desktop.install import (
-    HelperAnswer,
-    InstallPlan,
-    apply_plan,
-    nvidia_profile_plan,
-    preview,
-    revert_groups,
-)
-from mtpstudio.core.desktop.reclaim import (
+from mtpstudio.core.plan import DesktopReclaim, Plan
+from mtpstudio.core.usecases.desktop import (
     DesktopUsage,
     ReclaimOption,
+    SessionCheckReport,
+    SessionVariant,
+    check_session,
     desktop_usage,
-    reclaim_options,
-)
-from mtpstudio.core.desktop.session_apply import (
     installed_groups,
     prepare_session,
+    reclaim_options,
+    render_nvidia_profile,
     sddm_dirs,
     session_name,
     stored_measurement,
     switch_back_name,
 )
-from mtpstudio.core.desktop.session_check import SessionCheckReport, check_session
-from mtpstudio.core.desktop.session_files import SessionVariant, render_nvidia_profile
-from mtpstudio.core.plan import DesktopReclaim, Plan
 from mtpstudio.core.usecases.model_files import GpuCard, gpu_card
+from mtpstudio.core.usecases.system_install import (
+    HelperAnswer,
+    HelperState,
+    InstallPlan,
+    SetupFirstTransport,
+    apply_plan,
+    describe_written,
+    nvidia_profile_plan,
+    preview,
+    revert_groups,
+    setup_note,
+)
 from mtpstudio.core.usecases.words import MIB, MtpStudioError
 from mtpstudio.core.usecases.workbench import DetectionReport, FitSuggestion, fit_suggestions
 from mtpstudio.ui.formatting import error_sentence, mib

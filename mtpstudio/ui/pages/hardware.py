@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.cancel import CancelToken
-from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.plan import SplitMode
+from mtpstudio.core.usecases.cancel import CancelToken
+from mtpstudio.core.usecases.machine import ProcessCategory
 from mtpstudio.core.usecases.model_files import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.usecases.rpc_endpoint import ProbedEndpoint, probe_endpoint
 from mtpstudio.core.usecases.words import MIB

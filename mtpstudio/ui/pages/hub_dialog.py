@@ -30,15 +30,25 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.availability import engine_name
-from mtpstudio.core.hub.client import HubClient, Repo, parse_repo_id
-from mtpstudio.core.hub.download import DownloadProgress, DownloadResult, download_model
-from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND, TableRow, best_row, table_rows
-from mtpstudio.core.hub.listing import group_models, size_text
-from mtpstudio.core.hub.remote_header import RemoteHeader, read_remote_headers
 from mtpstudio.core.plan import ModelChoice, Plan, plan_with
+from mtpstudio.core.usecases.hub import (
+    BEST_RULE,
+    COLUMN_LEGEND,
+    DownloadProgress,
+    DownloadResult,
+    HubClient,
+    RemoteHeader,
+    Repo,
+    TableRow,
+    download_model,
+    list_models,
+    parse_repo_id,
+    planned_table,
+    read_remote_headers,
+    size_text,
+)
 from mtpstudio.core.usecases.words import MtpStudioError, models_dir
-from mtpstudio.core.usecases.workbench import MachineFacts
+from mtpstudio.core.usecases.workbench import engine_name
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskHandle
@@ -86,13 +96,6 @@ class _SortItem(QTableWidgetItem):
         if mine is not None and theirs is not None:
             return bool(mine < theirs)
         return super().__lt__(other)
-
-
-def _plan_table(
-    headers: tuple[RemoteHeader, ...], plan: Plan, machine: MachineFacts, folder: Path
-) -> tuple[tuple[TableRow, ...], int | None]:
-    rows = tuple(table_rows(headers, plan, machine, folder))
-    return rows, best_row(rows)
 
 
 class HubModelsDialog(QDialog):
@@ -241,9 +244,7 @@ class HubModelsDialog(QDialog):
 
         def job(token: CancelToken) -> Listing:
             token.report_progress(("listing", 0, 0, repo_id))
-            commit = client.resolve(Repo(repo_id, revision))
-            repo = Repo(repo_id, commit)
-            models, notes = group_models(client.list_files(repo))
+            repo, models, notes = list_models(client, repo_id, revision)
             token.raise_if_cancelled()
             headers = tuple(
                 read_remote_headers(
@@ -257,7 +258,7 @@ class HubModelsDialog(QDialog):
                 )
             )
             token.report_progress(("planning", len(headers), len(headers), ""))
-            rows, best = _plan_table(headers, plan, machine, folder)
+            rows, best = planned_table(headers, plan, machine, folder)
             return Listing(repo, headers, rows, best, tuple(notes))
 
         self.notice.show_text(None)
@@ -273,7 +274,7 @@ class HubModelsDialog(QDialog):
 
         def job(token: CancelToken) -> Listing:
             token.report_progress(("planning", 0, 0, ""))
-            rows, best = _plan_table(listing.headers, plan, machine, folder)
+            rows, best = planned_table(listing.headers, plan, machine, folder)
             return Listing(listing.repo, listing.headers, rows, best, listing.notes)
 
         self._start(job, self._on_listed, PLAN_KEY)

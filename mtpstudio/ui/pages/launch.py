@@ -31,23 +31,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.bench.history import BenchHistory, HistoryEntry, export_entry, runs_of_plans
-from mtpstudio.core.bench.target import BenchProgress
-from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.server.diagnosis import Diagnosis
-from mtpstudio.core.server.health import HealthAnswer
-from mtpstudio.core.server.process import ProcessOutcome
-from mtpstudio.core.server.state import ServerState
 from mtpstudio.core.usecases.bench import (
+    BenchHistory,
+    BenchProgress,
     BenchReport,
     BenchSettings,
     Finding,
+    HistoryEntry,
+    export_entry,
     prompts_for,
     run_benchmark,
+    runs_of_plans,
     vram_sampler,
 )
+from mtpstudio.core.usecases.bench import CancelToken as BenchCancelToken
+from mtpstudio.core.usecases.files import write_text_atomic
 from mtpstudio.core.usecases.launch import (
     LaunchResult,
     attached_target,
@@ -56,6 +55,12 @@ from mtpstudio.core.usecases.launch import (
     refuse_unresolved,
     servers_elsewhere,
     stop_elsewhere,
+)
+from mtpstudio.core.usecases.server_watch import (
+    Diagnosis,
+    HealthAnswer,
+    ProcessOutcome,
+    ServerState,
 )
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.ui.formatting import error_sentence

@@ -25,9 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.bench.history import HistoryEntry
-from mtpstudio.core.bench.target import BenchProgress
-from mtpstudio.core.usecases.bench import BenchReport, Finding
+from mtpstudio.core.usecases.bench import BenchProgress, BenchReport, Finding, HistoryEntry
 from mtpstudio.ui.widgets.charts import BarChart, Series
 from mtpstudio.ui.widgets.common import Notice, Tone
 

@@ -32,24 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.desktop.helper_setup import (
-    SetupFirstTransport,
-    describe_written,
-    setup_note,
-)
-from mtpstudio.core.desktop.install import (
-    FilePreview,
-    HelperAnswer,
-    InstallPlan,
-    UserInstallResult,
-    apply_plan,
-    install_user_unit,
-    preview,
-    system_unit_plan,
-)
-from mtpstudio.core.desktop.session_apply import desktop_facts
-from mtpstudio.core.desktop.session_files import SessionSettings
-from mtpstudio.core.server.systemd import (
+from mtpstudio.core.usecases.desktop import SessionSettings, desktop_facts
+from mtpstudio.core.usecases.server_units import (
     UnitRef,
     UnitStatus,
     journal_tail,
@@ -69,6 +53,19 @@ from mtpstudio.core.usecases.service import (
     export_files,
     install_files,
     write_service_set,
+)
+from mtpstudio.core.usecases.system_install import (
+    FilePreview,
+    HelperAnswer,
+    InstallPlan,
+    SetupFirstTransport,
+    UserInstallResult,
+    apply_plan,
+    describe_written,
+    install_user_unit,
+    preview,
+    setup_note,
+    system_unit_plan,
 )
 from mtpstudio.core.usecases.words import MtpStudioError, ServerError
 from mtpstudio.ui.formatting import error_sentence

@@ -29,12 +29,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.bench.target import CancelToken as TuneCancelToken
 from mtpstudio.core.plan import MIN_CTX, CacheType, Plan, plan_with
 from mtpstudio.core.usecases.bench import BenchSettings, prompts_for
 from mtpstudio.core.usecases.model_files import ModelInfo
 from mtpstudio.core.usecases.tune import (
+    BenchHistory,
     TuneConstraints,
     TuneOutcome,
     TuneProgress,
@@ -43,6 +42,7 @@ from mtpstudio.core.usecases.tune import (
     run_tuning,
     tune_setup,
 )
+from mtpstudio.core.usecases.tune import CancelToken as TuneCancelToken
 from mtpstudio.core.usecases.words import MIB, MtpStudioError
 from mtpstudio.core.usecases.workbench import MachineFacts, SpeedInputs
 from mtpstudio.ui.formatting import error_sentence

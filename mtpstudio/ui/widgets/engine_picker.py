@@ -9,10 +9,12 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from mtpstudio.core.detect.engines import probe_engine_file
-from mtpstudio.core.distro import read_os_release
-from mtpstudio.core.engines.build_hint import build_steps
-from mtpstudio.core.runner import SubprocessRunner
+from mtpstudio.core.usecases.engine_files import (
+    SubprocessRunner,
+    build_steps,
+    probe_engine_file,
+    read_os_release,
+)
 from mtpstudio.core.usecases.workbench import EngineInfo
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState

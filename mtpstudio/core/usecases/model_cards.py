@@ -1,0 +1,8 @@
+"""The demo model cards and the default one. Light (no heavy library), so `mtpstudio plan
+--help` may list them; the GPU cards and model files are :mod:`usecases.model_files`."""
+
+from __future__ import annotations
+
+from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_cards
+
+__all__ = ["DEFAULT_MODEL_CARD", "model_cards"]

@@ -375,7 +375,7 @@ def phase_install() -> dict[str, Any]:
     done = run(as_user("bash", "-c", line, PIP_NO_INDEX="1", PIP_FIND_LINKS="/wheels",
                        PIP_DISABLE_PIP_VERSION_CHECK="1"), cwd=str(REPO))  # fmt: skip
     return {"command": line, "exit": done.returncode, "seconds": round(time.monotonic() - started),
-            "output": (done.stdout + done.stderr)[-3000:]}  # fmt: skip
+            "output": (done.stdout + done.stderr)[-12000:]}  # fmt: skip
 
 
 def helper_files() -> dict[str, Any]:

@@ -30,6 +30,8 @@ from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREA
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.planning import SpeedInputs
+from mtpstudio.core.server.process import stop_pid
+from mtpstudio.core.server.state import Liveness, load_states, prune_stale
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import MtpWizard
 
@@ -234,3 +236,14 @@ def xvfb_display() -> Iterator[str]:
     """A private Xvfb on a free display number: its ``DISPLAY`` value."""
     with _xvfb_display() as display:
         yield display
+
+
+@pytest.fixture
+def no_server_left() -> Iterator[None]:
+    """After the test, stop every llama-server it left running and prune the records (the
+    launch and tuning tests start real servers)."""
+    yield
+    for state in load_states():
+        if state.liveness() is Liveness.RUNNING:
+            stop_pid(state.pid, state.start_ticks, grace=3.0)
+    prune_stale()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,14 +19,14 @@ from mtpstudio.core.detect.engines import detect_engines
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.core.server.process import stop_pid
-from mtpstudio.core.server.state import Liveness, load_states, prune_stale
+from mtpstudio.core.server.state import Liveness, load_states
 from mtpstudio.ui.pages.launch import LaunchPage, ServerExitChoice
 from mtpstudio.ui.server_process import ServerPhase
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
 from .conftest import WizardFactory, go_to, no_gpu_report
 
-pytestmark = [pytest.mark.engine]
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_server_left")]
 CATEGORIES = ("code_python", "translation")
 SERVER_WAIT_MS = 120_000
 
@@ -34,15 +34,6 @@ SERVER_WAIT_MS = 120_000
 @pytest.fixture
 def upstream_plan(engine: Callable[[str], Path], tiny_model: Callable[..., Path]) -> Plan:
     return cpu_plan(engine("upstream"), tiny_model("dense"))
-
-
-@pytest.fixture(autouse=True)
-def _no_server_left() -> Iterator[None]:
-    yield
-    for state in load_states():
-        if state.liveness() is Liveness.RUNNING:
-            stop_pid(state.pid, state.start_ticks, grace=3.0)
-    prune_stale()
 
 
 def launch_page(make_wizard: WizardFactory, plan: Plan) -> tuple[MtpWizard, LaunchPage]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,6 @@ from mtpstudio.core.detect.engines import probe_engine_file
 from mtpstudio.core.plan import plan_with
 from mtpstudio.core.planning import launch_spec_for, resolve
 from mtpstudio.core.runner import SubprocessRunner
-from mtpstudio.core.server.process import stop_pid
-from mtpstudio.core.server.state import Liveness, load_states, prune_stale
 from mtpstudio.core.usecases.launch import resolve_launch
 from mtpstudio.ui.pages.launch import ServerExitChoice
 from mtpstudio.ui.server_process import ServerPhase
@@ -22,16 +20,7 @@ from mtpstudio.ui.wizard import PageId
 
 from .conftest import WizardFactory, go_to, gpu_report
 
-pytestmark = [pytest.mark.engine]
-
-
-@pytest.fixture(autouse=True)
-def _no_server_left() -> Iterator[None]:
-    yield
-    for state in load_states():
-        if state.liveness() is Liveness.RUNNING:
-            stop_pid(state.pid, state.start_ticks, grace=3.0)
-    prune_stale()
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_server_left")]
 
 
 def test_start_runs_the_resolved_plan_the_pages_showed_not_a_new_detection(

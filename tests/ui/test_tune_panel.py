@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,13 +14,14 @@ from mtpstudio.core.bench.target import BenchCancelled
 from mtpstudio.core.bench.tune import BASELINE_LABEL, RowStatus
 from mtpstudio.core.bench.tune_text import TUNE_KIND
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.server.process import stop_pid
-from mtpstudio.core.server.state import Liveness, load_states, prune_stale
+from mtpstudio.core.server.state import Liveness, load_states
 from mtpstudio.ui.pages.tune_panel import TABLE_COLUMNS, LinkedCancel, TunePanel
 from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
 from .conftest import WizardFactory, go_to
+
+pytestmark = pytest.mark.usefixtures("no_server_left")
 
 CATEGORIES = ("code_python", "translation")
 TUNE_WAIT_MS = 240_000
@@ -33,15 +34,6 @@ def mtp_plan(engine: Callable[[str], Path], tiny_model: Callable[..., Path]) -> 
     return cpu_plan(engine("upstream"), tiny_model("hybrid-mtp", dtype="q8_0"),
                      **{"mtp.enabled": True, "mtp.draft_max": 16,
                         "mtp.draft_p_min": 0.0})  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def _no_server_left() -> Iterator[None]:
-    yield
-    for state in load_states():
-        if state.liveness() is Liveness.RUNNING:
-            stop_pid(state.pid, state.start_ticks, grace=3.0)
-    prune_stale()
 
 
 def tune_tab(make_wizard: WizardFactory, plan: Plan, history: Path) -> tuple[MtpWizard, TunePanel]:

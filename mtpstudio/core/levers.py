@@ -128,6 +128,7 @@ class LeverBench:
         split: the plan is split over several devices.
         reclaims: the desktop reclaims that give VRAM back on the target, in order.
         evaluate: the one way a change is judged.
+        moe_cache: the engine has the GPU cache of RAM experts (``--moe-cache-mib``).
     """
 
     plan: Plan
@@ -138,6 +139,7 @@ class LeverBench:
     split: bool
     evaluate: Evaluate
     reclaims: tuple[DesktopReclaim, ...] = field(default=())
+    moe_cache: bool = False
 
 
 # -- the moves: each change once, valid for any plan it is offered for ---------------------------
@@ -208,6 +210,7 @@ LEVER_COST = {
     "desktop:igpu": 3,
     "desktop:llvmpipe": 3,
     "experts": 4,
+    "moe-cache": 4,
     "context": 5,
     "engine-fit": 6,
     "split": 6,
@@ -504,6 +507,45 @@ def split_levers(bench: LeverBench) -> list[FitSuggestion]:
     return out
 
 
+MOE_CACHE_STEP_MIB = 256
+"""The MoE cache lever's step: the largest cache in these steps that still fits."""
+
+
+def moe_cache_lever(bench: LeverBench) -> FitSuggestion | None:
+    """The largest GPU cache of the RAM experts (``--moe-cache-mib``, 256 MiB steps) the plan
+    still fits with, where the engine has it and some layer keeps its attention on the GPU and
+    all its experts in RAM (None: no such layer, no room, or no cache in this engine)."""
+    placement = bench.budget.placement
+    cacheable = (placement.cpu_expert_layers & placement.gpu_layers) - (
+        {placement.partial.layer} if placement.partial is not None else set()
+    )
+    if not bench.moe_cache or not bench.model.is_moe or not cacheable or bench.split:
+        return None
+    spare = min((d.free_bytes for d in bench.budget.devices if d.free_bytes is not None), default=0)
+    now = bench.plan.runtime.moe_cache_mib
+    top = (now * MIB + spare) // (MOE_CACHE_STEP_MIB * MIB)
+    if top <= now // MOE_CACHE_STEP_MIB:
+        return None
+
+    def at(n: int) -> FitSuggestion:
+        mib = n * MOE_CACHE_STEP_MIB
+        change = PlanChange(f"MoE cache {mib:,} MiB", {"runtime.moe_cache_mib": mib}, "moe-cache")
+        return bench.evaluate(change)
+
+    def useful(n: int) -> bool:
+        s = at(n)
+        cache = s.budget.moe_cache
+        return device_fits(s.budget) and cache is not None and bool(cache.cached_layers)
+
+    n = largest_where(1, int(top), useful, guess=lambda: int(top))
+    if n is None or n * MOE_CACHE_STEP_MIB == now:
+        return None
+    found = at(n)
+    cache = found.budget.moe_cache
+    words = f" ({cache.words()})" if cache is not None else ""
+    return replace(found, message=f"{found.label}{words}: {found.outcome()}")
+
+
 def _engine_fit(bench: LeverBench) -> FitSuggestion:
     changes: dict[str, Any] = {"runtime.moe": MoePlacement.FIT.value, "runtime.n_gpu_layers": None}
     label = "let the engine's fit place the weights"
@@ -519,8 +561,9 @@ def fit_levers(bench: LeverBench) -> list[FitSuggestion]:
 
     The levers: the desktop reclaims the card allows, the draft depth (then MTP off), the K/V
     cache types, the context, experts in RAM (MoE), the engine's fit (for a plan that places
-    weights itself), and whole layers on the CPU (``-ngl N``); over several devices, layers
-    moved between them instead of experts and layers.
+    weights itself), the GPU cache of the RAM experts (where the engine has it and VRAM is
+    spare), and whole layers on the CPU (``-ngl N``); over several devices, layers moved
+    between them instead of experts and layers.
     """
     eff = bench.effective
     out: list[FitSuggestion] = []
@@ -560,6 +603,8 @@ def fit_levers(bench: LeverBench) -> list[FitSuggestion]:
                                label=short))  # fmt: skip
     if eff.runtime.moe is not MoePlacement.FIT:
         out.append(_engine_fit(bench))
+    if (s := moe_cache_lever(bench)) is not None:
+        out.append(s)
     layers = fewest_cpu_layers(bench)
     if layers.cpu_layers or not layers.fits:  # else it is the experts lever's --cpu-moe
         short = f"-ngl {layers.changes.get('runtime.n_gpu_layers')} (fewest layers on the CPU)"

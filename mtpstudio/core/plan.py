@@ -222,6 +222,12 @@ class RuntimeOptions(_Section):
         strict=True,
         description="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe).",
     )
+    moe_cache_mib: Annotated[int, setting("runtime.moe_cache_mib")] = Field(
+        default=0,
+        strict=True,
+        description="GPU cache for the experts of the layers whose experts stay in RAM (MiB; "
+        "--moe-cache-mib, upstream b11549 on); 0: off.",
+    )
     fit_margin_mib: Annotated[int, setting("runtime.fit_margin_mib")] = Field(
         default=1024,
         strict=True,
@@ -361,6 +367,13 @@ class RpcServer(_Section):
             "not probed, planned as a CPU."
         ),
     )
+    protocol: tuple[int, int, int] | None = Field(
+        default=None,
+        description=(
+            "The RPC protocol it answered when probed (7.0.0: llama.cpp b11434, 8.0.0: b11549); "
+            "none: not probed."
+        ),
+    )
 
     @field_validator("host")
     @classmethod
@@ -374,6 +387,13 @@ class RpcServer(_Section):
     def _port_range(cls, value: int) -> int:
         if not 1 <= value <= 65535:
             raise ValueError("an RPC port must be between 1 and 65535")
+        return value
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocol_range(cls, value: tuple[int, int, int] | None) -> tuple[int, int, int] | None:
+        if value is not None and not all(0 <= part <= 255 for part in value):
+            raise ValueError("an RPC protocol version is three numbers from 0 to 255")
         return value
 
     @field_validator("memory_mib", "free_mib")

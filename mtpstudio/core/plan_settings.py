@@ -169,6 +169,17 @@ _DECLARED = (
         cli=("--n-cpu-moe", "-ncmoe"),
         cli_help="expert tensors of layers 0..N-1 on CPU",
     ),
+    Setting(
+        "runtime.moe_cache_mib",
+        low=0,
+        high=MAX_MARGIN_MIB,
+        step=MARGIN_STEP_MIB,
+        name="MoE cache",
+        unit=" MiB (1 TiB)",
+        slider_high=8192,
+        cli=("--moe-cache-mib",),
+        cli_help="GPU cache (MiB) for the experts kept in RAM (upstream b11549 on; 0: off)",
+    ),
     Setting(  # the CLI's --fit-margin also takes one value per device: its own option
         "runtime.fit_margin_mib",
         low=0,

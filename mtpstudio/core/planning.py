@@ -454,6 +454,7 @@ def speed_for(
         rates,
         acceptance if mtp else None,
         context=context,
+        moe_cache=budget.moe_cache,
     )
     run = inputs.measured_for([resolved.plan, resolved.effective])
     if run is not None:
@@ -499,6 +500,7 @@ def lever_bench(resolved: ResolvedPlan, budget: Budget | None = None) -> LeverBe
         split=resolved.devices is not None,
         evaluate=evaluate,
         reclaims=tuple(reclaims),
+        moe_cache=resolved.profile.memory.moe_cache,
     )
 
 

@@ -135,7 +135,7 @@ def test_ik_draft_pair_on_v1_completions(tiny_model, running_server) -> None:
     server = running_server(
         "ik",
         tiny_model("dense"),
-        ["-md", str(tiny_model("draft")), "--draft-max", "4", "--draft-p-min", "0", "--metrics"],
+        ["-md", str(tiny_model("draft")), "--spec-type", "draft:n_max=4,p_min=0.0", "--metrics"],
         ctx_size=CTX,
     )
     before = metrics(server)

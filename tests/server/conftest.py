@@ -40,11 +40,13 @@ def launched() -> Iterator[list[ServerProcess]]:
 
 @pytest.fixture
 def plan_for(engine: Callable[[str], Path], tiny_model: Callable[..., Path]) -> Callable[..., Plan]:
-    """``plan_for("upstream" | "ik", kind="dense", model_params={}, **plan_changes)``."""
+    """``plan_for(build, kind="dense", model_params={}, **plan_changes)``: a CPU plan for one
+    build of the test bench ("upstream", "upstream-b11549", "ik"), of its flavour."""
 
-    def make(flavour: str, kind: str = "dense", model_params: Any = None, **changes: Any) -> Plan:
+    def make(name: str, kind: str = "dense", model_params: Any = None, **changes: Any) -> Plan:
         model = tiny_model(kind, **(model_params or {}))
-        return cpu_plan(engine(flavour), model, flavour, **changes)
+        flavour = "ik" if name == "ik" else "upstream"
+        return cpu_plan(engine(name), model, flavour, **changes)
 
     return make
 

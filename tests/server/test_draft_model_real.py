@@ -33,9 +33,9 @@ def test_draft_pair_is_counted_and_matches_the_log(
     if flavour == "upstream":
         assert argv[argv.index("--spec-type") + 1] == "draft-simple"
         assert argv[argv.index("--spec-draft-n-max") + 1] == "3"
-    else:
-        assert "--spec-type" not in argv
-        assert argv[argv.index("--draft-max") + 1] == "3"
+    else:  # ik 8337e4c: depth and p-min inside its draft stage
+        assert argv[argv.index("--spec-type") + 1] == "draft:n_max=3,p_min=0.75"
+        assert "--draft-max" not in argv
         assert argv[argv.index("-ctkd") + 1] == "f16"
     assert argv[argv.index("-ngld") + 1] == "0"  # a CPU plan keeps the draft on the CPU
 

@@ -40,7 +40,7 @@ from mtpstudio.core.server.process import ProcessSpec, ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build_engines.py"
-ENGINE_NAMES = ("upstream", "ik", "upstream-rpc")
+ENGINE_NAMES = ("upstream", "upstream-b11549", "ik", "upstream-rpc")
 LOOPBACK = "127.0.0.1"
 
 # Both engines print this when the port is taken (upstream SRV_ERR, ik fprintf to stderr).
@@ -447,9 +447,10 @@ def _unique(path: Path) -> Path:
 
 
 def _guess_engine(binary: Path) -> str:
-    """'ik' or 'upstream' from the build cache's folder names, else the file name."""
+    """The build's name ('ik', 'upstream-b11549', 'upstream') from the build cache's folder
+    names (the longest that matches), else the file name."""
     for part in reversed(binary.parts):
-        for name in ENGINE_NAMES:
+        for name in sorted(ENGINE_NAMES, key=len, reverse=True):
             if part.startswith(name + "-"):
                 return name
     return binary.name

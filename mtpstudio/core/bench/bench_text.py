@@ -229,9 +229,21 @@ def render_concurrency_text(report: ConcurrencyReport) -> str:
     return "\n".join(lines)
 
 
+SHOWN_DIGITS = {"decode_tok_s": 2}
+"""Fields stored as measured and shown rounded (the Markdown and CSV exports)."""
+
+
+def _shown(key: str, value: Any) -> Any:
+    digits = SHOWN_DIGITS.get(key)
+    if digits is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    return round(value, digits)
+
+
 def rows_of(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-category rows (ROW_FIELDS only) of a report dict (``BenchReport.to_dict``)."""
-    return [{k: c.get(k) for k in ROW_FIELDS} for c in report.get("categories", [])]
+    """The per-category rows (ROW_FIELDS only) of a report dict (``BenchReport.to_dict``), as
+    the exports show them (a rate to 0.01 tok/s)."""
+    return [{k: _shown(k, c.get(k)) for k in ROW_FIELDS} for c in report.get("categories", [])]
 
 
 def render_markdown(report: dict[str, Any], title: str = "") -> str:

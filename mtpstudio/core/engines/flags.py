@@ -91,6 +91,7 @@ CANDIDATE_FLAGS: tuple[FlagSpec, ...] = tuple(
         *_flags(["--mlock"], SWITCH, "lock weights in RAM"),
         *_flags(["--no-mmap"], SWITCH, "read weights instead of mapping"),
         *_flags(["--no-op-offload"], SWITCH, "keep RAM experts' work on the CPU (upstream)"),
+        *_flags(["--moe-cache-mib"], [["0"]], "GPU cache of the RAM experts (upstream b11549)"),
         *_flags(["--spec-type"], [["none"]], "speculative decoding type"),
         *_flags(["--spec-draft-n-max"], [["3"]], "draft depth (upstream)"),
         *_flags(["--spec-draft-n-min"], [["0"]], "fewest drafted tokens (upstream)"),
@@ -155,6 +156,7 @@ class Option(StrEnum):
     DRAFT_CACHE_V = "draft-cache-type-v"
     VERBOSITY = "verbosity"
     NO_OP_OFFLOAD = "no-op-offload"
+    MOE_CACHE_MIB = "moe-cache-mib"
     DRAFT_MODEL = "draft-model"
     DRAFT_GPU_LAYERS = "draft-gpu-layers"
     RPC = "rpc"

@@ -16,6 +16,7 @@ from mtpstudio.core.memory.cuda_rules import (
 )
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.engine_fit import FitSearch, Layout, layout_placement, upstream_fit
+from mtpstudio.core.memory.moe_cache import MoeCache, moe_cache
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
     LayerWeights,
@@ -269,6 +270,9 @@ class Budget:
     split: Any = None
     """A model split over several devices: ``split_budget.SplitOutcome`` (placement, layout,
     the engine's fit over the devices), None for one device."""
+    moe_cache: MoeCache | None = None
+    """What ``--moe-cache-mib`` builds for this placement (None: no cache asked for, or the
+    engine has none)."""
 
     @property
     def fits(self) -> bool | None:
@@ -577,6 +581,10 @@ def compute_budget(
             # the engine's fit leaves the margin free at the load; what the process adds
             # after it (and its warm-up) grows into that room
             margin = max(0, margin - growth.load_bytes - growth.bytes)
+        cache = None
+        if plan.runtime.moe_cache_mib > 0 and facts.moe_cache:
+            cache = moe_cache(model, weights, placement, plan.runtime.moe_cache_mib * MIB)
+            warnings.append(cache.words())
         gpu_segments = {
             "weights": split.gpu_bytes,
             "kv_cache": kv_gpu,
@@ -591,6 +599,8 @@ def compute_budget(
             "runtime_growth": growth.bytes,
             "margin": margin,
         }
+        if cache is not None:  # the banks on the card; the fit counts them as context memory
+            gpu_segments["moe_cache"] = cache.device_bytes
         devices = (DeviceBudget(target.id, target.name, target.total_bytes, gpu_segments),)
         host_segments = {
             "weights_mapped": cpu_weights if load_mode is LoadMode.MMAP else 0,
@@ -606,12 +616,15 @@ def compute_budget(
             "output": output + mtp_output,
             "prompt_cache_max": PROMPT_CACHE_DEFAULT,
         }
+        if cache is not None:  # the slot maps, one per cached layer
+            host_segments["moe_cache"] = cache.map_bytes
         if split.cpu_expert_bytes and load_mode is LoadMode.MMAP:
             warnings.append(
                 f"{split.cpu_expert_bytes / MIB:,.0f} MiB of experts stay in system RAM "
                 "(memory-mapped): the first tokens read them from disk"
             )
     else:
+        cache = None  # the engine refuses the cache without a GPU (the plan leaves it out)
         cpu_segments = {
             "weights": cpu_weights,
             "kv_cache": kv_cpu,
@@ -678,6 +691,7 @@ def compute_budget(
         "op_offload_compute": op_offload,
         "compute_host": host_compute,
         "mtp_compute_host": mtp_host_compute,
+        **({"moe_cache": cache.device_bytes} if cache is not None else {}),
     }
     replayed: Measured = NOTHING_MEASURED
     sourced: Measured = NOTHING_MEASURED
@@ -723,6 +737,7 @@ def compute_budget(
         kit=kit,
         growth=growth,
         fit=fit,
+        moe_cache=cache,
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mtpstudio.core.memory.moe_cache import MoeCache
 from mtpstudio.core.memory.placement import Placement
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.speed.acceptance import Acceptance
@@ -150,9 +151,7 @@ class SpeedEstimate:
             "context_filled": self.depth_tokens,
             "step_ms": {k: round(v * 1000, 3) for k, v in self.step_s.items()},
             "trust": self.trust,
-            "measured_tok_s": None
-            if self.measured_tok_s is None
-            else round(self.measured_tok_s, 2),
+            "measured_tok_s": self.measured_tok_s,  # as measured (the stored run's own rate)
             "measured_source": self.measured_source or None,
             "error": None if self.error is None else round(self.error, 4),
             "basis": list(self.basis),
@@ -271,8 +270,10 @@ def estimate(
     routing: Routing = Routing.INDEPENDENT,
     graphs: bool = True,
     params: SpeedParams = PARAMS,
+    moe_cache: MoeCache | None = None,
 ) -> SpeedEstimate:
-    """Decode (as planned and without MTP) and prefill tokens per second of a placement."""
+    """Decode (as planned and without MTP) and prefill tokens per second of a placement
+    (``moe_cache``: the GPU cache of RAM experts the budget planned)."""
     trunk = range(model.n_layer)
     nextn = range(model.n_layer, model.block_count)
 
@@ -289,6 +290,7 @@ def estimate(
             cache_types=shape.cache_types,
             routing=routing,
             op_offload=shape.op_offload,
+            moe_cache=moe_cache,
         )
         return pass_time(
             load,
@@ -338,6 +340,7 @@ def estimate(
             params,
             cost.kernels,
             cpu_products=plain.parts.get("cpu", 0.0) > 0,
+            moe_cache=moe_cache,
         ),
         prefill_ceiling=shape.gpu is not None,
     )
@@ -353,6 +356,7 @@ def basis_lines(
     kernels: CpuKernels = CPU_KERNELS,
     *,
     cpu_products: bool = False,
+    moe_cache: MoeCache | None = None,
 ) -> tuple[str, ...]:
     """What an estimate rests on, one line each."""
     host = rates.host
@@ -379,6 +383,12 @@ def basis_lines(
             f"MTP draft depth {shape.depth}: {acceptance.tokens_per_step(shape.depth):.2f} "
             f"tokens per step from acceptance {acceptance.rate:.2f} at depth "
             f"{acceptance.depth} ({acceptance.source})"
+        )
+    if moe_cache is not None and moe_cache.cached_layers:
+        lines.append(
+            f"{moe_cache.words()}: the hit rate taken as that share, as if every expert were "
+            "equally likely and each token picked its own (routing is skewed, so the engine's "
+            "own hit rate after a benchmark is usually higher); misses copied over PCIe"
         )
     lines.append(
         f"{context:,} tokens of context filled; experts picked "

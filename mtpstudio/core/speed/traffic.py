@@ -16,7 +16,13 @@ the device that holds them:
 Compute counts two operations per weight a token uses (each token uses ``k`` of ``E`` experts),
 the attention over the filled cells, and the recurrent state update. A pass of 32 tokens or more
 with ``op_offload`` runs a GPU block's experts that live in RAM on the GPU, copying them over
-PCIe (``core.memory.budget.OP_OFFLOAD_MIN_BATCH``); shorter passes run them on the CPU.
+PCIe (``core.memory.budget.OP_OFFLOAD_MIN_BATCH``); shorter passes run them on the CPU, unless
+the layer is in the GPU's MoE cache (``--moe-cache-mib``, ``core.memory.moe_cache``): a pass of
+up to 32 tokens then runs its experts on the card, reading the cached ones there and copying the
+others over PCIe first. Which experts are cached is a hit rate: the share of the layer's experts
+the slots hold, as if every expert were equally likely and each token picked its own (a trained
+model's routing is skewed and repeats from token to token, so the engine's own hit rate after a
+benchmark is usually higher).
 
 Devices are keyed by id (``CUDA0``; the host is ``CPU``): a block's device comes from the
 placement (``block_device``), so a budget with several GPUs extends this by answering which
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from mtpstudio.core.memory.budget import OP_OFFLOAD_MIN_BATCH
+from mtpstudio.core.memory.moe_cache import MoeCache
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
     INPUT_TENSORS,
@@ -51,6 +58,8 @@ from mtpstudio.core.speed.graph_nodes import GraphNodes, NodeCount, graph_nodes
 
 HOST = "CPU"
 """The key of system RAM and the CPU that computes on it."""
+MOE_CACHE_MAX_BATCH = 32
+"""The MoE cache serves passes of 1 to 32 tokens (``llama-moe-cache.cpp`` ``max_batch``)."""
 
 
 class Routing(StrEnum):
@@ -200,6 +209,20 @@ def expert_share(model: ModelInfo, tokens: int, routing: Routing) -> float:
     return 1.0 - (1.0 - one) ** max(1, tokens)
 
 
+def _cached_share(cache: MoeCache | None, model: ModelInfo, block: int, tokens: int) -> float:
+    """The hit rate of ``block``'s experts in the MoE cache for a pass of ``tokens`` tokens
+    (0: the pass does not use the cache)."""
+    if cache is None or block >= model.n_layer or not 1 <= tokens <= MOE_CACHE_MAX_BATCH:
+        return 0.0
+    share = cache.share_of(block)
+    if not share:
+        return 0.0
+    for g in cache.groups:  # the pass's picks must fit the slots at once
+        if block in g.layers and min(tokens * model.n_expert_used, g.n_expert) > g.n_slots:
+            return 0.0
+    return share
+
+
 def block_device(placement: Placement, gpu: str | None, block: int) -> str:
     """The device that holds ``block``'s non-expert tensors (and its caches)."""
     return gpu if gpu is not None and block in placement.gpu_layers else HOST
@@ -239,9 +262,11 @@ def pass_load(
     cache_types: tuple[str, str],
     routing: Routing = Routing.INDEPENDENT,
     op_offload: bool = True,
+    moe_cache: MoeCache | None = None,
 ) -> PassLoad:
     """The load of one pass of ``tokens`` tokens over ``blocks`` and the output layer
-    (``outputs`` rows of logits), with ``depth`` cells of context already filled."""
+    (``outputs`` rows of logits), with ``depth`` cells of context already filled; the trunk's
+    layers in ``moe_cache`` run their experts on the card (the MTP context has no cache)."""
     out = PassLoad(tokens)
     share = expert_share(model, tokens, routing)
     used = model.n_expert_used / model.n_expert if model.is_moe and model.n_expert else 0.0
@@ -280,7 +305,11 @@ def pass_load(
         card_b, card_w = c.expert_bytes - ram_b, c.expert_weights - ram_w
         if card_b:
             out.on(where).add(card_b * share, 2.0 * card_w * used * tokens)
-        if ram_b and offload and home != HOST:  # copied to the card, run there
+        cached = _cached_share(moe_cache, model, b, tokens) if ram_b and home != HOST else 0.0
+        if cached:  # read from the cache, the misses copied in first
+            out.pcie_bytes += ram_b * share * (1.0 - cached)
+            out.on(home).add(ram_b * share, 2.0 * ram_w * used * tokens)
+        elif ram_b and offload and home != HOST:  # copied to the card, run there
             out.pcie_bytes += ram_b
             out.on(home).add(ram_b, 2.0 * ram_w * used * tokens)
         elif ram_b:

@@ -70,6 +70,12 @@ SEGMENT_STYLES = MappingProxyType(
         "draft_compute": SegmentStyle(
             "draft compute", "#17becf", description="The draft model's compute buffer."
         ),
+        "moe_cache": SegmentStyle(
+            "MoE cache",
+            "#86bcb6",
+            description="The GPU cache of the experts kept in RAM (--moe-cache-mib): the "
+            "experts the last tokens used, read from the card instead of the CPU.",
+        ),
         "compute": SegmentStyle(
             "compute", "#76b7b2", description="Compute and output buffers of the main context."
         ),
@@ -239,6 +245,7 @@ def device_row(device: DeviceBudget, trust: Mapping[str, str] | None = None) -> 
             trust=sure("mtp_kv_cache", "mtp_compute"),
         ),
         *(replace(seg, trust=sure(seg.key)) for seg in draft_segments(s)),
+        BarSegment("moe_cache", s.get("moe_cache", 0), trust=sure("moe_cache")),
         BarSegment(
             "compute",
             compute + output,

@@ -8,7 +8,13 @@ one module here plus its line in ``PROFILES``.
 from __future__ import annotations
 
 from mtpstudio.core.engines.build import EngineBuild
-from mtpstudio.core.engines.profiles import ik, ik_stages, upstream, upstream_ranges
+from mtpstudio.core.engines.profiles import (
+    ik,
+    ik_stages,
+    upstream,
+    upstream_moe_cache,
+    upstream_ranges,
+)
 from mtpstudio.core.engines.profiles.engine_profile import EngineProfile
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.plan import EngineFlavour
@@ -24,6 +30,7 @@ __all__ = [
 
 PROFILES: tuple[EngineProfile, ...] = (
     upstream_ranges.PROFILE,
+    upstream_moe_cache.PROFILE,
     upstream.PROFILE,
     ik_stages.PROFILE,
     ik.PROFILE,
@@ -37,7 +44,11 @@ def profiles_of(flavour: EngineFlavour) -> tuple[EngineProfile, ...]:
 
 
 def _base(flavour: EngineFlavour) -> EngineProfile:
-    found = [p for p in profiles_of(flavour) if p.era_marker is None and p.min_build is None]
+    found = [
+        p
+        for p in profiles_of(flavour)
+        if p.era_marker is None and p.min_build is None and p.era_flag is None
+    ]
     if not found:
         raise AdapterError(
             f"mtpstudio has no engine profile for {flavour.value}",

@@ -241,6 +241,13 @@ class EngineProfile:
     speculative_max_slots: int | None = None
     """The most server slots the engine drafts with (MTP or a draft model); it refuses to
     start with more (None: no limit)."""
+    era_flag: str | None = None
+    """An era told by a flag its parser accepts (``--moe-cache-mib``, b11549); a build whose
+    probe rejected it, or never asked, is not of it."""
+    default_port: int = 8080
+    """The port the server listens on when started without ``--port``."""
+    rpc_protocol: tuple[int, int, int] = (7, 0, 0)
+    """The RPC protocol its RPC backend speaks (``RPC_PROTO_*_VERSION``)."""
 
     def describe(self, build: EngineBuild) -> str:
         """A short name for a build in messages: 'the upstream llama.cpp build 0.6 at /x'."""
@@ -253,6 +260,8 @@ class EngineProfile:
         if self.min_build is not None and (
             build.build_number is None or build.build_number < self.min_build
         ):
+            return False
+        if self.era_flag is not None and self.era_flag not in build.accepted_flags:
             return False
         return self.era_marker is None or self.era_marker in build.spec_types
 

@@ -88,6 +88,16 @@ def _pinned_sdist() -> Path:
     )
 
 
+def _b11549_sdist() -> Path | None:
+    """The b11549 sdist scripts/build_engines.py downloaded (None: not built here yet)."""
+    from devkit.kit_build import B11549_SDIST_NAME, B11549_SDIST_SHA256, build_engines_module
+
+    engines = build_engines_module(REPO)
+    found = Path(engines.cache_root()) / engines.ENGINES["upstream-b11549"].key / "sdist"
+    path = found / B11549_SDIST_NAME
+    return path if path.exists() and sha256_of(path) == B11549_SDIST_SHA256 else None
+
+
 def _wheel_versions() -> list[str]:
     from importlib.metadata import version
 
@@ -118,6 +128,10 @@ def prepare(args: argparse.Namespace) -> int:
         say(f"{target} has sha256 {digest}, not the pinned {SDIST_SHA256}: delete it and retry")
         return 1
     say(f"sdist: {target} ({target.stat().st_size / 2**20:.1f} MiB, sha256 matches)")
+    b11549 = _b11549_sdist()
+    if b11549 is not None:  # for the moe-cache table (--sdist .cuda-kit/<it>)
+        shutil.copyfile(b11549, KIT / b11549.name)
+        say(f"sdist: {KIT / b11549.name} (upstream b11549, for --table moe-cache)")
     wheels = KIT / "wheels"
     if wheels.exists():
         shutil.rmtree(wheels)
@@ -180,10 +194,11 @@ def _build(args: argparse.Namespace, budget: float) -> bool:
 
 
 def _run(args: argparse.Namespace, budget: float) -> bool:
-    from devkit.kit_build import BuildPaths
+    from devkit.kit_build import BuildPaths, build_kind
     from devkit.kit_runs import run_table
 
-    kind = "cpu" if args.cpu else "cuda"
+    sdist = args.sdist or KIT / SDIST_NAME
+    kind = build_kind(sdist, cuda=not args.cpu)  # cuda-b11549 for the b11549 sdist
     binary = Path(args.binary) if args.binary else BuildPaths(_work(args) / kind).binary
     if not binary.exists():
         say(f"no {binary}: build first")
@@ -249,7 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--budget", type=float, default=570.0, help="seconds this call may take")
         p.add_argument("--out", help="where the archive and logs go (default $OUT)")
         p.add_argument("--cpu", action="store_true", help="no CUDA: the dry run")
-        p.add_argument("--table", choices=("full", "short", "growth", "dry"), help="which loads")
+        p.add_argument(
+            "--table",
+            choices=("full", "short", "growth", "moe-cache", "dry"),
+            help="which loads (moe-cache: with --sdist .cuda-kit/xllamacpp-2026.10.11549.tar.gz)",
+        )
         p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
         p.add_argument("--sdist", type=Path, help="the pinned sdist (default .cuda-kit/)")
         p.add_argument("--binary", help="use this llama-server instead of building one")

@@ -57,6 +57,7 @@ class LoadConfig:
     n_cpu_moe: int = 0
     engine: str = "upstream"
     """The build of the test bench (``BUILD_PROFILES``)."""
+    moe_cache_mib: int = 0  # --moe-cache-mib (upstream b11549 on, a GPU backend only)
     extra: tuple[str, ...] = field(default=())
 
     @property
@@ -83,6 +84,8 @@ class LoadConfig:
             args += ["--cpu-moe"]
         elif self.moe == "n_cpu_moe":
             args += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        if self.moe_cache_mib:
+            args += ["--moe-cache-mib", str(self.moe_cache_mib)]
         return args + list(self.extra)
 
     def plan_data(self) -> dict[str, Any]:
@@ -98,6 +101,7 @@ class LoadConfig:
                 "ubatch": self.ubatch,
                 "moe": self.moe,
                 "n_cpu_moe": self.n_cpu_moe,
+                "moe_cache_mib": self.moe_cache_mib,
             },
             "mtp": {
                 "enabled": bool(self.mtp),

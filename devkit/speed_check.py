@@ -67,5 +67,6 @@ def probe_estimate(
         context=PROBE_PROMPT_TOKENS + tokens // 2,
         routing=Routing.SAME,
         graphs=graphs,
+        moe_cache=budget.moe_cache,
     )
     return ProbeEstimate(speed.decode_tok_s, speed)

@@ -103,8 +103,8 @@ def running_server(
 ) -> Iterator[Callable[..., LlamaServer]]:
     """``running_server(engine, model, args=(), **kw) -> LlamaServer``, healthy and reaped.
 
-    ``engine`` is a build's name ("upstream", "upstream-b11549", "ik") or a binary path; ``kw`` goes to
-    ``support.servers.start_server`` (threads=2, ctx_size=512, parallel=1 by default;
+    ``engine`` is a build's name ("upstream", "upstream-b11549", "ik") or a binary path;
+    ``kw`` goes to ``support.servers.start_server`` (threads=2, ctx_size=512, parallel=1 by default;
     health_timeout, env, port, ...). Every server is stopped after the test, pass or fail; a
     failing test's report carries the tail of each server log.
     """

@@ -46,7 +46,8 @@ def _launcher(args: argparse.Namespace) -> ServerLauncher:
         return DEFAULT_LAUNCHER
     from mtpstudio.core.usecases.plan_server import PlanServerLauncher
 
-    return PlanServerLauncher()
+    args.launcher = PlanServerLauncher()  # one per command: it keeps what its servers said
+    return args.launcher  # type: ignore[no-any-return]
 
 
 def register(sub: Any) -> None:
@@ -375,6 +376,12 @@ def run_bench_command(args: argparse.Namespace) -> int:
             if args.concurrency > 1 and not out.failed:
                 out.concurrency(run_concurrent(t.a, prompts, args.concurrency, settings,
                                                progress=_progress))  # fmt: skip
+    cache_lines = getattr(_launcher(args), "moe_cache", []) if args.plan is not None else []
+    if cache_lines:  # printed by each server as it stopped
+        print()
+        for label, words in cache_lines:
+            print(f"{label}: {words}")
+        out.document["moe_cache"] = [{"label": label, "words": w} for label, w in cache_lines]
     if args.json is not None:
         write_text_atomic(args.json, json.dumps(out.document, indent=2) + "\n")
     if out.failed:

@@ -33,7 +33,7 @@ EXACT_MIB = 0.01  # the logs print two decimals
 COMPUTE = 0.05
 N = 16
 ERAS = {
-    "ik": ("ik_llama.cpp 8337e4c (2026-08-15)", ["--spec-type", "mtp:n_max=2,p_min=0.0"]),
+    "ik": ("ik_llama.cpp 8337e4c (2026-08-15)", ["--spec-type", "mtp:n_max=2,p_min=0"]),
     "upstream-b11549": (
         "llama.cpp b11549 (xllamacpp 2026.10.11549)",
         ["--spec-type", "draft-mtp", "--spec-draft-n-max", "2", "--spec-draft-p-min", "0"],
@@ -96,7 +96,8 @@ def test_an_mtp_plan_runs_matches_its_budget_and_passes_the_gate(
     prompts = select(load_prompts(), ["code_python", "qa_factual", "summarize"])
     report = run_bench(on, prompts, BenchSettings(n_predict=N))
     assert report.error is None and report.total_predicted == len(prompts) * N
-    assert report.total_draft > 0 and 0 < report.total_draft_accepted <= report.total_draft
+    # drafted, and counted on both sides (a random tiny model may have none accepted)
+    assert report.total_draft > 0 and 0 <= report.total_draft_accepted <= report.total_draft
     assert report.metrics is not None  # --metrics was on: the totals checked against it
     assert report.metrics.matches, report.metrics.to_dict()
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from mtpstudio.core.bench.target import BenchTarget, CancelToken
-from mtpstudio.core.engines.profiles import profile_for
+from mtpstudio.core.engines.profiles import default_port_words, profile_for
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan import EngineFlavour
@@ -296,7 +296,8 @@ class BenchClient:
         except httpx.HTTPError as exc:
             raise BenchError(
                 f"no server answers at {self.target.base_url} ({type(exc).__name__})",
-                hint="Start llama-server there first, or check the host and port.",
+                hint="Start llama-server there first, or check the host and port (one started "
+                f"without --port listens on {default_port_words()}).",
             ) from None
         if response.status_code != 200:
             raise BenchError(

@@ -46,6 +46,7 @@ from mtpstudio.core.memory.terms import (
     output_buffer_bytes,
     pad_to,
     recurrent_row_bytes,
+    recurrent_shadow_bytes,
     recurrent_step_bytes,
     replays_nextn_graph,
     replays_trunk,
@@ -517,6 +518,12 @@ def compute_budget(
         mtp_replayed = replays_nextn_graph(model, mtp_shape) and not (
             facts.reserves_all_logits and model.architecture in NEXTN_BLOCK_ARCHITECTURES
         )
+        if facts.reserves_all_logits and facts.recurrent_step_checkpoints and mtp_replayed:
+            # ik since speculative stages reserves its MTP context like its main one: the
+            # nextn block's replay, or ik's own estimate of that reservation where it is more
+            # (at a 4k F16 cache the log's MTP buffer equals the main one: 8.31 MiB where the
+            # replay gives 7.02; tests/integration/test_budget_accuracy.py)
+            mtp_compute = max(mtp_compute, compute_bytes_ik(model, mtp_shape))
         if not mtp_replayed:
             mtp_compute = with_safety_margin(mtp_compute)
             warnings.append(
@@ -536,7 +543,9 @@ def compute_budget(
             else:
                 kv_cpu += nextn_kv
         if facts.recurrent_step_checkpoints:  # per-step rollback copies for the draft's steps
+            # and the conv-state shadow of each layer beside them
             step = recurrent_step_bytes(model, plan.mtp.draft_max + 1)
+            step += recurrent_shadow_bytes(model)
             rs_gpu += step * sum(1 for i in rec if i in placement.gpu_layers)
             rs_cpu += step * sum(1 for i in rec if i not in placement.gpu_layers)
 

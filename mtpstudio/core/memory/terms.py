@@ -88,6 +88,13 @@ def recurrent_step_bytes(model: ModelInfo, steps: int) -> int:
     return F32 * ((steps - 1) * state + steps * conv) if steps >= 1 else 0
 
 
+def recurrent_shadow_bytes(model: ModelInfo) -> int:
+    """ik_llama.cpp's conv-state shadow of one recurrent layer beside its per-step checkpoint
+    (``checkpoint_alloc_shadows(true)``: one F32 conv window, logged as ``CPU shadow buffer``)."""
+    conv, _state = recurrent_state_parts(model)
+    return F32 * conv
+
+
 @dataclass(frozen=True)
 class ComputeShape:
     """What a worst-case graph reservation depends on."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from mtpstudio.core.server.moe_cache_log import MoeCacheLog, parse_moe_cache_log
+
 _MODEL_BUF_UP = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 _MODEL_BUF_IK = re.compile(r"llm_load_tensors:\s+(\S+) buffer size =\s+([\d.]+) MiB")
 _CTX_START = re.compile(r"(llama_context: n_seq_max\s+=|llama_init_from_model: n_ctx\s+=)")
@@ -108,6 +110,8 @@ class LoadReport:
     loaded: bool = False
     bind_failed: bool = False
     n_slots: int | None = None
+    moe_cache: MoeCacheLog = field(default_factory=MoeCacheLog)
+    """The MoE cache's lines (``--moe-cache-mib``, upstream b11549 on)."""
 
     def context(self, kind: str) -> ContextBuffers | None:
         """The first context of ``kind`` (``main``, ``mtp`` or ``draft``)."""
@@ -187,7 +191,7 @@ def parse_load_log(text: str) -> LoadReport:
     larger size. ik's ``Free memory … less the required compute buffer`` is a warning about its
     own estimate, not an allocation failure.
     """
-    report = LoadReport()
+    report = LoadReport(moe_cache=parse_moe_cache_log(text))
     current: ContextBuffers | None = None
     next_kind = "main"
     draft_model_loading = False

@@ -62,6 +62,7 @@ def actual_segments(
     out: dict[tuple[str, str], float] = {}
     _collect(out, "weights", report.model, endpoints)
     _collect(out, "draft_weights", report.draft_model, endpoints)
+    _collect(out, "moe_cache", report.moe_cache.sizes_mib, endpoints)
     for ctx in report.contexts:
         prefix = {"main": "", "mtp": "mtp_", "draft": "draft_"}[ctx.kind]
         _collect(out, f"{prefix}kv_cache", ctx.kv, endpoints)

@@ -209,9 +209,12 @@ def expert_share(model: ModelInfo, tokens: int, routing: Routing) -> float:
     return 1.0 - (1.0 - one) ** max(1, tokens)
 
 
-def _cached_share(cache: MoeCache | None, model: ModelInfo, block: int, tokens: int) -> float:
+def _cached_share(
+    cache: MoeCache | None, model: ModelInfo, block: int, tokens: int, routing: Routing
+) -> float:
     """The hit rate of ``block``'s experts in the MoE cache for a pass of ``tokens`` tokens
-    (0: the pass does not use the cache)."""
+    (0: the pass does not use the cache); tokens that all pick the same experts find them
+    cached after the first (a zero-weight model's router ties)."""
     if cache is None or block >= model.n_layer or not 1 <= tokens <= MOE_CACHE_MAX_BATCH:
         return 0.0
     share = cache.share_of(block)
@@ -220,7 +223,7 @@ def _cached_share(cache: MoeCache | None, model: ModelInfo, block: int, tokens: 
     for g in cache.groups:  # the pass's picks must fit the slots at once
         if block in g.layers and min(tokens * model.n_expert_used, g.n_expert) > g.n_slots:
             return 0.0
-    return share
+    return 1.0 if routing is Routing.SAME else share
 
 
 def block_device(placement: Placement, gpu: str | None, block: int) -> str:
@@ -305,7 +308,9 @@ def pass_load(
         card_b, card_w = c.expert_bytes - ram_b, c.expert_weights - ram_w
         if card_b:
             out.on(where).add(card_b * share, 2.0 * card_w * used * tokens)
-        cached = _cached_share(moe_cache, model, b, tokens) if ram_b and home != HOST else 0.0
+        cached = 0.0
+        if ram_b and home != HOST:
+            cached = _cached_share(moe_cache, model, b, tokens, routing)
         if cached:  # read from the cache, the misses copied in first
             out.pcie_bytes += ram_b * share * (1.0 - cached)
             out.on(home).add(ram_b * share, 2.0 * ram_w * used * tokens)

@@ -41,6 +41,7 @@ from mtpstudio.core.bench.target import (
     no_progress,
 )
 from mtpstudio.core.bench.vram import VramSampler
+from mtpstudio.core.engines.profiles import default_port_words
 from mtpstudio.core.errors import BenchError, MtpStudioError
 from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan import EngineFlavour, Plan
@@ -160,7 +161,8 @@ def url_target(
     if not url.startswith(("http://", "https://")):
         raise BenchError(
             f"{url!r} is not a server URL", hint="Give it as http://HOST:PORT, e.g. "
-            "http://127.0.0.1:8080."
+            "http://127.0.0.1:8080 (a llama-server started without --port listens on "
+            f"{default_port_words()})."
         )  # fmt: skip
     target = BenchTarget(
         base_url=url,

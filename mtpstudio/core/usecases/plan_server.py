@@ -20,6 +20,7 @@ from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import MachineFacts
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S
+from mtpstudio.core.server.moe_cache_log import parse_moe_cache_log
 from mtpstudio.core.server.state import remove_state
 from mtpstudio.core.usecases.launch import find_build, launch_machine, prepare_launch, run_launch
 
@@ -94,6 +95,8 @@ class PlanServerLauncher:
         started: (label, pid, log path) of every server started, in order.
         launched: every server asked for (the plan as launched and its argv), in order.
         events: ``start LABEL`` / ``stop LABEL`` in the order they happened.
+        moe_cache: (label, the engine's own MoE cache line) of each stopped server whose log
+            has one (upstream b11549 on prints its hits and hit rate when it stops).
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class PlanServerLauncher:
         self.started: list[tuple[str, int, Path]] = []
         self.launched: list[LaunchRecord] = []
         self.events: list[str] = []
+        self.moe_cache: list[tuple[str, str]] = []
         self._builds: dict[str, EngineBuild] = {}
         self._machine = machine
 
@@ -171,6 +175,18 @@ class PlanServerLauncher:
             self.events.append(f"stop {label}")
             if result.state is not None:
                 remove_state(result.state)
+            words = moe_cache_words(result.log_path)
+            if words is not None:
+                self.moe_cache.append((label, words))
+
+
+def moe_cache_words(log_path: Path) -> str | None:
+    """What a stopped server's log says of its MoE cache (its hit rate; None: nothing)."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return parse_moe_cache_log(text).words()
 
 
 def _cause(diagnosis: Diagnosis | None) -> str:

@@ -21,6 +21,7 @@ from mtpstudio.core.plan import EngineFlavour
 
 __all__ = [
     "PROFILES",
+    "default_port_words",
     "era_that_runs",
     "era_words",
     "profile_for",
@@ -86,3 +87,17 @@ def era_that_runs(flavour: EngineFlavour, architecture: str) -> EngineProfile | 
 def era_words(profile: EngineProfile) -> str:
     """``ik_llama.cpp 8337e4c (2026-08-15)``: the era's first words (before its colon)."""
     return profile.era.split(":")[0]
+
+
+def default_port_words() -> str:
+    """Where a llama-server started without ``--port`` listens, per era, in words (``9931 from
+    llama.cpp b11549 on; 8080 before it and in ik_llama.cpp``): a URL guessed from the older
+    default finds nothing on a newer build."""
+    newest = next(p for p in profiles_of(EngineFlavour.UPSTREAM) if p.era_flag is not None)
+    base = _base(EngineFlavour.UPSTREAM)
+    ik = _base(EngineFlavour.IK)
+    since = era_words(newest).split(" (")[0]
+    older = "in ik_llama.cpp" if ik.default_port == base.default_port else ""
+    return f"{newest.default_port} from {since} on; {base.default_port} before it" + (
+        f" and {older}" if older else ""
+    )

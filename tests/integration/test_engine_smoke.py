@@ -257,6 +257,16 @@ def test_ik_loads_and_completes(kind: str, dtype: str, tiny_model, running_serve
     assert oai["usage"]["completion_tokens"] == N_PREDICT
 
 
+def _assert_drafts_on_both_endpoints(server: Any) -> None:
+    """ik 8337e4c counts drafts on /v1/completions and on /completion alike."""
+    oai = server.completion(PROMPT, n_predict=24, endpoint="/v1/completions", ignore_eos=True)
+    assert oai["usage"]["completion_tokens"] == 24
+    assert oai["timings"]["draft_n"] > 0
+    assert 0 <= oai["timings"]["draft_n_accepted"] <= oai["timings"]["draft_n"]
+    native = server.completion(PROMPT, n_predict=8, ignore_eos=True)
+    assert native["timings"]["draft_n"] > 0
+
+
 @pytest.mark.engine
 def test_ik_drafts_with_the_mtp_block_of_a_qwen35moe_gguf(tiny_model, running_server) -> None:
     """ik_llama.cpp 8337e4c loads the qwen35moe GGUF with its MTP block and drafts with it
@@ -264,12 +274,7 @@ def test_ik_drafts_with_the_mtp_block_of_a_qwen35moe_gguf(tiny_model, running_se
     tests/fixtures/engines/ik-0.1.5/mtp-run-refused); both endpoints count the drafts."""
     server = running_server("ik", tiny_model("hybrid-mtp"), [*IK_MTP, "--metrics"])
     assert "MTP" in server.log_text()
-    oai = server.completion(PROMPT, n_predict=24, endpoint="/v1/completions", ignore_eos=True)
-    assert oai["usage"]["completion_tokens"] == 24
-    assert oai["timings"]["draft_n"] > 0
-    assert 0 <= oai["timings"]["draft_n_accepted"] <= oai["timings"]["draft_n"]
-    native = server.completion(PROMPT, n_predict=8, ignore_eos=True)
-    assert native["timings"]["draft_n"] > 0
+    _assert_drafts_on_both_endpoints(server)
 
 
 @pytest.mark.engine
@@ -302,12 +307,7 @@ def test_ik_draft_pair_reports_drafts(tiny_model, running_server) -> None:
         tiny_model("dense"),
         ["-md", str(tiny_model("draft")), "--spec-type", "draft:n_max=4,p_min=0.0"],
     )
-    oai = server.completion(PROMPT, n_predict=24, endpoint="/v1/completions", ignore_eos=True)
-    assert oai["usage"]["completion_tokens"] == 24
-    assert oai["timings"]["draft_n"] > 0
-    assert 0 <= oai["timings"]["draft_n_accepted"] <= oai["timings"]["draft_n"]
-    native = server.completion(PROMPT, n_predict=8, ignore_eos=True)
-    assert native["timings"]["draft_n"] > 0
+    _assert_drafts_on_both_endpoints(server)
 
 
 # --------------------------------------------------------------------------------------------

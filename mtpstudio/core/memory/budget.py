@@ -75,6 +75,7 @@ DEVICE_SEGMENTS = (
     "recurrent_state",
     "mtp_kv_cache",
     "mtp_compute",
+    "moe_cache",  # only with --moe-cache-mib
     "compute",
     "output",
     "desktop",
@@ -728,6 +729,8 @@ def compute_budget(
                 (checked if hopper else unchecked).add(segment)
         if hopper:  # the context at init was measured on these cards; elsewhere published
             checked.add("driver_overhead")
+        if cache is not None:  # llama-moe-cache.cpp's sizing, never measured on a card
+            unchecked.add("moe_cache")
         if growth.trust == MEASURED_ON:
             checked.add("runtime_growth")
         elif growth.trust == "source":

@@ -105,8 +105,9 @@ def test_a_real_rpc_server_is_probed_and_its_memory_planned(
     assert not any("RPC backend" in w for w in data["warnings"])
     plan = json.loads(saved.read_text())
     assert plan["split"]["rpc"] == [
-        {"host": "127.0.0.1", "port": port, "memory_mib": 3000, "free_mib": 3000, "backend": "CPU"}
-    ]
+        {"host": "127.0.0.1", "port": port, "memory_mib": 3000, "free_mib": 3000,
+         "backend": "CPU", "protocol": [7, 0, 0]}  # b11434's rpc-server
+    ]  # fmt: skip
 
 
 def test_an_rpc_size_given_by_hand_is_planned_without_reaching_the_machine() -> None:

@@ -20,7 +20,7 @@ from mtpstudio.core.memory.budget import compute_budget, device_fits
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.moe_cache import (
     GPU_ALIGNMENT,
-    _bank_bytes,
+    bank_bytes,
     expert_parts,
     moe_cache,
 )
@@ -69,8 +69,8 @@ def test_the_cache_holds_the_layers_whose_experts_stay_in_ram(model: ModelInfo) 
                                                       "ffn_down_exps"]  # fmt: skip
     assert group.slot_bytes == sum(t.n_bytes // t.shape[2] for t in parts)
     # the most slots whose banks (one spare slot each) fit 2 GiB, and not one more
-    assert _bank_bytes(parts, group.n_slots, exact=False) <= 2048 * MIB
-    assert _bank_bytes(parts, group.n_slots + 1, exact=False) > 2048 * MIB
+    assert bank_bytes(parts, group.n_slots, exact=False) <= 2048 * MIB
+    assert bank_bytes(parts, group.n_slots + 1, exact=False) > 2048 * MIB
     assert group.share == group.n_slots / (30 * model.n_expert)
     assert cache.device_bytes % GPU_ALIGNMENT == 0 and cache.device_bytes <= 2048 * MIB
     assert cache.map_bytes == 30 * model.n_expert * 4  # one int32 slot map per cached layer

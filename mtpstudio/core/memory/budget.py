@@ -41,6 +41,7 @@ from mtpstudio.core.memory.terms import (
     ComputeShape,
     compute_bytes,
     compute_bytes_ik,
+    ik_all_outputs_bytes,
     kv_bytes_per_cell,
     kv_cache_bytes,
     output_buffer_bytes,
@@ -519,12 +520,12 @@ def compute_budget(
         mtp_replayed = replays_nextn_graph(model, mtp_shape) and not (
             facts.reserves_all_logits and model.architecture in NEXTN_BLOCK_ARCHITECTURES
         )
-        if facts.reserves_all_logits and facts.recurrent_step_checkpoints and mtp_replayed:
-            # ik since speculative stages reserves its MTP context like its main one: the
-            # nextn block's replay, or ik's own estimate of that reservation where it is more
-            # (at a 4k F16 cache the log's MTP buffer equals the main one: 8.31 MiB where the
-            # replay gives 7.02; tests/integration/test_budget_accuracy.py)
-            mtp_compute = max(mtp_compute, compute_bytes_ik(model, mtp_shape))
+        if facts.reserves_all_logits and mtp_replayed:
+            # ik's MTP context keeps a whole ubatch of outputs as its main context does: the
+            # nextn block's replay, or those outputs where they are more (4,000 tokens of
+            # vocabulary and 256 of embedding at -ub 512: 8.31 MiB logged at every context up
+            # to 4k, where the replay gives 7.02 at 4k; tests/integration/test_budget_accuracy.py)
+            mtp_compute = max(mtp_compute, ik_all_outputs_bytes(model, mtp_shape.n_tokens))
         if not mtp_replayed:
             mtp_compute = with_safety_margin(mtp_compute)
             warnings.append(

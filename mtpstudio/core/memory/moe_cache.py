@@ -36,7 +36,7 @@ from mtpstudio.core.memory.placement import ModelWeights, Placement
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
 from mtpstudio.core.units import MIB
 
-__all__ = ["CacheGroup", "MoeCache", "expert_parts", "moe_cache", "repacked"]
+__all__ = ["CacheGroup", "MoeCache", "bank_bytes", "expert_parts", "moe_cache", "repacked"]
 
 EXPERT_PART = re.compile(r"^blk\.\d+\.ffn_(gate_up|gate|up|down)_exps\.weight$")
 PART_ORDER = ("gate_up", "gate", "up", "down")
@@ -141,7 +141,7 @@ def _slot(t: TensorInfo) -> int:
     return t.n_bytes // t.shape[2] if len(t.shape) > 2 and t.shape[2] else t.n_bytes
 
 
-def _bank_bytes(parts: tuple[TensorInfo, ...], n_slots: int, *, exact: bool) -> int:
+def bank_bytes(parts: tuple[TensorInfo, ...], n_slots: int, *, exact: bool) -> int:
     """The banks of ``n_slots`` slots (plus the spare): the budget rule (``exact=False``), or the
     buffer the device allocates (each bank's CUDA size, 128-aligned)."""
     total = 0
@@ -211,7 +211,7 @@ def moe_cache(
                 n_expert,
                 sum(_slot(t) for t in parts),
                 n,
-                _bank_bytes(parts, n, exact=True) if n else 0,
+                bank_bytes(parts, n, exact=True) if n else 0,
                 host_bytes[key],
             )
         )
@@ -230,7 +230,7 @@ def _most_slots(parts: tuple[TensorInfo, ...], budget: int, most: int) -> int:
     low, high = 0, most
     while low < high:
         mid = (low + high + 1) // 2
-        if _bank_bytes(parts, mid, exact=False) <= budget:
+        if bank_bytes(parts, mid, exact=False) <= budget:
             low = mid
         else:
             high = mid - 1

@@ -414,13 +414,19 @@ def mostly_quantized(model: ModelInfo) -> bool:
     return plain * 2 < model.tensor_bytes
 
 
+def ik_all_outputs_bytes(model: ModelInfo, n_tokens: int) -> int:
+    """What ik_llama.cpp's reservation keeps for a whole ubatch of outputs: every token's
+    logits and embedding, F32 (its contexts reserve them all, the MTP context too)."""
+    return F32 * n_tokens * (model.vocab_size + model.n_embd)
+
+
 def compute_bytes_ik(model: ModelInfo, shape: ComputeShape) -> int:
     """Estimate ik_llama.cpp's compute buffer (its reservation keeps all ubatch logits)."""
     family = model_family(model)
     t = shape.n_tokens
     q_dim = model.n_head * model.key_length
     kv_dim = model.n_head_kv * model.key_length
-    outputs = F32 * t * (model.vocab_size + model.n_embd)
+    outputs = ik_all_outputs_bytes(model, t)
     fused = family == "dense" and mostly_quantized(model)
     fe, ff, fr = _IK_DENSE_QUANTIZED_FFN if fused else _IK_FFN[family]
     ffn = F32 * t * (fe * model.n_embd + ff * ffn_width(model) + fr * recurrent_width(model))

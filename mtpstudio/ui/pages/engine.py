@@ -66,6 +66,7 @@ SETTING_NAMES = MappingProxyType(
         "mtp.cache_type_v": "Draft V cache",
         "runtime.moe": "Experts",
         "runtime.n_cpu_moe": "CPU expert layers",
+        "runtime.moe_cache_mib": "MoE cache",
         "runtime.n_gpu_layers": "GPU layers",
         "runtime.load_mode": "Weights",
         "draft.gpu_layers": "Draft GPU layers",
@@ -223,6 +224,14 @@ class EnginePage(PlanPage):
         self.margin = self._spin("runtime.fit_margin_mib", " MiB", kind="mib")
         self.margin.size_for(16384)  # as wide as 16 GiB, not the 1 TiB the Plan allows
         pf.addRow("Margin", self.margin)
+        self.moe_cache = self._spin("runtime.moe_cache_mib", " MiB", kind="mib")
+        self.moe_cache.size_for(16384)
+        self.moe_cache.setToolTip(
+            "A GPU cache for the experts kept in RAM (--moe-cache-mib; upstream llama.cpp "
+            "b11549 and newer, on a GPU): 0 is off. The budget shows what it takes, the "
+            "estimate what it does for speed."
+        )
+        pf.addRow("MoE cache", self.moe_cache)
         self.gpu_layers = self._spin("runtime.n_gpu_layers", special="all")
         pf.addRow("GPU layers", self.gpu_layers)
         self.load_mode = self._combo("runtime.load_mode", LOAD_CHOICES)

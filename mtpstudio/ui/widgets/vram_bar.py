@@ -245,7 +245,11 @@ def device_row(device: DeviceBudget, trust: Mapping[str, str] | None = None) -> 
             trust=sure("mtp_kv_cache", "mtp_compute"),
         ),
         *(replace(seg, trust=sure(seg.key)) for seg in draft_segments(s)),
-        BarSegment("moe_cache", s.get("moe_cache", 0), trust=sure("moe_cache")),
+        *(
+            (BarSegment("moe_cache", s["moe_cache"], trust=sure("moe_cache")),)
+            if "moe_cache" in s
+            else ()
+        ),
         BarSegment(
             "compute",
             compute + output,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.runners import CountingRunner
+from support.waiting import scaled
 
 from mtpstudio.core.detect.engines import (
     ENGINES_ENV,
@@ -283,7 +284,7 @@ def test_other_users_folders_are_never_run(tmp_path: Path) -> None:
 def test_unknown_version_output_is_reported_not_raised(tmp_path: Path) -> None:
     fake = _script(tmp_path / "llama-server", 'echo "SuperLLM 9.9 (not a llama.cpp)"\nexit 0\n')
     runner = CountingRunner()
-    info = identify_engine(EngineCandidate(fake, "added"), runner, timeout=2.0)
+    info = identify_engine(EngineCandidate(fake, "added"), runner, timeout=scaled(2.0))
     assert info.flavour is None and info.to_build() is None
     assert info.problems == [
         "not a llama-server this version knows: --version printed 'SuperLLM 9.9 (not a llama.cpp)'"
@@ -336,7 +337,7 @@ def test_probe_tries_the_next_form(tmp_path: Path) -> None:
         '[ "$1 $2" = "--fit on" ] && { echo "error: unknown argument: on" >&2; exit 1; }\nexit 0\n',
     )
     spec = FlagSpec("--fit", (("on",), ()), "fit")
-    probe = probe_flag(fake, spec, SubprocessRunner(), 2.0)
+    probe = probe_flag(fake, spec, SubprocessRunner(), scaled(2.0))
     assert probe.outcome is ProbeOutcome.ACCEPTED and probe.args == ()
 
 
@@ -353,7 +354,7 @@ def test_ambiguous_version_decided_by_flags(tmp_path: Path) -> None:
     flags = [
         s for s in CANDIDATE_FLAGS if s.flag in ("-mtp", "--fit-margin", "--spec-draft-n-max", "-c")
     ]
-    info = identify_engine(EngineCandidate(fake, "added"), SubprocessRunner(), 2.0, flags)
+    info = identify_engine(EngineCandidate(fake, "added"), SubprocessRunner(), scaled(2.0), flags)
     assert info.flavour is EngineFlavour.UPSTREAM
     assert (info.version, info.commit) == ("4821", "5d1a4ce2")
 
@@ -362,7 +363,8 @@ def test_cache_is_keyed_by_size_and_mtime(tmp_path: Path) -> None:
     fake = _script(tmp_path / "bin" / "llama-server", f"printf '{UPSTREAM_VERSION}' >&2\n")
     cache = tmp_path / "cache" / "engine-probes.json"
     env = {ENGINES_ENV: str(fake)}
-    kwargs = dict(cache_path=cache, system_dirs=(), opt_root=None, timeout=2.0)
+    # the probes run a real shell script each: their limit stretches with the machine's load
+    kwargs = dict(cache_path=cache, system_dirs=(), opt_root=None, timeout=scaled(2.0))
     first_runner = CountingRunner()
     first = detect_engines(env, first_runner, **kwargs)  # type: ignore[arg-type]
     assert first.engines[0].flavour is EngineFlavour.UPSTREAM and first_runner.calls

@@ -77,27 +77,38 @@ def test_a_tiny_tuning_run_fills_the_table_and_use_the_best_changes_the_plan(
     rows = cells(panel)
     assert len(rows) == len(result.rows) + 1 > 3  # the untried candidates are listed too
     assert rows[0][:2] == [BASELINE_LABEL, "yes"] and float(rows[0][2]) > 0
-    assert rows[0][6:8] == ["baseline", "measured"]
     measured = [r for r in rows[1:] if r[2] != "–"]
     estimates = [float(r[3]) for r in rows[1:]]
     assert estimates == sorted(estimates, reverse=True)  # the speed model ordered them
     assert measured == rows[1:3]  # the two the estimate calls fastest were launched
     assert all(r[0].startswith("dmax=") for r in measured)
-    assert max(float(r[2]) for r in measured) > float(rows[0][2])  # the best is a candidate
     assert all(r[6] == "final" and r[1] == "yes" for r in measured)
-    assert sorted(r[7] for r in measured) == ["best", "finalist"]
     assert all("candidate limit" in r[8] for r in rows[1:] if r not in measured)
     assert len(rows[0]) == len(TABLE_COLUMNS)
+    # the best is what measured fastest on every category, whichever that was: on a tiny model
+    # the plans differ by noise, and a loaded machine may put the starting plan first
+    finals = [result.baseline, *(r for r in result.rows if r.full is not None)]
+    fastest = max(finals, key=lambda r: r.full.tok_s or 0.0 if r.full else 0.0)
     best = result.best
-    assert best is not None and best.status is RowStatus.BEST and best.changes
-    assert panel.summary.text().startswith(f"Best: {best.label} (")
-    assert "over the starting plan" in panel.summary.text() and result.gain is not None
+    assert best is fastest and best.status is RowStatus.BEST
     assert "Finished" in panel.progress_label.text() and not panel.progress.isVisible()
     stored = [e for e in panel.history.entries() if e.kind == TUNE_KIND]
     assert [e.id for e in stored] == [result.history_id]
+    before = wizard.state.plan
+    if best is result.baseline:
+        assert rows[0][6:8] == ["baseline", "best"]
+        assert sorted(r[7] for r in measured) == ["finalist", "finalist"]
+        assert "no candidate beat the starting plan" in result.note
+        assert not panel.use_best_button.isEnabled()  # nothing to change
+        assert wizard.state.plan == before
+        return
+    assert rows[0][6:8] == ["baseline", "measured"]
+    assert sorted(r[7] for r in measured) == ["best", "finalist"]
+    assert best.changes
+    assert panel.summary.text().startswith(f"Best: {best.label} (")
+    assert "over the starting plan" in panel.summary.text() and result.gain is not None
 
     # Use the best: the wizard's Plan takes the best row's changes, and the tab says so
-    before = wizard.state.plan
     assert panel.use_best_button.isEnabled()
     with qtbot.waitSignal(wizard.state.plan_changed, timeout=5000):
         panel.use_best_button.click()

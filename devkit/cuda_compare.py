@@ -20,7 +20,7 @@ from typing import Any
 
 from devkit.budget_check import LoadConfig, SegmentRow, render_table, rows_for
 from devkit.kit_runs import ARCHIVE_NAME, ARCHIVE_TOP
-from devkit.speed_check import probe_estimate
+from devkit.speed_check import DecodeProbe, probe_estimate
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.memory.budget import Budget, compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
@@ -346,6 +346,40 @@ def device_lines(archive: TruthArchive) -> list[str]:
         theirs = f"{smi[key]:,.0f}" if key in smi else "-"
         lines.append(f"{key:9} detect {mine:>10}   nvidia-smi {theirs:>10}")
     return lines
+
+
+def decode_probes(archive: TruthArchive) -> list[DecodeProbe]:
+    """Every successful decode probe of a CUDA archive, as an equation for the card
+    coefficients (``speed_check.solve_card_coefficients``)."""
+    detection = archive.detection()
+    gpus = machine_facts(detection).gpus if detection is not None else []
+    if not gpus:
+        return []
+    target = gpus[0]
+    out = []
+    for record in archive.records():
+        probes = [p for p in record.get("probes") or [] if p.get("kind") == "decode"]
+        if not record.get("loaded") or record.get("emulate_mib") or not probes:
+            continue
+        config, card = _config(record), record["card"]
+        budget = budget_on(config, target, card)
+        graphs = (record.get("env") or {}).get("GGML_CUDA_DISABLE_GRAPHS") != "1"
+        for probe in probes:
+            tok_s = float((probe.get("timings") or {}).get("predicted_per_second") or 0)
+            if probe.get("ok") and tok_s > 0:
+                out.append(
+                    DecodeProbe(
+                        card,
+                        model_card_info(card),
+                        plan_from_dict(config.plan_data()),
+                        budget,
+                        target,
+                        int(probe.get("tokens") or 256),
+                        graphs,
+                        tok_s,
+                    )
+                )
+    return out
 
 
 def compare(archive: TruthArchive) -> Comparison:

@@ -67,7 +67,8 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="GPU",
         help="auto, cpu, a device id (CUDA0) or a catalogue GPU id; repeat it to split the "
-        "model over several GPUs (plan --demo --gpu rtx-4070-super --gpu rtx-3060-12gb)",
+        "model over several GPUs (plan --demo --gpu rtx-4070-super --gpu rtx-3060-12gb); "
+        f"catalogue ids: {_catalogue_ids('gpus')}",
     )
     src.add_argument(
         "--rpc",
@@ -85,6 +86,11 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     src.add_argument("--plan", type=Path, help="start from this plan file")
     src.add_argument("--engine", help="upstream, ik, or the path of a llama-server binary")
+    pc = p.add_argument_group("the PC (for a plan for another computer than this one)")
+    _add_settings(pc, "host.cpu", "host.ram")
+    for action in pc._group_actions:
+        if "--cpu" in action.option_strings:
+            action.help = f"{action.help}; catalogue ids: {_catalogue_ids('cpus')}"
 
     rt = p.add_argument_group("runtime")
     _add_settings(rt, "runtime.ctx", "runtime.cache_type_k", "runtime.cache_type_v")
@@ -125,6 +131,19 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     groups = {"runtime": rt, "mtp": mtp, "draft": mtp, "server": srv, "desktop": srv}
     for path in _unplaced_settings(p):  # a newly declared setting needs no line here
         _add_settings(groups.get(path.split(".")[0], src), path)
+
+
+def _catalogue_ids(section: str) -> str:
+    """The ids of a catalogue file (``cpus``, ``gpus``), read without the pydantic models the
+    catalogue's loaders import (the help must stay cheap); empty when it cannot be read."""
+    from importlib import resources
+
+    try:
+        text = resources.files("mtpstudio.resources").joinpath(f"catalog/{section}.json")
+        records = json.loads(text.read_text("utf-8")).get(section, [])
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return ", ".join(str(r.get("id")) for r in records if isinstance(r, dict))
 
 
 def setting_options(path: str) -> dict[str, Any]:
@@ -204,10 +223,28 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
         changes["runtime.moe"] = "fit"
     elif args.fit is False and base.runtime.moe.value == "fit":
         changes["runtime.moe"] = "n_cpu_moe"
+    changes.update(_host_changes(changes))
     plan = plan_with(base, changes)
     for device in (plan.device, *plan.split.gpus):
         _check_device(device)
     return _with_key_file(plan, args, changes), changes
+
+
+def _host_changes(changes: dict[str, Any]) -> dict[str, Any]:
+    """``--cpu`` as its catalogue id (a name works too; anything else is refused with the ids)
+    and ``--ram`` checked (the spec is kept as given)."""
+    from mtpstudio.core.model.catalog.cpus import cpu_spec
+    from mtpstudio.core.speed.host_target import parse_ram
+
+    out: dict[str, Any] = {}
+    spec = None
+    if changes.get("host.cpu") is not None:
+        spec = cpu_spec(str(changes["host.cpu"]))
+        out["host.cpu"] = spec.id
+    if changes.get("host.ram") is not None:
+        parse_ram(str(changes["host.ram"]), spec)
+        out["host.ram"] = str(changes["host.ram"]).strip().lower().replace(" ", "")
+    return out
 
 
 def _gpu_choice(text: str) -> str:

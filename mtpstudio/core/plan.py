@@ -144,6 +144,13 @@ class MtpOptions(_Section):
         strict=True,
         description="Stop drafting when the draft's probability falls below this.",
     )
+    acceptance: Annotated[float | None, setting("mtp.acceptance")] = Field(
+        default=None,
+        description=(
+            "The share of drafted tokens accepted the speed estimate assumes (null: this "
+            "model's last benchmark on this engine, else a published figure). Changes no flag."
+        ),
+    )
     cache_type_k: Annotated[CacheType, setting("mtp.cache_type_k")] = Field(
         default=CacheType.F16, description="K cache type of the draft context."
     )
@@ -258,6 +265,28 @@ class RuntimeOptions(_Section):
         if self.ubatch > self.batch:
             raise ValueError(f"ubatch ({self.ubatch}) must not exceed batch ({self.batch})")
         return self
+
+
+class HostOptions(_Section):
+    """The PC the plan is for, when not this computer: it changes only the speed estimate."""
+
+    cpu: Annotated[str | None, setting("host.cpu")] = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9-]{1,40}$",
+        description="A catalogue CPU id (null: this computer's CPU, as probed).",
+    )
+    ram: Annotated[str | None, setting("host.ram")] = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9./ -]{1,32}$",
+        description=(
+            "That PC's RAM: ddr5-6000x2 (type-MT/s x channels) or a read bandwidth such as "
+            "65GB/s (null: the CPU's commonly run RAM, or this computer's)."
+        ),
+    )
+
+    @property
+    def is_this_computer(self) -> bool:
+        return self.cpu is None and self.ram is None
 
 
 class ServerOptions(_Section):
@@ -532,6 +561,11 @@ class Plan(_Section):
         default_factory=DraftModelOptions, description="A separate draft model (instead of MTP)."
     )
     server: ServerOptions = Field(default_factory=ServerOptions, description="Listen address.")
+    host: HostOptions = Field(
+        default_factory=HostOptions,
+        description="Another PC's CPU and RAM for the speed estimate (default: this computer).",
+    )
+
     desktop: Annotated[DesktopReclaim, setting("desktop")] = Field(
         default=DesktopReclaim.NONE, description="How desktop VRAM is reclaimed."
     )
@@ -600,6 +634,10 @@ class Plan(_Section):
         data = self.model_dump(mode="json")
         if self.split.is_default:
             del data["split"]
+        if self.host.is_this_computer:  # stored as before: this computer's plan
+            del data["host"]
+        if self.mtp.acceptance is None:
+            del data["mtp"]["acceptance"]
         return data
 
     def to_json(self) -> str:

@@ -260,6 +260,35 @@ _DECLARED = (
         cli=("--draft-gpu-layers", "-ngld"),
         cli_help="draft model layers on the GPU",
     ),
+    Setting(
+        "host.cpu",
+        "text",
+        name="CPU",
+        cli=("--cpu",),
+        cli_help="plan for another PC's CPU: a catalogue CPU id (default: this computer's)",
+        metavar="CPU",
+    ),
+    Setting(
+        "host.ram",
+        "text",
+        name="RAM",
+        cli=("--ram",),
+        cli_help="that PC's RAM: ddr5-6000x2, ddr4-3200x2 (type-MT/s x channels) or a read "
+        "bandwidth such as 65GB/s (default: what the CPU's owners commonly run)",
+        metavar="SPEC",
+    ),
+    Setting(
+        "mtp.acceptance",
+        "float",
+        low=0.0,
+        high=1.0,
+        step=0.01,
+        name="acceptance",
+        cli=("--acceptance",),
+        cli_help="the share of drafted tokens accepted (accepted / drafted) the speed estimate "
+        "assumes (default: this model's last benchmark on this engine, else a published figure)",
+        metavar="A",
+    ),
     Setting("server.host", "text", cli=("--host",), cli_help="listen address (default 127.0.0.1)"),
     Setting(
         "server.port",

@@ -32,7 +32,7 @@ from mtpstudio.core.memory.budget import (
     HostBudget,
     compute_budget,
 )
-from mtpstudio.core.memory.devices import HostSpec
+from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.draft import with_draft
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts
 from mtpstudio.core.memory.measured import Reconciliation, build_key, measured_segments
@@ -49,8 +49,10 @@ from mtpstudio.core.memory.targets import (
 from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
-from mtpstudio.core.speed.acceptance import Acceptance
-from mtpstudio.core.speed.cards import card_rates
+from mtpstudio.core.speed.acceptance import Acceptance, given_acceptance
+from mtpstudio.core.speed.cards import card_rates, catalogue_card
+from mtpstudio.core.speed.cpu_kernels import CPU_KERNELS, kernels_for
+from mtpstudio.core.speed.decode_rules import rules_for
 from mtpstudio.core.speed.estimate import (
     DEFAULT_DEPTH,
     DecodeShape,
@@ -58,6 +60,7 @@ from mtpstudio.core.speed.estimate import (
     SpeedRates,
     estimate,
 )
+from mtpstudio.core.speed.host_target import host_for
 from mtpstudio.core.speed.inputs import SpeedInputs, model_key
 from mtpstudio.core.speed.traffic import ModelCost
 from mtpstudio.core.units import MIB
@@ -121,10 +124,24 @@ class PlanningContext:
     speed: SpeedInputs = field(default_factory=SpeedInputs)
     weights: ModelWeights = field(init=False)
     cost: ModelCost = field(init=False)
+    mtp_auto: dict[str, tuple[float, float]] = field(init=False, default_factory=dict)
+    _costs: dict[str, ModelCost] = field(init=False, default_factory=dict, repr=False)
+    """MTP auto's estimates, with and without drafting, by plan (``auto_mtp_by_speed``)."""
 
     def __post_init__(self) -> None:
         self.weights = ModelWeights.from_model(self.model)
         self.cost = ModelCost.from_model(self.model, self.weights)
+        self._costs = {CPU_KERNELS.source: self.cost}
+
+    def cost_for(self, flavour: str) -> ModelCost:
+        """The model's cost with the CPU kernels of ``flavour``'s engine (computed once)."""
+        kernels = kernels_for(flavour)
+        found = self._costs.get(kernels.source)
+        if found is None:
+            found = self._costs[kernels.source] = ModelCost.from_model(
+                self.model, self.weights, kernels, flavour
+            )
+        return found
 
 
 @dataclass(frozen=True)
@@ -302,7 +319,36 @@ def resolve(plan: Plan, pctx: PlanningContext) -> ResolvedPlan:
     devices = None
     if plan.is_split:
         devices = resolve_devices(plan, target.device, list(pctx.machine.gpus))
-    return ResolvedPlan(plan, effective, target, choice, profile, mtp, pctx, devices)
+    resolved = ResolvedPlan(plan, effective, target, choice, profile, mtp, pctx, devices)
+    if plan.mtp.enabled is None and mtp.active and devices is None:
+        return auto_mtp_by_speed(resolved)
+    return resolved
+
+
+def auto_mtp_by_speed(resolved: ResolvedPlan) -> ResolvedPlan:
+    """MTP auto, where it can run, stays on only where the estimate says drafting is faster
+    than the plan without it (each with its own budget: without MTP the experts get the
+    draft's VRAM). Decided once per plan and context (``PlanningContext.mtp_auto``)."""
+    pctx = resolved.pctx
+    key = resolved.plan.to_json()
+    found = pctx.mtp_auto.get(key)
+    if found is None:
+        on = speed_for(resolved)
+        off_plan = plan_with(resolved.plan, {"mtp.enabled": False})
+        off = speed_for(replace(resolved, effective=off_plan, mtp=_MTP_OFF))
+        found = pctx.mtp_auto[key] = (on.decode_tok_s, off.decode_tok_s)
+    with_mtp, without = found
+    if with_mtp >= without:
+        return resolved
+    line = (
+        f"MTP auto: off (the estimate is {without:.1f} tok/s without MTP and {with_mtp:.1f} "
+        "with it: the draft's memory and verification cost more than it gains here)."
+    )
+    decision = MtpDecision(False, False, None, line)
+    return replace(resolved, effective=decision.resolved(resolved.plan), mtp=decision)
+
+
+_MTP_OFF = MtpDecision(False, False, None, "MTP off (as asked).")
 
 
 def budget_for(resolved: ResolvedPlan) -> Budget:
@@ -433,28 +479,33 @@ def speed_for(
     gpus = [resolved.target.device] if resolved.target.device.is_gpu else []
     cards = {d.id: card_rates(d) for d in gpus}  # one entry per GPU the budget plans
     mtp = resolved.mtp.active
+    if mtp and acceptance is None and plan.mtp.acceptance is not None:
+        acceptance = given_acceptance(plan.mtp.acceptance, plan.mtp.draft_max, plan.mtp.draft_p_min)
     if mtp and acceptance is None:
         acceptance = inputs.acceptance_for(model_key(resolved.plan), plan.engine.flavour.value)
+    host = host_for(inputs.host, plan.host.cpu, plan.host.ram)
     shape = DecodeShape(
         gpu=gpus[0].id if gpus else None,
-        threads=plan.runtime.threads or inputs.host.cores,
+        threads=plan.runtime.threads or host.cores,
         cache_types=(plan.runtime.cache_type_k.value, plan.runtime.cache_type_v.value),
         mtp=mtp,
         depth=plan.mtp.draft_max,
+        p_min=plan.mtp.draft_p_min,
         ubatch=min(plan.runtime.ubatch, plan.runtime.batch),
         op_offload=plan.runtime.op_offload,
         flash_attn=budget.effective.flash_attn,
     )
-    rates = SpeedRates(inputs.host, cards)
+    rates = SpeedRates(host, cards)
     speed = estimate(
         pctx.model,
-        pctx.cost,
+        pctx.cost_for(plan.engine.flavour.value),
         budget.placement,
         shape,
         rates,
         acceptance if mtp else None,
         context=context,
         moe_cache=budget.moe_cache,
+        rules=rules_for(plan.engine.flavour.value),
     )
     run = inputs.measured_for([resolved.plan, resolved.effective])
     if run is not None:
@@ -612,6 +663,16 @@ _PUBLISHED_WORDS = {
 }
 
 
+PUBLISHED_PC: dict[str, object] = {
+    "host.cpu": "ryzen-7-9700x",
+    "host.ram": "ddr5-6000x2",
+    "runtime.threads": 8,
+}
+"""The PC of the published setup (reference/world-2026-12.md §1: an RTX 4070 SUPER beside a Ryzen
+7 9700X with dual-channel DDR5-6000, ``-t 8``): the demo plans it when it plans that catalogue
+card, so its speed is the published PC's, not this computer's."""
+
+
 def published_setup_text() -> str:
     """The published setup in words: ``ctx 131,072, draft max 3, …``."""
     return ", ".join(_PUBLISHED_WORDS[k](v) for k, v in PUBLISHED_SETUP.items())
@@ -638,10 +699,14 @@ def published_demo_plan(
     changes = {k: v for k, v in PUBLISHED_SETUP.items() if k not in given}
     if not changes:
         return plan, ""
+    shown = ", ".join(_PUBLISHED_WORDS[k](v) for k, v in changes.items())
+    pc = {k: v for k, v in PUBLISHED_PC.items() if k not in given}
+    if _is_published_card(target_for(plan, pctx.machine).device) and "host.cpu" not in given:
+        changes.update(pc)  # the published card: the published PC around it
+        shown += ", on the published PC (Ryzen 7 9700X, DDR5-6000 × 2, 8 threads)"
     candidate = plan_with(plan, changes)
     resolved = resolve(candidate, pctx)
     target, budget = resolved.target, budget_for(resolved)
-    shown = ", ".join(_PUBLISHED_WORDS[k](v) for k, v in changes.items())
     # the card must hold it; RAM only counts when known (the GUI plans before detection)
     if all(d.fits for d in budget.devices) and budget.host.fits is not False:
         cpu_layers = trunk_layers_on_cpu(budget, resolved.model)
@@ -660,6 +725,12 @@ def published_demo_plan(
         f"Demo defaults: the published setup ({shown}) does not fit {target.device.name} "
         f"({short / MIB:,.0f} MiB short), so the demo keeps the plan's defaults."
     )
+
+
+def _is_published_card(device: TargetDevice) -> bool:
+    """The target is the catalogue's published card (not a detected one)."""
+    card = catalogue_card(device) if device.name.endswith("(catalogue)") else None
+    return card is not None and card.id == DEFAULT_GPU_CARD
 
 
 def trunk_layers_on_cpu(budget: Budget, model: ModelInfo) -> int:

@@ -207,3 +207,22 @@ def test_another_machine_takes_the_stated_thread_costs(tmp_path: Path) -> None:
     assert speeds[1].decode_tok_s / speeds[0].decode_tok_s > here
     assert any("assumed (not this machine)" in line for line in speeds[1].basis)
     assert CPU_KERNELS.thread_costs(CPU_KERNELS.machine).measured
+
+
+IK_RECORDING = RECORDING.with_name("cpu-kernels-ik.json")
+
+
+def test_ik_s_table_is_the_fit_of_its_own_recording() -> None:
+    """ik_llama.cpp's kernels were measured like upstream's, with its own llama-bench, on the
+    same machine; its table is that recording's fit, and the kernels a plan uses follow its
+    engine."""
+    from mtpstudio.core.speed.cpu_kernels import IK_CPU_KERNELS, kernels_for
+
+    recording = Recording.from_json(json.loads(IK_RECORDING.read_text(encoding="utf-8")))
+    fitted = rounded(fit_kernels(recording))
+    assert fitted == IK_CPU_KERNELS
+    assert source_text(fitted, "IK_CPU_KERNELS") in SOURCE.read_text(encoding="utf-8")
+    assert json.loads(IK_RECORDING.read_text())["engine"].startswith("ik-")
+    assert IK_CPU_KERNELS.machine == CPU_KERNELS.machine  # one machine: the two compare
+    assert kernels_for("ik") is IK_CPU_KERNELS and kernels_for("upstream") is CPU_KERNELS
+    assert IK_CPU_KERNELS.rates["IQ4_XS"].one < CPU_KERNELS.rates["IQ4_XS"].one

@@ -69,13 +69,19 @@ def block_bytes(model: ModelInfo, blocks: range) -> tuple[int, int]:
 @pytest.mark.parametrize("rate", [0.0, 0.3, 0.618, 0.73, 0.94, 1.0])
 @pytest.mark.parametrize("depth", [1, 2, 3, 5])
 def test_an_acceptance_gives_back_itself_and_tokens_per_step(rate: float, depth: int) -> None:
-    """accepted / drafted at the depth it was measured is what the model reproduces; a step
-    yields between 1 and depth + 1 tokens, more with a deeper draft."""
-    acc = Acceptance(rate, depth)
-    assert acc.accepted_per_step(depth) / depth == pytest.approx(rate, abs=1e-9)
-    assert acc.tokens_per_step(depth) == pytest.approx(1 + rate * depth, abs=1e-9)
-    assert 1.0 <= acc.tokens_per_step(depth + 1) <= depth + 2
-    assert acc.tokens_per_step(depth + 1) >= acc.tokens_per_step(depth)
+    """accepted / drafted at the depth and p-min it was measured is what the model reproduces;
+    with p-min 0 every step drafts in full; a step yields between 1 and depth + 1 tokens, more
+    with a deeper draft; p-min 0.75 stops drafts early, so it drafts fewer."""
+    for p_min in (0.0, 0.75):
+        acc = Acceptance(rate, depth, p_min=p_min)
+        drafted = acc.drafts_at(depth, p_min)
+        assert acc.accepted_per_step(depth, p_min) / drafted == pytest.approx(rate, abs=1e-6)
+        assert 1.0 <= acc.tokens_per_step(depth + 1, p_min) <= depth + 2
+        assert acc.tokens_per_step(depth + 1, p_min) >= acc.tokens_per_step(depth, p_min) - 1e-9
+    full = Acceptance(rate, depth, p_min=0.0)
+    assert full.drafts_at(depth, 0.0) == pytest.approx(depth)
+    assert full.tokens_per_step(depth, 0.0) == pytest.approx(1 + rate * depth, abs=1e-6)
+    assert Acceptance(rate, depth).drafts_at(depth, 0.75) < depth
 
 
 def test_a_per_position_count_is_used_as_it_is() -> None:
@@ -334,10 +340,17 @@ def test_plan_prints_the_estimate_and_its_basis() -> None:
         "\nSpeed (estimate): ≈ " in text and " tok/s decoding with MTP (draft depth 3; ≈ " in text
     )
     assert "  one decoding step: " in text
-    assert "  basis: system RAM: " in text and "measured on this computer" in text
+    # the demo's catalogue card is planned on the published PC around it, said in the basis
+    assert "  basis: system RAM: " in text and "estimate for another PC: AMD Ryzen 7 9700X" in text
+    assert "DDR5-6000 × 2 channels (96 GB/s peak)" in text
     assert "  basis: CUDA0: 504 GB/s (published for the NVIDIA GeForce RTX 4070 SUPER" in text
-    assert "  basis: MTP draft depth 3: " in text and "default: 0.73 at draft depth 3" in text
+    assert "  basis: MTP draft depth 3, p-min 0.75: 1.66 drafts and 2.56 tokens per step" in text
+    assert "default: the published setup's counters on upstream" in text
     assert "  not known to the estimate: " in text
+    here = run_cli("plan", *SEEDS_CLI, "--cpu", "this-pc")
+    assert here.returncode == 2 and "unknown CPU 'this-pc'; catalogue ids: ryzen-5-5600" in (
+        here.stderr
+    )
 
 
 def test_plan_json_carries_the_estimate_under_speed() -> None:
@@ -347,9 +360,9 @@ def test_plan_json_carries_the_estimate_under_speed() -> None:
     assert speed["trust"] == "estimate" and speed["measured_tok_s"] is None
     assert speed["decode_tok_s"] > 0 and speed["decode_tok_s_without_mtp"] > 0
     assert speed["mtp"] is True and speed["draft_depth"] == 3
-    assert speed["acceptance"]["rate"] == 0.73 and speed["acceptance"]["measured"] is False
-    step_s = sum(speed["step_ms"].values()) / 1000  # a step yields 1 + 0.73 * 3 tokens
-    assert math.isclose(step_s, (1 + 0.73 * 3) / speed["decode_tok_s"], rel_tol=0.01)
+    assert speed["acceptance"]["rate"] == 0.9393 and speed["acceptance"]["measured"] is False
+    step_s = sum(speed["step_ms"].values()) / 1000  # the published counters: 1728 / 676 a step
+    assert math.isclose(step_s, 1728 / 676 / speed["decode_tok_s"], rel_tol=0.01)
     assert any(line.startswith("system RAM: ") for line in speed["basis"])
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for key in speed:  # every key is documented

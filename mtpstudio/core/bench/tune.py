@@ -356,6 +356,9 @@ def estimate_with_baseline(
         acceptance=run.acceptance,
         depth=baseline.plan.mtp.draft_max,
         per_position=shares,
+        predicted=report.total_predicted,
+        accepted=report.total_draft_accepted,
+        p_min=baseline.plan.mtp.draft_p_min,
     )
     again = dataclasses.replace(pctx, speed=dataclasses.replace(
         pctx.speed, runs=(*pctx.speed.runs, measured)))  # fmt: skip

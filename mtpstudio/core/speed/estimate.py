@@ -14,18 +14,27 @@ Every figure is an estimate until a benchmark of the same plan on this computer 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mtpstudio.core.memory.moe_cache import MoeCache
 from mtpstudio.core.memory.placement import Placement
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.speed.acceptance import Acceptance
+from mtpstudio.core.speed.acceptance import Acceptance, draft_attempts
 from mtpstudio.core.speed.cpu_kernels import CPU_KERNELS, REFERENCE_GEMV, CpuKernels
+from mtpstudio.core.speed.decode_rules import MMVQ_MAX_BATCH, UPSTREAM_RULES, DecodeRules
 from mtpstudio.core.speed.host_rates import HostRates
 from mtpstudio.core.speed.traffic import HOST, Load, ModelCost, PassLoad, Routing, pass_load
 
 GB = 1e9
+
+CARD_NODE_S = 2.273e-6
+CARD_NODE_EAGER_S = 4.831e-6
+CARD_COLUMN_OPS = 7.884
+"""The card coefficients as ``devkit/speed_check.solve_card_coefficients`` solved them from the
+H100 kit recording (``tests/fixtures/cuda_truth/upstream-11434-cuda-nvidia-h100-80gb-hbm3-*``);
+``tests/speed/test_card_coefficients.py`` solves them again and compares."""
 
 DEFAULT_DEPTH = 512
 """The filled context an estimate is for: a short chat (the benchmark's prompts and answers)."""
@@ -41,23 +50,31 @@ class CardRates:
     pcie: float
     source: str
     known: bool = True
+    flops: float | None = None
+    """Single-precision operations per second (None: not published; the mat-vec kernels'
+    arithmetic is then left out)."""
 
 
 @dataclass(frozen=True)
 class SpeedParams:
-    """The fixed costs and efficiencies the estimate assumes (seconds, fractions).
-
-    Where each comes from (``benchmarks/bench_speed_kit.py`` and ``bench_speed_cpu.py`` print
-    the checks):
+    """The fixed costs and efficiencies the estimate assumes (seconds, fractions), each with
+    what it was measured on (``benchmarks/bench_speed_cpu.py`` and ``devkit/speed_check.py``
+    print the checks; ``coefficients()`` lists them all).
 
     Attributes:
         card_efficiency: the share of a card's published bandwidth decoding reaches; assumed
             (matrix-vector kernels reach 75-90 % of it).
-        card_block_s: a card's fixed time per block and pass with CUDA graphs (the kernels'
-            launch and latency floors): fitted to the GPU kit's 35B-A3B decode probe on an H100
-            (b11434, 103.8 tok/s); the kit's 27B probe checks it.
-        card_block_nographs_s: the same with graphs off (every kernel launched by the CPU):
-            fitted to the kit's 35B-A3B probe with ``GGML_CUDA_DISABLE_GRAPHS=1`` (65.9 tok/s).
+        card_node_s: a card's time per graph node of a pass that replays a CUDA graph (each
+            kernel's launch and latency floor on the card), and
+        card_node_eager_s: the same where the CPU launches every kernel (graphs off, or a
+            shape the graph has not warmed up to), and
+        card_column_ops: the operations per weight and per column the quantized mat-vec kernel
+            spends on a card (it dequantises every weight again for each column; one column
+            is bound by memory, several by this): all three solved from the GPU kit's three
+            decode probes on an H100 (b11434, full-size zero-weight Qwen3.6-35B-A3B and 27B
+            IQ4_XS, MTP depth 3, acceptance 0: 103.8 tok/s, 65.9 without graphs, 48.7 for the
+            27B; ``devkit/speed_check.solve_card_coefficients``), the kit's host CPU taken as
+            the assumed desktop's.
         pass_s: the fixed time of one pass on a card (synchronising, copying the logits,
             sampling): assumed.
         hop_s: moving the activations between two devices once (a synchronisation): assumed.
@@ -67,11 +84,16 @@ class SpeedParams:
             ``REFERENCE_GEMV`` (scaled by the probed core's rate): both fitted on two generated
             llamas (heads of 64 and of 256) with the upstream CPU build
             (``bench_speed_cpu.py --calibrate-attention``); the per-visit cost dominates.
+
+    The CPU's own share of a card's pass (building and scheduling its graph, node by node) is
+    the CPU kernels' ``node_s`` (``cpu_kernels``, measured on generated models on this CPU),
+    scaled to the host's core.
     """
 
     card_efficiency: float = 0.8
-    card_block_s: float = 167e-6
-    card_block_nographs_s: float = 296e-6
+    card_node_s: float = CARD_NODE_S
+    card_node_eager_s: float = CARD_NODE_EAGER_S
+    card_column_ops: float = CARD_COLUMN_OPS
     pass_s: float = 0.3e-3
     hop_s: float = 30e-6
     cpu_attention_share: float = 7.3
@@ -208,16 +230,28 @@ def pass_time(
     rates: SpeedRates,
     threads: int,
     *,
-    graphs: bool = True,
+    graphs: float = 1.0,
     params: SpeedParams = PARAMS,
     prefill: bool = False,
     flash_attn: bool = True,
     n_head: int = 1,
     kernels: CpuKernels = CPU_KERNELS,
+    tiled_experts: bool = False,
 ) -> PassTime:
-    """The seconds of one pass: each device's share, the hops, the PCIe copies."""
+    """The seconds of one pass: each device's share, the hops, the PCIe copies.
+
+    On a card a pass reads its bytes, or, for a batch of up to ``MMVQ_MAX_BATCH`` tokens,
+    spends ``card_column_ops`` per weight and token in the mat-vec kernel when that takes
+    longer (``tiled_experts``: the routed experts run the tiled kernel instead, bound by their
+    bytes); each of its nodes costs ``card_node_s`` where it replays a CUDA graph (``graphs``:
+    the share of such passes) and ``card_node_eager_s`` where the CPU launches it, both scaled
+    to the host's core (the kit's host counted as a reference core): per token the CPU builds
+    and schedules the graph, and updates the captured one (the cache's views move every token)
+    or launches every kernel, node by node; it also schedules each node at the CPU kernels'
+    ``node_s``."""
     parts: dict[str, float] = {}
     cards = False
+    core_scale = REFERENCE_GEMV / rates.host.gemv_flop_per_s
     for device, load_here in load.loads.items():
         if device == HOST:
             parts.update(
@@ -230,11 +264,20 @@ def pass_time(
         if card is None:
             continue
         cards = True
-        block = params.card_block_s if graphs else params.card_block_nographs_s
-        parts["card"] = parts.get("card", 0.0) + load_here.bytes / (
-            card.bandwidth * params.card_efficiency
+        reads = load_here.bytes / (card.bandwidth * params.card_efficiency)
+        arithmetic = 0.0
+        if not prefill and load.tokens <= MMVQ_MAX_BATCH and card.flops:
+            columns = load_here.flops - load_here.attention_flops - load_here.state_flops
+            if tiled_experts and load.tokens > 1:
+                columns -= load_here.expert_flops
+            arithmetic = columns / 2.0 * params.card_column_ops / card.flops
+        parts["card"] = parts.get("card", 0.0) + max(reads, arithmetic)
+        share = min(1.0, max(0.0, graphs))
+        node = params.card_node_s + (1.0 - share) * (params.card_node_eager_s - params.card_node_s)
+        node *= core_scale  # the host's work per node, on its core
+        parts["card fixed"] = parts.get("card fixed", 0.0) + load_here.nodes * (
+            node + kernels.node_s * core_scale
         )
-        parts["card fixed"] = parts.get("card fixed", 0.0) + load_here.blocks * block
         if load.pcie_bytes:
             parts["pcie"] = parts.get("pcie", 0.0) + load.pcie_bytes / card.pcie
     if load.hops:
@@ -256,6 +299,7 @@ class DecodeShape:
     ubatch: int
     op_offload: bool = True
     flash_attn: bool = True
+    p_min: float = 0.75
 
 
 def estimate(
@@ -271,13 +315,17 @@ def estimate(
     graphs: bool = True,
     params: SpeedParams = PARAMS,
     moe_cache: MoeCache | None = None,
+    rules: DecodeRules = UPSTREAM_RULES,
 ) -> SpeedEstimate:
     """Decode (as planned and without MTP) and prefill tokens per second of a placement
-    (``moe_cache``: the GPU cache of RAM experts the budget planned)."""
+    (``moe_cache``: the GPU cache of RAM experts the budget planned; ``graphs``: CUDA graphs
+    on; ``rules``: how the engine runs an MTP step)."""
     trunk = range(model.n_layer)
     nextn = range(model.n_layer, model.block_count)
 
-    def run(blocks: range, tokens: int, outputs: int, prefill: bool = False) -> PassTime:
+    def run(
+        blocks: range, tokens: int, outputs: int, prefill: bool = False, replay: float = 1.0
+    ) -> PassTime:
         load = pass_load(
             model,
             cost,
@@ -296,12 +344,13 @@ def estimate(
             load,
             rates,
             shape.threads,
-            graphs=graphs,
+            graphs=replay if graphs else 0.0,
             params=params,
             prefill=prefill,
             flash_attn=shape.flash_attn,
             n_head=model.n_head,
             kernels=cost.kernels,
+            tiled_experts=rules.tiled_moe_verify,
         )
 
     plain = run(trunk, 1, 1)
@@ -311,14 +360,16 @@ def estimate(
     decode_tok_s = plain_tok_s
     if mtp:
         assert acceptance is not None
-        verify = run(trunk, shape.depth + 1, shape.depth + 1)
-        draft = run(nextn, 1, 1)
-        seconds = verify.seconds + shape.depth * draft.seconds
-        decode_tok_s = acceptance.tokens_per_step(shape.depth) / seconds
-        parts = dict(verify.parts)
-        for k, v in draft.parts.items():
-            parts[f"draft {k}"] = parts.get(f"draft {k}", 0.0) + shape.depth * v
-        step = PassTime(seconds, parts)
+        step = mtp_step(
+            acceptance,
+            shape,
+            rules,
+            model.is_moe,
+            lambda n, replay: run(trunk, n, n, replay=replay),
+            lambda n, outputs: run(nextn, n, outputs, replay=0.0),
+        )
+        tokens = acceptance.tokens_per_step(shape.depth, shape.p_min, rules.first_draft_kept)
+        decode_tok_s = tokens / step.seconds
     ubatch = max(1, shape.ubatch)
     pre = run(trunk, ubatch, 1, prefill=True)
     prefill_tok_s = ubatch / pre.seconds if pre.seconds > 0 else None
@@ -341,9 +392,71 @@ def estimate(
             cost.kernels,
             cpu_products=plain.parts.get("cpu", 0.0) > 0,
             moe_cache=moe_cache,
+            rules=rules,
         ),
         prefill_ceiling=shape.gpu is not None,
     )
+
+
+def mtp_step(
+    acceptance: Acceptance,
+    shape: DecodeShape,
+    rules: DecodeRules,
+    moe: bool,
+    verify: Callable[[int, float], PassTime],
+    draft: Callable[[int, int], PassTime],
+) -> PassTime:
+    """One MTP step's seconds, as the engine runs it (``decode_rules``).
+
+    A step that drafted ``k`` tokens verifies ``k + 1`` in one pass of the target; ``k``
+    follows p-min's continuation (``acceptance``). The MTP context's passes: upstream's one
+    single-token pass per draft position tried (the one whose token fell below p-min ran too)
+    and its catch-up over the verified batch; ik's pass over the accepted tokens, which yields
+    the first draft, and one single-token pass per further position tried. The MTP context's
+    passes replay no CUDA graph (their shapes alternate); a verification replays one as the
+    engine's rules say.
+    """
+    depth = shape.depth
+    chances = acceptance.chances(depth, shape.p_min, rules.first_draft_kept)
+    reach = [1.0, *chances]  # the chance of at least k drafts, k = 0..depth
+    lengths = [reach[k] - (reach[k + 1] if k < depth else 0.0) for k in range(depth + 1)]
+    replay = rules.verify_graph_share(moe, shape.p_min, lengths)
+    parts: dict[str, float] = {}
+
+    def add(prefix: str, passed: PassTime, times: float) -> None:
+        for name, v in passed.parts.items():
+            key = f"{prefix}{name}"
+            parts[key] = parts.get(key, 0.0) + times * v
+
+    for k, chance in enumerate(lengths):
+        if chance > 0:
+            add("", verify(k + 1, replay), chance)
+    single = draft(1, 1)
+    q = acceptance.continuation(shape.p_min)
+    add("draft ", single, draft_attempts(depth, q, rules.first_draft_kept))
+    if rules.accept_pass:  # ik: the accepted tokens through the MTP block give the first draft
+        accepted = acceptance.accepted_per_step(depth, shape.p_min, rules.first_draft_kept)
+        add("draft ", _between(lambda n: draft(n, 1), 1.0 + accepted), 1.0)
+    else:  # upstream: the catch-up (no logits) over the verified batch
+        for k, chance in enumerate(lengths):
+            if chance > 0 and rules.catch_up:
+                add("draft ", draft(k + 1, 0), chance)
+    return PassTime(sum(parts.values()), parts)
+
+
+def _between(run: Callable[[int], PassTime], tokens: float) -> PassTime:
+    """A pass of a fractional token count: the two whole ones around it, weighted."""
+    low = max(1, int(tokens))
+    share = tokens - low
+    below = run(low)
+    if share <= 1e-9:
+        return below
+    above = run(low + 1)
+    names = set(below.parts) | set(above.parts)
+    parts = {
+        n: (1 - share) * below.parts.get(n, 0.0) + share * above.parts.get(n, 0.0) for n in names
+    }
+    return PassTime(sum(parts.values()), parts)
 
 
 def basis_lines(
@@ -357,6 +470,7 @@ def basis_lines(
     *,
     cpu_products: bool = False,
     moe_cache: MoeCache | None = None,
+    rules: DecodeRules = UPSTREAM_RULES,
 ) -> tuple[str, ...]:
     """What an estimate rests on, one line each."""
     host = rates.host
@@ -380,9 +494,12 @@ def basis_lines(
             )
     if acceptance is not None:
         lines.append(
-            f"MTP draft depth {shape.depth}: {acceptance.tokens_per_step(shape.depth):.2f} "
-            f"tokens per step from acceptance {acceptance.rate:.2f} at depth "
-            f"{acceptance.depth} ({acceptance.source})"
+            f"MTP draft depth {shape.depth}, p-min {shape.p_min:g}: "
+            f"{acceptance.drafts_at(shape.depth, shape.p_min, rules.first_draft_kept):.2f} "
+            "drafts and "
+            f"{acceptance.tokens_per_step(shape.depth, shape.p_min, rules.first_draft_kept):.2f}"
+            f" tokens per step ({rules.engine}'s drafting) from acceptance "
+            f"{acceptance.rate:.2f} at depth {acceptance.depth} ({acceptance.source})"
         )
     if moe_cache is not None and moe_cache.cached_layers:
         lines.append(

@@ -117,3 +117,34 @@ def graph_nodes(model: ModelInfo) -> GraphNodes:
     if model.architecture in HYBRID_GRAPH_ARCHITECTURES and model.recurrent_layers:
         return _counted(HybridDims.of(model), model.n_layer)
     return GraphNodes((PLAIN_BLOCK,) * model.n_layer, PLAIN_OUTPUT, modelled=False)
+
+
+def with_expert_sums(
+    nodes: GraphNodes, moe_blocks: frozenset[int], n_expert_used: int
+) -> GraphNodes:
+    """The counts with every MoE block's sum over its experts as the engine builds it: one
+    ``ADD`` per expert past the first (``llm_build_moe_ffn``); the memory model's replay keeps
+    two of them, which allocate the same."""
+    extra = max(0, n_expert_used - 3)
+    return _adjusted(nodes, moe_blocks, extra)
+
+
+def ik_fused(
+    nodes: GraphNodes, moe_blocks: frozenset[int], n_expert_used: int, shared: bool
+) -> GraphNodes:
+    """ik_llama.cpp's graph of the same blocks: its default fusions (``src/llama-build-context.cpp``
+    8337e4c) make the experts' up, gate and activation one node (``fused_moe_up_gate``), their
+    weighting and sum one (``fused_mmad``: the multiply and the adds), and the shared expert's
+    up, gate and activation one (``fused_up_gate``)."""
+    saved = 2 + n_expert_used + (2 if shared else 0)
+    return _adjusted(nodes, moe_blocks, -saved)
+
+
+def _adjusted(nodes: GraphNodes, blocks: frozenset[int], delta: int) -> GraphNodes:
+    if not delta or not blocks:
+        return nodes
+    out = tuple(
+        NodeCount(max(1, c.nodes + delta), max(1, c.syncs + delta)) if i in blocks else c
+        for i, c in enumerate(nodes.blocks)
+    )
+    return GraphNodes(out, nodes.output, nodes.modelled)

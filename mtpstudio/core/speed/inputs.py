@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.speed.acceptance import DEFAULT_ACCEPTANCE, Acceptance
+from mtpstudio.core.speed.acceptance import Acceptance, default_acceptance, from_counters
+from mtpstudio.core.speed.decode_rules import rules_for
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, HostRates
 
 MAX_RUNS = 2000
@@ -50,6 +51,9 @@ class MeasuredRun:
     acceptance: float | None
     depth: int
     per_position: tuple[float, ...] = ()
+    predicted: int = 0
+    accepted: int = 0
+    p_min: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,21 @@ class SpeedInputs:
         """The newest measured acceptance of ``model`` on ``flavour``, else the default."""
         for run in reversed(self.runs):
             if run.model == model and run.flavour == flavour and run.acceptance is not None:
+                source = (
+                    f"measured: benchmark run {run.run_id} ({run.when[:10]}) of this model on "
+                    f"{flavour}, at draft depth {run.depth}"
+                )
+                counted = from_counters(
+                    run.predicted,
+                    run.drafted,
+                    run.accepted,
+                    max(1, run.depth),
+                    run.p_min if run.p_min is not None else 0.0,
+                    source,
+                    rules_for(flavour).first_draft_kept,
+                )
+                if counted is not None and run.p_min is not None and not run.per_position:
+                    return counted
                 return Acceptance(
                     rate=run.acceptance,
                     depth=max(1, run.depth),
@@ -71,7 +90,7 @@ class SpeedInputs:
                     f"model on {flavour}, at draft depth {run.depth}",
                     measured=True,
                 )
-        return DEFAULT_ACCEPTANCE
+        return default_acceptance(flavour)
 
     def measured_for(self, plans: Sequence[Plan]) -> MeasuredRun | None:
         """The newest run of one of ``plans`` (the plan and the one it resolves to)."""
@@ -128,6 +147,9 @@ def run_from_entry(
     rate = _number(aggregate.get("aggregate_accept_rate"), 0.0, 1.0) if drafted else None
     mtp = plan.get("mtp")
     depth = _number(mtp.get("draft_max"), 1, 64) if isinstance(mtp, dict) else None
+    p_min = _number(mtp.get("draft_p_min"), 0.0, 1.0) if isinstance(mtp, dict) else None
+    predicted = _number(aggregate.get("total_predicted"), 0, 1e12)
+    accepted = _number(aggregate.get("total_draft_accepted"), 0, 1e12)
     engine = plan.get("engine")
     flavour = flavour or (engine.get("flavour") if isinstance(engine, dict) else None)
     if not isinstance(flavour, str):
@@ -149,6 +171,9 @@ def run_from_entry(
         acceptance=rate,
         depth=int(depth or 1),
         per_position=per_position,
+        predicted=int(predicted or 0),
+        accepted=int(accepted or 0),
+        p_min=p_min,
     )
 
 

@@ -54,7 +54,13 @@ from mtpstudio.core.speed.cpu_kernels import (
     CpuWork,
     tensor_rows,
 )
-from mtpstudio.core.speed.graph_nodes import GraphNodes, NodeCount, graph_nodes
+from mtpstudio.core.speed.graph_nodes import (
+    GraphNodes,
+    NodeCount,
+    graph_nodes,
+    ik_fused,
+    with_expert_sums,
+)
 
 HOST = "CPU"
 """The key of system RAM and the CPU that computes on it."""
@@ -114,8 +120,14 @@ class ModelCost:
 
     @classmethod
     def from_model(
-        cls, model: ModelInfo, weights: ModelWeights, kernels: CpuKernels = CPU_KERNELS
+        cls,
+        model: ModelInfo,
+        weights: ModelWeights,
+        kernels: CpuKernels = CPU_KERNELS,
+        engine: str = "upstream",
     ) -> ModelCost:
+        """The costs of ``model``'s blocks with ``kernels`` on the CPU, and the nodes of the
+        graph ``engine`` builds (``ik`` fuses some of upstream's)."""
         blocks = []
         for lw in weights.layers:
             experts = [t for t in lw.tensors if EXPERT_TENSOR.match(t.name)]
@@ -149,13 +161,18 @@ class ModelCost:
         tied = not outputs
         if tied:  # the engine multiplies by the input embedding
             outputs = [t for t in model.tensors if t.name in INPUT_TENSORS and "embd" in t.name]
+        moe = frozenset(i for i, b in enumerate(blocks) if b.expert_bytes)
+        nodes = with_expert_sums(graph_nodes(model), moe, model.n_expert_used)
+        if engine == "ik":
+            shared = bool(model.shared_expert_ffn_length)
+            nodes = ik_fused(nodes, moe, model.n_expert_used, shared)
         return cls(
             tuple(blocks),
             sum(t.n_bytes for t in outputs),
             sum(t.n_elements for t in outputs),
             tied,
             cpu_work(outputs, kernels),
-            graph_nodes(model),
+            nodes,
             kernels,
         )
 
@@ -174,6 +191,7 @@ class Load:
     nodes: float = 0.0  # graph nodes computed (the CPU's per-node costs)
     syncs: float = 0.0  # points where several CPU threads wait for each other
     state_flops: float = 0.0  # of ``flops``: the recurrent state's update
+    expert_flops: float = 0.0  # of ``flops``: the routed experts' products
 
     def add(self, n_bytes: float, flops: float, cpu: CpuWork | None = None) -> None:
         self.bytes += n_bytes
@@ -308,15 +326,18 @@ def pass_load(
         card_b, card_w = c.expert_bytes - ram_b, c.expert_weights - ram_w
         if card_b:
             out.on(where).add(card_b * share, 2.0 * card_w * used * tokens)
+            out.on(where).expert_flops += 2.0 * card_w * used * tokens
         cached = 0.0
         if ram_b and home != HOST:
             cached = _cached_share(moe_cache, model, b, tokens, routing)
         if cached:  # read from the cache, the misses copied in first
             out.pcie_bytes += ram_b * share * (1.0 - cached)
             out.on(home).add(ram_b * share, 2.0 * ram_w * used * tokens)
+            out.on(home).expert_flops += 2.0 * ram_w * used * tokens
         elif ram_b and offload and home != HOST:  # copied to the card, run there
             out.pcie_bytes += ram_b
             out.on(home).add(ram_b, 2.0 * ram_w * used * tokens)
+            out.on(home).expert_flops += 2.0 * ram_w * used * tokens
         elif ram_b:
             out.on(HOST).add(
                 ram_b * share, 2.0 * ram_w * used * tokens, ram_cpu.scaled(used * tokens)
@@ -340,6 +361,8 @@ def pass_load(
         if last is not None and home != last:
             out.hops += 1
         last = home
+    if outputs <= 0:  # no logits wanted (the MTP context's catch-up): no output layer
+        return out
     head = gpu if gpu is not None and placement.output_on_gpu else HOST
     out.on(head).add(
         cost.output_bytes, 2.0 * cost.output_weights * outputs, cost.output_cpu.scaled(outputs)

@@ -5,12 +5,11 @@ from __future__ import annotations
 from mtpstudio.core.speed.estimate import SpeedEstimate
 
 NOT_MODELLED = (
-    "the acceptance on your own prompts (code drafts better than prose), the draft's early "
-    "stops at p-min, the CPU's turbo and what else runs on it, the card's real clocks and "
-    "its PCIe link as the board wires it, the engine's own kernels (ik_llama.cpp's for experts "
-    "in RAM are faster than upstream's; upstream's were measured on one CPU), what threads cost "
-    "to share the work on a CPU other than that one, and a card's arithmetic for prompts (a "
-    "ceiling)"
+    "the acceptance on your own prompts unless you give it (--acceptance; code drafts better "
+    "than prose), the CPU's turbo and what else runs on it, the card's real clocks, power limit "
+    "and its PCIe link as the board wires it, how a trained model's tokens share experts (each "
+    "is taken to pick its own), the operating system (Windows and WSL2 decode slower), and a "
+    "card's arithmetic for prompts (a ceiling)"
 )
 """What the estimate cannot know, said once beside it (the README's list is longer)."""
 

@@ -11,7 +11,8 @@ from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_from_json
 from mtpstudio.core.planning import PlanningContext, SpeedEstimate, resolve, speed_for
-from mtpstudio.core.speed.acceptance import Acceptance
+from mtpstudio.core.speed.acceptance import Acceptance, from_counters
+from mtpstudio.core.speed.decode_rules import rules_for
 from mtpstudio.core.speed.estimate import DEFAULT_DEPTH
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, load_host_rates
 from mtpstudio.core.speed.inputs import SpeedInputs, runs_from_history
@@ -37,6 +38,18 @@ def run_acceptance(report: BenchReport, plan: Plan) -> Acceptance | None:
     if not report.total_draft or rate is None:
         return None
     shares = report.metrics.accepted_per_position if report.metrics is not None else ()
+    if not shares:  # the counters give the drafts a step made, p-min's stops included
+        counted = from_counters(
+            report.total_predicted,
+            report.total_draft,
+            report.total_draft_accepted,
+            max(1, plan.mtp.draft_max),
+            plan.mtp.draft_p_min,
+            "this run's",
+            rules_for(plan.engine.flavour.value).first_draft_kept,
+        )
+        if counted is not None:
+            return counted
     return Acceptance(
         rate=rate,
         depth=plan.mtp.draft_max,

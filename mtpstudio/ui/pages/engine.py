@@ -191,6 +191,9 @@ class EnginePage(PlanPage):
         mf.addRow("Draft min", self.draft_min)
         self.draft_p_min = self._double("mtp.draft_p_min")
         mf.addRow("p-min", self.draft_p_min)
+        self.acceptance = self._double("mtp.acceptance", special="measured or published")
+        self.acceptance.setToolTip(field_description("mtp.acceptance"))
+        mf.addRow("Acceptance (estimate)", self.acceptance)
         self.draft_cache_k = self._combo("mtp.cache_type_k", CACHE_CHOICES)
         self.draft_cache_v = self._combo("mtp.cache_type_v", CACHE_CHOICES)
         mf.addRow("Draft K / V cache", self._pair(self.draft_cache_k, self.draft_cache_v))
@@ -304,16 +307,28 @@ class EnginePage(PlanPage):
         self._register(Control(path, spin, read, write), spin.valueChanged)
         return spin
 
-    def _double(self, path: str) -> QDoubleSpinBox:
+    def _double(self, path: str, special: str | None = None) -> QDoubleSpinBox:
+        """A spin box over the setting's declared range; with ``special``, one step below the
+        range is None (shown as ``special``)."""
         declared = setting(path)
         spin = QDoubleSpinBox(self)
-        spin.setRange(float(declared.low or 0.0), float(declared.high or 0.0))
-        spin.setSingleStep(float(declared.step))
+        low, step = float(declared.low or 0.0), float(declared.step)
+        none = low - step if special is not None else None
+        spin.setRange(low if none is None else none, float(declared.high or 0.0))
+        spin.setSingleStep(step)
         spin.setDecimals(2)
         spin.setKeyboardTracking(False)
-        self._register(
-            Control(path, spin, spin.value, lambda v: spin.setValue(float(v))), spin.valueChanged
-        )
+        if special is not None:
+            spin.setSpecialValueText(special)
+
+        def read() -> Any:
+            value = spin.value()
+            return None if none is not None and value <= none + step / 2 else value
+
+        def write(value: Any) -> None:
+            spin.setValue(none if value is None and none is not None else float(value))
+
+        self._register(Control(path, spin, read, write), spin.valueChanged)
         return spin
 
     def _combo(self, path: str, choices: tuple[tuple[Enum, str], ...]) -> QComboBox:

@@ -27,8 +27,9 @@ from mtpstudio.core.plan import SplitMode
 from mtpstudio.core.usecases.cancel import CancelToken
 from mtpstudio.core.usecases.machine import ProcessCategory
 from mtpstudio.core.usecases.model_files import DEFAULT_GPU_CARD, gpu_card, gpu_cards
+from mtpstudio.core.usecases.pc_choice import checked_ram, cpu_choices
 from mtpstudio.core.usecases.rpc_endpoint import ProbedEndpoint, probe_endpoint
-from mtpstudio.core.usecases.words import MIB
+from mtpstudio.core.usecases.words import MIB, MtpStudioError
 from mtpstudio.core.usecases.workbench import DetectionReport, GpuInfo
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.pages.base import PlanPage
@@ -117,8 +118,28 @@ class HardwarePage(PlanPage):
         self.target_help.setWordWrap(True)
         self.target_help.setStyleSheet("color: #4b5563;")
 
+        self.pc_combo = QComboBox(self)
+        self.pc_combo.addItem("This PC (its CPU and RAM as probed)", None)
+        for cpu_id, label in cpu_choices():
+            self.pc_combo.addItem(label, cpu_id)
+        self.pc_combo.setToolTip(
+            "Whose CPU and RAM the speed estimate assumes: this computer's, or another PC's "
+            "(a plan for a catalogue GPU is usually for another PC)."
+        )
+        self.ram_edit = QLineEdit(self)
+        self.ram_edit.setPlaceholderText("the CPU's usual RAM (e.g. ddr5-6000x2 or 65GB/s)")
+        self.ram_edit.setToolTip(
+            "That PC's RAM: type-MT/s x channels (ddr5-6000x2, ddr4-3200x2) or a read "
+            "bandwidth (65GB/s). Empty: what the CPU's owners commonly run."
+        )
+        self.pc_note = QLabel(self)
+        self.pc_note.setWordWrap(True)
+        self.pc_note.setStyleSheet("color: #4b5563;")
+
         self._build_devices()
         self._build_layout()
+        self.pc_combo.currentIndexChanged.connect(self._on_pc_chosen)
+        self.ram_edit.editingFinished.connect(self._on_ram_edited)
         self.refresh_button.clicked.connect(self._on_refresh_clicked)
         self.target_group.buttonToggled.connect(self._on_target_toggled)
         self.detected_combo.currentIndexChanged.connect(self._on_detected_chosen)
@@ -160,12 +181,19 @@ class HardwarePage(PlanPage):
         t.setColumnMinimumWidth(0, 16)
         t.setColumnStretch(1, 1)
 
+        pc = QGroupBox("The PC the speed estimate is for", self)
+        pf = QFormLayout(pc)
+        pf.addRow("CPU", self.pc_combo)
+        pf.addRow("RAM", self.ram_edit)
+        pf.addRow(self.pc_note)
+
         grid = QGridLayout()
         grid.addWidget(gpus, 0, 0)
         grid.addWidget(users, 1, 0)
         grid.addWidget(host, 0, 1)
         grid.addWidget(target, 1, 1)
-        grid.addWidget(self.devices_box, 2, 0, 1, 2)
+        grid.addWidget(pc, 2, 1)
+        grid.addWidget(self.devices_box, 2, 0)
         grid.setColumnStretch(0, 3)
         grid.setColumnStretch(1, 2)
         grid.setRowStretch(1, 1)
@@ -229,6 +257,20 @@ class HardwarePage(PlanPage):
         self._fill_host(report)
         self._fill_target(report)
         self._fill_devices(report)
+        self._fill_pc()
+
+    def _fill_pc(self) -> None:
+        host = self.state.plan.host
+        index = self.pc_combo.findData(host.cpu) if host.cpu else 0
+        self.pc_combo.setCurrentIndex(max(0, index))
+        if not self.ram_edit.hasFocus():
+            self.ram_edit.setText(host.ram or "")
+        self.pc_note.setText(
+            "The estimate uses this computer's probed CPU and RAM."
+            if host.is_this_computer
+            else "The estimate assumes that PC: this computer's probe scaled by its clock, its "
+            "RAM read at 70 % of its peak (an estimate; the plan and its files do not change)."
+        )
 
     def _fill_devices(self, report: DetectionReport | None) -> None:
         plan = self.state.plan
@@ -563,6 +605,21 @@ class HardwarePage(PlanPage):
 
         self.state.tasks.run(job, done, failed, key=RPC_PROBE_KEY)
         self.refresh()
+
+    def _on_pc_chosen(self, index: int) -> None:
+        cpu = self.pc_combo.itemData(index)
+        if self.apply({"host.cpu": cpu if isinstance(cpu, str) else None}) is not None:
+            self.notice.show_text(None)
+
+    def _on_ram_edited(self) -> None:
+        text = self.ram_edit.text().strip()
+        try:
+            ram = checked_ram(text, self.state.plan.host.cpu) if text else None
+        except MtpStudioError as exc:
+            self.notice.show_text(error_sentence(exc), Tone.BAD)
+            return
+        if ram != self.state.plan.host.ram and self.apply({"host.ram": ram}) is not None:
+            self.notice.show_text(None)
 
     def _choose(self, device: object) -> None:
         if not isinstance(device, str) or self._refreshing:

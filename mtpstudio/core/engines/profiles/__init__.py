@@ -22,6 +22,7 @@ from mtpstudio.core.plan import EngineFlavour
 __all__ = [
     "PROFILES",
     "default_port_words",
+    "documented_profile",
     "era_that_runs",
     "era_words",
     "profile_for",
@@ -56,6 +57,17 @@ def _base(flavour: EngineFlavour) -> EngineProfile:
             hint="Choose upstream or ik as the plan's engine.",
         )
     return found[-1]
+
+
+DOCUMENTED_ERAS = {EngineFlavour.IK: ik_stages.PROFILE}
+"""The era a flavour is planned with where no build was detected, when not its base era:
+today's ik_llama.cpp (8337e4c, the era that runs qwen35moe's MTP; the 0.1.5 sdist's is months
+older). Upstream's stays the pinned b11434."""
+
+
+def documented_profile(flavour: EngineFlavour) -> EngineProfile:
+    """The profile a flavour is planned with when no build of it was found."""
+    return DOCUMENTED_ERAS.get(flavour) or _base(flavour)
 
 
 def profile_for(build: EngineBuild | EngineFlavour) -> EngineProfile:

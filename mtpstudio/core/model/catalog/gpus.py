@@ -49,6 +49,8 @@ class GpuCard(BaseModel):
     arch: str
     compute_capability: str | None = None
     gfx_target: str | None = None
+    shader_units: int | None = Field(default=None, gt=0)
+    boost_clock_mhz: int | None = Field(default=None, gt=0)
     pcie_gen: int = Field(ge=1)
     pcie_lanes: int = Field(ge=1)
     desktop_vram_bytes: int = Field(ge=0)
@@ -56,6 +58,14 @@ class GpuCard(BaseModel):
     driver_overhead_bytes: int | None = Field(default=None, ge=0)
     driver_overhead_source: str = ""
     desktop_note: str = ""
+
+    @property
+    def fp32_flops(self) -> float | None:
+        """Single-precision operations per second at the boost clock: shader units × 2 (a
+        fused multiply-add) × clock, the vendor's figure (RDNA 3's dual issue not counted)."""
+        if self.shader_units is None or self.boost_clock_mhz is None:
+            return None
+        return self.shader_units * 2.0 * self.boost_clock_mhz * 1e6
 
     @property
     def vram_mib(self) -> int:

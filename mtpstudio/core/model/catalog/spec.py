@@ -84,6 +84,26 @@ IQ4_XS_RECIPE = QuantRecipe(
 )
 
 
+def _k_recipe(name: str, file_type: int, default: Q, attn_v: Q, output: Q = Q.Q6_K) -> QuantRecipe:
+    return QuantRecipe(name, file_type, default, default, output, attn_v)
+
+
+QUANT_RECIPES: dict[str, QuantRecipe] = {
+    "IQ4_XS": IQ4_XS_RECIPE,
+    # the k-quant mixes as llama-quantize's ftype rules give them to the bulk of the tensors
+    # (attn_v-like tensors one step up, output Q6_K; Q8_0 keeps Q8_0 everywhere); the finer
+    # per-layer bumps of the _M mixes (some ffn_down one step up) are left out, so these files
+    # come out a little smaller than the published ones
+    "Q3_K_M": _k_recipe("Q3_K_M", 12, Q.Q3_K, Q.Q5_K),
+    "IQ3_XXS": _k_recipe("IQ3_XXS", 23, Q.IQ3_XXS, Q.Q4_K, Q.Q5_K),
+    "Q4_K_M": _k_recipe("Q4_K_M", 15, Q.Q4_K, Q.Q6_K),
+    "Q5_K_M": _k_recipe("Q5_K_M", 17, Q.Q5_K, Q.Q6_K),
+    "Q6_K": _k_recipe("Q6_K", 18, Q.Q6_K, Q.Q6_K),
+    "Q8_0": _k_recipe("Q8_0", 7, Q.Q8_0, Q.Q8_0, Q.Q8_0),
+}
+"""The quant mixes a card can be built with (``ModelCardSpec.with_recipe``), by ftype name."""
+
+
 @dataclass(frozen=True)
 class CardTensor:
     """One tensor-table entry of a card: ``ne`` is in ggml order (fastest dimension first)."""

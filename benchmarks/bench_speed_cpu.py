@@ -1,7 +1,12 @@
-"""The speed estimate against the real upstream build's llama-bench, on this CPU.
+"""The speed estimate against the real upstream (or ik) build's llama-bench, on this CPU.
 
-Run: .venv/bin/python benchmarks/bench_speed_cpu.py [--reps 5] [--models gemma,27b]
-     [--prio 2] [--realtime] [--calibrate-attention | --calibrate-kernels --out FILE]
+Run: .venv/bin/python benchmarks/bench_speed_cpu.py [--reps 5] [--models gemma,27b,35b]
+     [--engine ik] [--prio 2] [--realtime]
+     [--calibrate-attention | --calibrate-kernels --out FILE]
+
+``--models 35b`` adds the full-size zero-weight Qwen3.6-35B-A3B (its routed experts, the same
+eight per token, read from RAM), with either engine: ik_llama.cpp's estimate uses its own
+kernels and its fused graph.
 
 For Gemma 3 270M Q4_K_M (real weights, ``scripts/fetch_test_models.py``) and the full-size
 zero-weight Qwen3.6-27B IQ4_XS (dense: every weight is read per token; a sparse file written
@@ -110,6 +115,17 @@ def zero_27b() -> Path:
     return out
 
 
+def zero_35b() -> Path:
+    """The full-size zero-weight Qwen3.6-35B-A3B IQ4_XS (sparse: 19 GB, a few GB touched)."""
+    from devkit.zero_gguf import write_zero_gguf
+    from mtpstudio.core.model.catalog.models import model_card_path
+
+    out = ZERO_DIR / "qwen3.6-35b-a3b-iq4_xs.gguf"
+    if not out.exists():
+        write_zero_gguf(model_card_path("qwen3.6-35b-a3b-iq4_xs"), out)
+    return out
+
+
 def zero_llama(n_head: int, head_dim: int, n_head_kv: int) -> Path:
     """A generated zero-weight llama of 8 layers (1024 wide) with this attention."""
     from devkit.arch_gguf import ArchSpec, write_zero_arch
@@ -170,13 +186,25 @@ def measure(
     return out
 
 
+ENGINE = "upstream"
+"""``--engine``: whose llama-bench runs, and whose kernels and graph the estimate uses."""
+
+
 def estimated(model: ModelInfo, host: HostRates, c: Config, params: SpeedParams = PARAMS) -> float:
+    from mtpstudio.core.engines.profiles import documented_profile
+    from mtpstudio.core.plan_choices import EngineFlavour
+    from mtpstudio.core.speed.cpu_kernels import kernels_for
+
+    rules = documented_profile(EngineFlavour(ENGINE)).speed
     weights = ModelWeights.from_model(model)
-    cost = ModelCost.from_model(model, weights)
+    cost = ModelCost.from_model(
+        model, weights, kernels_for(rules.cpu_kernels), rules.fused_moe_graph
+    )
     placement = place(model, gpu=False, n_gpu_layers=None, cpu_expert_layers=(), load_mtp=False)
     shape = DecodeShape(None, c.threads, ("f16", "f16"), False, 0, 512, flash_attn=True)
     speed = estimate(model, cost, placement, shape, SpeedRates(host), None,
-                     context=c.depth + N_GEN // 2, routing=Routing.SAME, params=params)  # fmt: skip
+                     context=c.depth + N_GEN // 2, routing=Routing.SAME, params=params,
+                     rules=rules)  # fmt: skip
     return speed.decode_tok_s
 
 
@@ -343,9 +371,10 @@ def main() -> int:
     parser.add_argument("--prio", default="0", choices=["0", "1", "2"],
                         help="llama-bench's --prio (2: nice -10 on a shared machine)")  # fmt: skip
     args = parser.parse_args()
-    global PRIORITY, REALTIME
+    global PRIORITY, REALTIME, ENGINE
     PRIORITY = args.prio
     REALTIME = args.realtime
+    ENGINE = args.engine
     bench = llama_bench(args.engine)
     host = load_host_rates()
     if host is None:
@@ -363,10 +392,14 @@ def main() -> int:
         models = {"gemma": (model_path(GEMMA), [Config(1, 0), Config(2, 0), Config(1, 4096),
                                                  Config(2, 4096)]),
                   "27b": (None, [Config(1, 0), Config(2, 0), Config(1, 256),
-                                 Config(2, 256)])}  # fmt: skip
+                                 Config(2, 256)]),
+                  "35b": (None, [Config(2, 0), Config(1, 0)])}  # fmt: skip
         for key in args.models.split(","):
             path, configs = models[key]
-            path = path if path is not None else zero_27b()
+            if path is None:
+                path = zero_35b() if key == "35b" else zero_27b()
+            if ENGINE == "ik":  # ik's llama-bench has no -d: no filled context
+                configs = [c for c in configs if c.depth == 0]
             if not path.exists():
                 raise SystemExit(f"{path} is missing: run scripts/fetch_test_models.py")
             model = read_model_info(path)

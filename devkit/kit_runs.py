@@ -152,6 +152,22 @@ def moe_cache_loads() -> tuple[KitLoad, ...]:
     )  # fmt: skip
 
 
+def decode_loads() -> tuple[KitLoad, ...]:
+    """The decode rows the speed model's card coefficients rest on (issue 43): the 35B and the
+    27B at 4k, MTP off and at draft depths 1 to 4 (zero weights: drafts never right, p-min 0:
+    each step verifies depth + 1 tokens), CUDA graphs on and off, each decoding 256 tokens
+    twice. ``speed_check.solve_card_coefficients`` solves the coefficients from all of them
+    (least squares), the plain rows pin the per-node costs apart from the verification's."""
+    out = []
+    for card in (CARD_35B, CARD_27B):
+        for depth in range(5):
+            for graphs in (True, False):
+                name = f"decode d{depth} 4k f16{'' if graphs else ' no graphs'}"
+                config = _growth(name, 4096, mtp=depth)
+                out.append(KitLoad(card, config, env=() if graphs else NO_GRAPHS, probes=DECODES))
+    return tuple(out)
+
+
 def table(name: str) -> tuple[KitLoad, ...]:
     """The loads of table ``name``: ``full`` (every full-size row on the GPU, two ``--fit``
     rows emulating a 12 and a 16 GB card), ``short`` (five of them), ``growth`` (the growth
@@ -175,13 +191,15 @@ def table(name: str) -> tuple[KitLoad, ...]:
         return tuple(x for x in full if x.card == CARD_35B and x.config.name in picks) + fits
     if name == "moe-cache":
         return moe_cache_loads()
+    if name == "decode":
+        return decode_loads()
     if name == "dry":
         cpu = {c.name: c for c in FULLSIZE[CARD_35B]}
         return (
             KitLoad(CARD_35B, cpu["off 4k f16"]),
             KitLoad(CARD_35B, cpu["on dmax1 4k f16"]),
         )
-    raise ValueError(f"unknown table {name!r}: full, short, growth, moe-cache or dry")
+    raise ValueError(f"unknown table {name!r}: full, short, growth, moe-cache, decode or dry")
 
 
 @dataclass

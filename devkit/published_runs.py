@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from mtpstudio.core.engines.profiles import documented_profile
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.machine import MachineFacts
 from mtpstudio.core.model.catalog.models import model_card
@@ -27,9 +28,9 @@ from mtpstudio.core.model.catalog.spec import QUANT_RECIPES
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan_choices import EngineFlavour
 from mtpstudio.core.planning import PlanningContext, budget_for, resolve, speed_for
 from mtpstudio.core.speed.acceptance import Acceptance, from_counters, given_acceptance
-from mtpstudio.core.speed.decode_rules import rules_for
 from mtpstudio.core.speed.host_rates import HostRates
 from mtpstudio.core.speed.inputs import SpeedInputs
 
@@ -99,7 +100,7 @@ class PublishedRun:
         """The run's p-min: as given, else its engine's default (upstream 0, ik 0.75)."""
         if self.p_min is not None:
             return self.p_min
-        return 0.75 if self.engine == "ik" else 0.0
+        return documented_profile(EngineFlavour(self.engine)).speed.default_p_min
 
 
 def published_runs(path: Path = TABLE) -> list[PublishedRun]:
@@ -176,7 +177,7 @@ def run_plan(run: PublishedRun, header: Path, mtp: bool) -> Plan:
 def run_acceptance(run: PublishedRun) -> Acceptance | None:
     """The run's own acceptance: its counters where it gave them, else its rate."""
     depth = max(1, run.depth or 1)
-    first_kept = rules_for(run.engine).first_draft_kept
+    first_kept = documented_profile(EngineFlavour(run.engine)).speed.first_draft_kept
     if run.counters is not None:
         predicted, drafted, accepted = run.counters
         found = from_counters(

@@ -125,15 +125,16 @@ COEFFICIENTS = ("card_node_s", "card_node_eager_s", "card_column_ops")
 def solve_card_coefficients(
     probes: list[DecodeProbe], start: SpeedParams = PARAMS, rounds: int = 30
 ) -> SpeedParams:
-    """The three card coefficients that make the estimates of the kit's three kinds of decode
-    probe (35B with graphs, without, 27B with) equal their measured medians: Newton's method
-    on the seconds per token, the Jacobian by finite differences."""
-    groups: dict[tuple[str, bool], list[DecodeProbe]] = {}
+    """The three card coefficients that make the estimates of the kit's kinds of decode probe
+    (a card, a configuration, graphs on or off; the median of each kind's runs) equal what
+    they measured: Gauss-Newton on the seconds per token, the Jacobian by finite differences
+    (three kinds: solved exactly; more, as the kit's decode table gives: least squares)."""
+    groups: dict[tuple[str, str, bool], list[DecodeProbe]] = {}
     for p in probes:
-        groups.setdefault((p.card, p.graphs), []).append(p)
-    equations = [(g[0], statistics.median(p.measured for p in g)) for g in groups.values() if g]
-    if len(equations) != len(COEFFICIENTS):
-        raise ValueError(f"{len(equations)} kinds of decode probe; the solve needs 3")
+        groups.setdefault((p.card, p.plan.to_json(), p.graphs), []).append(p)
+    equations = [(g[0], statistics.median(p.measured for p in g)) for g in groups.values()]
+    if len(equations) < len(COEFFICIENTS):
+        raise ValueError(f"{len(equations)} kinds of decode probe; the solve needs 3 at least")
     params = start
 
     def residuals(at: SpeedParams) -> list[float]:
@@ -149,7 +150,10 @@ def solve_card_coefficients(
             step = value * 1e-3
             moved = residuals(replace(params, **{name: value + step}))
             columns.append([(m - r) / step for m, r in zip(moved, now, strict=True)])
-        delta = _solve3([[columns[j][i] for j in range(3)] for i in range(3)], now)
+        normal = [[sum(a * b for a, b in zip(ci, cj, strict=True)) for cj in columns]
+                  for ci in columns]  # fmt: skip
+        right = [sum(a * r for a, r in zip(ci, now, strict=True)) for ci in columns]
+        delta = _solve3(normal, right)
         params = replace(
             params,
             **{

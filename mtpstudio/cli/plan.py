@@ -86,11 +86,11 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     src.add_argument("--plan", type=Path, help="start from this plan file")
     src.add_argument("--engine", help="upstream, ik, or the path of a llama-server binary")
-    pc = p.add_argument_group("the PC (for a plan for another computer than this one)")
+    pc = p.add_argument_group(
+        "the PC (for a plan for another computer than this one)",
+        f"--cpu takes a catalogue CPU id: {_catalogue_ids('cpus')}",
+    )
     _add_settings(pc, "host.cpu", "host.ram")
-    for action in pc._group_actions:
-        if "--cpu" in action.option_strings:
-            action.help = f"{action.help}; catalogue ids: {_catalogue_ids('cpus')}"
 
     rt = p.add_argument_group("runtime")
     _add_settings(rt, "runtime.ctx", "runtime.cache_type_k", "runtime.cache_type_v")
@@ -233,17 +233,13 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
 def _host_changes(changes: dict[str, Any]) -> dict[str, Any]:
     """``--cpu`` as its catalogue id (a name works too; anything else is refused with the ids)
     and ``--ram`` checked (the spec is kept as given)."""
-    from mtpstudio.core.model.catalog.cpus import cpu_spec
-    from mtpstudio.core.speed.host_target import parse_ram
+    from mtpstudio.core.usecases.pc_choice import catalogue_cpu_id, checked_ram
 
     out: dict[str, Any] = {}
-    spec = None
     if changes.get("host.cpu") is not None:
-        spec = cpu_spec(str(changes["host.cpu"]))
-        out["host.cpu"] = spec.id
+        out["host.cpu"] = catalogue_cpu_id(str(changes["host.cpu"]))
     if changes.get("host.ram") is not None:
-        parse_ram(str(changes["host.ram"]), spec)
-        out["host.ram"] = str(changes["host.ram"]).strip().lower().replace(" ", "")
+        out["host.ram"] = checked_ram(str(changes["host.ram"]), out.get("host.cpu"))
     return out
 
 

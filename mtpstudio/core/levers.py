@@ -578,7 +578,9 @@ def fit_levers(bench: LeverBench) -> list[FitSuggestion]:
             for d in range(eff.mtp.draft_max - 1, 0, -1)
         ]
         depths.append(PlanChange("MTP off", MTP_OFF, "draft"))
-        if (s := _first_good(bench, depths)) is not None:
+        if bench.budget.fits is not False:  # it fits: each, the ranking keeps the fastest
+            out += [s for s in map(bench.evaluate, depths) if s.fits]
+        elif (s := _first_good(bench, depths)) is not None:
             out.append(s)
     caches = [
         PlanChange(f"K/V cache {c['runtime.cache_type_k']}/{c['runtime.cache_type_v']}", c, "cache")

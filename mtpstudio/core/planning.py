@@ -24,6 +24,7 @@ from mtpstudio.core.engines.mtp import MtpDecision, decide_mtp
 from mtpstudio.core.engines.profiles.engine_profile import EngineProfile
 from mtpstudio.core.engines.registry import documented_build, profile_for
 from mtpstudio.core.engines.spec import LaunchSpec
+from mtpstudio.core.engines.speed_facts import EngineSpeedFacts
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.levers import FitSuggestion, LeverBench, PlanChange, evaluated
 from mtpstudio.core.memory.budget import (
@@ -51,8 +52,7 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
 from mtpstudio.core.speed.acceptance import Acceptance, given_acceptance
 from mtpstudio.core.speed.cards import card_rates, catalogue_card
-from mtpstudio.core.speed.cpu_kernels import CPU_KERNELS, kernels_for
-from mtpstudio.core.speed.decode_rules import rules_for
+from mtpstudio.core.speed.cpu_kernels import kernels_for
 from mtpstudio.core.speed.estimate import (
     DEFAULT_DEPTH,
     DecodeShape,
@@ -124,22 +124,22 @@ class PlanningContext:
     speed: SpeedInputs = field(default_factory=SpeedInputs)
     weights: ModelWeights = field(init=False)
     cost: ModelCost = field(init=False)
-    mtp_auto: dict[str, tuple[float, float]] = field(init=False, default_factory=dict)
+    mtp_auto: dict[str, tuple[float, float, bool, bool]] = field(init=False, default_factory=dict)
     _costs: dict[str, ModelCost] = field(init=False, default_factory=dict, repr=False)
     """MTP auto's estimates, with and without drafting, by plan (``auto_mtp_by_speed``)."""
 
     def __post_init__(self) -> None:
         self.weights = ModelWeights.from_model(self.model)
         self.cost = ModelCost.from_model(self.model, self.weights)
-        self._costs = {CPU_KERNELS.source: self.cost}
+        self._costs = {"ggml:False": self.cost}
 
-    def cost_for(self, flavour: str) -> ModelCost:
-        """The model's cost with the CPU kernels of ``flavour``'s engine (computed once)."""
-        kernels = kernels_for(flavour)
-        found = self._costs.get(kernels.source)
+    def cost_for(self, speed: EngineSpeedFacts) -> ModelCost:
+        """The model's cost with an engine's CPU kernels and graph (computed once each)."""
+        key = f"{speed.cpu_kernels}:{speed.fused_moe_graph}"
+        found = self._costs.get(key)
         if found is None:
-            found = self._costs[kernels.source] = ModelCost.from_model(
-                self.model, self.weights, kernels, flavour
+            found = self._costs[key] = ModelCost.from_model(
+                self.model, self.weights, kernels_for(speed.cpu_kernels), speed.fused_moe_graph
             )
         return found
 
@@ -326,26 +326,41 @@ def resolve(plan: Plan, pctx: PlanningContext) -> ResolvedPlan:
 
 
 def auto_mtp_by_speed(resolved: ResolvedPlan) -> ResolvedPlan:
-    """MTP auto, where it can run, stays on only where the estimate says drafting is faster
-    than the plan without it (each with its own budget: without MTP the experts get the
-    draft's VRAM). Decided once per plan and context (``PlanningContext.mtp_auto``)."""
+    """MTP auto, where it can run, stays on only where the plan with it fits as well as the plan
+    without it and the estimate says drafting is faster (each with its own budget: without
+    MTP the experts get the draft's VRAM). Decided once per plan and context
+    (``PlanningContext.mtp_auto``)."""
     pctx = resolved.pctx
     key = resolved.plan.to_json()
     found = pctx.mtp_auto.get(key)
     if found is None:
-        on = speed_for(resolved)
+        on_budget = budget_for(resolved)
         off_plan = plan_with(resolved.plan, {"mtp.enabled": False})
-        off = speed_for(replace(resolved, effective=off_plan, mtp=_MTP_OFF))
-        found = pctx.mtp_auto[key] = (on.decode_tok_s, off.decode_tok_s)
-    with_mtp, without = found
-    if with_mtp >= without:
+        off = replace(resolved, effective=off_plan, mtp=_MTP_OFF)
+        off_budget = budget_for(off)
+        found = pctx.mtp_auto[key] = (
+            speed_for(resolved, on_budget).decode_tok_s,
+            speed_for(off, off_budget).decode_tok_s,
+            _fits_all(on_budget),
+            _fits_all(off_budget),
+        )
+    with_mtp, without, fits_on, fits_off = found
+    if fits_off and not fits_on:
+        line = "MTP auto: off (the plan fits only without the draft's memory)."
+    elif fits_on == fits_off and with_mtp < without:
+        line = (
+            f"MTP auto: off (the estimate is {without:.1f} tok/s without MTP and "
+            f"{with_mtp:.1f} with it: the draft's memory and verification cost more than it "
+            "gains here)."
+        )
+    else:
         return resolved
-    line = (
-        f"MTP auto: off (the estimate is {without:.1f} tok/s without MTP and {with_mtp:.1f} "
-        "with it: the draft's memory and verification cost more than it gains here)."
-    )
     decision = MtpDecision(False, False, None, line)
     return replace(resolved, effective=decision.resolved(resolved.plan), mtp=decision)
+
+
+def _fits_all(budget: Budget) -> bool:
+    return all(d.fits is not False for d in budget.devices)
 
 
 _MTP_OFF = MtpDecision(False, False, None, "MTP off (as asked).")
@@ -482,7 +497,9 @@ def speed_for(
     if mtp and acceptance is None and plan.mtp.acceptance is not None:
         acceptance = given_acceptance(plan.mtp.acceptance, plan.mtp.draft_max, plan.mtp.draft_p_min)
     if mtp and acceptance is None:
-        acceptance = inputs.acceptance_for(model_key(resolved.plan), plan.engine.flavour.value)
+        acceptance = inputs.acceptance_for(
+            model_key(resolved.plan), plan.engine.flavour.value, resolved.profile.speed
+        )
     host = host_for(inputs.host, plan.host.cpu, plan.host.ram)
     shape = DecodeShape(
         gpu=gpus[0].id if gpus else None,
@@ -498,14 +515,14 @@ def speed_for(
     rates = SpeedRates(host, cards)
     speed = estimate(
         pctx.model,
-        pctx.cost_for(plan.engine.flavour.value),
+        pctx.cost_for(resolved.profile.speed),
         budget.placement,
         shape,
         rates,
         acceptance if mtp else None,
         context=context,
         moe_cache=budget.moe_cache,
-        rules=rules_for(plan.engine.flavour.value),
+        rules=resolved.profile.speed,
     )
     run = inputs.measured_for([resolved.plan, resolved.effective])
     if run is not None:
@@ -527,8 +544,12 @@ def lever_bench(resolved: ResolvedPlan, budget: Budget | None = None) -> LeverBe
     """
     budgets: dict[str, Budget] = {}
 
+    # the levers compare plans at this plan's MTP decision: MTP auto, decided by the estimate
+    # for each plan apart, would move the draft's memory between the steps of a search
+    held = {"mtp.enabled": resolved.mtp.requested} if resolved.plan.mtp.enabled is None else {}
+
     def evaluate(change: PlanChange) -> FitSuggestion:
-        other = resolved.with_changes(change.changes)
+        other = resolved.with_changes({**held, **change.changes})
         key = other.plan.to_json()
         found = budgets.get(key)
         if found is None:
@@ -594,7 +615,12 @@ def fit_suggestions(resolved: ResolvedPlan, budget: Budget | None = None) -> lis
     for s in out:
         then = suggestion_standing(s, resolved)
         ranked.append((levers.rank_key(s, then), levers.with_gain(s, now, then)))
-    return [s for _, s in sorted(ranked, key=lambda pair: pair[0])]
+    shown: list[FitSuggestion] = []
+    for _, s in sorted(ranked, key=lambda pair: pair[0]):
+        if s.lever == "draft" and any(t.lever == "draft" for t in shown):
+            continue  # one draft change: the best ranked (a shallower draft or MTP off)
+        shown.append(s)
+    return shown
 
 
 LLVMPIPE_DESKTOP_BYTES = 130 * MIB

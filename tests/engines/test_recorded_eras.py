@@ -127,7 +127,7 @@ def test_todays_ik_mtp_run_reconciles_with_the_budget(
         "model.path": str(model), "model.card": None, "engine.flavour": "ik",
         "engine.binary": str(build.binary), "device": "cpu", "runtime.ctx": 512,
         "runtime.threads": 2, "runtime.cache_type_k": "f16", "runtime.cache_type_v": "f16",
-        "mtp.draft_max": 3, "mtp.draft_p_min": 0.0,
+        "mtp.draft_max": 3, "mtp.draft_p_min": 0.0, "mtp.enabled": True,
     })  # fmt: skip
     resolved = resolve(plan, PlanningContext(MachineFacts(HOST, (), (build,)), info))
     assert resolved.mtp.active and resolved.profile is ik_stages.PROFILE

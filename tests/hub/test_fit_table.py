@@ -44,17 +44,22 @@ def test_the_moe_answer_and_the_reclaim_are_minimal() -> None:
     n = fit.offload
     assert fit.offload_kind == "expert layers" and n is not None and n > 0
     assert fit.plan.runtime.n_cpu_moe == n and _fits(fit.plan, pctx)
-    assert not _fits(plan_with(fit.plan, {"runtime.n_cpu_moe": n - 1}), pctx)
+    assert fit.mtp and fit.plan.mtp.enabled is None  # the file's plan keeps MTP auto
+    drafting = plan_with(fit.plan, {"mtp.enabled": True})  # the minimum is the one with MTP
+    assert not _fits(plan_with(drafting, {"runtime.n_cpu_moe": n - 1}), pctx)
+    # one layer fewer fits only without the draft's memory: MTP auto says so and turns off
+    fewer = resolve(plan_with(fit.plan, {"runtime.n_cpu_moe": n - 1}), pctx)
+    assert not fewer.mtp.active and "fits only without the draft" in fewer.mtp.line
     assert fit.reclaim is DesktopReclaim.LLVMPIPE and fit.reclaim_offload is not None
-    with_llvmpipe = plan_with(fit.plan, {"desktop": "llvmpipe"})
+    with_llvmpipe = plan_with(drafting, {"desktop": "llvmpipe"})
     m = fit.reclaim_offload
     assert _fits(plan_with(with_llvmpipe, {"runtime.n_cpu_moe": m}), pctx)
     assert not _fits(plan_with(with_llvmpipe, {"runtime.n_cpu_moe": m - 1}), pctx)
     assert fit.reclaim_text() == f"llvmpipe session → {m} on CPU"
     # the largest context at that offload, one step past it does not fit
     assert fit.max_ctx is not None
-    assert _fits(plan_with(fit.plan, {"runtime.ctx": fit.max_ctx}), pctx)
-    assert not _fits(plan_with(fit.plan, {"runtime.ctx": fit.max_ctx + 256}), pctx)
+    assert _fits(plan_with(drafting, {"runtime.ctx": fit.max_ctx}), pctx)
+    assert not _fits(plan_with(drafting, {"runtime.ctx": fit.max_ctx + 256}), pctx)
 
 
 def test_a_small_model_fits_whole_and_needs_no_reclaim() -> None:

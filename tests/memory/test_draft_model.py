@@ -58,11 +58,13 @@ def test_upstream_draft_flags() -> None:
 
 
 def test_ik_draft_flags_on_a_cpu_plan() -> None:
+    """Without a detected build ik is planned as today's era (8337e4c): the draft model's depth
+    and p-min go into its ``--spec-type draft:`` stage."""
     spec = build_launch_spec(draft_plan("ik", "cpu"), documented_build(EngineFlavour.IK),
                              assume_documented=True)  # fmt: skip
     tail = spec.args[spec.args.index("-md") :]
-    assert tail == ("-md", "/m/draft model.gguf", "-ngld", "0", "--draft-max", "4",
-                    "--draft-p-min", "0.5", "-ctkd", "f16", "-ctvd", "f16")  # fmt: skip
+    assert tail == ("-md", "/m/draft model.gguf", "-ngld", "0", "--spec-type",
+                    "draft:n_max=4,p_min=0.5", "-ctkd", "f16", "-ctvd", "f16")  # fmt: skip
 
 
 def probed_upstream(accepted_draft_flags: set[str]) -> EngineBuild:

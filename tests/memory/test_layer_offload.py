@@ -51,7 +51,9 @@ def moe() -> ModelInfo:
 
 
 def _plan(**changes: object) -> Plan:
-    return plan_with(Plan(), {"runtime.op_offload": False, **changes})
+    """MTP on as asked: the levers' boundaries at one MTP state (auto decides by the estimate,
+    which a search one layer at a time would move)."""
+    return plan_with(Plan(), {"runtime.op_offload": False, "mtp.enabled": True, **changes})
 
 
 def _fits_at(plan: Plan, model: ModelInfo, device: TargetDevice, ngl: int, **kw: object) -> bool:
@@ -154,7 +156,9 @@ def _pctx(card: str) -> PlanningContext:
 
 def test_the_acceptance_plan_fits_and_says_its_layer_count() -> None:
     pctx = _pctx(DENSE)
-    plan = plan_with(Plan(), {"model.card": DENSE, "device": "rtx-4060-ti-16gb"})
+    plan = plan_with(
+        Plan(), {"model.card": DENSE, "device": "rtx-4060-ti-16gb", "mtp.enabled": True}
+    )
     result = evaluate(plan, pctx)
     assert result.verdict.status == "fits"
     ngl = gpu_layer_count(pctx.model, result.budget.placement)
@@ -193,8 +197,10 @@ def test_suggestions_are_ranked_and_name_the_desktop_reclaim() -> None:
 def test_a_reclaim_that_makes_it_fit_says_how_much_is_spare() -> None:
     pctx = _pctx(MOE)
     base = plan_with(
-        Plan(), {"device": "rtx-4070-super", "runtime.moe": "n_cpu_moe", "runtime.n_cpu_moe": 0}
-    )
+        Plan(),
+        {"device": "rtx-4070-super", "runtime.moe": "n_cpu_moe", "runtime.n_cpu_moe": 0,
+         "mtp.enabled": True},
+    )  # fmt: skip
     short = -(evaluate(base, pctx, suggest=False).budget.devices[0].free_bytes or 0)
     # find the expert count where the desktop's 894 MiB decides
     n = next(

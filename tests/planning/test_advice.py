@@ -15,7 +15,7 @@ from support.cli import run_cli
 from mtpstudio.core.advice import Standing, gain_words, speed_key
 
 SEEDS = ("--demo", "--gpu", "rtx-4070-super", "--ctx", "128k", "--cache-type-k", "q8_0",
-         "--cache-type-v", "q8_0", "--draft-max", "3")  # fmt: skip
+         "--cache-type-v", "q8_0", "--draft-max", "3", "--mtp")  # fmt: skip
 
 
 def fit_lines(stdout: str) -> list[str]:
@@ -43,7 +43,7 @@ def test_the_seeds_setup_is_told_which_levers_move_experts_onto_the_gpu() -> Non
     # decides (test_speed_comes_first_memory_second), so a later line is at most that faster
     # (plus the printed rounding)
     assert all(a >= b - 0.25 for a, b in itertools.pairwise(gains)), gains
-    assert all("more" in line for line in lines)
+    assert all("more" in line or "% tok/s" in line for line in lines)
 
 
 def test_speed_comes_first_memory_second() -> None:
@@ -65,13 +65,18 @@ def test_speed_comes_first_memory_second() -> None:
     assert gain_words(base, unestimated) == "2 more expert layers on the GPU, MTP kept"
 
 
-def test_without_an_ik_build_the_verdict_speaks_of_builds() -> None:
+def test_without_an_ik_build_ik_is_planned_as_todays_era() -> None:
+    """No ik build detected: ``--engine ik`` plans today's ik (8337e4c), which runs qwen35moe's
+    MTP with its ``--spec-type mtp:`` stage; the older era's refusal is for a build that
+    answers as that era (``tests/engines/test_recorded_eras.py``)."""
     result = run_cli("plan", "--demo", "--engine", "ik")
     assert result.returncode == 0, result.stderr
     verdict = result.stdout.split("Verdict:", 1)[1]
-    assert "ik_llama.cpp builds before 8337e4c (2026-08-15) cannot load this qwen35moe" in verdict
-    assert "builds since 8337e4c (2026-08-15) (`--spec-type mtp:…`) load it" in verdict
-    assert "pick an ik_llama.cpp build from 8337e4c (2026-08-15) or later" in verdict
+    assert verdict.startswith(" fits") and "cannot load this qwen35moe" not in verdict
+    assert "MTP auto: on (the model has an MTP layer and ik_llama.cpp can run it)." in (
+        result.stdout
+    )
+    assert "--spec-type mtp:n_max=3,p_min=0.75" in result.stdout.split("Command line:")[1]
 
 
 def test_the_seeds_spellings_mean_the_same_options() -> None:

@@ -35,3 +35,18 @@ def test_the_card_coefficients_are_the_kits_solve() -> None:
         assert getattr(PARAMS, name) == pytest.approx(getattr(solved, name), rel=0.002), name
     for probe in probes:  # the equations hold at the committed constants
         assert probe.estimated(PARAMS) == pytest.approx(probe.measured, rel=0.03)
+
+
+def test_every_coefficient_is_listed_with_what_it_rests_on() -> None:
+    import dataclasses
+
+    from mtpstudio.core.speed.coefficients import coefficient_lines, coefficients
+    from mtpstudio.core.speed.estimate import SpeedParams
+
+    listed = {c.name for c in coefficients()}
+    assert {f.name for f in dataclasses.fields(SpeedParams)} <= listed
+    for c in coefficients():
+        assert c.basis.startswith(("solved", "assumed", "fitted", "read", "the core")) or (
+            "generated models" in c.basis
+        ), c
+    print("\n" + "\n".join(coefficient_lines()))

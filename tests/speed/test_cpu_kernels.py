@@ -224,5 +224,11 @@ def test_ik_s_table_is_the_fit_of_its_own_recording() -> None:
     assert source_text(fitted, "IK_CPU_KERNELS") in SOURCE.read_text(encoding="utf-8")
     assert json.loads(IK_RECORDING.read_text())["engine"].startswith("ik-")
     assert IK_CPU_KERNELS.machine == CPU_KERNELS.machine  # one machine: the two compare
-    assert kernels_for("ik") is IK_CPU_KERNELS and kernels_for("upstream") is CPU_KERNELS
+    from mtpstudio.core.engines.profiles import documented_profile
+    from mtpstudio.core.plan_choices import EngineFlavour
+
+    ik_speed = documented_profile(EngineFlavour.IK).speed
+    up_speed = documented_profile(EngineFlavour.UPSTREAM).speed
+    assert kernels_for(ik_speed.cpu_kernels) is IK_CPU_KERNELS
+    assert kernels_for(up_speed.cpu_kernels) is CPU_KERNELS
     assert IK_CPU_KERNELS.rates["IQ4_XS"].one < CPU_KERNELS.rates["IQ4_XS"].one

@@ -80,7 +80,9 @@ def test_ik_keeps_its_first_draft_and_upstream_may_draft_none() -> None:
 
 def _step(rules, p_min: float = 0.75, depth: int = 3) -> float:  # type: ignore[no-untyped-def]
     model = model_card_info(MOE)
-    cost = ModelCost.from_model(model, ModelWeights.from_model(model), engine=rules.engine)
+    cost = ModelCost.from_model(
+        model, ModelWeights.from_model(model), fused_moe=rules.fused_moe_graph
+    )
     placement = place(model, gpu=True, n_gpu_layers=None, cpu_expert_layers=(), load_mtp=True)
     shape = DecodeShape("CUDA0", 8, ("f16", "f16"), True, depth, 512, p_min=p_min)
     rates = SpeedRates(ASSUMED_HOST, {"CUDA0": CARD})
@@ -100,7 +102,7 @@ def test_each_engine_runs_its_own_step() -> None:
     assert IK_RULES.verify_graph_share(False, 0.0, [0.0, 1.0]) == 1.0
     model = model_card_info(MOE)
     up = ModelCost.from_model(model, ModelWeights.from_model(model))
-    ik = ModelCost.from_model(model, ModelWeights.from_model(model), engine="ik")
+    ik = ModelCost.from_model(model, ModelWeights.from_model(model), fused_moe=True)
     assert up.nodes is not None and ik.nodes is not None
     saved = up.nodes.block(0).nodes - ik.nodes.block(0).nodes
     assert saved == 2 + model.n_expert_used + 2  # fused up/gate, weighted sum, shared expert

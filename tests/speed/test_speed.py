@@ -418,9 +418,10 @@ KIT = (
 
 
 def test_the_kits_decode_rows_have_the_estimate_beside_them() -> None:
-    """The H100 kit's decode probes (zero weights, MTP 3, drafts never right): the 35B-A3B rows
-    fitted the card's per-block costs (with and without CUDA graphs) and are met within 3 %;
-    the 27B row, which fitted nothing, within 15 %."""
+    """The H100 kit's decode probes (zero weights, MTP 3, drafts never right): the three kinds
+    of row are the three equations the card's coefficients solve (per node with and without
+    CUDA graphs, the mat-vec kernel's arithmetic per column), so each is met within 3 %; the
+    published runs check them (``test_published_runs.py``)."""
     from devkit.cuda_compare import TruthArchive, compare
 
     lines = compare(TruthArchive.read(KIT)).decode_lines
@@ -431,5 +432,4 @@ def test_the_kits_decode_rows_have_the_estimate_beside_them() -> None:
     ]
     assert len(found) == len(lines) == 6
     for card, measured, estimated in found:
-        bound = 0.03 if card.startswith("qwen3.6-35b") else 0.15
-        assert abs(estimated / measured - 1) <= bound, (card, measured, estimated)
+        assert abs(estimated / measured - 1) <= 0.03, (card, measured, estimated)

@@ -162,7 +162,8 @@ def test_dense_model_on_a_16_gb_card_gets_layers_on_the_cpu(
     ranked = [s.message for s in page.fill_levers_menu()]
     assert [a.toolTip() for a in page.levers_menu.actions()] == ranked
     llvmpipe = [m for m in ranked if m.startswith("with the llvmpipe session: ")]
-    gain = r"\d+ more layers on the GPU, MTP kept, ≈ \+[\d.]+ % tok/s — fits"  # faster, estimated
+    # faster, estimated (MTP auto is off here: with layers on this CPU drafting is slower)
+    gain = r"\d+ more layers on the GPU, (MTP kept, )?≈ \+[\d.]+ % tok/s — fits"
     assert llvmpipe and re.search(gain, llvmpipe[0]), ranked
     # Fit → the fewest layers on the CPU, placed by mtpstudio itself
     assert page.fit_offload_button.text() == "Fit: fewest layers on the CPU"

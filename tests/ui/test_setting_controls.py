@@ -26,7 +26,8 @@ def test_the_engine_pages_number_boxes_are_the_declarations(make_wizard: WizardF
         declared = setting(path)  # KeyError: a number box with a range of its own
         assert declared.low is not None and declared.high is not None
         # a box that can say "none" (all layers, the engine's threads) has it one step below
-        low = declared.low - 1 if spin.specialValueText() else declared.low
+        below = declared.step if isinstance(spin, QDoubleSpinBox) else 1  # a fraction: a step
+        low = declared.low - below if spin.specialValueText() else declared.low
         assert (spin.minimum(), spin.maximum(), spin.singleStep()) == (
             low,
             declared.high,

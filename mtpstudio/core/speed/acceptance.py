@@ -258,9 +258,10 @@ IK_DEFAULT_ACCEPTANCE = Acceptance(
 """The same for ik_llama.cpp (which keeps its first draft whatever p-min)."""
 
 
-def default_acceptance(flavour: str) -> Acceptance:
-    """The cited acceptance of an engine flavour, until a benchmark measures one."""
-    return IK_DEFAULT_ACCEPTANCE if flavour == "ik" else DEFAULT_ACCEPTANCE
+def default_acceptance(first_kept: bool) -> Acceptance:
+    """The cited acceptance of an engine (by how it drafts: ik keeps its first draft), until a
+    benchmark measures one."""
+    return IK_DEFAULT_ACCEPTANCE if first_kept else DEFAULT_ACCEPTANCE
 
 
 ZERO_ACCEPTANCE = Acceptance(

@@ -382,6 +382,11 @@ IK_CPU_KERNELS = CpuKernels(
 upstream's."""
 
 
-def kernels_for(flavour: str) -> CpuKernels:
-    """The CPU kernels of an engine flavour (``upstream`` or ``ik``)."""
-    return IK_CPU_KERNELS if flavour == "ik" else CPU_KERNELS
+KERNEL_TABLES = MappingProxyType({"ggml": CPU_KERNELS, "iqk": IK_CPU_KERNELS})
+"""The measured tables by the kernels they measured (an engine profile's ``speed.cpu_kernels``):
+upstream's ggml kernels and ik_llama.cpp's iqk ones."""
+
+
+def kernels_for(name: str) -> CpuKernels:
+    """The CPU kernel table ``name`` (``ggml``, ``iqk``; another name: upstream's)."""
+    return KERNEL_TABLES.get(name, CPU_KERNELS)

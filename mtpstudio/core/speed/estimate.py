@@ -498,7 +498,7 @@ def basis_lines(
             f"{acceptance.drafts_at(shape.depth, shape.p_min, rules.first_draft_kept):.2f} "
             "drafts and "
             f"{acceptance.tokens_per_step(shape.depth, shape.p_min, rules.first_draft_kept):.2f}"
-            f" tokens per step ({rules.engine}'s drafting) from acceptance "
+            f" tokens per step ({rules.name}'s drafting) from acceptance "
             f"{acceptance.rate:.2f} at depth {acceptance.depth} ({acceptance.source})"
         )
     if moe_cache is not None and moe_cache.cached_layers:

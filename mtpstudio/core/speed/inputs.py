@@ -16,7 +16,7 @@ from typing import Any
 
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.speed.acceptance import Acceptance, default_acceptance, from_counters
-from mtpstudio.core.speed.decode_rules import rules_for
+from mtpstudio.core.speed.decode_rules import UPSTREAM_RULES, DecodeRules
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, HostRates
 
 MAX_RUNS = 2000
@@ -63,8 +63,11 @@ class SpeedInputs:
     host: HostRates = ASSUMED_HOST
     runs: tuple[MeasuredRun, ...] = ()
 
-    def acceptance_for(self, model: str, flavour: str) -> Acceptance:
-        """The newest measured acceptance of ``model`` on ``flavour``, else the default."""
+    def acceptance_for(
+        self, model: str, flavour: str, rules: DecodeRules = UPSTREAM_RULES
+    ) -> Acceptance:
+        """The newest measured acceptance of ``model`` on ``flavour`` (whose engine drafts as
+        ``rules`` say), else the default."""
         for run in reversed(self.runs):
             if run.model == model and run.flavour == flavour and run.acceptance is not None:
                 source = (
@@ -78,7 +81,7 @@ class SpeedInputs:
                     max(1, run.depth),
                     run.p_min if run.p_min is not None else 0.0,
                     source,
-                    rules_for(flavour).first_draft_kept,
+                    rules.first_draft_kept,
                 )
                 if counted is not None and run.p_min is not None and not run.per_position:
                     return counted
@@ -90,7 +93,7 @@ class SpeedInputs:
                     f"model on {flavour}, at draft depth {run.depth}",
                     measured=True,
                 )
-        return default_acceptance(flavour)
+        return default_acceptance(rules.first_draft_kept)
 
     def measured_for(self, plans: Sequence[Plan]) -> MeasuredRun | None:
         """The newest run of one of ``plans`` (the plan and the one it resolves to)."""

@@ -124,10 +124,10 @@ class ModelCost:
         model: ModelInfo,
         weights: ModelWeights,
         kernels: CpuKernels = CPU_KERNELS,
-        engine: str = "upstream",
+        fused_moe: bool = False,
     ) -> ModelCost:
         """The costs of ``model``'s blocks with ``kernels`` on the CPU, and the nodes of the
-        graph ``engine`` builds (``ik`` fuses some of upstream's)."""
+        engine's graph (``fused_moe``: ik_llama.cpp's, which fuses some of upstream's)."""
         blocks = []
         for lw in weights.layers:
             experts = [t for t in lw.tensors if EXPERT_TENSOR.match(t.name)]
@@ -163,7 +163,7 @@ class ModelCost:
             outputs = [t for t in model.tensors if t.name in INPUT_TENSORS and "embd" in t.name]
         moe = frozenset(i for i, b in enumerate(blocks) if b.expert_bytes)
         nodes = with_expert_sums(graph_nodes(model), moe, model.n_expert_used)
-        if engine == "ik":
+        if fused_moe:
             shared = bool(model.shared_expert_ffn_length)
             nodes = ik_fused(nodes, moe, model.n_expert_used, shared)
         return cls(

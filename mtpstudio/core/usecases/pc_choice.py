@@ -11,6 +11,15 @@ def cpu_choices() -> list[tuple[str, str]]:
     return [(c.id, c.label) for c in cpu_specs()]
 
 
+def catalogue_cpu_id(text: str) -> str:
+    """The catalogue id of the CPU ``text`` names (its id or name, any case).
+
+    Raises:
+        CatalogError: no such CPU; the message lists the catalogue's ids.
+    """
+    return cpu_spec(text).id
+
+
 def checked_ram(text: str, cpu: str | None) -> str:
     """A RAM spec as the plan keeps it (lower case, no spaces).
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.results import BenchReport
+from mtpstudio.core.engines.profiles import documented_profile
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_from_json
 from mtpstudio.core.planning import PlanningContext, SpeedEstimate, resolve, speed_for
 from mtpstudio.core.speed.acceptance import Acceptance, from_counters
-from mtpstudio.core.speed.decode_rules import rules_for
 from mtpstudio.core.speed.estimate import DEFAULT_DEPTH
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, load_host_rates
 from mtpstudio.core.speed.inputs import SpeedInputs, runs_from_history
@@ -46,7 +46,7 @@ def run_acceptance(report: BenchReport, plan: Plan) -> Acceptance | None:
             max(1, plan.mtp.draft_max),
             plan.mtp.draft_p_min,
             "this run's",
-            rules_for(plan.engine.flavour.value).first_draft_kept,
+            documented_profile(plan.engine.flavour).speed.first_draft_kept,
         )
         if counted is not None:
             return counted

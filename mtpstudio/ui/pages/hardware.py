@@ -120,8 +120,8 @@ class HardwarePage(PlanPage):
 
         self.pc_combo = QComboBox(self)
         self.pc_combo.addItem("This PC (its CPU and RAM as probed)", None)
-        for cpu_id, label in cpu_choices():
-            self.pc_combo.addItem(label, cpu_id)
+        for cpu_id, cpu_name in cpu_choices():
+            self.pc_combo.addItem(cpu_name, cpu_id)
         self.pc_combo.setToolTip(
             "Whose CPU and RAM the speed estimate assumes: this computer's, or another PC's "
             "(a plan for a catalogue GPU is usually for another PC)."

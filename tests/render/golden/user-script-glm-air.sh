@@ -21,15 +21,11 @@
 #       the model fits (it never changes the context).
 #   --fit-margin: Leave 1024 MiB of VRAM free on each GPU when fitting.
 #   --mlock: Lock the memory-mapped weights in RAM so they are never swapped out.
-#   -mtp: Draft tokens with the model's own MTP (nextn) layer, where ik_llama.cpp supports it.
-#   --draft-max: Draft at most 2 tokens per step.
-#   --draft-p-min: Stop drafting when the draft's probability falls below 0.75.
+#   --spec-type: Draft tokens with the model's own MTP (nextn) layer: at most 2 tokens per step,
+#       stopping when the draft's probability falls below 0.75.
 #
 # Warning: ik_llama.cpp's fit does not count the MTP draft context; leave a larger fit margin so
 #   drafting has room.
-#
-# Warning: ik_llama.cpp decides at load time whether MTP is active (this snapshot honours it
-#   only for GLM-4.x MoE models); check the log for 'MTP will be disabled'.
 #
 # Warning: ik_llama.cpp's MTP context uses the main cache types (q8_0/q8_0); the plan's draft
 #   cache types (f16/f16) do not apply.
@@ -63,7 +59,5 @@ exec /opt/ik_llama.cpp/bin/llama-server \
     --fit \
     --fit-margin 1024 \
     --mlock \
-    -mtp \
-    --draft-max 2 \
-    --draft-p-min 0.75 \
+    --spec-type mtp:n_max=2,p_min=0.75 \
     "$@"

@@ -18,6 +18,7 @@ from enum import StrEnum
 from mtpstudio.core.engines.build import EngineBuild, MtpSupport
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.flags import FlagSpelling, Option
+from mtpstudio.core.engines.speed_facts import UPSTREAM_SPEED, EngineSpeedFacts
 from mtpstudio.core.plan import EngineFlavour
 
 __all__ = [
@@ -245,6 +246,8 @@ class EngineProfile:
     """An era told by a flag its parser accepts (``--moe-cache-mib``, b11549); a build whose
     probe rejected it, or never asked, is not of it."""
     default_port: int = 8080
+    speed: EngineSpeedFacts = UPSTREAM_SPEED
+    """How it decodes, for the speed estimate (``engines.speed_facts``)."""
     """The port the server listens on when started without ``--port``."""
     rpc_protocol: tuple[int, int, int] = (7, 0, 0)
     """The RPC protocol its RPC backend speaks (``RPC_PROTO_*_VERSION``)."""

@@ -22,6 +22,7 @@ from mtpstudio.core.engines.profiles.engine_profile import (
     SplitRule,
     VersionPattern,
 )
+from mtpstudio.core.engines.speed_facts import IK_SPEED
 from mtpstudio.core.plan import EngineFlavour
 
 __all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "IK_MTP_ARCHITECTURES", "PROFILE",
@@ -86,6 +87,7 @@ MEMORY = EngineMemoryFacts(
 )
 
 PROFILE = EngineProfile(
+    speed=IK_SPEED,
     flavour=EngineFlavour.IK,
     name="ik_llama.cpp",
     era="ik_llama.cpp in ik-llama-cpp-python 0.1.5 (engines.md §0, §3)",

@@ -18,15 +18,11 @@
 #   --fit: Let ik_llama.cpp offload every layer and move experts to RAM, last layer first, until
 #       the model fits (it never changes the context).
 #   --fit-margin: Leave 1664 MiB of VRAM free on each GPU when fitting.
-#   -mtp: Draft tokens with the model's own MTP (nextn) layer, where ik_llama.cpp supports it.
-#   --draft-max: Draft at most 3 tokens per step.
-#   --draft-p-min: Stop drafting when the draft's probability falls below 0.75.
+#   --spec-type: Draft tokens with the model's own MTP (nextn) layer: at most 3 tokens per step,
+#       stopping when the draft's probability falls below 0.75.
 #
 # Warning: ik_llama.cpp's fit does not count the MTP draft context; leave a larger fit margin so
 #   drafting has room.
-#
-# Warning: ik_llama.cpp decides at load time whether MTP is active (this snapshot honours it
-#   only for GLM-4.x MoE models); check the log for 'MTP will be disabled'.
 set -euo pipefail
 
 # llama-server reads these variables before its command line; drop them so that only the
@@ -51,7 +47,5 @@ exec /opt/ik_llama.cpp/bin/llama-server \
     -t 8 \
     --fit \
     --fit-margin 1664 \
-    -mtp \
-    --draft-max 3 \
-    --draft-p-min 0.75 \
+    --spec-type mtp:n_max=3,p_min=0.75 \
     "$@"

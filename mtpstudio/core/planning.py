@@ -544,9 +544,7 @@ def lever_bench(resolved: ResolvedPlan, budget: Budget | None = None) -> LeverBe
     """
     budgets: dict[str, Budget] = {}
 
-    # the levers compare plans at this plan's MTP decision: MTP auto, decided by the estimate
-    # for each plan apart, would move the draft's memory between the steps of a search
-    held = {"mtp.enabled": resolved.mtp.requested} if resolved.plan.mtp.enabled is None else {}
+    held = held_mtp(resolved)
 
     def evaluate(change: PlanChange) -> FitSuggestion:
         other = resolved.with_changes({**held, **change.changes})
@@ -554,7 +552,8 @@ def lever_bench(resolved: ResolvedPlan, budget: Budget | None = None) -> LeverBe
         found = budgets.get(key)
         if found is None:
             found = budgets[key] = budget_for(other)
-        return evaluated(change, other.plan, found)
+        # the suggestion is the user's plan with the change (MTP auto stays auto)
+        return evaluated(change, plan_with(resolved.plan, dict(change.changes)), found)
 
     reclaims = []
     device = resolved.target.device
@@ -590,9 +589,16 @@ def plan_standing(resolved: ResolvedPlan, budget: Budget | None = None) -> Stand
     return standing(budget, resolved.model, resolved.mtp.active, speed)
 
 
+def held_mtp(resolved: ResolvedPlan) -> dict[str, object]:
+    """The levers compare plans at this plan's MTP decision: MTP auto, decided by the estimate
+    for each plan apart, would move the draft's memory between the steps of a search (a lever
+    that changes MTP itself says so in its own changes)."""
+    return {"mtp.enabled": resolved.mtp.requested} if resolved.plan.mtp.enabled is None else {}
+
+
 def suggestion_standing(s: FitSuggestion, resolved: ResolvedPlan) -> Standing:
-    """The same for a lever's answer, MTP as the changed plan resolves it."""
-    other = resolve(s.plan, resolved.pctx)
+    """The same for a lever's answer, MTP as the levers held it (``held_mtp``)."""
+    other = resolve(plan_with(s.plan, {**held_mtp(resolved), **s.changes}), resolved.pctx)
     speed = speed_for(other, s.budget).decode_tok_s
     return standing(s.budget, resolved.model, other.mtp.active, speed)
 

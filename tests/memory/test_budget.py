@@ -186,9 +186,11 @@ def test_cpu_plan_has_one_cpu_device(qwen: ModelInfo) -> None:
 
 
 def _on(card_id: str, p: Plan, qwen: ModelInfo) -> tuple[Plan, PlanningContext]:
-    """``p`` for the demo model on a catalogue card, planned with no GPU detected."""
+    """``p`` for the demo model on a catalogue card, planned with no GPU detected, MTP on as
+    asked (the levers search at the plan's MTP decision; auto decides it plan by plan)."""
     pctx = PlanningContext(MachineFacts(HostSpec(), (), ()), qwen)
-    return plan_with(p, {"model.card": "qwen3.6-35b-a3b-iq4_xs", "device": card_id}), pctx
+    changes = {"model.card": "qwen3.6-35b-a3b-iq4_xs", "device": card_id, "mtp.enabled": True}
+    return plan_with(p, changes), pctx
 
 
 def _bench(p: Plan, pctx: PlanningContext) -> LeverBench:

@@ -164,12 +164,13 @@ def test_the_lever_offers_the_largest_cache_that_fits_where_the_engine_has_it(
     changes = {"runtime.ctx": 32768, "runtime.moe": "n_cpu_moe", "runtime.n_cpu_moe": 30}
     resolved = _resolved(model, upstream_moe_cache.PROFILE.documented_flags, **changes)
     assert resolved.profile is upstream_moe_cache.PROFILE
+    held = {"mtp.enabled": resolved.mtp.requested}  # the levers search at the plan's MTP
     (lever,) = [s for s in fit_suggestions(resolved) if s.lever == "moe-cache"]
     mib = lever.changes["runtime.moe_cache_mib"]
     assert mib % 256 == 0 and mib > 0 and lever.fits
     cache = lever.budget.moe_cache
     assert cache is not None and cache.cached_layers and "MoE cache" in lever.message
-    more = budget_for(resolved.with_changes({"runtime.moe_cache_mib": mib + 256}))
+    more = budget_for(resolved.with_changes({**held, "runtime.moe_cache_mib": mib + 256}))
     assert not device_fits(more)  # the largest step that fits
     # b11434's parser has no --moe-cache-mib: no such lever
     older = _resolved(model, upstream.PROFILE.documented_flags, **changes)

@@ -168,3 +168,46 @@ def test_an_unreachable_rpc_endpoint_is_one_sentence_and_the_plan_stays(
     page.rpc_button.click()
     qtbot.waitUntil(lambda: "is not an RPC endpoint" in page.rpc_notice.text(), timeout=10000)
     assert wizard.plan == before
+
+
+def test_the_pc_box_plans_another_pc_and_the_budget_page_says_whose(
+    make_wizard: WizardFactory,
+) -> None:
+    """The user picks another PC's CPU and types its RAM: the plan keeps both, the budget
+    page's speed is that PC's and its basis names it; a RAM that is not a spec is refused in
+    one sentence and changes nothing; "This PC" goes back to this computer."""
+    wizard = make_wizard(Plan(device=DEFAULT_GPU_CARD))
+    page = wizard.hardware_page
+    page.refresh()
+    assert page.pc_combo.currentData() is None and "probed" in page.pc_note.text()
+    page.pc_combo.setCurrentIndex(page.pc_combo.findData("ryzen-7-9700x"))
+    assert wizard.plan.host.cpu == "ryzen-7-9700x"
+    page.ram_edit.setText("ddr5-6000x2")
+    page.ram_edit.editingFinished.emit()
+    assert wizard.plan.host.ram == "ddr5-6000x2"
+    page.refresh()
+    assert "assumes that PC" in page.pc_note.text() and page.ram_edit.text() == "ddr5-6000x2"
+    page.ram_edit.setText("fast")
+    page.ram_edit.editingFinished.emit()
+    assert wizard.plan.host.ram == "ddr5-6000x2"  # refused: nothing changed
+    assert not page.notice.isHidden() and "is not a RAM spec" in page.notice.text()
+    go_to(wizard, 3)
+    budget = wizard.budget_page
+    wizard.tasks.wait_idle(30)
+    assert "tok/s" in budget.speed_label.text()
+    assert "AMD Ryzen 7 9700X" in budget.speed_label.toolTip()
+    page.pc_combo.setCurrentIndex(0)
+    assert wizard.plan.host.cpu is None
+
+
+def test_the_engine_pages_acceptance_field_sets_the_estimates_acceptance(
+    make_wizard: WizardFactory,
+) -> None:
+    wizard = make_wizard(Plan(device=DEFAULT_GPU_CARD))
+    go_to(wizard, 2)
+    box = wizard.engine_page.acceptance
+    assert box.specialValueText() == "measured or published" and box.value() == box.minimum()
+    box.setValue(0.6)
+    assert wizard.plan.mtp.acceptance == 0.6
+    box.setValue(box.minimum())
+    assert wizard.plan.mtp.acceptance is None

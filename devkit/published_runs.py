@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cache
@@ -23,7 +22,7 @@ from typing import Any
 from mtpstudio.core.engines.profiles import documented_profile
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.machine import MachineFacts
-from mtpstudio.core.model.catalog.models import model_card
+from mtpstudio.core.model.catalog.models import card_spec_path, model_card
 from mtpstudio.core.model.catalog.spec import QUANT_RECIPES
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
@@ -128,15 +127,10 @@ def sources(runs: Iterable[PublishedRun]) -> set[str]:
 
 @cache
 def run_model(model: str, quant: str) -> ModelInfo:
-    """The model's card built with the run's quant mix (a header written once per process)."""
+    """The model's card built with the run's quant mix (its header cached like the cards')."""
     spec = model_card(MODELS[model])
     spec = replace(spec, recipe=QUANT_RECIPES[quant], card_id=f"{spec.card_id}-{quant}")
-    from mtpstudio.core.model.catalog.header import write_card_header
-
-    folder = Path(tempfile.mkdtemp(prefix="mtpstudio-published-"))
-    path = folder / f"{spec.card_id}.gguf"
-    write_card_header(spec, path)
-    return read_model_info(path)
+    return read_model_info(card_spec_path(spec))
 
 
 def run_plan(run: PublishedRun, header: Path, mtp: bool) -> Plan:

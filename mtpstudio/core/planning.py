@@ -24,7 +24,7 @@ from mtpstudio.core.engines.mtp import MtpDecision, decide_mtp
 from mtpstudio.core.engines.profiles.engine_profile import EngineProfile
 from mtpstudio.core.engines.registry import documented_build, profile_for
 from mtpstudio.core.engines.spec import LaunchSpec
-from mtpstudio.core.engines.speed_facts import EngineSpeedFacts
+from mtpstudio.core.engines.speed_facts import UPSTREAM_SPEED, EngineSpeedFacts
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.levers import FitSuggestion, LeverBench, PlanChange, evaluated
 from mtpstudio.core.memory.budget import (
@@ -131,17 +131,22 @@ class PlanningContext:
     def __post_init__(self) -> None:
         self.weights = ModelWeights.from_model(self.model)
         self.cost = ModelCost.from_model(self.model, self.weights)
-        self._costs = {"ggml:False": self.cost}
+        self._costs = {_cost_key(UPSTREAM_SPEED): self.cost}
 
     def cost_for(self, speed: EngineSpeedFacts) -> ModelCost:
         """The model's cost with an engine's CPU kernels and graph (computed once each)."""
-        key = f"{speed.cpu_kernels}:{speed.fused_moe_graph}"
+        key = _cost_key(speed)
         found = self._costs.get(key)
         if found is None:
             found = self._costs[key] = ModelCost.from_model(
                 self.model, self.weights, kernels_for(speed.cpu_kernels), speed.fused_moe_graph
             )
         return found
+
+
+def _cost_key(speed: EngineSpeedFacts) -> str:
+    """What a model's cost depends on of an engine: its CPU kernels and its graph."""
+    return f"{speed.cpu_kernels}:{speed.fused_moe_graph}"
 
 
 @dataclass(frozen=True)

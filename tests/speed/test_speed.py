@@ -369,9 +369,13 @@ def test_plan_json_carries_the_estimate_under_speed() -> None:
         assert f"`{key}`" in readme, key
 
 
-def test_a_stored_benchmark_of_the_plan_makes_it_measured(tmp_path: Path) -> None:
+def test_a_stored_benchmark_of_the_plan_makes_it_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Once a benchmark of this very plan is in the history, `plan` says measured, with the
-    estimate beside it and its error."""
+    estimate beside it and its error. The history is this test's own: a stored run of the demo
+    card is a measured acceptance every later plan of it would use (MTP auto follows it)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     plan_file = tmp_path / "p.json"
     result = run_cli("plan", *SEEDS_CLI, "--save", str(plan_file))
     assert result.returncode == 0, result.stderr

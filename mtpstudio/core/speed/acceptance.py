@@ -21,6 +21,7 @@ per position (upstream's ``/metrics``), those shares are the accepted tokens per
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PUBLISHED_PREDICTED, PUBLISHED_DRAFTED, PUBLISHED_ACCEPTED = 1728, 1120, 1052
@@ -33,20 +34,25 @@ def _geometric(x: float, depth: int) -> float:
     return sum(x**i for i in range(1, depth + 1))
 
 
-def _solve(target: float, depth: int) -> float:
-    """The ``x`` in [0, 1] whose ``x + … + x^depth`` is ``target`` (bisection; clamped)."""
-    if depth <= 0 or target <= 0:
-        return 0.0
-    if target >= depth:
-        return 1.0
+def _bisect(rising: Callable[[float], float], target: float) -> float:
+    """The ``x`` in [0, 1] where the rising ``rising(x)`` reaches ``target`` (clamped)."""
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if _geometric(mid, depth) < target:
+        if rising(mid) < target:
             lo = mid
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def _solve(target: float, depth: int) -> float:
+    """The ``x`` in [0, 1] whose ``x + … + x^depth`` is ``target`` (clamped)."""
+    if depth <= 0 or target <= 0:
+        return 0.0
+    if target >= depth:
+        return 1.0
+    return _bisect(lambda x: _geometric(x, depth), target)
 
 
 def drafted_chances(depth: int, q: float, first_kept: bool = False) -> list[float]:
@@ -73,14 +79,7 @@ def _solve_chances(drafted: float, depth: int, first_kept: bool) -> float:
     """The ``q`` whose positions' chances add up to ``drafted`` (bisection; clamped)."""
     if depth <= 0 or drafted <= 0:
         return 0.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if sum(drafted_chances(depth, mid, first_kept)) < drafted:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    return _bisect(lambda q: sum(drafted_chances(depth, q, first_kept)), drafted)
 
 
 PUBLISHED_CONTINUATION = _solve(
@@ -135,15 +134,9 @@ class Acceptance:
         drafted = sum(chances)
         if drafted <= 0:
             return 0.0
-        wanted = self.rate * drafted
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if sum(c * mid ** (i + 1) for i, c in enumerate(chances)) < wanted:
-                lo = mid
-            else:
-                hi = mid
-        return (lo + hi) / 2
+        return _bisect(
+            lambda a: sum(c * a ** (i + 1) for i, c in enumerate(chances)), self.rate * drafted
+        )
 
     def chances(
         self, depth: int, p_min: float | None = None, first_kept: bool = False

@@ -72,7 +72,7 @@ def parse_ram(text: str, cpu: CpuSpec | None = None) -> RamSpec:
         if 1 <= channels <= 16:
             mts = int(found.group(2))
             peak = mts * 1e6 * 8 * channels
-            kind = found.group(1).upper().replace("X", "X")
+            kind = found.group(1).upper()
             return RamSpec(
                 text,
                 peak,

@@ -3,14 +3,13 @@ cards, so a plan can be for another PC than this one (``core.speed.host_target``
 
 from __future__ import annotations
 
-import json
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mtpstudio.core.errors import CatalogError
+from mtpstudio.core.model.catalog.resource import catalogue_document
 
 _RESOURCE = "catalog/cpus.json"
 _SCHEMA = 1
@@ -68,17 +67,7 @@ class CpuSpec(BaseModel):
 
 @cache
 def _document() -> dict[str, Any]:
-    try:
-        text = resources.files("mtpstudio.resources").joinpath(_RESOURCE).read_text("utf-8")
-        document = json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise CatalogError(
-            f"cannot read the CPU catalogue ({_RESOURCE}): {exc}",
-            hint="Reinstall mtpstudio; its data files are missing or damaged.",
-        ) from None
-    if not isinstance(document, dict) or document.get("schema") != _SCHEMA:
-        raise CatalogError(f"the CPU catalogue is not schema {_SCHEMA}")
-    return document
+    return catalogue_document(_RESOURCE, _SCHEMA, "the CPU catalogue")
 
 
 @cache

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mtpstudio.core.errors import CatalogError
+from mtpstudio.core.model.catalog.resource import catalogue_document
 from mtpstudio.core.units import MIB
 
 DEFAULT_GPU_CARD = "rtx-4070-super"
@@ -104,17 +103,7 @@ def _card_from_record(record: dict[str, Any], defaults: dict[str, dict[str, Any]
 
 @cache
 def _document() -> dict[str, Any]:
-    try:
-        text = resources.files("mtpstudio.resources").joinpath(_RESOURCE).read_text("utf-8")
-        document = json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise CatalogError(
-            f"cannot read the GPU catalogue ({_RESOURCE}): {exc}",
-            hint="Reinstall mtpstudio; its data files are missing or damaged.",
-        ) from None
-    if not isinstance(document, dict) or document.get("schema") != _SCHEMA:
-        raise CatalogError(f"the GPU catalogue is not schema {_SCHEMA}")
-    return document
+    return catalogue_document(_RESOURCE, _SCHEMA, "the GPU catalogue")
 
 
 class ContextFigure(BaseModel):

@@ -66,7 +66,17 @@ def model_card_path(card_id: str) -> Path:
     Raises:
         CatalogError: the id is unknown or the cache folder cannot be written.
     """
-    spec = model_card(card_id)
+    return card_spec_path(model_card(card_id))
+
+
+def card_spec_path(spec: ModelCardSpec) -> Path:
+    """``model_card_path`` of any card spec (a catalogue card with another quant mix, say),
+    cached under the spec's own ``card_id``.
+
+    Raises:
+        CatalogError: the cache folder cannot be written.
+    """
+    card_id = spec.card_id
     path = _cache_dir() / f"{spec.card_id}-v{CARD_FORMAT_VERSION}.gguf"
     if path.is_file():
         return path

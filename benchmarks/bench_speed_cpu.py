@@ -65,6 +65,8 @@ from mtpstudio.core.speed.host_rates import (  # noqa: E402
     HostRates,
     load_host_rates,
     machine_name,
+    physical_cores,
+    run_probe,
 )
 from mtpstudio.core.speed.traffic import ModelCost, Routing  # noqa: E402
 
@@ -346,6 +348,50 @@ def calibrate_kernels(bench: Path, host: HostRates, reps: int, out: Path | None)
     print("\nas cpu_kernels.CPU_KERNELS:\n" + source_text(fitted))
 
 
+COLUMN_TOKENS = (1, 2, 3, 4)
+"""The pass lengths ``--calibrate-columns`` measures: one token and verification batches."""
+
+
+def calibrate_columns(bench: Path, reps: int, out: Path | None) -> None:
+    """Time the engine's passes of 1 to 4 tokens through the zero-weight Qwen3.6-35B-A3B on
+    all this computer's cores (``llama-bench -p 1,2,3,4 -n 0``); write the recording
+    ``devkit/cpu_columns.py`` reads and print the column share it implies."""
+    from devkit.cpu_columns import MODEL_CARD, ColumnRecording, solve_column_share
+    from mtpstudio.core.model.catalog.models import model_card_info
+    from mtpstudio.core.speed.host_target import this_clock_ghz
+
+    model_file = zero_35b()
+    threads = max(1, os.cpu_count() or 1)
+    probe = run_probe()  # the rates the recording's estimates are made with
+    argv = [str(bench), "-m", str(model_file), "-t", str(threads), "-ngl", "0",
+            "-p", ",".join(str(n) for n in COLUMN_TOKENS), "-n", "0", "-r", str(reps),
+            "-o", "json"]  # fmt: skip
+    if "--prio" in bench_options(bench):
+        argv += ["--prio", PRIORITY]
+    if REALTIME:
+        argv = ["chrt", "-f", "10", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=3600)
+    passes = []
+    for row in json.loads(done.stdout):
+        n = int(row["n_prompt"])
+        rates = [float(v) for v in row.get("samples_ts") or [row["avg_ts"]]]
+        passes.append({"tokens": n, "seconds": n / statistics.median(rates),
+                       "tok_s": [round(v, 3) for v in rates]})  # fmt: skip
+        print(f"  {n} tokens: {passes[-1]['seconds'] * 1e3:8.1f} ms a pass")
+    recording = {"machine": machine_name(), "engine": bench.parent.parent.name,
+                 "flavour": ENGINE, "model": f"{MODEL_CARD} (zero weights, {model_file.name})",
+                 "threads": threads, "cores": physical_cores(), "probe": probe,
+                 "clock_ghz": round(this_clock_ghz(), 3),
+                 "realtime": REALTIME, "passes": passes}  # fmt: skip
+    if out is not None:
+        out.write_text(json.dumps(recording, indent=1) + "\n", encoding="utf-8")
+        print(f"recording written to {out}")
+    share = solve_column_share(ColumnRecording.from_json(recording), model_card_info(MODEL_CARD))
+    print(
+        f"column share: {share:.4g} (a further token's use of a weight, as a share of the first's)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
@@ -356,7 +402,14 @@ def main() -> int:
         action="store_true",
         help="measure the CPU kernels' table (cpu_kernels.CPU_KERNELS)",
     )
-    parser.add_argument("--out", type=Path, help="--calibrate-kernels: write the recording here")
+    parser.add_argument(
+        "--calibrate-columns",
+        action="store_true",
+        help="measure the CPU kernels' cost of a further token in a pass (column_share)",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="--calibrate-kernels/--calibrate-columns: write the recording here"
+    )
     parser.add_argument(
         "--engine",
         default="upstream",
@@ -386,6 +439,8 @@ def main() -> int:
     started = time.monotonic()
     if args.calibrate_attention:
         calibrate_attention(bench, host, args.reps)
+    elif args.calibrate_columns:
+        calibrate_columns(bench, args.reps, args.out)
     elif args.calibrate_kernels:
         calibrate_kernels(bench, host, args.reps, args.out)
     else:

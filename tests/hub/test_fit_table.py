@@ -30,8 +30,12 @@ def test_a_dense_model_moves_the_fewest_whole_layers(card: str) -> None:
     total = info.block_count + 1
     assert fit.plan.runtime.n_gpu_layers == total - fit.offload
     assert _fits(fit.plan, pctx)
+    assert fit.mtp  # drafting pays even with layers on the CPU: the minimum keeps the draft
     one_more = plan_with(fit.plan, {"runtime.n_gpu_layers": total - fit.offload + 1})
-    assert not _fits(one_more, pctx)
+    assert not _fits(plan_with(one_more, {"mtp.enabled": True}), pctx)
+    # one layer more on the GPU fits only without the draft's memory: MTP auto says so
+    more = resolve(one_more, pctx)
+    assert not more.mtp.active and "fits only without the draft" in more.mtp.line
     assert fit.max_ctx is not None and fit.max_ctx >= 32768
     assert fit.plan.model.path == LOCAL and fit.plan.mtp.enabled is None
 

@@ -12,6 +12,7 @@ from types import MappingProxyType
 import pytest
 
 from devkit.arch_gguf import ArchSpec, write_arch_header
+from devkit.cpu_columns import committed_share
 from mtpstudio.core.memory.graph_alloc import Tensor
 from mtpstudio.core.memory.placement import ModelWeights, place
 from mtpstudio.core.model.gguf import read_model_info
@@ -49,7 +50,9 @@ def test_the_table_is_the_fit_of_its_recording() -> None:
     """CPU_KERNELS is what the committed calibration implies, to the digits written: the table
     cannot be edited by hand, nor the recording replaced, without the other."""
     recording = Recording.from_json(json.loads(RECORDING.read_text(encoding="utf-8")))
-    fitted = rounded(fit_kernels(recording))
+    fitted = dataclasses.replace(
+        rounded(fit_kernels(recording)), column_share=committed_share("upstream")
+    )
     assert fitted == CPU_KERNELS
     assert source_text(fitted) in SOURCE.read_text(encoding="utf-8")
     assert "thin" in recording.runs[0].name  # the per-node run is in it
@@ -219,7 +222,9 @@ def test_ik_s_table_is_the_fit_of_its_own_recording() -> None:
     from mtpstudio.core.speed.cpu_kernels import IK_CPU_KERNELS, kernels_for
 
     recording = Recording.from_json(json.loads(IK_RECORDING.read_text(encoding="utf-8")))
-    fitted = rounded(fit_kernels(recording))
+    fitted = dataclasses.replace(
+        rounded(fit_kernels(recording)), column_share=committed_share("ik")
+    )
     assert fitted == IK_CPU_KERNELS
     assert source_text(fitted, "IK_CPU_KERNELS") in SOURCE.read_text(encoding="utf-8")
     assert json.loads(IK_RECORDING.read_text())["engine"].startswith("ik-")

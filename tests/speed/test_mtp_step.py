@@ -32,7 +32,7 @@ from tests.support.cli import run_cli
 
 MOE = "qwen3.6-35b-a3b-iq4_xs"
 DENSE = "qwen3.6-27b-iq4_xs"
-CARD = CardRates("CUDA0", "a 24 GB card", 1000e9, 25e9, "stated for the test", flops=80e12)
+CARD = CardRates("CUDA0", "a 24 GB card", 1000e9, 25e9, "stated for the test", int_ops=40e12)
 
 
 @pytest.mark.parametrize(
@@ -110,9 +110,9 @@ def test_each_engine_runs_its_own_step() -> None:
 
 def test_a_verification_batch_pays_the_mat_vec_kernels_arithmetic_per_token() -> None:
     """Up to 8 tokens the quantized mat-vec kernel reads the weights once and dequantises them
-    again per token: on a dense model a batch of 5 costs more than one token where the card's
-    arithmetic runs out first, the same where its memory does; 9 tokens take the tiled
-    kernels (bound by the bytes, the prompt path)."""
+    again per token on the integer lanes: the first token's work hides under the reading, each
+    further token adds the same, in inverse proportion to the lanes' rate; 9 tokens take the
+    tiled kernels (bound by the bytes, the prompt path)."""
     model = model_card_info(DENSE)
     cost = ModelCost.from_model(model, ModelWeights.from_model(model))
     placement = place(model, gpu=True, n_gpu_layers=None, cpu_expert_layers=(), load_mtp=False)
@@ -123,22 +123,34 @@ def test_a_verification_batch_pays_the_mat_vec_kernels_arithmetic_per_token() ->
                          cache_types=("f16", "f16"))  # fmt: skip
         return pass_time(load, SpeedRates(ASSUMED_HOST, {"CUDA0": card}), 8).parts["card"]
 
-    slow = CardRates("CUDA0", "little arithmetic", 1000e9, 25e9, "stated", flops=20e12)
-    assert card_s(5, slow) > 1.5 * card_s(1, slow)
-    assert card_s(5, CARD) == pytest.approx(card_s(1, CARD), rel=0.05)
+    slow = CardRates("CUDA0", "little arithmetic", 1000e9, 25e9, "stated", int_ops=10e12)
+    reading = CardRates("CUDA0", "no integer rate stated", 1000e9, 25e9, "stated")
+    assert card_s(1, slow) == pytest.approx(card_s(1, reading))  # one column: the bytes
+    assert card_s(5, reading) == pytest.approx(card_s(1, reading), rel=0.01)
+    for card in (slow, CARD):
+        two, three = card_s(3, card) - card_s(1, card), card_s(5, card) - card_s(3, card)
+        assert two > 0 and three == pytest.approx(two, rel=0.02)
+    ratio = (card_s(5, slow) - card_s(1, slow)) / (card_s(5, CARD) - card_s(1, CARD))
+    assert ratio == pytest.approx(4.0, rel=0.02)  # CARD has 4x the integer lanes' rate
     assert card_s(9, slow) < card_s(8, slow)
 
 
 def test_mtp_auto_is_off_where_the_estimate_says_it_is_slower() -> None:
-    """On this CPU (no card) drafting costs more than it gains: MTP auto says so and is off;
-    asked for, it stays on; the plan for the published card keeps it on."""
-    cpu = run_cli("plan", "--demo", "--gpu", "cpu", "--json")
+    """On this CPU (no card) at a low acceptance drafting costs more than it gains: MTP auto
+    says so and is off; asked for, it stays on; at the published acceptance it gains and
+    stays on; the plan for the published card keeps it on."""
+    low = ("plan", "--demo", "--gpu", "cpu", "--acceptance", "0.4", "--json")
+    cpu = run_cli(*low)
     assert cpu.returncode == 0, cpu.stderr
     data = json.loads(cpu.stdout)
     assert data["effective"]["mtp"] is False
     assert data["effective"]["mtp_reason"].startswith("MTP auto: off (the estimate is ")
-    asked = json.loads(run_cli("plan", "--demo", "--gpu", "cpu", "--mtp", "--json").stdout)
+    asked = json.loads(run_cli(*low, "--mtp").stdout)
     assert asked["effective"]["mtp"] is True
+    assert asked["speed"]["decode_tok_s"] < asked["speed"]["decode_tok_s_without_mtp"]
+    high = json.loads(run_cli("plan", "--demo", "--gpu", "cpu", "--json").stdout)
+    assert high["effective"]["mtp"] is True
+    assert high["speed"]["decode_tok_s"] > high["speed"]["decode_tok_s_without_mtp"]
     card = json.loads(run_cli("plan", "--demo", "--json").stdout)
     assert card["effective"]["mtp"] is True and card["speed"]["mtp"] is True
     assert card["speed"]["decode_tok_s"] > card["speed"]["decode_tok_s_without_mtp"]

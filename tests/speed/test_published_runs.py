@@ -1,15 +1,17 @@
 """The speed estimate beside the runs others published (``devkit/published_runs.py``): every run
 of the table planned as mtpstudio plans it, each estimate printed beside its published figure,
 and the summary (``pytest tests/speed/test_published_runs.py -s`` shows them). The table checks
-the model; nothing is fitted to it."""
+the model; nothing is fitted to it. Each run's PC follows from the probe recorded beside the CPU
+kernel tables (``devkit/cpu_columns.recorded_host``), not a new probe of whatever machine runs
+the test, so the figures do not move with its load."""
 
 from __future__ import annotations
 
 import json
 import statistics
 
+from devkit.cpu_columns import recorded_host
 from devkit.published_runs import TABLE, estimate_run, published_runs, sources, summary_lines
-from mtpstudio.core.speed.host_rates import ASSUMED_HOST, load_host_rates
 
 
 def test_the_table_holds_enough_runs_from_enough_sources() -> None:
@@ -29,7 +31,7 @@ def test_the_table_holds_enough_runs_from_enough_sources() -> None:
 
 
 def test_each_estimate_beside_its_published_run() -> None:
-    host = load_host_rates(probe=True) or ASSUMED_HOST
+    host = recorded_host()  # the kernel tables' machine: the same figures on every machine
     estimates = [estimate_run(run, host) for run in published_runs()]
     lines = summary_lines(estimates)
     print("\n" + "\n".join(lines))

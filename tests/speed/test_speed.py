@@ -37,7 +37,14 @@ from mtpstudio.core.speed.host_rates import (
     rates_from_probe,
 )
 from mtpstudio.core.speed.inputs import SpeedInputs, run_from_entry
-from mtpstudio.core.speed.traffic import HOST, ModelCost, Routing, expert_share, pass_load
+from mtpstudio.core.speed.traffic import (
+    HOST,
+    ROUTING_REUSE,
+    ModelCost,
+    Routing,
+    expert_share,
+    pass_load,
+)
 from mtpstudio.core.state_files import SchemaError
 
 MOE = "qwen3.6-35b-a3b-iq4_xs"
@@ -100,7 +107,14 @@ def test_routed_experts_a_batch_reads() -> None:
     model = model_card_info(MOE)
     k_over_e = model.n_expert_used / model.n_expert
     assert expert_share(model, 1, Routing.INDEPENDENT) == pytest.approx(k_over_e)
-    assert expert_share(model, 4, Routing.INDEPENDENT) == pytest.approx(1 - (1 - k_over_e) ** 4)
+    # two tokens: the first's k, and the second's picks outside them (1 - reuse of its k)
+    two = expert_share(model, 2, Routing.INDEPENDENT)
+    assert two * model.n_expert == pytest.approx(
+        model.n_expert_used * (2 - ROUTING_REUSE) - model.n_expert_used**2 / model.n_expert
+        * (1 - ROUTING_REUSE)
+    )  # fmt: skip
+    independent = 1 - (1 - k_over_e) ** 4  # no reuse at all
+    assert k_over_e < expert_share(model, 4, Routing.INDEPENDENT) < independent
     assert expert_share(model, 4, Routing.SAME) == pytest.approx(k_over_e)  # zero weights
 
 

@@ -8,7 +8,7 @@ its name. A card the catalogue lacks is planned with a stated typical figure.
 from __future__ import annotations
 
 from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_cards
+from mtpstudio.core.model.catalog.gpus import INT32_SHARE, GpuCard, gpu_cards
 from mtpstudio.core.speed.estimate import CardRates
 
 GB = 1e9
@@ -24,19 +24,19 @@ DATACENTER = {
         3350 * GB,
         5,
         16,
-        16896 * 2 * 1980e6,
+        16896 * INT32_SHARE["Hopper"] * 1980e6,
         "NVIDIA's H100 SXM5 datasheet: 3.35 TB/s HBM3, 16,896 CUDA cores at 1,980 MHz",
     ),
     "NVIDIA H200": (
         4800 * GB,
         5,
         16,
-        16896 * 2 * 1980e6,
+        16896 * INT32_SHARE["Hopper"] * 1980e6,
         "NVIDIA's H200 SXM datasheet: 4.8 TB/s HBM3e, 16,896 CUDA cores at 1,980 MHz",
     ),
 }
 """The cards the GPU kit ran on (not planning targets, so not in the catalogue): bandwidth,
-PCIe generation and lanes, single-precision operations per second, source."""
+PCIe generation and lanes, 32-bit integer operations per second, source."""
 
 
 def catalogue_card(device: TargetDevice) -> GpuCard | None:
@@ -55,8 +55,10 @@ def card_rates(device: TargetDevice) -> CardRates:
     card = catalogue_card(device)
     name = device.name.removesuffix(" (catalogue)").strip()
     if card is None and name in DATACENTER:
-        bandwidth, gen, lanes, flops, source = DATACENTER[name]
-        return CardRates(device.id, name, bandwidth, pcie_bytes(gen, lanes), source, flops=flops)
+        bandwidth, gen, lanes, int_ops, source = DATACENTER[name]
+        return CardRates(
+            device.id, name, bandwidth, pcie_bytes(gen, lanes), source, int_ops=int_ops
+        )
     if card is None:
         return CardRates(
             device.id,
@@ -73,5 +75,5 @@ def card_rates(device: TargetDevice) -> CardRates:
         pcie_bytes(card.pcie_gen, card.pcie_lanes),
         f"published for the {card.name}: {card.bus_width_bits}-bit {card.memory_type} at "
         f"{card.data_rate_gbps:g} Gbps; PCIe {card.pcie_gen}.0 x{card.pcie_lanes}",
-        flops=card.fp32_flops,
+        int_ops=card.int32_ops,
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from mtpstudio.core.speed.cpu_kernels import CPU_KERNELS, IK_CPU_KERNELS, REFERENCE_GEMV
 from mtpstudio.core.speed.estimate import PARAMS
 from mtpstudio.core.speed.host_target import KERNEL_VECTOR_BITS, RAM_READ_SHARE
+from mtpstudio.core.speed.traffic import ROUTING_REUSE
 
 KIT = "the GPU kit's H100 decode probes (b11434, full-size zero-weight 35B-A3B and 27B IQ4_XS)"
 
@@ -41,7 +42,7 @@ def coefficients() -> tuple[Coefficient, ...]:
     return (
         Coefficient("card_node_s", f"{p.card_node_s * 1e6:.3f} µs", solved),
         Coefficient("card_node_eager_s", f"{p.card_node_eager_s * 1e6:.3f} µs", solved),
-        Coefficient("card_column_ops", f"{p.card_column_ops:.3f}", solved),
+        Coefficient("card_column_ops", f"{p.card_column_ops:.3f} integer ops", solved),
         Coefficient("card_efficiency", f"{p.card_efficiency:.0%}", ASSUMED["card_efficiency"]),
         Coefficient("pass_s", f"{p.pass_s * 1e3:.2f} ms", ASSUMED["pass_s"]),
         Coefficient("hop_s", f"{p.hop_s * 1e6:.0f} µs", ASSUMED["hop_s"]),
@@ -52,6 +53,23 @@ def coefficients() -> tuple[Coefficient, ...]:
         ),
         Coefficient(
             "IK_CPU_KERNELS", f"{len(ik.rates)} types, node {ik.node_s * 1e6:.3f} µs", ik.source
+        ),
+        Coefficient(
+            "CPU_KERNELS.column_share",
+            f"{up.column_share:g}",
+            "solved from upstream's passes of 1-4 tokens through the zero-weight 35B-A3B on "
+            "the kernel tables' machine (tests/fixtures/speed/cpu-columns.json)",
+        ),
+        Coefficient(
+            "IK_CPU_KERNELS.column_share",
+            f"{ik.column_share:g}",
+            "solved from ik's passes of 1-4 tokens the same way (cpu-columns-ik.json)",
+        ),
+        Coefficient(
+            "ROUTING_REUSE",
+            f"{ROUTING_REUSE:.3f}",
+            "read from a publication: Qwen3-30B-A3B's next token picks this share of the "
+            "previous one's experts again (arXiv 2505.16056, LRU hit rate at 8 experts)",
         ),
         Coefficient(
             "REFERENCE_GEMV",

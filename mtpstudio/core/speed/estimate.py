@@ -25,13 +25,21 @@ from mtpstudio.core.speed.acceptance import Acceptance, draft_attempts
 from mtpstudio.core.speed.cpu_kernels import CPU_KERNELS, REFERENCE_GEMV, CpuKernels
 from mtpstudio.core.speed.decode_rules import MMVQ_MAX_BATCH, UPSTREAM_RULES, DecodeRules
 from mtpstudio.core.speed.host_rates import HostRates
-from mtpstudio.core.speed.traffic import HOST, Load, ModelCost, PassLoad, Routing, pass_load
+from mtpstudio.core.speed.traffic import (
+    HOST,
+    ROUTING_REUSE,
+    Load,
+    ModelCost,
+    PassLoad,
+    Routing,
+    pass_load,
+)
 
 GB = 1e9
 
-CARD_NODE_S = 2.273e-6
-CARD_NODE_EAGER_S = 4.831e-6
-CARD_COLUMN_OPS = 7.884
+CARD_NODE_S = 2.218e-6
+CARD_NODE_EAGER_S = 4.776e-6
+CARD_COLUMN_OPS = 1.459
 """The card coefficients as ``devkit/speed_check.solve_card_coefficients`` solved them from the
 H100 kit recording (``tests/fixtures/cuda_truth/upstream-11434-cuda-nvidia-h100-80gb-hbm3-*``);
 ``tests/speed/test_card_coefficients.py`` solves them again and compares."""
@@ -50,9 +58,9 @@ class CardRates:
     pcie: float
     source: str
     known: bool = True
-    flops: float | None = None
-    """Single-precision operations per second (None: not published; the mat-vec kernels'
-    arithmetic is then left out)."""
+    int_ops: float | None = None
+    """32-bit integer operations per second, the lanes the quantized mat-vec kernel
+    dequantises and multiplies on (None: not stated; its arithmetic is then left out)."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +76,10 @@ class SpeedParams:
             kernel's launch and latency floor on the card), and
         card_node_eager_s: the same where the CPU launches every kernel (graphs off, or a
             shape the graph has not warmed up to), and
-        card_column_ops: the operations per weight and per column the quantized mat-vec kernel
-            spends on a card (it dequantises every weight again for each column; one column
-            is bound by memory, several by this): all three solved from the GPU kit's three
+        card_column_ops: the 32-bit integer operations per weight and per column the quantized
+            mat-vec kernel spends on a card (it dequantises every weight again for each column
+            and multiplies on the integer lanes: the first column hides under the reading of
+            the weights, each further one adds its own): all three solved from the GPU kit's three
             decode probes on an H100 (b11434, full-size zero-weight Qwen3.6-35B-A3B and 27B
             IQ4_XS, MTP depth 3, acceptance 0: 103.8 tok/s, 65.9 without graphs, 48.7 for the
             27B; ``devkit/speed_check.solve_card_coefficients``), the kit's host CPU taken as
@@ -240,11 +249,13 @@ def pass_time(
 ) -> PassTime:
     """The seconds of one pass: each device's share, the hops, the PCIe copies.
 
-    On a card a pass reads its bytes, or, for a batch of up to ``MMVQ_MAX_BATCH`` tokens,
-    spends ``card_column_ops`` per weight and token in the mat-vec kernel when that takes
-    longer (``tiled_experts``: the routed experts run the tiled kernel instead, bound by their
-    bytes); each of its nodes costs ``card_node_s`` where it replays a CUDA graph (``graphs``:
-    the share of such passes) and ``card_node_eager_s`` where the CPU launches it, both scaled
+    On a card a pass reads its bytes; a batch of up to ``MMVQ_MAX_BATCH`` tokens runs the
+    quantized mat-vec kernel, which spends ``card_column_ops`` integer operations per weight and
+    token on the card's integer lanes: the first token's work overlaps the reading (it counts
+    only where it takes longer), each further token's adds to it (``tiled_experts``: the routed
+    experts of a batch run the tiled kernel instead, bound by their bytes); each of its nodes
+    costs ``card_node_s`` where it replays a CUDA graph (``graphs``: the share of such passes)
+    and ``card_node_eager_s`` where the CPU launches it, both scaled
     to the host's core (the kit's host counted as a reference core): per token the CPU builds
     and schedules the graph, and updates the captured one (the cache's views move every token)
     or launches every kernel, node by node; it also schedules each node at the CPU kernels'
@@ -265,13 +276,15 @@ def pass_time(
             continue
         cards = True
         reads = load_here.bytes / (card.bandwidth * params.card_efficiency)
-        arithmetic = 0.0
-        if not prefill and load.tokens <= MMVQ_MAX_BATCH and card.flops:
+        first = further = 0.0
+        if not prefill and load.tokens <= MMVQ_MAX_BATCH and card.int_ops:
             columns = load_here.flops - load_here.attention_flops - load_here.state_flops
             if tiled_experts and load.tokens > 1:
                 columns -= load_here.expert_flops
-            arithmetic = columns / 2.0 * params.card_column_ops / card.flops
-        parts["card"] = parts.get("card", 0.0) + max(reads, arithmetic)
+            arithmetic = columns / 2.0 * params.card_column_ops / card.int_ops
+            first = arithmetic / load.tokens
+            further = arithmetic - first
+        parts["card"] = parts.get("card", 0.0) + max(reads, first) + further
         share = min(1.0, max(0.0, graphs))
         node = params.card_node_s + (1.0 - share) * (params.card_node_eager_s - params.card_node_s)
         node *= core_scale  # the host's work per node, on its core
@@ -510,7 +523,8 @@ def basis_lines(
     lines.append(
         f"{context:,} tokens of context filled; experts picked "
         + (
-            "independently by each token"
+            f"by each token, {ROUTING_REUSE:.0%} of them again by the next (measured on "
+            "Qwen3-30B-A3B, arXiv 2505.16056)"
             if routing is Routing.INDEPENDENT
             else "alike by every token"
         )

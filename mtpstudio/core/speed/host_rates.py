@@ -55,6 +55,9 @@ class HostRates:
     measured: bool = True
     machine: str = ""
     """The CPU model and its logical CPUs (``machine_name``): empty where not probed."""
+    clock_ghz: float | None = None
+    """The probed machine's highest core clock where it was recorded with the rates (a
+    recording's); None: this computer's (``host_target.this_clock_ghz``)."""
 
     def read_bandwidth(self, threads: int) -> float:
         """Bytes per second ``threads`` threads read from RAM (between probed counts: linear;

@@ -124,7 +124,7 @@ def other_host(
     commonly run RAM; this computer's own when ``cpu`` is None too)."""
     if cpu is None and ram is None:
         return here
-    clock = here_ghz or this_clock_ghz()
+    clock = here_ghz or here.clock_ghz or this_clock_ghz()
     scale = 1.0 if cpu is None else cpu.boost_ghz / clock * vector_factor(cpu.simd_datapath_bits)
     cores = here.cores if cpu is None else cpu.performance_cores
     if ram is None and cpu is not None:
@@ -159,6 +159,7 @@ def other_host(
         ),
         measured=False,
         machine="" if cpu is None else cpu.name,
+        clock_ghz=clock if cpu is None else cpu.boost_ghz,
     )
 
 

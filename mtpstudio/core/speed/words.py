@@ -7,9 +7,9 @@ from mtpstudio.core.speed.estimate import SpeedEstimate
 NOT_MODELLED = (
     "the acceptance on your own prompts unless you give it (--acceptance; code drafts better "
     "than prose), the CPU's turbo and what else runs on it, the card's real clocks, power limit "
-    "and its PCIe link as the board wires it, how a trained model's tokens share experts (each "
-    "is taken to pick its own), the operating system (Windows and WSL2 decode slower), and a "
-    "card's arithmetic for prompts (a ceiling)"
+    "and its PCIe link as the board wires it, how this model's tokens share experts (taken "
+    "as Qwen3-30B-A3B's were measured), the operating system (Windows and WSL2 decode "
+    "slower), and a card's arithmetic for prompts (a ceiling)"
 )
 """What the estimate cannot know, said once beside it (the README's list is longer)."""
 

@@ -26,7 +26,7 @@ class CpuSpec(BaseModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{1,40}$")
     name: str = Field(min_length=1, max_length=80)
     vendor: Literal["AMD", "Intel"]
-    form: Literal["desktop", "laptop"]
+    form: Literal["desktop", "laptop", "workstation"]
     microarchitecture: str = Field(max_length=80)
     performance_cores: int = Field(gt=0, le=256)
     efficiency_cores: int = Field(ge=0, le=256)

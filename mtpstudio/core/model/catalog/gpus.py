@@ -16,6 +16,12 @@ DEFAULT_GPU_CARD = "rtx-4070-super"
 """The card the demo plans for: a common 12 GB desktop GPU."""
 
 _RESOURCE = "catalog/gpus.json"
+INT32_SHARE = {"Ampere": 0.5, "Ada Lovelace": 0.5, "Hopper": 0.5, "Blackwell": 1.0}
+"""The share of an NVIDIA architecture's shader units (CUDA cores) that run 32-bit integer
+instructions: on Ampere and Ada one of each SM partition's two 16-lane groups is FP32/INT32 and
+the other FP32 only (Hopper's SM: 128 FP32 and 64 INT32 cores); on Blackwell (RTX 50) every CUDA
+core runs either (NVIDIA's RTX Blackwell GPU architecture whitepaper, 2025: integer throughput
+per SM doubled over Ada). RDNA 3 is left out: its mat-vec runs on Vulkan by other rules."""
 _SCHEMA = 1
 
 Vendor = Literal["nvidia", "amd"]
@@ -59,12 +65,14 @@ class GpuCard(BaseModel):
     desktop_note: str = ""
 
     @property
-    def fp32_flops(self) -> float | None:
-        """Single-precision operations per second at the boost clock: shader units × 2 (a
-        fused multiply-add) × clock, the vendor's figure (RDNA 3's dual issue not counted)."""
-        if self.shader_units is None or self.boost_clock_mhz is None:
+    def int32_ops(self) -> float | None:
+        """32-bit integer operations per second at the boost clock: the shader units that run
+        integer instructions (``INT32_SHARE`` of them, by architecture) × clock; None where the
+        architecture's share is not stated."""
+        share = INT32_SHARE.get(self.arch)
+        if self.shader_units is None or self.boost_clock_mhz is None or share is None:
             return None
-        return self.shader_units * 2.0 * self.boost_clock_mhz * 1e6
+        return self.shader_units * share * self.boost_clock_mhz * 1e6
 
     @property
     def vram_mib(self) -> int:

@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "server": "server",
     "tune": "tune",
     "models": "models",
+    "prestart": "prestart",
 }
 
 

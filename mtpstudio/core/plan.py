@@ -27,6 +27,7 @@ from mtpstudio.core.plan_choices import EngineFlavour as EngineFlavour
 from mtpstudio.core.plan_choices import FlashAttention as FlashAttention
 from mtpstudio.core.plan_choices import LoadMode as LoadMode
 from mtpstudio.core.plan_choices import MoePlacement as MoePlacement
+from mtpstudio.core.plan_choices import ShortVram as ShortVram
 from mtpstudio.core.plan_choices import SplitMode as SplitMode
 from mtpstudio.core.plan_settings import MAX_CTX as MAX_CTX
 from mtpstudio.core.plan_settings import MAX_LAYERS as MAX_LAYERS
@@ -346,6 +347,11 @@ class OutputPaths(_Section):
     )
     env_file: str = Field(default="mtpstudio-llama.env", description="EnvironmentFile name.")
     launch_script: str = Field(default="mtpstudio-llama.sh", description="Launch script name.")
+    short_vram: Annotated[ShortVram, setting("outputs.short_vram")] = Field(
+        default=ShortVram.REFUSE,
+        description="What the service's check before the engine starts does when a GPU has "
+        "less free memory than the plan needs then.",
+    )
 
     @field_validator("service_name")
     @classmethod

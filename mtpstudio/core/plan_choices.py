@@ -63,6 +63,16 @@ class SplitMode(StrEnum):
     ROW = "row"
 
 
+class ShortVram(StrEnum):
+    """What a service's check before the engine starts does when a GPU has less free memory
+    than the plan needs at that moment."""
+
+    REFUSE = "refuse"
+    """Do not start: one line in the journal says what holds the memory."""
+    WARN = "warn"
+    """Start all the same, and say so in the journal (the engine may run out of memory)."""
+
+
 class DesktopReclaim(StrEnum):
     """How desktop VRAM is reclaimed, lightest first."""
 

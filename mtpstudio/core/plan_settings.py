@@ -19,6 +19,7 @@ from mtpstudio.core.plan_choices import (
     DesktopReclaim,
     FlashAttention,
     LoadMode,
+    ShortVram,
     SplitMode,
 )
 
@@ -308,6 +309,13 @@ _DECLARED = (
     ),
     _choice("desktop", ("--desktop",), DesktopReclaim, "desktop VRAM reclamation"),
     _choice("split.mode", ("--split-mode", "-sm"), SplitMode, "layer or row split"),
+    _choice(
+        "outputs.short_vram",
+        ("--short-vram",),
+        ShortVram,
+        "what the service's check before the engine starts does when a GPU has too little "
+        "free memory for the plan (default refuse)",
+    ),
 )
 
 SETTINGS: Mapping[str, Setting] = MappingProxyType({s.path: s for s in _DECLARED})

@@ -26,6 +26,11 @@ from mtpstudio.core.quoting.systemd import (
     systemd_text,
 )
 from mtpstudio.helper.constants import ENV_DIR
+from mtpstudio.helper.prestart_shape import (
+    PrestartShape,
+    prestart_from_argv,
+    prestart_from_params,
+)
 from mtpstudio.helper.safefs import Refused
 from mtpstudio.helper.session_shape import SESSION_VARIABLES
 from mtpstudio.helper.shape_common import (
@@ -101,6 +106,7 @@ class UnitShape:
         mlock: the weights are locked in RAM (``LimitMEMLOCK=infinity``).
         loopback: the server listens on loopback only (``IPAddress*=``).
         env: the environment file's (name, value) pairs.
+        prestart: the check before the engine starts (``ExecStartPre=``; None: none).
     """
 
     system: bool
@@ -115,6 +121,7 @@ class UnitShape:
     mlock: bool = False
     loopback: bool = True
     env: tuple[tuple[str, str], ...] = ()
+    prestart: PrestartShape | None = None
 
     @property
     def description(self) -> str:
@@ -137,11 +144,24 @@ class UnitShape:
             "mlock": self.mlock,
             "loopback": self.loopback,
             "env": [list(p) for p in self.env],
+            "prestart": None if self.prestart is None else self.prestart.params(),
         }
 
 
 def _exec_start(shape: UnitShape) -> str:
     return systemd_command_line(shape.argv, shape.arg_groups)
+
+
+def _exec_start_pre(shape: UnitShape) -> str:
+    """The check's lines before ``ExecStart=`` (none without a check)."""
+    if shape.prestart is None:
+        return ""
+    return (
+        "# Before the engine starts: is the VRAM this placement needs free, and is the engine\n"
+        "# the build the unit was made for? One line in the journal either way (mtpstudio\n"
+        f"# prestart); it refuses to start when short unless the plan says warn.\n"
+        f"ExecStartPre={systemd_command_line(shape.prestart.argv(shape.argv[0]))}\n"
+    )
 
 
 def sandbox_lines(*, protect_home: str) -> str:
@@ -230,6 +250,7 @@ def render_unit(shape: UnitShape) -> str:
             "llama-server\n"
             "# does not need them (and a Vulkan build would otherwise pick the software driver).\n"
             f"UnsetEnvironment={' '.join(SESSION_VARIABLES)}\n"
+            f"{_exec_start_pre(shape)}"
             f"ExecStart={exec_start}\n"
             "Restart=on-failure\n"
             "RestartSec=15s\n"
@@ -275,6 +296,7 @@ def render_unit(shape: UnitShape) -> str:
         "# Access to the GPU device nodes on distributions that give them to these groups.\n"
         "SupplementaryGroups=video render\n"
         f"EnvironmentFile={env_path}\n"
+        f"{_exec_start_pre(shape)}"
         f"ExecStart={exec_start}\n"
         "Restart=on-failure\n"
         "RestartSec=15s\n"
@@ -365,7 +387,8 @@ def system_unit_from_params(name: str, payload: Mapping[str, Any], root: str = "
     """The system unit ``install-unit NAME`` asks for, every value checked; Refused otherwise."""
     check_system_unit_name(name, root)
     only_keys(payload, {"env_name", "user", "model_file", "argv", "arg_groups", "notes",
-                         "warnings", "mlock", "loopback", "env"}, "a unit")  # fmt: skip
+                         "warnings", "mlock", "loopback", "env", "prestart"},
+              "a unit")  # fmt: skip
     env_name = check_file_name(payload.get("env_name"), ".env")
     model_file = text_value(payload.get("model_file"), "the model's file name", _MAX_FILE_NAME)
     if "/" in model_file:
@@ -395,6 +418,9 @@ def system_unit_from_params(name: str, payload: Mapping[str, Any], root: str = "
         mlock=bool_value(payload.get("mlock", False), "mlock"),
         loopback=bool_value(payload.get("loopback", True), "loopback"),
         env=env,
+        prestart=None
+        if payload.get("prestart") is None
+        else prestart_from_params(payload["prestart"], name),
     )
     try:  # every value must also be writable in its format
         render_unit(shape)
@@ -415,7 +441,7 @@ def _normal(entries: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """The entries with ``ExecStart=`` as its words (continuation lines join with spaces)."""
     out = []
     for section, key, value in entries:
-        if (section, key) == ("Service", "ExecStart"):
+        if (section, key) in (("Service", "ExecStart"), ("Service", "ExecStartPre")):
             with suppress(ValueError):
                 value = "\0".join(split_systemd_command_line(value))
         out.append((section, key, value))
@@ -447,6 +473,13 @@ def check_installed_unit(text: str, name: str, env_name: str | None, *, system: 
     model_file = description.removeprefix("llama-server ").removesuffix(" (mtpstudio)")
     if not argv or not argv[0].startswith("/"):
         raise Refused("the unit's ExecStart= must start with an absolute path")
+    prestart = None
+    if ("Service", "ExecStartPre") in values:
+        try:
+            pre = split_systemd_command_line(values[("Service", "ExecStartPre")])
+        except ValueError as exc:
+            raise Refused(f"the unit's ExecStartPre= does not parse ({exc})") from None
+        prestart = prestart_from_argv(pre, name, argv[0])
     shape = UnitShape(
         system=system,
         unit_name=name,
@@ -456,6 +489,7 @@ def check_installed_unit(text: str, name: str, env_name: str | None, *, system: 
         argv=argv,
         mlock=("Service", "LimitMEMLOCK") in values,
         loopback=("Service", "IPAddressDeny") in values,
+        prestart=prestart,
     )
     try:
         expected = _normal(parse_unit_file(render_unit(shape)))

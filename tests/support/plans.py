@@ -40,3 +40,20 @@ def demo_plan(**changes: Any) -> Plan:
         "engine.flavour": "upstream",
     }
     return plan_with(plan_with(Plan(), card), dict(changes))
+
+
+def published_resolved(**changes: Any) -> Any:
+    """The published setup on the catalogue RTX 4070 SUPER (the demo's defaults where they fit),
+    resolved on a machine without detection; ``changes`` by dotted key."""
+    from mtpstudio.core.model.catalog.models import model_card_info
+    from mtpstudio.core.planning import (
+        PlanningContext,
+        machine_for,
+        published_demo_plan,
+        resolve,
+    )
+
+    pctx = PlanningContext(machine_for(None), model_card_info(DEFAULT_MODEL_CARD))
+    plan, said = published_demo_plan(plan_with(Plan(), {"device": "rtx-4070-super"}), pctx)
+    assert said.startswith("Demo defaults: the published setup"), said
+    return resolve(plan_with(plan, dict(changes)), pctx)

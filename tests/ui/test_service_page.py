@@ -520,3 +520,28 @@ def test_the_preview_keeps_what_it_is_readable_beside_a_long_path(
     line = files.fontMetrics().lineSpacing()
     for row in range(files.topLevelItemCount()):
         assert files.visualItemRect(files.topLevelItem(row)).height() <= 5 * line + 8
+
+
+def test_a_system_unit_for_the_card_says_why_its_placement_is_written_out(
+    make_wizard: WizardFactory, model_plan: Plan
+) -> None:
+    """For the catalogue RTX 4070 SUPER (a desktop of 1,024 MiB) the system unit, which starts
+    at boot, runs the plan's placement with the fit off, and the page says why and names the
+    two moments; the user unit keeps the engine's fit."""
+    plan = model_plan.model_copy(update={"device": "rtx-4070-super"})
+    page = service_wizard(make_wizard, plan).service_page
+    page.set_scope(UnitScope.SYSTEM)
+    page.state.tasks.wait_idle(30)
+    text = page.views["unit"].toPlainText()
+    notice = page.notice.text()
+    assert "--fit off" in text and "--n-cpu-moe " in text and "ExecStartPre=" in text
+    assert "The plan's placement written out" in notice
+    assert "At boot (before any login)" in notice and "After login" in notice
+    rows = [page.flags.item(i, 0).text() for i in range(page.flags.rowCount())]
+    placement = next(i for i, r in enumerate(rows) if r.startswith("--n-cpu-moe"))
+    assert "before the desktop" in page.flags.item(placement, 2).text()
+    page.set_scope(UnitScope.USER)
+    page.state.tasks.wait_idle(30)
+    user_unit = page.views["unit"].toPlainText()
+    assert "--fit on" in user_unit and "--fit-target 1024" in user_unit
+    assert "The plan's placement written out" not in page.notice.text()

@@ -13,6 +13,7 @@ from mtpstudio.core.plan import Plan
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.render import UnitScope, render_service_files, template_environment
 from mtpstudio.core.service.rpc_unit import render_rpc_server_unit
+from mtpstudio.helper.prestart_shape import PrestartShape
 
 README_NAME = "README.md"
 
@@ -32,9 +33,11 @@ def render_all(
     scope: UnitScope,
     user: str | None,
     session: SessionSettings | None = None,
+    prestart: PrestartShape | None = None,
 ) -> dict[str, RenderedFile]:
-    """Every file the plan needs, plus a README saying what each is and how to install it."""
-    files = render_service_files(plan, spec, scope=scope, user=user)
+    """Every file the plan needs, plus a README saying what each is and how to install it
+    (``prestart``: the check before the engine starts)."""
+    files = render_service_files(plan, spec, scope=scope, user=user, prestart=prestart)
     files |= render_reclaim_files(plan.desktop, session)
     rpc_files = {
         f"rpc-server-{i}": render_rpc_server_unit(server) for i, server in enumerate(plan.split.rpc)

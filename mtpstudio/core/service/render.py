@@ -37,6 +37,7 @@ from mtpstudio.core.quoting.systemd import (
 )
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.helper import unit_shape
+from mtpstudio.helper.prestart_shape import PrestartShape
 from mtpstudio.helper.shape_common import comment, comment_wrap
 from mtpstudio.helper.unit_shape import UnitShape
 
@@ -185,6 +186,7 @@ def render_service_files(
     scope: UnitScope = UnitScope.SYSTEM,
     user: str | None = None,
     layout: ServiceLayout | None = None,
+    prestart: PrestartShape | None = None,
 ) -> dict[str, RenderedFile]:
     """The systemd unit, its environment file and the launch script for ``spec``.
 
@@ -194,6 +196,8 @@ def render_service_files(
         scope: system unit (``User=``, hardening, boot start) or user unit.
         user: the account a system unit runs as (required for ``UnitScope.SYSTEM``).
         layout: where the files go; default ``ServiceLayout.for_plan(plan, scope)``.
+        prestart: the check before the engine starts (``ExecStartPre=`` and the script's
+            first command; None: none).
 
     Returns:
         ``{"unit": …, "env": …, "script": …}``.
@@ -243,6 +247,7 @@ def render_service_files(
         "argv0": spec.argv[0],
         "arg_lines": _script_lines(spec),
         "drop_patterns": _drop_patterns(spec.drop_env_prefixes),
+        "prestart": None if prestart is None else list(prestart.argv(spec.argv[0])),
     }
     shape = UnitShape(
         system=scope is UnitScope.SYSTEM,
@@ -257,6 +262,7 @@ def render_service_files(
         mlock=mlock,
         loopback=plan.server.is_loopback and not remote,
         env=tuple(sorted(spec.env.items())),
+        prestart=prestart,
     )
     unit_text = unit_shape.render_unit(shape)
     _check_exec_start(unit_text, spec, unit_name)

@@ -21,10 +21,13 @@ from mtpstudio.core.errors import RenderError
 from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan
-from mtpstudio.core.planning import LaunchSpec, ResolvedPlan, launch_spec_for
+from mtpstudio.core.planning import LaunchSpec, ResolvedPlan, budget_for, launch_spec_for
 from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.service.boot_placement import BootPlacement, boot_placement, moments
 from mtpstudio.core.service.export import render_all
+from mtpstudio.core.service.prestart import prestart_for
 from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
+from mtpstudio.helper.prestart_shape import PrestartShape
 
 
 class EngineNotHereError(RenderError):
@@ -136,6 +139,47 @@ def hidden_by_private_tmp(plan: Plan, unit_text: str) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class UnitPlan:
+    """What a unit runs: the plan (its placement written out for a system unit that would
+    leave it to the engine's fit at boot), its command, the check before it starts, and what
+    to tell the user about the placement."""
+
+    resolved: ResolvedPlan
+    spec: LaunchSpec
+    notes: list[str]
+    prestart: PrestartShape | None
+    boot: BootPlacement | None
+
+
+def unit_plan(
+    resolved: ResolvedPlan, scope: UnitScope, api_key_file: Path | None = None
+) -> UnitPlan:
+    """The unit's plan and command for ``scope`` (``boot_placement``: a system unit starts
+    before the desktop, so the engine's fit is written out as the plan's placement)."""
+    boot = boot_placement(resolved) if scope is UnitScope.SYSTEM else None
+    runs = boot.resolved if boot is not None else resolved
+    spec, notes = launch_spec_for(runs, api_key_file=api_key_file)
+    if boot is not None:
+        spec = with_placement_reason(spec, boot.reason)
+        notes = [boot.reason, *moments(boot), *notes]
+    budget = boot.budget if boot is not None else budget_for(runs)
+    name = f"{runs.effective.outputs.service_name}.service"
+    prestart = prestart_for(runs, budget, name, [n.flag for n in spec.flags])
+    return UnitPlan(runs, spec, notes, prestart, boot)
+
+
+def with_placement_reason(spec: LaunchSpec, reason: str) -> LaunchSpec:
+    """``spec`` whose placement flags (the fit off, the experts in RAM) say why they are
+    written out."""
+    placement = {"runtime.moe", "runtime.n_cpu_moe"}
+    flags = tuple(
+        replace(n, explanation=f"{n.explanation} {reason}") if n.setting in placement else n
+        for n in spec.flags
+    )
+    return replace(spec, flags=flags)
+
+
 def install_files(
     resolved: ResolvedPlan, scope: UnitScope, account: str | None = None
 ) -> ServiceFiles:
@@ -143,16 +187,21 @@ def install_files(
     and key file as ``export-unit``); refused unless the model files can be loaded."""
     check_exportable(resolved, scope, account)
     key_file, messages = export_key_file(resolved.plan, create=True)
-    plan = resolved.effective
-    spec, notes = launch_spec_for(resolved, api_key_file=key_file)
+    made = unit_plan(resolved, scope, key_file)
+    plan = made.resolved.effective
     layout = ServiceLayout.for_plan(
         plan, scope, config_dir=paths.config_home(), data_dir=paths.data_home()
     )
     files = render_service_files(
-        plan, spec, scope=scope, user=account_for(scope, account), layout=layout
+        plan,
+        made.spec,
+        scope=scope,
+        user=account_for(scope, account),
+        layout=layout,
+        prestart=made.prestart,
     )
-    notes += hidden_by_private_tmp(plan, files["unit"].text)
-    return ServiceFiles(files, spec, tuple(messages + notes))
+    notes = made.notes + hidden_by_private_tmp(plan, files["unit"].text)
+    return ServiceFiles(files, made.spec, tuple(messages + notes))
 
 
 def export_key_file(plan: Plan, *, create: bool) -> tuple[Path | None, list[str]]:
@@ -190,17 +239,21 @@ def export_files(
     if not preview:
         check_exportable(resolved, scope, account)
     key_file, messages = export_key_file(resolved.plan, create=not preview)
-    plan = resolved.effective  # the files say what the engine runs: MTP auto decided
-    spec, notes = launch_spec_for(resolved, api_key_file=key_file)
+    made = unit_plan(resolved, scope, key_file)
+    plan = made.resolved.effective  # the files say what the engine runs: MTP auto decided
     files = render_all(
         plan,
-        spec,
+        made.spec,
         scope=scope,
         user=account or account_for(scope, None),
         session=session,
+        prestart=made.prestart,
     )
-    notes += hidden_by_private_tmp(plan, files["unit"].text)
-    return ServiceFiles(dict(files), spec, tuple(messages + [f"warning: {n}" for n in notes]))
+    said = [] if made.boot is None else [made.boot.reason, *moments(made.boot)]
+    notes = made.notes[len(said) :] + hidden_by_private_tmp(plan, files["unit"].text)
+    return ServiceFiles(
+        dict(files), made.spec, tuple(messages + said + [f"warning: {n}" for n in notes])
+    )
 
 
 def _cuda(resolved: ResolvedPlan) -> bool:

@@ -304,7 +304,7 @@ class ServicePage(PlanPage):
                 self.flags.setItem(row, column, item)
         self._fit_flag_rows()
         warnings = [m.removeprefix("warning: ") for m in rendered.messages]
-        notes = " ".join(w[:1].upper() + w[1:] + "." for w in warnings)
+        notes = " ".join(w[:1].upper() + w[1:] + ("" if w.endswith(".") else ".") for w in warnings)
         if self.state.plan.model.path is None:
             notes = (
                 f"The plan uses the demo card {self.state.plan.model.card}: these files show "
@@ -474,7 +474,7 @@ class ServicePage(PlanPage):
             notes = [f"Written {self.system.via}."]
             if helper.needs_setup:
                 notes.insert(0, setup_note(helper))
-        notes += [m[:1].upper() + m[1:] + "." for m in out.messages]
+        notes += [m[:1].upper() + m[1:] + ("" if m.endswith(".") else ".") for m in out.messages]
         previews = preview(shown, root)
         replaced = [p for p in previews if p.state == "changed"]
         if replaced:

@@ -1,0 +1,52 @@
+"""``mtpstudio prestart``: the check a unit runs before its engine starts (``ExecStartPre=``).
+
+Its words are the ones ``helper/prestart_shape.py`` writes into the unit; it prints one line per
+finding (the journal keeps them) and exits 1 when the engine must not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "prestart",
+        help="the check a unit runs before its engine starts (free VRAM, the engine's build)",
+    )
+    p.add_argument("--unit", required=True, help="the unit's name, for the journal's lines")
+    p.add_argument("--on-short", choices=["refuse", "warn"], default="refuse")
+    p.add_argument("--need", action="append", default=[], metavar="DEVICE=ENGINE_MIB,DESKTOP_MIB")
+    p.add_argument("--engine", required=True, help="the engine binary the unit starts")
+    p.add_argument("--engine-size", metavar="BYTES")
+    p.add_argument("--engine-mtime-ns", metavar="NS")
+    p.add_argument("--flag", action="append", default=[], help="a flag the unit passes")
+    p.set_defaults(func=cmd_prestart)
+
+
+def _words(args: argparse.Namespace) -> list[str]:
+    """The check's words in the order the unit writes them (read back and checked)."""
+    words = ["--unit", args.unit, "--on-short", args.on_short]
+    for need in args.need:
+        words += ["--need", need]
+    words += ["--engine", args.engine]
+    if args.engine_size is not None:
+        words += ["--engine-size", args.engine_size]
+    if args.engine_mtime_ns is not None:
+        words += ["--engine-mtime-ns", args.engine_mtime_ns]
+    for flag in args.flag:
+        words += ["--flag", flag]
+    return words
+
+
+def cmd_prestart(args: argparse.Namespace) -> int:
+    from mtpstudio.core.usecases.prestart import check_before_start, shape_from_words
+
+    shape = shape_from_words(sys.executable, _words(args), args.unit, args.engine)
+    outcome = check_before_start(shape, Path(args.engine))
+    for line in outcome.lines:
+        print(line, flush=True)
+    return 0 if outcome.start else 1

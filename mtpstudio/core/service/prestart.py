@@ -1,0 +1,182 @@
+"""The check before the engine starts: is the VRAM the plan needs free, is the engine the build
+the unit was made for.
+
+A unit (``ExecStartPre=``) and the launch script run ``mtpstudio prestart`` before the engine.
+Per GPU it reads the free memory now (NVML) and compares it with what the plan's placement
+needs: the engine's own allocations and growth (``boot_placement.engine_bytes``), and the
+desktop's share where the desktop does not hold it yet (the unit may start before the login).
+Too little: one line in the journal saying what holds the memory, and the unit does not start
+(``--short-vram refuse``, the default) or starts and says so (``warn``). The engine's size and
+modification time are compared with the build the plan probed; another build is asked, bounded
+in time, about the flags the unit passes, and the line names the ones it rejects and the command
+that renders the unit again. Where NVML cannot be read the memory is not checked (said so).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtpstudio.core.detect.nvidia import NvidiaDetection
+from mtpstudio.core.engines.flags import CANDIDATE_FLAGS
+from mtpstudio.core.engines.probe import probe_flags
+from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
+from mtpstudio.core.planning import ResolvedPlan
+from mtpstudio.core.runner import Runner
+from mtpstudio.core.service.boot_placement import engine_bytes
+from mtpstudio.core.units import MIB
+from mtpstudio.helper.prestart_shape import PrestartShape
+
+ASKABLE = frozenset(s.flag for s in CANDIDATE_FLAGS)
+"""The flags a changed build can be asked about (the probe knows a valid value for each)."""
+PROBE_BUDGET_S = 20.0
+"""At most this long asking a changed engine build about the unit's flags."""
+RERENDER = (
+    "render the unit again for this build: mtpstudio export-unit (or the window's Service "
+    "page) with your plan, then install it"
+)
+
+
+def python_for_check() -> str:
+    """The interpreter this mtpstudio runs in (the unit's check runs the same one)."""
+    return os.path.abspath(sys.executable)
+
+
+def prestart_for(
+    resolved: ResolvedPlan, budget: Budget, unit_name: str, flags: Sequence[str]
+) -> PrestartShape | None:
+    """The check for the unit of ``resolved`` (None: a CPU plan, nothing to check)."""
+    devices = [d for d in budget.devices if d.id != "CPU" and d.endpoint is None]
+    if not devices or resolved.cpu_only:
+        return None
+    desktop = resolved.target.device.desktop_bytes
+    needs = tuple(
+        (
+            d.id,
+            -(-engine_bytes(d.segments) // MIB),
+            (desktop if d.id == resolved.target.device.id else 0) // MIB,
+        )
+        for d in devices
+    )
+    build = resolved.build
+    probed = build.probed and build.build.size > 0
+    return PrestartShape(
+        python=python_for_check(),
+        unit=unit_name,
+        needs=needs,
+        on_short=resolved.effective.outputs.short_vram.value,
+        engine_size=build.build.size if probed else None,
+        engine_mtime_ns=build.build.mtime_ns if probed else None,
+        flags=tuple(dict.fromkeys(f for f in flags if f in ASKABLE)),
+    )
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What the check found: the journal's lines, and whether the engine may start."""
+
+    lines: tuple[str, ...]
+    start: bool
+
+
+def check_vram(shape: PrestartShape, detection: NvidiaDetection) -> CheckOutcome:
+    """Each GPU's free memory now against what the plan needs (one line per GPU)."""
+    who = f"mtpstudio: {shape.unit}"
+    if detection.unavailable is not None:
+        return CheckOutcome(
+            (f"{who}: the free VRAM cannot be read ({detection.unavailable}); not checked.",),
+            True,
+        )
+    lines, start = [], True
+    for device, engine_mib, desktop_mib in shape.needs:
+        gpu = next((g for g in detection.gpus if g.id == device), None)
+        free = None if gpu is None else gpu.memory.free_bytes
+        if gpu is None or free is None:
+            lines.append(f"{who}: {device} is not among the GPUs NVML lists; not checked.")
+            continue
+        on_gpu = [p for p in detection.processes if p.gpu_id == device]
+        held = sum(p.used_bytes or 0 for p in on_gpu if p.category in DESKTOP_CATEGORIES)
+        to_come = max(0, desktop_mib - held // MIB)
+        need = engine_mib + to_come
+        have = free // MIB
+        later = f" and the desktop's {to_come:,} MiB still to come at login" if to_come else ""
+        head = f"{who}: {device} ({gpu.name}) has {have:,} MiB free; the engine needs "
+        if have >= need:
+            lines.append(f"{head}{engine_mib:,} MiB{later}: enough ({have - need:,} MiB spare).")
+            continue
+        holders = sorted(on_gpu, key=lambda p: -(p.used_bytes or 0))[:3]
+        held_by = ", ".join(
+            f"{p.name or '?'} (pid {p.pid}) {(p.used_bytes or 0) // MIB:,} MiB" for p in holders
+        )
+        short = (
+            f"{head}{engine_mib:,} MiB{later}: {need - have:,} MiB short; held by "
+            f"{held_by or 'no process the driver names'}; "
+        )
+        if shape.on_short == "warn":
+            lines.append(
+                short + "starting all the same, as the plan says (--short-vram warn): the "
+                "engine may run out of memory at its load or its first prompts."
+            )
+        else:
+            start = False
+            lines.append(
+                short + "not starting: the engine would run out of memory at its load or its "
+                "first prompts (free what holds the memory, or plan and export the unit again "
+                "for what is free now; --short-vram warn starts it all the same)."
+            )
+    return CheckOutcome(tuple(lines), start)
+
+
+def check_engine(
+    shape: PrestartShape,
+    engine: Path,
+    runner: Runner,
+    stat: Callable[[Path], os.stat_result] = os.stat,
+) -> CheckOutcome:
+    """The engine binary against the build the unit was made for; a changed build is asked
+    about the unit's flags (bounded in time). It starts either way where it can run: the
+    engine itself then stops on a flag it rejects, after this line said which."""
+    who = f"mtpstudio: {shape.unit}"
+    try:
+        now = stat(engine)
+    except OSError as exc:
+        return CheckOutcome(
+            (f"{who}: the engine {engine} cannot be read ({exc.strerror}); {RERENDER}.",), False
+        )
+    if shape.engine_size is None or shape.engine_mtime_ns is None:
+        return CheckOutcome((), True)
+    if (now.st_size, now.st_mtime_ns) == (shape.engine_size, shape.engine_mtime_ns):
+        return CheckOutcome((), True)
+    specs = [s for s in CANDIDATE_FLAGS if s.flag in shape.flags]
+    timeout = max(1.0, PROBE_BUDGET_S / max(1, len(specs)))
+    answers = probe_flags(engine, specs, runner, timeout=min(timeout, 10.0))
+    rejected = [a.flag for a in answers if not a.accepted]
+    changed = (
+        f"{who}: {engine} is another build than the unit was made for (size {now.st_size:,} "
+        f"bytes, was {shape.engine_size:,})"
+    )
+    if rejected:
+        return CheckOutcome(
+            (f"{changed}; it rejects {', '.join(rejected)}; {RERENDER}.",),
+            True,
+        )
+    return CheckOutcome(
+        (f"{changed}; it accepts the {len(answers)} flags asked about; {RERENDER} to be sure.",),
+        True,
+    )
+
+
+def run_prestart(
+    shape: PrestartShape,
+    engine: Path,
+    detection: NvidiaDetection,
+    runner: Runner,
+) -> CheckOutcome:
+    """Both checks, the engine's first."""
+    built = check_engine(shape, engine, runner)
+    memory = check_vram(shape, detection)
+    return CheckOutcome(built.lines + memory.lines, built.start and memory.start)

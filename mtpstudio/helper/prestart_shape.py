@@ -1,0 +1,180 @@
+"""The check a unit of mtpstudio's runs before the engine starts (``ExecStartPre=``), as values.
+
+The command is built here from a few checked values, never taken as text: the interpreter that
+has mtpstudio (an absolute path), the unit's name, per GPU the MiB the engine needs and the MiB
+the desktop takes at login, what to do when they are short (``refuse`` or ``warn``), the
+engine's size and modification time when the plan probed it, and the flags it passes (to ask a
+changed build about). ``mtpstudio prestart`` (``core/service/prestart.py``) reads the same words
+back. Standard library only: the root helper imports it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mtpstudio.helper.safefs import Refused
+
+ON_SHORT = ("refuse", "warn")
+DEVICE_ID = re.compile(r"^(CUDA|ROCm|Vulkan)[0-9]{1,2}$")
+FLAG = re.compile(r"^--?[a-z0-9][a-z0-9-]{0,63}$")
+MAX_MIB = 64 * 1024 * 1024
+MAX_DEVICES = 16
+MAX_FLAGS = 128
+MAX_PATH = 4096
+
+
+@dataclass(frozen=True)
+class PrestartShape:
+    """The values ``ExecStartPre=`` is built from.
+
+    Attributes:
+        python: the interpreter mtpstudio is installed for (absolute).
+        unit: the unit's name (``NAME.service``), for the journal lines.
+        needs: per GPU (device id, MiB the engine needs, MiB the desktop takes at login).
+        on_short: ``refuse`` (the unit does not start) or ``warn`` (it starts and says so).
+        engine_size: the engine binary's size when the plan probed it (None: not probed).
+        engine_mtime_ns: its modification time then.
+        flags: the flags the unit passes the engine (a changed build is asked about them).
+    """
+
+    python: str
+    unit: str
+    needs: tuple[tuple[str, int, int], ...]
+    on_short: str = "refuse"
+    engine_size: int | None = None
+    engine_mtime_ns: int | None = None
+    flags: tuple[str, ...] = ()
+
+    def argv(self, engine: str) -> tuple[str, ...]:
+        """The command (``engine``: the unit's engine binary, its ``ExecStart=`` program)."""
+        words = [self.python, "-m", "mtpstudio", "prestart", "--unit", self.unit]
+        words += ["--on-short", self.on_short]
+        for device, engine_mib, desktop_mib in self.needs:
+            words += ["--need", f"{device}={engine_mib},{desktop_mib}"]
+        words += ["--engine", engine]
+        if self.engine_size is not None and self.engine_mtime_ns is not None:
+            words += ["--engine-size", str(self.engine_size)]
+            words += ["--engine-mtime-ns", str(self.engine_mtime_ns)]
+        for flag in self.flags:
+            words += ["--flag", flag]
+        return tuple(words)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "python": self.python,
+            "needs": [list(n) for n in self.needs],
+            "on_short": self.on_short,
+            "engine_size": self.engine_size,
+            "engine_mtime_ns": self.engine_mtime_ns,
+            "flags": list(self.flags),
+        }
+
+
+def _whole(value: Any, what: str, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+        raise Refused(f"{what} must be a whole number from 0 to {high}")
+    return value
+
+
+def _python(value: Any) -> str:
+    if (
+        not isinstance(value, str)
+        or not value.startswith("/")
+        or len(value) > MAX_PATH
+        or any(ord(c) < 32 or c in "\\\"'$%;`" or ord(c) == 127 for c in value)
+        or "/../" in value
+        or value.endswith("/..")
+    ):
+        raise Refused("the check's interpreter must be an absolute path of plain characters")
+    return value
+
+
+def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
+    """The check a caller asks for, every value checked; Refused otherwise."""
+    if not isinstance(payload, Mapping):
+        raise Refused("the check before the start must be an object")
+    allowed = {"python", "needs", "on_short", "engine_size", "engine_mtime_ns", "flags"}
+    extra = sorted(set(payload) - allowed)
+    if extra:
+        raise Refused(f"the check before the start does not take {extra[0]!r}")
+    needs_in = payload.get("needs")
+    if not isinstance(needs_in, list) or not 1 <= len(needs_in) <= MAX_DEVICES:
+        raise Refused(f"the check needs 1 to {MAX_DEVICES} devices")
+    needs = []
+    for entry in needs_in:
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise Refused("each device of the check is [id, engine MiB, desktop MiB]")
+        device, engine_mib, desktop_mib = entry
+        if not isinstance(device, str) or not DEVICE_ID.match(device):
+            raise Refused("a device of the check must be an id such as CUDA0")
+        needs.append(
+            (
+                device,
+                _whole(engine_mib, "the engine's MiB", MAX_MIB),
+                _whole(desktop_mib, "the desktop's MiB", MAX_MIB),
+            )
+        )
+    on_short = payload.get("on_short", "refuse")
+    if on_short not in ON_SHORT:
+        raise Refused("the check's on_short must be refuse or warn")
+    size, mtime = payload.get("engine_size"), payload.get("engine_mtime_ns")
+    if (size is None) != (mtime is None):
+        raise Refused("the engine's size and modification time come together")
+    flags_in = payload.get("flags", [])
+    if not isinstance(flags_in, list) or len(flags_in) > MAX_FLAGS:
+        raise Refused(f"the check takes at most {MAX_FLAGS} flags")
+    flags = []
+    for flag in flags_in:
+        if not isinstance(flag, str) or not FLAG.match(flag):
+            raise Refused("a flag of the check must look like --name")
+        flags.append(flag)
+    return PrestartShape(
+        python=_python(payload.get("python")),
+        unit=unit,
+        needs=tuple(needs),
+        on_short=str(on_short),
+        engine_size=None if size is None else _whole(size, "the engine's size", 2**62),
+        engine_mtime_ns=None if mtime is None else _whole(mtime, "its time", 2**63 - 1),
+        flags=tuple(flags),
+    )
+
+
+def prestart_from_argv(words: Sequence[str], unit: str, engine: str) -> PrestartShape:
+    """An installed unit's ``ExecStartPre=`` read back (it must be exactly what ``argv``
+    builds from its values); Refused otherwise."""
+    head = list(words[:6])
+    if len(words) < 8 or head[1:] != ["-m", "mtpstudio", "prestart", "--unit", unit]:
+        raise Refused("the unit's ExecStartPre= is not mtpstudio's check")
+    payload: dict[str, Any] = {"python": words[0], "needs": [], "flags": []}
+    rest = list(words[6:])
+    while rest:
+        if len(rest) < 2:
+            raise Refused("the unit's ExecStartPre= ends in a flag without its value")
+        key, value = rest[0], rest[1]
+        rest = rest[2:]
+        if key == "--on-short":
+            payload["on_short"] = value
+        elif key == "--need":
+            device, _, amounts = value.partition("=")
+            engine_mib, _, desktop_mib = amounts.partition(",")
+            if not (engine_mib.isdigit() and desktop_mib.isdigit()):
+                raise Refused("the unit's ExecStartPre= names a device without its MiB")
+            payload["needs"].append([device, int(engine_mib), int(desktop_mib)])
+        elif key == "--engine":
+            if value != engine:
+                raise Refused("the unit's check names another engine than its ExecStart=")
+        elif key in ("--engine-size", "--engine-mtime-ns"):
+            if not value.isdigit():
+                raise Refused("the unit's ExecStartPre= has an engine stamp that is not a number")
+            payload["engine_size" if key == "--engine-size" else "engine_mtime_ns"] = int(value)
+        elif key == "--flag":
+            payload["flags"].append(value)
+        else:
+            raise Refused(f"the unit's ExecStartPre= has {key!r}, which the check does not take")
+    shape = prestart_from_params(payload, unit)
+    if shape.argv(engine) != tuple(words):
+        raise Refused("the unit's ExecStartPre= is not in the order mtpstudio writes it")
+    return shape

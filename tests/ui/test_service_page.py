@@ -545,3 +545,16 @@ def test_a_system_unit_for_the_card_says_why_its_placement_is_written_out(
     user_unit = page.views["unit"].toPlainText()
     assert "--fit on" in user_unit and "--fit-target 1024" in user_unit
     assert "The plan's placement written out" not in page.notice.text()
+
+
+def test_the_choice_for_too_little_vram_drives_the_plan_and_the_check(
+    make_wizard: WizardFactory, model_plan: Plan
+) -> None:
+    plan = model_plan.model_copy(update={"device": "rtx-4070-super"})
+    page = service_wizard(make_wizard, plan).service_page
+    assert "--on-short refuse" in page.views["unit"].toPlainText()
+    page.short_combo.setCurrentIndex(page.short_combo.findData("warn"))
+    page.state.tasks.wait_idle(30)
+    assert page.state.plan.outputs.short_vram.value == "warn"
+    assert "--on-short warn" in page.views["unit"].toPlainText()
+    assert "--on-short warn" in page.views["script"].toPlainText()

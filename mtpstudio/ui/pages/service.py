@@ -10,7 +10,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QSignalBlocker, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.plan import ShortVram
 from mtpstudio.core.usecases.desktop import SessionSettings, desktop_facts
 from mtpstudio.core.usecases.server_units import (
     UnitRef,
@@ -85,6 +86,10 @@ SCOPES = (
     (UnitScope.SYSTEM, "System unit — starts at boot, runs as an account"),
     (UnitScope.USER, "User unit — runs in your session, no root needed"),
 )
+SHORT_VRAM = (
+    (ShortVram.REFUSE, "Do not start; say what holds the memory"),
+    (ShortVram.WARN, "Start all the same, and say so"),
+)
 FILE_TABS = (
     ("unit", "Unit", "ini"),
     ("env", "Environment file", "ini"),
@@ -127,6 +132,14 @@ class ServicePage(PlanPage):
         self.account_edit = QLineEdit(self)
         self.account_edit.setPlaceholderText(getpass.getuser())
         self.account_edit.setToolTip("The account a system unit runs as (User=); default: you.")
+        self.short_combo = QComboBox(self)
+        for choice, label in SHORT_VRAM:
+            self.short_combo.addItem(label, choice.value)
+        self.short_combo.setToolTip(
+            "What the check before the engine starts does when a GPU has less free memory than "
+            "the plan needs (plan: outputs.short_vram); it writes one line in the journal "
+            "either way."
+        )
         self.name_edit = QLineEdit(self)
         self.name_edit.setToolTip(
             "The unit's name without .service (plan: outputs.service_name). Letters, digits "
@@ -178,6 +191,7 @@ class ServicePage(PlanPage):
         self.scope_combo.currentIndexChanged.connect(self._on_scope_changed)
         self.account_edit.editingFinished.connect(self._on_account_changed)
         self.name_edit.editingFinished.connect(self._on_name_edited)
+        self.short_combo.currentIndexChanged.connect(self._on_short_changed)
         self.export_button.clicked.connect(self._on_export_clicked)
         self.install_button.clicked.connect(self.prepare_install)
         self.preview_box.confirmed.connect(self.install_pending)
@@ -195,6 +209,7 @@ class ServicePage(PlanPage):
         form.addRow("Install as", self.scope_combo)
         form.addRow("Runs as", self.account_edit)
         form.addRow("Service name", self.name_edit)
+        form.addRow("Too little VRAM at start", self.short_combo)
 
         # The preview takes the place of the files while it is shown: room for its diff.
         self.files_stack = QStackedWidget(self)
@@ -272,6 +287,10 @@ class ServicePage(PlanPage):
 
     def _refresh(self) -> None:
         self.name_edit.setText(self.state.plan.outputs.service_name)
+        with QSignalBlocker(self.short_combo):
+            self.short_combo.setCurrentIndex(
+                self.short_combo.findData(self.state.plan.outputs.short_vram.value)
+            )
         self.account_edit.setEnabled(self.scope is UnitScope.SYSTEM)
         try:
             self.rendered = self.render_files()
@@ -334,6 +353,12 @@ class ServicePage(PlanPage):
         name = self.name_edit.text().strip()
         changed = name != self.state.plan.outputs.service_name
         if changed and self.apply({"outputs.service_name": name}) is not None:
+            self.refresh()
+
+    def _on_short_changed(self) -> None:
+        choice = self.short_combo.currentData()
+        changed = choice != self.state.plan.outputs.short_vram.value
+        if changed and self.apply({"outputs.short_vram": choice}) is not None:
             self.refresh()
 
     def plan_refused(self, sentence: str | None) -> None:

@@ -245,6 +245,9 @@ class WizardState(QObject):
         """Read the plan's model (or ``choice``, kept only if it reads) in the background."""
         if choice is None:
             self._start_model_load(self._plan.model, commit=False)
+            draft = self._plan.draft.path  # and the draft model the plan names, read once
+            if draft is not None and draft not in (self.draft_path, self._draft_tried):
+                self._start_draft_load(draft, commit=False)
         else:
             self._start_model_load(choice, commit=True)
 

@@ -427,6 +427,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if result.speed is not None:
             verdict_lines += speed_lines(result.speed)
         sys.stdout.write(budget_report(budget, result.argv, verdict_lines))
+        from mtpstudio.core.usecases.service import boot_words  # jinja2: only once planned
+
+        boot = boot_words(result.resolved) if result.resolved is not None else []
+        if boot:
+            print("\nAs a system unit (starts at boot, before the desktop):")
+            print("\n".join(f"  {line}" for line in boot))
         measured = bench.last_measured(plan, result.target.device.id)
         if measured:
             print(f"\n{measured}")

@@ -91,3 +91,18 @@ def test_a_plan_that_names_its_placement_keeps_it() -> None:
 def test_a_cpu_plan_has_nothing_to_place_or_check() -> None:
     made = unit_plan(published(device="cpu"), UnitScope.SYSTEM)
     assert made.boot is None and made.prestart is None
+
+
+def test_the_plan_shows_both_moments_of_a_system_unit() -> None:
+    from support.cli import run_cli
+
+    shown = run_cli("plan", "--demo")
+    assert shown.returncode == 0, shown.stderr
+    block = shown.stdout.split("As a system unit (starts at boot, before the desktop):\n", 1)
+    assert len(block) == 2, shown.stdout
+    lines = block[1].splitlines()[:4]
+    assert lines[0].startswith("  The plan's placement written out (--n-cpu-moe ")
+    assert lines[1].startswith("  At boot (before any login): CUDA0 keeps ")
+    assert lines[2].startswith("  After login: the desktop holds its 1,024 MiB")
+    cpu = run_cli("plan", "--demo", "--gpu", "cpu")
+    assert "As a system unit" not in cpu.stdout  # nothing to place on a card

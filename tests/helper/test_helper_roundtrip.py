@@ -229,3 +229,45 @@ def test_console_script_points_at_the_helper() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["mtpstudio-helper"] == "mtpstudio.helper.main:main"
     assert Path(HELPER_INSTALL_PATH).name == "mtpstudio-helper"
+
+
+def test_the_check_before_the_start_installs_verifies_and_refuses_hostile_values(
+    root: Path, tmp_path: Path
+) -> None:
+    """The unit's ExecStartPre= (mtpstudio prestart) comes through the real helper built from
+    its checked values, passes systemd-analyze verify, and a payload that tries to slip a
+    command or a word into it is refused."""
+    import sys
+
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    check = {"python": sys.executable, "needs": [["CUDA0", 10184, 1024]], "on_short": "refuse",
+             "engine_size": 15547992, "engine_mtime_ns": 1796170146149566164,
+             "flags": ["--fit", "--n-cpu-moe"]}  # fmt: skip
+    ok(run_helper(root, "install-unit", UNIT, payload=unit_payload(str(binary), prestart=check)))
+    unit = root / "etc/systemd/system" / UNIT
+    text = unit.read_text()
+    pre = next(line for line in text.splitlines() if line.startswith("ExecStartPre="))
+    assert pre.startswith(f"ExecStartPre={sys.executable} -m mtpstudio prestart --unit {UNIT} ")
+    assert f"--need CUDA0=10184,1024 --engine {binary} --engine-size 15547992" in pre
+    result = subprocess.run(
+        [tool("systemd-analyze"), "verify", "--man=no", str(unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), result.stderr
+    for hostile in (
+        {**check, "python": "/bin/sh -c 'rm -rf /'"},
+        {**check, "python": "relative/python"},
+        {**check, "needs": [["CUDA0;reboot", 1, 1]]},
+        {**check, "needs": [["CUDA0", -1, 0]]},
+        {**check, "on_short": "ignore"},
+        {**check, "flags": ["--ok", "; reboot"]},
+        {k: v for k, v in check.items() if k != "engine_mtime_ns"},  # a size without its time
+        {**check, "argv": ["/bin/true"]},
+    ):
+        refused = run_helper(root, "install-unit", UNIT,
+                             payload=unit_payload(str(binary), prestart=hostile))  # fmt: skip
+        assert refused.returncode != 0, hostile
+    assert unit.read_text() == text  # nothing changed by a refused install

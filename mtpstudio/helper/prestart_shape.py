@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpstudio.helper.safefs import Refused
+from mtpstudio.helper.shape_common import list_value, only_keys
 
 ON_SHORT = ("refuse", "warn")
 DEVICE_ID = re.compile(r"^(CUDA|ROCm|Vulkan)[0-9]{1,2}$")
@@ -97,11 +98,9 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
     if not isinstance(payload, Mapping):
         raise Refused("the check before the start must be an object")
     allowed = {"python", "needs", "on_short", "engine_size", "engine_mtime_ns", "flags"}
-    extra = sorted(set(payload) - allowed)
-    if extra:
-        raise Refused(f"the check before the start does not take {extra[0]!r}")
-    needs_in = payload.get("needs")
-    if not isinstance(needs_in, list) or not 1 <= len(needs_in) <= MAX_DEVICES:
+    only_keys(payload, allowed, "the check before the start")
+    needs_in = list_value(payload.get("needs"), "the check's devices", MAX_DEVICES)
+    if not needs_in:
         raise Refused(f"the check needs 1 to {MAX_DEVICES} devices")
     needs = []
     for entry in needs_in:
@@ -123,9 +122,7 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
     size, mtime = payload.get("engine_size"), payload.get("engine_mtime_ns")
     if (size is None) != (mtime is None):
         raise Refused("the engine's size and modification time come together")
-    flags_in = payload.get("flags", [])
-    if not isinstance(flags_in, list) or len(flags_in) > MAX_FLAGS:
-        raise Refused(f"the check takes at most {MAX_FLAGS} flags")
+    flags_in = list_value(payload.get("flags", []), "the check's flags", MAX_FLAGS)
     flags = []
     for flag in flags_in:
         if not isinstance(flag, str) or not FLAG.match(flag):

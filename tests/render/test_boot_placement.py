@@ -6,10 +6,11 @@ its placement keeps it. The unit says which and why, and the two moments are in 
 from __future__ import annotations
 
 from support.plans import published_resolved
+from support.rendering import unit_plan_text
 
 from mtpstudio.core.planning import ResolvedPlan, budget_for
 from mtpstudio.core.service.boot_placement import engine_bytes
-from mtpstudio.core.service.render import UnitScope, render_service_files
+from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import unit_plan
 from mtpstudio.core.units import MIB
 
@@ -54,10 +55,7 @@ def test_the_system_unit_writes_out_a_placement_that_leaves_the_desktop_its_shar
 def test_the_unit_says_why_and_the_two_moments() -> None:
     made = unit_plan(published(), UnitScope.SYSTEM)
     assert made.boot is not None
-    text = render_service_files(
-        made.resolved.effective, made.spec, scope=UnitScope.SYSTEM, user="alice",
-        prestart=made.prestart,
-    )["unit"].text  # fmt: skip
+    text = unit_plan_text(made)
     comments = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
     assert "The plan's placement written out" in comments
     assert "before the desktop" in comments

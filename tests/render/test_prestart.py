@@ -14,6 +14,7 @@ from fixtures.detect.fake_nvml import FakeNvml, load_recording
 from fixtures.detect.machines import build_machine
 from support.cli import run_cli
 from support.plans import published_resolved
+from support.rendering import unit_plan_text
 from support.servers import EngineMissingError, engine_binary
 
 from mtpstudio.core.detect.nvidia import detect_nvidia
@@ -148,10 +149,7 @@ def test_the_command_runs_as_the_unit_writes_it(tmp_path: Path) -> None:
 def test_the_helper_reads_the_check_back_and_refuses_an_edited_one() -> None:
     made = unit_plan(published_resolved(), UnitScope.SYSTEM)
     assert made.prestart is not None
-    text = render_service_files(
-        made.resolved.effective, made.spec, scope=UnitScope.SYSTEM, user="alice",
-        prestart=made.prestart,
-    )["unit"].text  # fmt: skip
+    text = unit_plan_text(made)
     name = "mtpstudio-llama.service"
     check_installed_unit(text, name, "mtpstudio-llama.env", system=True)
     for edit in (

@@ -63,3 +63,11 @@ def unit_text(binary: Path, **plan: Any) -> str:
     p = plan_from_dict(data)
     spec = build_launch_spec(p, documented_build(p.engine.flavour, binary))
     return render_service_files(p, spec, scope=UnitScope.SYSTEM, user="alice")["unit"].text
+
+
+def unit_plan_text(made: Any, user: str = "alice") -> str:
+    """The system unit rendered for a ``service_files.unit_plan`` (its command and its check)."""
+    return render_service_files(
+        made.resolved.effective, made.spec, scope=UnitScope.SYSTEM, user=user,
+        prestart=made.prestart,
+    )["unit"].text  # fmt: skip

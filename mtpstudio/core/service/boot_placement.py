@@ -46,6 +46,11 @@ class BootPlacement:
     boot_fit: Budget | None
     reason: str
 
+    def words(self) -> list[str]:
+        """The reason, then the two moments (``moments``): what the unit, the CLI and the
+        Service page say."""
+        return [self.reason, *moments(self)]
+
 
 def needs_written_placement(resolved: ResolvedPlan) -> bool:
     """The plan leaves its placement to the engine's fit on one known GPU."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,14 +135,13 @@ def check_engine(
     shape: PrestartShape,
     engine: Path,
     runner: Runner,
-    stat: Callable[[Path], os.stat_result] = os.stat,
 ) -> CheckOutcome:
     """The engine binary against the build the unit was made for; a changed build is asked
     about the unit's flags (bounded in time). It starts either way where it can run: the
     engine itself then stops on a flag it rejects, after this line said which."""
     who = f"mtpstudio: {shape.unit}"
     try:
-        now = stat(engine)
+        now = engine.stat()
     except OSError as exc:
         return CheckOutcome(
             (f"{who}: the engine {engine} cannot be read ({exc.strerror}); {RERENDER}.",), False

@@ -23,7 +23,7 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.planning import LaunchSpec, ResolvedPlan, budget_for, launch_spec_for
 from mtpstudio.core.rendered_file import RenderedFile
-from mtpstudio.core.service.boot_placement import BootPlacement, boot_placement, moments
+from mtpstudio.core.service.boot_placement import BootPlacement, boot_placement
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.prestart import prestart_for
 from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
@@ -147,9 +147,20 @@ class UnitPlan:
 
     resolved: ResolvedPlan
     spec: LaunchSpec
-    notes: list[str]
+    warnings: list[str]
+    """What the command's own building said (``launch_spec_for``'s notes)."""
     prestart: PrestartShape | None
     boot: BootPlacement | None
+
+    @property
+    def placement_words(self) -> list[str]:
+        """Why the placement is written out, and the two moments (empty: it is not)."""
+        return [] if self.boot is None else self.boot.words()
+
+    @property
+    def notes(self) -> list[str]:
+        """Everything to tell the user: the placement's words first, then the warnings."""
+        return self.placement_words + self.warnings
 
 
 def unit_plan(
@@ -159,14 +170,13 @@ def unit_plan(
     before the desktop, so the engine's fit is written out as the plan's placement)."""
     boot = boot_placement(resolved) if scope is UnitScope.SYSTEM else None
     runs = boot.resolved if boot is not None else resolved
-    spec, notes = launch_spec_for(runs, api_key_file=api_key_file)
+    spec, warnings = launch_spec_for(runs, api_key_file=api_key_file)
     if boot is not None:
         spec = with_placement_reason(spec, boot.reason)
-        notes = [boot.reason, *moments(boot), *notes]
     budget = boot.budget if boot is not None else budget_for(runs)
     name = f"{runs.effective.outputs.service_name}.service"
     prestart = prestart_for(runs, budget, name, [n.flag for n in spec.flags])
-    return UnitPlan(runs, spec, notes, prestart, boot)
+    return UnitPlan(runs, spec, warnings, prestart, boot)
 
 
 def with_placement_reason(spec: LaunchSpec, reason: str) -> LaunchSpec:
@@ -249,10 +259,11 @@ def export_files(
         session=session,
         prestart=made.prestart,
     )
-    said = [] if made.boot is None else [made.boot.reason, *moments(made.boot)]
-    notes = made.notes[len(said) :] + hidden_by_private_tmp(plan, files["unit"].text)
+    notes = made.warnings + hidden_by_private_tmp(plan, files["unit"].text)
     return ServiceFiles(
-        dict(files), made.spec, tuple(messages + said + [f"warning: {n}" for n in notes])
+        dict(files),
+        made.spec,
+        tuple(messages + made.placement_words + [f"warning: {n}" for n in notes]),
     )
 
 

@@ -56,9 +56,6 @@ class CpuWork:
             self.one_s - other.one_s, self.several_s - other.several_s, self.rows - other.rows
         )
 
-    def scaled(self, factor: float) -> CpuWork:
-        return CpuWork(self.one_s * factor, self.several_s * factor, self.rows * factor)
-
     def batched(self, distinct: float, uses: float, column_share: float) -> CpuWork:
         """The work of a pass whose tokens use these weights ``uses`` times in all, ``distinct``
         of them (in units of one token's use) at least once: a weight's first use costs the

@@ -495,8 +495,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _unit_checks(data: dict[str, Any], root: Path | None) -> dict[str, list[str]]:
-    """Each installed unit's engine against the build it was made for (its check's stamp)."""
-    from mtpstudio.core.usecases.prestart import installed_unit_check
+    """Each installed unit's engine against the build it was made for (its check's stamp),
+    and what the comparison after its last start found (on this computer, not under --root)."""
+    from mtpstudio.core.server.systemd import UnitRef
+    from mtpstudio.core.usecases.prestart import installed_unit_check, installed_unit_load
 
     out: dict[str, list[str]] = {}
     for where in ("system", "user"):
@@ -506,6 +508,8 @@ def _unit_checks(data: dict[str, Any], root: Path | None) -> dict[str, list[str]
                 if path.suffix == ".service":
                     on_disk = root / path.relative_to("/") if root is not None else path
                     lines = installed_unit_check(on_disk)
+                    if root is None and lines:
+                        lines += installed_unit_load(UnitRef.of(path.name, where == "user"))
                     if lines:
                         out[f["path"]] = lines
     return out

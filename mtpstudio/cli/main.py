@@ -31,6 +31,7 @@ COMMAND_MODULES = {
     "tune": "tune",
     "models": "models",
     "prestart": "prestart",
+    "poststart": "poststart",
 }
 
 

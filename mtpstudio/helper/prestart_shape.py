@@ -5,7 +5,12 @@ has mtpstudio (an absolute path), the unit's name, per GPU the MiB the engine ne
 the desktop takes at login, what to do when they are short (``refuse`` or ``warn``), the
 engine's size and modification time when the plan probed it, and the flags it passes (to ask a
 changed build about). ``mtpstudio prestart`` (``core/service/prestart.py``) reads the same words
-back. Standard library only: the root helper imports it.
+back.
+
+The same values give the comparison after the load (``ExecStartPost=``, ``mtpstudio
+poststart``): the address the engine answers ``/health`` on (host and port) and, per device, the
+MiB of buffers the plan says the engine's load log shows. Standard library only: the root
+helper imports it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from mtpstudio.helper.shape_common import list_value, only_keys
 
 ON_SHORT = ("refuse", "warn")
 DEVICE_ID = re.compile(r"^(CUDA|ROCm|Vulkan)[0-9]{1,2}$")
+LOAD_DEVICE = re.compile(r"^((CUDA|ROCm|Vulkan)[0-9]{1,2}|CPU)$")
+HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
 FLAG = re.compile(r"^--?[a-z0-9][a-z0-9-]{0,63}$")
 MAX_MIB = 64 * 1024 * 1024
 MAX_DEVICES = 16
@@ -39,6 +46,9 @@ class PrestartShape:
         engine_size: the engine binary's size when the plan probed it (None: not probed).
         engine_mtime_ns: its modification time then.
         flags: the flags the unit passes the engine (a changed build is asked about them).
+        host: the address the engine listens on (the comparison after the load asks it).
+        port: its port (None: no comparison after the load).
+        loads: per device (id or ``CPU``) the MiB of buffers the plan says the load log shows.
     """
 
     python: str
@@ -48,6 +58,24 @@ class PrestartShape:
     engine_size: int | None = None
     engine_mtime_ns: int | None = None
     flags: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int | None = None
+    loads: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def compares_load(self) -> bool:
+        """The unit compares its load with the plan afterwards (``ExecStartPost=``)."""
+        return self.port is not None and bool(self.loads)
+
+    def post_argv(self) -> tuple[str, ...]:
+        """The comparison after the load (``ExecStartPost=``; empty: none)."""
+        if not self.compares_load:
+            return ()
+        words = [self.python, "-m", "mtpstudio", "poststart", "--unit", self.unit]
+        words += ["--host", self.host, "--port", str(self.port)]
+        for device, mib in self.loads:
+            words += ["--load", f"{device}={mib}"]
+        return tuple(words)
 
     def argv(self, engine: str) -> tuple[str, ...]:
         """The command (``engine``: the unit's engine binary, its ``ExecStart=`` program)."""
@@ -71,6 +99,9 @@ class PrestartShape:
             "engine_size": self.engine_size,
             "engine_mtime_ns": self.engine_mtime_ns,
             "flags": list(self.flags),
+            "host": self.host,
+            "port": self.port,
+            "loads": [list(n) for n in self.loads],
         }
 
 
@@ -97,7 +128,8 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
     """The check a caller asks for, every value checked; Refused otherwise."""
     if not isinstance(payload, Mapping):
         raise Refused("the check before the start must be an object")
-    allowed = {"python", "needs", "on_short", "engine_size", "engine_mtime_ns", "flags"}
+    allowed = {"python", "needs", "on_short", "engine_size", "engine_mtime_ns", "flags", "host",
+               "port", "loads"}  # fmt: skip
     only_keys(payload, allowed, "the check before the start")
     needs_in = list_value(payload.get("needs"), "the check's devices", MAX_DEVICES)
     if not needs_in:
@@ -128,6 +160,11 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
         if not isinstance(flag, str) or not FLAG.match(flag):
             raise Refused("a flag of the check must look like --name")
         flags.append(flag)
+    host = payload.get("host", "127.0.0.1")
+    if not isinstance(host, str) or not HOST.match(host):
+        raise Refused("the engine's address must be a host name or an IP address")
+    port = payload.get("port")
+    loads = _loads(payload.get("loads", []))
     return PrestartShape(
         python=_python(payload.get("python")),
         unit=unit,
@@ -136,7 +173,56 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
         engine_size=None if size is None else _whole(size, "the engine's size", 2**62),
         engine_mtime_ns=None if mtime is None else _whole(mtime, "its time", 2**63 - 1),
         flags=tuple(flags),
+        host=host,
+        port=None if port is None else _port(port),
+        loads=loads,
     )
+
+
+def _port(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        raise Refused("the engine's port must be a whole number from 1 to 65535")
+    return value
+
+
+def _loads(value: Any) -> tuple[tuple[str, int], ...]:
+    out = []
+    for entry in list_value(value, "the load's devices", MAX_DEVICES + 1):
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise Refused("each device of the load is [id, MiB]")
+        device, mib = entry
+        if not isinstance(device, str) or not LOAD_DEVICE.match(device):
+            raise Refused("a device of the load must be an id such as CUDA0, or CPU")
+        out.append((device, _whole(mib, "the load's MiB", MAX_MIB)))
+    if len({d for d, _ in out}) != len(out):
+        raise Refused("a device of the load is named twice")
+    return tuple(out)
+
+
+def poststart_from_argv(words: Sequence[str], shape: PrestartShape) -> PrestartShape:
+    """An installed unit's ``ExecStartPost=`` read back into ``shape`` (the unit's check): it
+    must be exactly what ``post_argv`` builds; Refused otherwise."""
+    head = list(words[:6])
+    if len(words) < 10 or head != [shape.python, "-m", "mtpstudio", "poststart", "--unit",
+                                   shape.unit]:  # fmt: skip
+        raise Refused("the unit's ExecStartPost= is not mtpstudio's comparison after the load")
+    rest = list(words[6:])
+    if rest[0] != "--host" or rest[2] != "--port" or not rest[3].isdigit():
+        raise Refused("the unit's ExecStartPost= does not name the engine's address")
+    loads: list[list[Any]] = []
+    pairs = rest[4:]
+    if len(pairs) % 2:
+        raise Refused("the unit's ExecStartPost= ends in a flag without its value")
+    for key, value in zip(pairs[::2], pairs[1::2], strict=True):
+        device, _, mib = value.partition("=")
+        if key != "--load" or not mib.isdigit():
+            raise Refused(f"the unit's ExecStartPost= has {key!r}, which it does not take")
+        loads.append([device, int(mib)])
+    payload = {**shape.params(), "host": rest[1], "port": int(rest[3]), "loads": loads}
+    post = prestart_from_params(payload, shape.unit)
+    if post.post_argv() != tuple(words):
+        raise Refused("the unit's ExecStartPost= is not in the order mtpstudio writes it")
+    return post
 
 
 def prestart_from_argv(words: Sequence[str], unit: str, engine: str) -> PrestartShape:

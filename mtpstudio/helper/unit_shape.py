@@ -28,6 +28,7 @@ from mtpstudio.core.quoting.systemd import (
 from mtpstudio.helper.constants import ENV_DIR
 from mtpstudio.helper.prestart_shape import (
     PrestartShape,
+    poststart_from_argv,
     prestart_from_argv,
     prestart_from_params,
 )
@@ -164,6 +165,18 @@ def _exec_start_pre(shape: UnitShape) -> str:
     )
 
 
+def _exec_start_post(shape: UnitShape) -> str:
+    """The comparison after the load, after ``ExecStart=`` (none without one)."""
+    if shape.prestart is None or not shape.prestart.compares_load:
+        return ""
+    return (
+        "# After the load: the engine's buffers in this start's journal against the plan, one\n"
+        "# line per device (mtpstudio poststart). It waits in the background for /health, so\n"
+        "# the start does not wait for the load; its failure never stops the engine (-).\n"
+        f"ExecStartPost=-{systemd_command_line(shape.prestart.post_argv())}\n"
+    )
+
+
 def sandbox_lines(*, protect_home: str) -> str:
     """The sandbox every unit mtpstudio writes shares (systemd-analyze security scores it):
     no privileges, a read-only system, the kernel and other processes out of reach, the
@@ -252,6 +265,7 @@ def render_unit(shape: UnitShape) -> str:
             f"UnsetEnvironment={' '.join(SESSION_VARIABLES)}\n"
             f"{_exec_start_pre(shape)}"
             f"ExecStart={exec_start}\n"
+            f"{_exec_start_post(shape)}"
             "Restart=on-failure\n"
             "RestartSec=15s\n"
             "TimeoutStopSec=30s\n"
@@ -298,6 +312,7 @@ def render_unit(shape: UnitShape) -> str:
         f"EnvironmentFile={env_path}\n"
         f"{_exec_start_pre(shape)}"
         f"ExecStart={exec_start}\n"
+        f"{_exec_start_post(shape)}"
         "Restart=on-failure\n"
         "RestartSec=15s\n"
         "TimeoutStopSec=30s\n"
@@ -480,6 +495,15 @@ def check_installed_unit(text: str, name: str, env_name: str | None, *, system: 
         except ValueError as exc:
             raise Refused(f"the unit's ExecStartPre= does not parse ({exc})") from None
         prestart = prestart_from_argv(pre, name, argv[0])
+        if ("Service", "ExecStartPost") in values:
+            post_line = values[("Service", "ExecStartPost")]
+            try:
+                post = split_systemd_command_line(post_line.removeprefix("-"))
+            except ValueError as exc:
+                raise Refused(f"the unit's ExecStartPost= does not parse ({exc})") from None
+            if not post_line.startswith("-"):
+                raise Refused("the unit's ExecStartPost= must not stop the engine when it fails")
+            prestart = poststart_from_argv(post, prestart)
     shape = UnitShape(
         system=system,
         unit_name=name,

@@ -245,13 +245,19 @@ def test_the_check_before_the_start_installs_verifies_and_refuses_hostile_values
     binary.chmod(0o755)
     check = {"python": sys.executable, "needs": [["CUDA0", 10184, 1024]], "on_short": "refuse",
              "engine_size": 15547992, "engine_mtime_ns": 1796170146149566164,
-             "flags": ["--fit", "--n-cpu-moe"]}  # fmt: skip
+             "flags": ["--fit", "--n-cpu-moe"], "host": "127.0.0.1", "port": 8080,
+             "loads": [["CUDA0", 9330], ["CPU", 12575]]}  # fmt: skip
     ok(run_helper(root, "install-unit", UNIT, payload=unit_payload(str(binary), prestart=check)))
     unit = root / "etc/systemd/system" / UNIT
     text = unit.read_text()
     pre = next(line for line in text.splitlines() if line.startswith("ExecStartPre="))
     assert pre.startswith(f"ExecStartPre={sys.executable} -m mtpstudio prestart --unit {UNIT} ")
     assert f"--need CUDA0=10184,1024 --engine {binary} --engine-size 15547992" in pre
+    post = next(line for line in text.splitlines() if line.startswith("ExecStartPost="))
+    assert post == (
+        f"ExecStartPost=-{sys.executable} -m mtpstudio poststart --unit {UNIT} --host "
+        "127.0.0.1 --port 8080 --load CUDA0=9330 --load CPU=12575"
+    )
     result = subprocess.run(
         [tool("systemd-analyze"), "verify", "--man=no", str(unit)],
         capture_output=True, text=True, timeout=60, check=False,
@@ -266,6 +272,13 @@ def test_the_check_before_the_start_installs_verifies_and_refuses_hostile_values
         {**check, "flags": ["--ok", "; reboot"]},
         {k: v for k, v in check.items() if k != "engine_mtime_ns"},  # a size without its time
         {**check, "argv": ["/bin/true"]},
+        {**check, "host": "127.0.0.1 --load CPU=1"},
+        {**check, "host": "$(reboot)"},
+        {**check, "port": "8080; reboot"},
+        {**check, "port": 0},
+        {**check, "loads": [["CUDA0", 1], ["CUDA0", 2]]},
+        {**check, "loads": [["/dev/sda", 1]]},
+        {**check, "loads": [["CPU", "1;reboot"]]},
     ):
         refused = run_helper(root, "install-unit", UNIT,
                              payload=unit_payload(str(binary), prestart=hostile))  # fmt: skip

@@ -157,6 +157,10 @@ def test_the_helper_reads_the_check_back_and_refuses_an_edited_one() -> None:
         ("--need CUDA0=", "--need CUDA0=1;"),
         ("-m mtpstudio prestart", "-c import os"),
         ("--unit mtpstudio-llama.service", "--unit other.service"),
+        ("ExecStartPost=-", "ExecStartPost="),  # its failure would stop the engine
+        ("--port 8080 --load", "--port 8080 --flag x --load"),
+        ("--load CUDA0=", "--load CUDA0=x"),
+        ("poststart --unit mtpstudio-llama.service", "poststart --unit other.service"),
     ):
         assert edit[0] in text
         with pytest.raises(Refused):

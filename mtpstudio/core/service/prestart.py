@@ -23,8 +23,9 @@ from pathlib import Path
 from mtpstudio.core.detect.nvidia import NvidiaDetection
 from mtpstudio.core.engines.flags import CANDIDATE_FLAGS
 from mtpstudio.core.engines.probe import probe_flags
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget import Budget, DeviceBudget
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
+from mtpstudio.core.memory.measured import HOST, predicted_segments
 from mtpstudio.core.planning import ResolvedPlan
 from mtpstudio.core.runner import Runner
 from mtpstudio.core.service.boot_placement import engine_bytes
@@ -46,12 +47,19 @@ def python_for_check() -> str:
     return os.path.abspath(sys.executable)
 
 
+def checked_devices(resolved: ResolvedPlan, budget: Budget) -> list[DeviceBudget]:
+    """The GPUs of this computer the unit's checks look at (none: a CPU plan)."""
+    if resolved.cpu_only:
+        return []
+    return [d for d in budget.devices if d.id != "CPU" and d.endpoint is None]
+
+
 def prestart_for(
     resolved: ResolvedPlan, budget: Budget, unit_name: str, flags: Sequence[str]
 ) -> PrestartShape | None:
     """The check for the unit of ``resolved`` (None: a CPU plan, nothing to check)."""
-    devices = [d for d in budget.devices if d.id != "CPU" and d.endpoint is None]
-    if not devices or resolved.cpu_only:
+    devices = checked_devices(resolved, budget)
+    if not devices:
         return None
     desktop = resolved.target.device.desktop_bytes
     needs = tuple(
@@ -64,6 +72,7 @@ def prestart_for(
     )
     build = resolved.build
     probed = build.probed and build.build.size > 0
+    server = resolved.effective.server
     return PrestartShape(
         python=python_for_check(),
         unit=unit_name,
@@ -72,7 +81,20 @@ def prestart_for(
         engine_size=build.build.size if probed else None,
         engine_mtime_ns=build.build.mtime_ns if probed else None,
         flags=tuple(dict.fromkeys(f for f in flags if f in ASKABLE)),
+        host=server.host,
+        port=server.port,
+        loads=planned_load(budget, resolved),
     )
+
+
+def planned_load(budget: Budget, resolved: ResolvedPlan) -> tuple[tuple[str, int], ...]:
+    """Per device (GPUs first, then ``CPU``) the MiB of buffers the plan says the engine's
+    load log shows: what the comparison after the load holds the log against."""
+    per_device: dict[str, float] = {}
+    for (_, device), mib in predicted_segments(budget, resolved.profile.memory).items():
+        per_device[device] = per_device.get(device, 0.0) + mib
+    order = sorted(per_device, key=lambda d: (d == HOST, d))
+    return tuple((d, round(per_device[d])) for d in order if round(per_device[d]) > 0)
 
 
 @dataclass(frozen=True)

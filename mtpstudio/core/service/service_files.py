@@ -25,7 +25,7 @@ from mtpstudio.core.planning import LaunchSpec, ResolvedPlan, budget_for, launch
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.boot_placement import BootPlacement, boot_placement
 from mtpstudio.core.service.export import render_all
-from mtpstudio.core.service.prestart import prestart_for
+from mtpstudio.core.service.prestart import checked_devices, prestart_for
 from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
 from mtpstudio.helper.prestart_shape import PrestartShape
 
@@ -170,10 +170,11 @@ def unit_plan(
     before the desktop, so the engine's fit is written out as the plan's placement)."""
     boot = boot_placement(resolved) if scope is UnitScope.SYSTEM else None
     runs = boot.resolved if boot is not None else resolved
-    spec, warnings = launch_spec_for(runs, api_key_file=api_key_file)
+    budget = boot.budget if boot is not None else budget_for(runs)
+    checked = bool(checked_devices(runs, budget))  # its load is compared: the buffers logged
+    spec, warnings = launch_spec_for(runs, api_key_file=api_key_file, for_mtpstudio_launch=checked)
     if boot is not None:
         spec = with_placement_reason(spec, boot.reason)
-    budget = boot.budget if boot is not None else budget_for(runs)
     name = f"{runs.effective.outputs.service_name}.service"
     prestart = prestart_for(runs, budget, name, [n.flag for n in spec.flags])
     return UnitPlan(runs, spec, warnings, prestart, boot)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mtpstudio.core.detect.nvidia import detect_nvidia
-from mtpstudio.core.runner import SubprocessRunner
+from mtpstudio.core.errors import ServerError
+from mtpstudio.core.runner import Runner, SubprocessRunner
+from mtpstudio.core.server.systemd import UnitRef, require_installed
+from mtpstudio.core.service.poststart import (
+    MainProcess,
+    load_lines,
+    poststart_lines,
+    read_start_log,
+    wait_for_load,
+)
 from mtpstudio.core.service.prestart import CheckOutcome, check_engine, run_prestart
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.helper.prestart_shape import PrestartShape, prestart_from_argv
@@ -16,7 +25,10 @@ __all__ = [
     "CheckOutcome",
     "PrestartShape",
     "check_before_start",
+    "compare_after_load",
     "installed_unit_check",
+    "installed_unit_load",
+    "service_load_lines",
     "shape_from_words",
 ]
 
@@ -61,3 +73,73 @@ def installed_unit_check(unit_file: Path) -> list[str]:
     if shape.engine_size is None:
         return [f"{unit_file.name}: its engine {engine} was not probed when the unit was made"]
     return [f"{unit_file.name}: its engine {engine} is the build the unit was made for"]
+
+
+def compare_after_load(
+    unit: str,
+    host: str,
+    port: int,
+    loads: Sequence[str],
+    environ: Mapping[str, str],
+    runner: Runner | None = None,
+) -> list[str]:
+    """Wait for the unit's engine to load, then its buffers in this start's journal against
+    the plan (``loads``: ``DEVICE=MIB`` as the unit's ``ExecStartPost=`` passes them).
+
+    Raises:
+        PrestartError: a load figure that is not ``DEVICE=MIB``.
+    """
+    pairs = []
+    for word in loads:
+        device, _, mib = word.partition("=")
+        if not device or not mib.isdigit():
+            raise PrestartError(f"--load {word!r} is not DEVICE=MIB")
+        pairs.append((device, int(mib)))
+    shape = PrestartShape(python="", unit=unit, needs=(), host=host, port=port,
+                          loads=tuple(pairs))  # fmt: skip
+    main_pid = environ.get("MAINPID", "")
+    wait = wait_for_load(shape, MainProcess(int(main_pid) if main_pid.isdigit() else None))
+    invocation = environ.get("INVOCATION_ID", "")
+    if not invocation:
+        journal: tuple[str, str | None] = ("", "not started by systemd: no $INVOCATION_ID")
+    else:
+        journal = read_start_log(invocation, runner or SubprocessRunner())
+    return poststart_lines(shape, wait, journal)
+
+
+def installed_unit_load(unit: UnitRef, runner: Runner | None = None) -> list[str]:
+    """What the unit's comparison after its last start wrote to the journal (empty: none, or
+    the unit is not running)."""
+    from mtpstudio.core.server.systemd import SYSTEMCTL_TIMEOUT_S
+
+    run = runner or SubprocessRunner()
+    shown = run(
+        ["systemctl", *unit.scope_args, "show", unit.name, "--property=InvocationID", "--value"],
+        SYSTEMCTL_TIMEOUT_S,
+    )
+    invocation = shown.stdout.strip() if shown.ok else ""
+    if not invocation:
+        return []
+    text, unreadable = read_start_log(invocation, run)
+    if unreadable is not None:
+        return [f"{unit.name}: its last start's journal cannot be read ({unreadable})"]
+    return load_lines(text, unit.name)
+
+
+def service_load_lines(service_name: str, runner: Runner | None = None) -> list[str]:
+    """The comparison after the last start of the installed unit ``service_name`` (the plan's
+    ``outputs.service_name``), system unit first, then the user unit; empty: neither is
+    installed by mtpstudio, running, or compared."""
+    for user in (False, True):
+        try:
+            unit = UnitRef.of(service_name, user)
+        except ServerError:
+            return []
+        try:
+            require_installed(unit)
+        except ServerError:
+            continue
+        lines = installed_unit_load(unit, runner)
+        if lines:
+            return lines
+    return []

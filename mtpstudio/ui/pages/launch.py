@@ -56,6 +56,7 @@ from mtpstudio.core.usecases.launch import (
     servers_elsewhere,
     stop_elsewhere,
 )
+from mtpstudio.core.usecases.prestart import service_load_lines
 from mtpstudio.core.usecases.server_watch import (
     Diagnosis,
     HealthAnswer,
@@ -80,6 +81,7 @@ from mtpstudio.ui.widgets.error_details import DetailsNotice
 BENCH_KEY = "bench-run"
 HISTORY_KEY = "bench-history"
 ELSEWHERE_KEY = "servers-elsewhere"
+UNIT_LOAD_KEY = "unit-load"
 HISTORY_KINDS = ("bench", "ab-a", "ab-b")
 
 
@@ -235,6 +237,7 @@ class LaunchPage(PlanPage):
     def _refresh(self) -> None:
         self._show_phase()
         self.find_servers_elsewhere()
+        self.find_unit_load()
         self.tune.show_state()
         self._note_plan_drift()
         if not self.history_runs and not self.tasks.is_running(HISTORY_KEY):
@@ -331,6 +334,18 @@ class LaunchPage(PlanPage):
             return servers_elsewhere(own)
 
         self.tasks.run(work, self._show_elsewhere, lambda _: None, key=ELSEWHERE_KEY)
+
+    def find_unit_load(self) -> None:
+        """What the plan's installed unit compared after its last load (its journal lines)."""
+        service = self.state.plan.outputs.service_name
+
+        def work(token: CancelToken) -> list[str]:
+            return service_load_lines(service)
+
+        def done(lines: list[str]) -> None:
+            self.memory_tab.show_unit_load(service, lines)
+
+        self.tasks.run(work, done, lambda _: None, key=UNIT_LOAD_KEY)
 
     def _show_elsewhere(self, states: list[ServerState]) -> None:
         port = self.state.plan.server.port

@@ -32,9 +32,25 @@ class MemoryTab(QWidget):
         self.memory.verticalHeader().setVisible(False)
         self.memory.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.memory.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.unit_label = QLabel(self)  # the installed unit's own comparison after its load
+        self.unit_label.setWordWrap(True)
+        self.unit_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.unit_label.setVisible(False)
         layout = QVBoxLayout(self)
         layout.addWidget(self.memory_label)
         layout.addWidget(self.memory, 1)
+        layout.addWidget(self.unit_label)
+
+    def show_unit_load(self, service: str, lines: list[str]) -> None:
+        """What the installed unit ``service`` wrote to its journal after its last load (the
+        line's own prefix dropped); hidden when there is nothing."""
+        prefix = f"mtpstudio: {service}.service: load: "
+        shown = [line.removeprefix(prefix) for line in lines]
+        self.unit_label.setText(
+            f"The installed service {service}, after its last start (from its journal):\n"
+            + "\n".join(f"• {line}" for line in shown)
+        )
+        self.unit_label.setVisible(bool(lines))
 
     def clear(self) -> None:
         self.memory.setRowCount(0)

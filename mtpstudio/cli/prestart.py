@@ -23,7 +23,12 @@ def register(sub: Any) -> None:
     p.add_argument("--engine", required=True, help="the engine binary the unit starts")
     p.add_argument("--engine-size", metavar="BYTES")
     p.add_argument("--engine-mtime-ns", metavar="NS")
-    p.add_argument("--flag", action="append", default=[], help="a flag the unit passes")
+    p.add_argument(
+        "--flag",
+        action="append",
+        default=[],
+        help="a flag the unit passes, as --flag=-m (one word: the flag begins with a dash)",
+    )
     p.set_defaults(func=cmd_prestart)
 
 
@@ -37,8 +42,7 @@ def _words(args: argparse.Namespace) -> list[str]:
         words += ["--engine-size", args.engine_size]
     if args.engine_mtime_ns is not None:
         words += ["--engine-mtime-ns", args.engine_mtime_ns]
-    for flag in args.flag:
-        words += ["--flag", flag]
+    words += [f"--flag={flag}" for flag in args.flag]
     return words
 
 

@@ -87,8 +87,7 @@ class PrestartShape:
         if self.engine_size is not None and self.engine_mtime_ns is not None:
             words += ["--engine-size", str(self.engine_size)]
             words += ["--engine-mtime-ns", str(self.engine_mtime_ns)]
-        for flag in self.flags:
-            words += ["--flag", flag]
+        words += [f"--flag={flag}" for flag in self.flags]  # one word: a flag's own dash
         return tuple(words)
 
     def params(self) -> dict[str, Any]:
@@ -234,6 +233,9 @@ def prestart_from_argv(words: Sequence[str], unit: str, engine: str) -> Prestart
     payload: dict[str, Any] = {"python": words[0], "needs": [], "flags": []}
     rest = list(words[6:])
     while rest:
+        if rest[0].startswith("--flag="):
+            payload["flags"].append(rest.pop(0).removeprefix("--flag="))
+            continue
         if len(rest) < 2:
             raise Refused("the unit's ExecStartPre= ends in a flag without its value")
         key, value = rest[0], rest[1]
@@ -253,8 +255,6 @@ def prestart_from_argv(words: Sequence[str], unit: str, engine: str) -> Prestart
             if not value.isdigit():
                 raise Refused("the unit's ExecStartPre= has an engine stamp that is not a number")
             payload["engine_size" if key == "--engine-size" else "engine_mtime_ns"] = int(value)
-        elif key == "--flag":
-            payload["flags"].append(value)
         else:
             raise Refused(f"the unit's ExecStartPre= has {key!r}, which the check does not take")
     shape = prestart_from_params(payload, unit)

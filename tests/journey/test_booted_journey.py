@@ -24,16 +24,18 @@ bound where a user's own build would be (``~/llama.cpp/build/bin``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.nvml_standin import build_standin
 from support.tiny_models import make_model
 from support.waiting import patience
 
@@ -108,16 +110,21 @@ class Machine:
         os.chown(home, UID, GID)
         home.chmod(0o755)
 
-    def boot(self, phase: str, timeout: float) -> dict[str, Any]:
+    def boot(
+        self, phase: str, timeout: float, *, root: Path | None = None, binds: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """One boot running ``phase``: the tree under a throwaway overlay, or ``root`` (a
+        tree whose changes persist from one boot to the next: ``persistent_root``)."""
         (self.out / "phase").write_text(phase)
-        argv = ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
-                "--volatile=overlay", "-D", str(self.tree),
+        where = ["-D", str(root)] if root is not None else ["--volatile=overlay", "-D",
+                                                              str(self.tree)]  # fmt: skip
+        argv = ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit", *where,
                 f"--bind={self.home}:/home/{ACCOUNT}",
                 f"--bind-ro={self.engine_dir}:/home/{ACCOUNT}/llama.cpp/build/bin",
                 f"--bind-ro={self.wheels}:/wheels", f"--bind-ro={IN_TREE}:/journey-code",
                 f"--bind={self.out}:/out",
                 f"--bind-ro={self.unit}:/etc/systemd/system/journey.service",
-                *NSPAWN_EXTRA, "systemd.wants=journey.service"]  # fmt: skip
+                *binds, *NSPAWN_EXTRA, "systemd.wants=journey.service"]  # fmt: skip
         booted = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                                 timeout=timeout, env={**os.environ, **NSPAWN_ENV},
                                 check=False)  # fmt: skip
@@ -130,6 +137,22 @@ class Machine:
         data: dict[str, Any] = json.loads(result.read_text())
         assert "error" not in data, f"{data['error']}\n{log}"
         return data
+
+    @contextlib.contextmanager
+    def persistent_root(self) -> Iterator[Path]:
+        """The tree under an overlay of this test's own: what one boot installs (a unit
+        enabled, the helper's files) is there at the next boot, as on a disk."""
+        layers = self.work / "persistent"
+        upper, scratch, root = layers / "upper", layers / "work", layers / "root"
+        for folder in (upper, scratch, root):
+            folder.mkdir(parents=True, exist_ok=True)
+        options = f"lowerdir={self.tree},upperdir={upper},workdir={scratch}"
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(root)],
+                       check=True)  # fmt: skip
+        try:
+            yield root
+        finally:
+            subprocess.run(["umount", "--lazy", str(root)], check=False)
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +261,72 @@ def test_the_command_line_does_the_same_in_a_terminal(machine: Machine) -> None:
     assert cli["plan_exit"] == 0
     assert cli["export"]["exit"] == 0, cli["export"]["stderr"]
     assert_service_ran(cli["service"])
+
+
+STANDIN_NVML = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+RECORDING = REPO / "tests/fixtures/detect/nvml/rtx4070super-kde.json"
+SERVICE = "mtpstudio-llama.service"
+MARK = f"mtpstudio: {SERVICE}: "  # the check's and the comparison's lines begin so
+
+
+def check_line(lines: list[str]) -> str:
+    found = [line for line in lines if "MiB free" in line or "cannot be read" in line]
+    assert len(found) == 1, lines
+    return found[0]
+
+
+def test_the_service_at_boot_keeps_its_placement_and_checks_the_vram(
+    machine: Machine, tmp_path: Path
+) -> None:
+    """Issue 44: the system unit enabled, the machine booted with no session; its check and its
+    placement at boot, its load compared in the journal (read by `status` and the Launch page),
+    then a login and a program that takes more than the plan leaves.
+
+    No GPU exists here: the engine is the CPU build, and the GPU is a stand-in NVML library
+    (``support/nvml_standin.py``) answering with the recorded RTX 4070 SUPER's values, whose
+    free memory follows stand-in processes that register the MiB they hold: the desktop's
+    compositor (``kwin_wayland``, 1,024 MiB, the plan's desktop share) and a program that
+    takes more than the plan leaves. Everything else is real: pynvml and mtpstudio's
+    detection read the library, systemd runs the unit's ``ExecStartPre=`` / ``ExecStartPost=``
+    as the account, journald keeps the lines."""
+    library = build_standin(json.loads(RECORDING.read_text()), tmp_path / "nvml")
+    binds = (f"--bind-ro={library}:{STANDIN_NVML}",)
+    with machine.persistent_root() as root:
+        setup = machine.boot("unit-setup", 1200 * patience(), root=root, binds=binds)
+        booted = machine.boot("unit-boot", 1500 * patience(), root=root, binds=binds)
+
+    assert setup["plan"]["exit"] == 0, setup["plan"]["text"]
+    assert "CUDA0" in setup["plan"]["text"] and "RTX 4070 SUPER" in setup["plan"]["text"]
+    assert setup["apply"]["exit"] == 0, setup["apply"]["text"]
+    assert setup["enable_exit"] == 0
+    unit = setup["unit"]
+    assert "\nExecStartPre=" in unit and "--need CUDA0=" in unit, unit
+    assert "\nExecStartPost=-" in unit and "poststart" in unit, unit
+
+    boot = booted["boot"]
+    assert booted["health"] == 200, boot
+    at_boot = check_line(boot["lines"])
+    assert at_boot.startswith(f"{MARK}CUDA0 (NVIDIA GeForce RTX 4070 SUPER) has "), at_boot
+    assert "and the desktop's 1,024 MiB still to come at login: enough" in at_boot, at_boot
+    argv = boot["argv"]
+    assert "--fit" not in argv or argv[argv.index("--fit") + 1] == "off", argv  # placed by plan
+    loads = [line for line in boot["lines"] if line.startswith(f"{MARK}load: ")]
+    assert [line.split()[3] for line in loads] == ["CUDA0", "CPU"], boot["lines"]
+    assert "nothing was placed there" in loads[0]  # the CPU build: said, not hidden
+    assert loads[1].endswith(": as planned."), loads
+    assert all(line in booted["status"] for line in loads), booted["status"]
+    page = booted["launch_page"]
+    assert page["unit_load_shown"], page
+    assert loads[1].removeprefix(f"{MARK}load: ") in page["unit_load"], page
+
+    login = booted["after_login"]
+    assert login["exit"] == 0 and login["health"] == 200, login
+    after = check_line(login["lines"])
+    assert "still to come" not in after and after.endswith("spare)."), after
+    assert login["argv"] == argv  # the same placement after a login
+
+    short = booted["short"]
+    assert short["exit"] != 0 and short["is_active"] != "active", short
+    refused = check_line(short["lines"])
+    assert "300 MiB short; held by blender (pid " in refused, refused
+    assert "kwin_wayland (pid " in refused and "not starting" in refused, refused

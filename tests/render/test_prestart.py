@@ -132,7 +132,10 @@ def test_the_command_runs_as_the_unit_writes_it(tmp_path: Path) -> None:
     the memory is not checked, and the engine's stamp is compared."""
     engine = _build("upstream")
     check = PrestartShape(
-        python=sys.executable, unit="mtpstudio-llama.service", needs=(("CUDA0", 100, 0),)
+        python=sys.executable,
+        unit="mtpstudio-llama.service",
+        needs=(("CUDA0", 100, 0),),
+        flags=("-m", "--fit", "-ngl"),  # flags begin with a dash: the words must still parse
     )
     words = check.argv(str(engine))[4:]
     done = run_cli("prestart", *words)
@@ -142,7 +145,7 @@ def test_the_command_runs_as_the_unit_writes_it(tmp_path: Path) -> None:
         "prestart", *[w if w != str(engine) else str(tmp_path / "gone") for w in words]
     )
     assert missing.returncode == 1 and "cannot be read" in missing.stdout
-    edited = run_cli("prestart", *words, "--flag", "--x;rm")
+    edited = run_cli("prestart", *words, "--flag=--x;rm")
     assert edited.returncode != 0
 
 

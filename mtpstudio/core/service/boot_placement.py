@@ -132,6 +132,8 @@ def moments(boot: BootPlacement) -> list[str]:
     if boot.boot_fit is not None and boot.boot_fit.fit is not None:
         boot_fit = boot.boot_fit.fit
         layers = len(boot_fit.cpu_expert_layers) + (1 if boot_fit.partial is not None else 0)
+        if layers == boot.fit_layers:
+            return lines  # the fit at boot places the model as after login: nothing to warn
         total = (device.total_bytes or 0) // MIB
         at_boot = boot.boot_fit.devices[0].segments
         used = (engine_bytes(at_boot) + at_boot.get("other_processes", 0)) // MIB + desktop

@@ -435,12 +435,120 @@ def phase_cli() -> dict[str, Any]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# the service at boot: the stand-in GPU (tests/support/nvml_standin.py) and its stand-in users
+
+
+STANDIN = Path("/run/nvml-standin")  # where the stand-in NVML reads who holds its memory
+STANDIN_BIN = Path("/run/standin-bin")
+PLAN = HOME / "plan-boot.json"
+
+
+def stand_in(name: str, kind: str, mib: int) -> subprocess.Popen[bytes]:
+    """A process of the user's named ``name`` (a copy of sleep) that holds ``mib`` MiB of the
+    stand-in GPU's memory as a ``graphics`` or ``compute`` user, as NVML would list it."""
+    STANDIN_BIN.mkdir(exist_ok=True)
+    program = STANDIN_BIN / name
+    if not program.exists():
+        program.write_bytes(Path("/usr/bin/sleep").read_bytes())
+        program.chmod(0o755)
+    proc = subprocess.Popen(exec_as_user(str(program), "3600"))
+    STANDIN.mkdir(exist_ok=True)
+    (STANDIN / str(proc.pid)).write_text(f"{kind} {mib}\n")
+    log(f"stand-in {name} (pid {proc.pid}) holds {mib} MiB ({kind})")
+    return proc
+
+
+def invocation_lines(invocation: str) -> list[str]:
+    text = run(["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "--no-pager", "-o", "cat"])
+    return text.stdout.splitlines()
+
+
+def unit_state() -> dict[str, str]:
+    shown = run(["systemctl", "show", SERVICE, "-p", "ActiveState", "-p", "Result", "-p",
+                 "InvocationID", "-p", "MainPID"])  # fmt: skip
+    return dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
+
+
+def wait_lines(mark: str, timeout: float = 120) -> dict[str, Any]:
+    """This start's journal once a line with ``mark`` shows (the check's or the comparison's)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = unit_state()
+        lines = invocation_lines(state.get("InvocationID", ""))
+        if any(mark in line for line in lines) or time.monotonic() > deadline:
+            ours = [line for line in lines if line.startswith("mtpstudio: ")]
+            return {"state": state, "lines": ours}
+        time.sleep(1)
+
+
+def engine_argv(state: dict[str, str]) -> list[str]:
+    pid = state.get("MainPID", "0")
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def phase_unit_setup() -> dict[str, Any]:
+    """Logged in (the desktop holds its share), the user plans and installs the system unit
+    through the helper, and the admin enables it: it starts at the next boot."""
+    desktop = stand_in("kwin_wayland", "graphics", 1024)
+    out: dict[str, Any] = {}
+    plan = run(as_user(str(MTPSTUDIO), "plan", "--model", str(HOME / "models/tiny-mtp.gguf"),
+                       "--save", str(PLAN)), cwd=str(HOME))  # fmt: skip
+    out["plan"] = {"exit": plan.returncode, "text": plan.stdout + plan.stderr}
+    term = in_terminal(exec_as_user(str(MTPSTUDIO), "apply", "unit", "--plan", str(PLAN)),
+                       [(r"\[y/N\] ", "y", "yes to the setup")], 600)  # fmt: skip
+    out["apply"] = {"exit": term.code, "text": term.text, "answered": term.answered}
+    unit = Path(f"/etc/systemd/system/{SERVICE}")
+    out["unit"] = unit.read_text() if unit.is_file() else ""
+    out["enable_exit"] = run(["systemctl", "enable", SERVICE]).returncode
+    desktop.kill()
+    desktop.wait()
+    return out
+
+
+def restart() -> dict[str, Any]:
+    done = run(["systemctl", "restart", SERVICE], timeout=300)
+    return {"exit": done.returncode, **wait_lines(" free")}
+
+
+def phase_unit_boot() -> dict[str, Any]:
+    """The unit started at boot, before any session: the check's line, the placement the plan
+    wrote, the comparison after the load (journal, `status`, the Launch page); then a login
+    (the desktop takes its share) and a program that takes more than the plan leaves."""
+    out: dict[str, Any] = {"health": health(300)[0]}
+    out["boot"] = wait_lines(": load:")
+    out["boot"]["argv"] = engine_argv(out["boot"]["state"])
+    out["status"] = run(as_user(str(MTPSTUDIO), "status"), cwd=str(HOME)).stdout
+    out["launch_page"] = gui_step("unit-load", 600)
+    desktop = stand_in("kwin_wayland", "graphics", 1024)  # the user logs in
+    out["after_login"] = restart()
+    out["after_login"]["argv"] = engine_argv(out["after_login"]["state"])
+    out["after_login"]["health"] = health(300)[0]
+    check = next((line for line in out["after_login"]["lines"] if "MiB free" in line), "")
+    free_now = re.search(r"has ([\d,]+) MiB free; the engine needs ([\d,]+) MiB", check)
+    if free_now is not None:
+        free, need = (int(x.replace(",", "")) for x in free_now.groups())
+        hog = stand_in("blender", "compute", free - need + 300)  # 300 MiB too much
+        out["short"] = restart()
+        out["short"]["is_active"] = run(["systemctl", "is-active", SERVICE]).stdout.strip()
+        hog.kill()
+        hog.wait()
+    desktop.kill()
+    desktop.wait()
+    return out
+
+
 def main() -> int:
     phase = (OUT / "phase").read_text().strip()
     result: dict[str, Any] = {"phase": phase, "systemd_pid1": Path("/proc/1/comm").read_text()}
     result["system_state"] = run(["systemctl", "is-system-running"], timeout=60).stdout.strip()
     try:
-        result |= {"install": phase_install, "gui": phase_gui, "cli": phase_cli}[phase]()
+        phases = {"install": phase_install, "gui": phase_gui, "cli": phase_cli,
+                  "unit-setup": phase_unit_setup, "unit-boot": phase_unit_boot}  # fmt: skip
+        result |= phases[phase]()
     except Exception:
         result["error"] = traceback.format_exc()
     finally:

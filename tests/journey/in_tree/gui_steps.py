@@ -1,7 +1,7 @@
 """One GUI step of the journey, run as the desktop user with the venv's Python inside the booted
 tree: the wizard (offscreen) on the user's tiny model, driven the way a user clicks.
 
-    gui_steps.py apply|revert|export OUT.json
+    gui_steps.py apply|revert|export|unit-load OUT.json
 
 It writes its PID to ``$JOURNEY_PID_FILE`` and, before any privileged click, waits for
 ``$JOURNEY_AGENT_READY`` (the test's polkit agent registered for this process). The result
@@ -122,6 +122,16 @@ def export(wizard: MtpWizard) -> dict[str, Any]:
     return result
 
 
+def unit_load(wizard: MtpWizard) -> dict[str, Any]:
+    """The Launch page as the user opens it while the installed unit runs: its Memory tab shows
+    what the unit compared after its last load (read from the unit's journal)."""
+    go_to(wizard, PageId.LAUNCH)
+    page = wizard.launch_page
+    wizard.tasks.wait_idle(120)
+    label = page.memory_tab.unit_label
+    return {"unit_load_shown": label.isVisibleTo(page.memory_tab), "unit_load": label.text()}
+
+
 def main() -> int:
     step, out = sys.argv[1], Path(sys.argv[2])
     Path(os.environ["JOURNEY_PID_FILE"]).write_text(str(os.getpid()))
@@ -130,7 +140,8 @@ def main() -> int:
     wizard = MtpWizard(Plan(model=ModelChoice(path=MODEL)), remember=False)
     try:
         wizard.tasks.wait_idle(120)
-        result |= {"apply": apply_session, "revert": revert, "export": export}[step](wizard)
+        steps = {"apply": apply_session, "revert": revert, "export": export, "unit-load": unit_load}
+        result |= steps[step](wizard)
     except Exception:  # the report says what happened; the test fails on it
         result["error"] = traceback.format_exc()
     finally:

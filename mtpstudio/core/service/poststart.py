@@ -141,13 +141,13 @@ def _device_line(device: str, planned: int, got: float) -> str:
         f"{device} holds {got:,.0f} MiB of the engine's buffers; the plan said {planned:,} MiB"
         f"{share}"
     )
-    if abs(delta) <= max(AS_PLANNED_MIB, MEASURED_WITHIN_FRACTION * planned):
-        return f"{head}: as planned."
-    if got < 1 and device != HOST:
+    if got < 1 and planned >= 1 and device != HOST:
         return (
             f"{head}: nothing was placed there (an engine build without this GPU's backend, "
             "or the GPU was not visible to the service?)."
         )
+    if abs(delta) <= max(AS_PLANNED_MIB, MEASURED_WITHIN_FRACTION * planned):
+        return f"{head}: as planned."
     if delta > 0:
         return (
             f"{head}: {delta:,.0f} MiB more than planned; the margin takes it until it is spent "

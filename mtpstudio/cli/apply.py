@@ -497,8 +497,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _unit_checks(data: dict[str, Any], root: Path | None) -> dict[str, list[str]]:
     """Each installed unit's engine against the build it was made for (its check's stamp),
     and what the comparison after its last start found (on this computer, not under --root)."""
-    from mtpstudio.core.server.systemd import UnitRef
-    from mtpstudio.core.usecases.prestart import installed_unit_check, installed_unit_load
+    from mtpstudio.core.usecases.prestart import installed_unit_check, unit_load_lines
 
     out: dict[str, list[str]] = {}
     for where in ("system", "user"):
@@ -509,7 +508,7 @@ def _unit_checks(data: dict[str, Any], root: Path | None) -> dict[str, list[str]
                     on_disk = root / path.relative_to("/") if root is not None else path
                     lines = installed_unit_check(on_disk)
                     if root is None and lines:
-                        lines += installed_unit_load(UnitRef.of(path.name, where == "user"))
+                        lines += unit_load_lines(path.name, user=where == "user")
                     if lines:
                         out[f["path"]] = lines
     return out

@@ -30,6 +30,7 @@ __all__ = [
     "installed_unit_load",
     "service_load_lines",
     "shape_from_words",
+    "unit_load_lines",
 ]
 
 
@@ -143,3 +144,11 @@ def service_load_lines(service_name: str, runner: Runner | None = None) -> list[
         if lines:
             return lines
     return []
+
+
+def unit_load_lines(name: str, *, user: bool) -> list[str]:
+    """``installed_unit_load`` of the unit file named ``name`` (system or user manager)."""
+    try:
+        return installed_unit_load(UnitRef.of(name, user))
+    except ServerError:
+        return []

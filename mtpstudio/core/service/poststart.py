@@ -6,7 +6,7 @@ A unit with mtpstudio's check runs ``mtpstudio poststart`` as its ``ExecStartPos
 parses the load log as a launch from the window does (``server.load_log``) and writes one line
 per device: the MiB of buffers the engine logged against what the plan said. An allocation that
 failed, a load that never finished, a journal the account cannot read: one line each, saying
-so. ``mtpstudio status`` and the Launch page read these lines back (``LOAD_MARK``).
+so. ``mtpstudio status`` and the Launch page read these lines back (``load_mark``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ AS_PLANNED_MIB = 256
 """A device's buffers within this many MiB (or the measured share) of the plan: as planned."""
 LOAD_MARK = "load:"
 """The word after the unit's name that marks the lines written here."""
+
+
+def load_mark(unit: str) -> str:
+    """How each line written here begins (``unit``: ``NAME.service``)."""
+    return f"mtpstudio: {unit}: {LOAD_MARK}"
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ def loaded_mib(report: LoadReport) -> dict[str, float]:
 
 def compare_load(shape: PrestartShape, report: LoadReport, wait: LoadWait) -> list[str]:
     """One line per device of the plan (and one per failure): the load against the plan."""
-    who = f"mtpstudio: {shape.unit}: {LOAD_MARK}"
+    who = load_mark(shape.unit)
     lines: list[str] = []
     for failure in report.allocation_failures[:3]:
         lines.append(f"{who} the engine could not allocate memory: {failure.line.strip()[:200]}")
@@ -165,7 +170,7 @@ def poststart_lines(
     text, unreadable = journal
     if unreadable is not None:
         return [
-            f"mtpstudio: {shape.unit}: {LOAD_MARK} the load is not compared: this start's "
+            f"{load_mark(shape.unit)} the load is not compared: this start's "
             f"journal cannot be read ({unreadable})."
         ]
     return compare_load(shape, parse_load_log(text), wait)
@@ -173,5 +178,5 @@ def poststart_lines(
 
 def load_lines(journal_text: str, unit: str) -> list[str]:
     """The comparison's lines in a journal's text (what ``status`` and the Launch page show)."""
-    mark = f"mtpstudio: {unit}: {LOAD_MARK}"
+    mark = load_mark(unit)
     return [line.strip() for line in journal_text.splitlines() if line.strip().startswith(mark)]

@@ -12,6 +12,7 @@ from mtpstudio.core.server.systemd import UnitRef, require_installed
 from mtpstudio.core.service.poststart import (
     MainProcess,
     load_lines,
+    load_mark,
     poststart_lines,
     read_start_log,
     wait_for_load,
@@ -28,6 +29,7 @@ __all__ = [
     "compare_after_load",
     "installed_unit_check",
     "installed_unit_load",
+    "load_mark",
     "service_load_lines",
     "shape_from_words",
     "unit_load_lines",

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.usecases.prestart import load_mark
 from mtpstudio.core.usecases.workbench import Reconciliation
 from mtpstudio.ui.formatting import signed_mib
 
@@ -44,7 +45,7 @@ class MemoryTab(QWidget):
     def show_unit_load(self, service: str, lines: list[str]) -> None:
         """What the installed unit ``service`` wrote to its journal after its last load (the
         line's own prefix dropped); hidden when there is nothing."""
-        prefix = f"mtpstudio: {service}.service: load: "
+        prefix = load_mark(f"{service}.service") + " "
         shown = [line.removeprefix(prefix) for line in lines]
         self.unit_label.setText(
             f"The installed service {service}, after its last start (from its journal):\n"

@@ -71,6 +71,9 @@ class ShortVram(StrEnum):
     """Do not start: one line in the journal says what holds the memory."""
     WARN = "warn"
     """Start all the same, and say so in the journal (the engine may run out of memory)."""
+    FIT = "fit"
+    """Start with the engine's own fit instead of the plan's placement, and say so: it places
+    by what is free then, leaving the desktop's share and the margin free."""
 
 
 class DesktopReclaim(StrEnum):

@@ -2,10 +2,17 @@
 
 The command is built here from a few checked values, never taken as text: the interpreter that
 has mtpstudio (an absolute path), the unit's name, per GPU the MiB the engine needs and the MiB
-the desktop takes at login, what to do when they are short (``refuse`` or ``warn``), the
-engine's size and modification time when the plan probed it, and the flags it passes (to ask a
-changed build about). ``mtpstudio prestart`` (``core/service/prestart.py``) reads the same words
-back.
+the desktop takes at login, what to do when they are short (``refuse``, ``warn`` or ``fit``),
+the engine's size and modification time when the plan probed it, and the flags it passes (to
+ask a changed build about). ``mtpstudio prestart`` (``core/service/prestart.py``) reads the same
+words back.
+
+With ``fit`` the unit's placement (``--fit off -ngl 999 --n-cpu-moe 20``) is not in
+``ExecStart=`` itself but in ``$MTPSTUDIO_PLACEMENT`` (``Environment=``), and the check, when the
+VRAM is short, writes the engine's fit (``--fit on --fit-target 2048``) into the runtime
+folder's ``placement.env`` (``EnvironmentFile=``, read after ``ExecStartPre=`` ends), which
+overrides it for this start. Both are plain words (letters, digits, ``.,:+=-``): nothing a
+shell, systemd's quoting or a specifier reads differently.
 
 The same values give the comparison after the load (``ExecStartPost=``, ``mtpstudio
 poststart``): the address the engine answers ``/health`` on (host and port) and, per device, the
@@ -23,7 +30,13 @@ from typing import Any
 from mtpstudio.helper.safefs import Refused
 from mtpstudio.helper.shape_common import list_value, only_keys
 
-ON_SHORT = ("refuse", "warn")
+ON_SHORT = ("refuse", "warn", "fit")
+PLACEMENT_VAR = "MTPSTUDIO_PLACEMENT"
+"""The variable the unit's placement words are in when the check may swap them."""
+PLACEMENT_FILE = "placement.env"
+"""The file in the unit's runtime folder the check writes the engine's fit into."""
+PLAIN_WORD = re.compile(r"^[A-Za-z0-9.,:+=-]{1,64}$")
+MAX_PLACEMENT = 32
 DEVICE_ID = re.compile(r"^(CUDA|ROCm|Vulkan)[0-9]{1,2}$")
 LOAD_DEVICE = re.compile(r"^((CUDA|ROCm|Vulkan)[0-9]{1,2}|CPU)$")
 HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
@@ -49,6 +62,9 @@ class PrestartShape:
         host: the address the engine listens on (the comparison after the load asks it).
         port: its port (None: no comparison after the load).
         loads: per device (id or ``CPU``) the MiB of buffers the plan says the load log shows.
+        placement: the unit's placement words (``on_short == "fit"``: they live in
+            ``$MTPSTUDIO_PLACEMENT``; empty: in ``ExecStart=`` itself).
+        fallback: the engine's fit that replaces them when the VRAM is short.
     """
 
     python: str
@@ -61,6 +77,13 @@ class PrestartShape:
     host: str = "127.0.0.1"
     port: int | None = None
     loads: tuple[tuple[str, int], ...] = ()
+    placement: tuple[str, ...] = ()
+    fallback: tuple[str, ...] = ()
+
+    @property
+    def swaps_placement(self) -> bool:
+        """The check may start the engine with its fit instead of the unit's placement."""
+        return self.on_short == "fit" and bool(self.fallback)
 
     @property
     def compares_load(self) -> bool:
@@ -77,10 +100,15 @@ class PrestartShape:
             words += ["--load", f"{device}={mib}"]
         return tuple(words)
 
-    def argv(self, engine: str) -> tuple[str, ...]:
-        """The command (``engine``: the unit's engine binary, its ``ExecStart=`` program)."""
+    def argv(self, engine: str, *, script: bool = False) -> tuple[str, ...]:
+        """The command (``engine``: the unit's engine binary, its ``ExecStart=`` program;
+        ``script``: the launch script's, which prints the engine's fit on its output)."""
         words = [self.python, "-m", "mtpstudio", "prestart", "--unit", self.unit]
         words += ["--on-short", self.on_short]
+        if self.swaps_placement:
+            words += [f"--fallback={word}" for word in self.fallback]  # one word each
+            if script:
+                words.append("--print-fallback")
         for device, engine_mib, desktop_mib in self.needs:
             words += ["--need", f"{device}={engine_mib},{desktop_mib}"]
         words += ["--engine", engine]
@@ -101,6 +129,8 @@ class PrestartShape:
             "host": self.host,
             "port": self.port,
             "loads": [list(n) for n in self.loads],
+            "placement": list(self.placement),
+            "fallback": list(self.fallback),
         }
 
 
@@ -128,7 +158,7 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
     if not isinstance(payload, Mapping):
         raise Refused("the check before the start must be an object")
     allowed = {"python", "needs", "on_short", "engine_size", "engine_mtime_ns", "flags", "host",
-               "port", "loads"}  # fmt: skip
+               "port", "loads", "placement", "fallback"}  # fmt: skip
     only_keys(payload, allowed, "the check before the start")
     needs_in = list_value(payload.get("needs"), "the check's devices", MAX_DEVICES)
     if not needs_in:
@@ -149,7 +179,7 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
         )
     on_short = payload.get("on_short", "refuse")
     if on_short not in ON_SHORT:
-        raise Refused("the check's on_short must be refuse or warn")
+        raise Refused("the check's on_short must be refuse, warn or fit")
     size, mtime = payload.get("engine_size"), payload.get("engine_mtime_ns")
     if (size is None) != (mtime is None):
         raise Refused("the engine's size and modification time come together")
@@ -164,6 +194,12 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
         raise Refused("the engine's address must be a host name or an IP address")
     port = payload.get("port")
     loads = _loads(payload.get("loads", []))
+    placement = _plain_words(payload.get("placement", []), "the unit's placement")
+    fallback = _plain_words(payload.get("fallback", []), "the engine's fit")
+    if (placement or fallback) and on_short != "fit":
+        raise Refused("a placement and the engine's fit instead come only with on_short fit")
+    if placement and not fallback:
+        raise Refused("the unit's placement comes with the engine's fit that may replace it")
     return PrestartShape(
         python=_python(payload.get("python")),
         unit=unit,
@@ -175,7 +211,17 @@ def prestart_from_params(payload: Any, unit: str) -> PrestartShape:
         host=host,
         port=None if port is None else _port(port),
         loads=loads,
+        placement=placement,
+        fallback=fallback,
     )
+
+
+def _plain_words(value: Any, what: str) -> tuple[str, ...]:
+    words = list_value(value, what, MAX_PLACEMENT)
+    for word in words:
+        if not isinstance(word, str) or not PLAIN_WORD.match(word):
+            raise Refused(f"a word of {what} must be letters, digits and .,:+=- only")
+    return tuple(words)
 
 
 def _port(value: Any) -> int:
@@ -224,17 +270,28 @@ def poststart_from_argv(words: Sequence[str], shape: PrestartShape) -> PrestartS
     return post
 
 
-def prestart_from_argv(words: Sequence[str], unit: str, engine: str) -> PrestartShape:
+def prestart_from_argv(
+    words: Sequence[str], unit: str, engine: str, placement: Sequence[str] = ()
+) -> PrestartShape:
     """An installed unit's ``ExecStartPre=`` read back (it must be exactly what ``argv``
-    builds from its values); Refused otherwise."""
+    builds from its values; ``placement``: the words of the unit's ``$MTPSTUDIO_PLACEMENT``);
+    Refused otherwise."""
     head = list(words[:6])
     if len(words) < 8 or head[1:] != ["-m", "mtpstudio", "prestart", "--unit", unit]:
         raise Refused("the unit's ExecStartPre= is not mtpstudio's check")
-    payload: dict[str, Any] = {"python": words[0], "needs": [], "flags": []}
+    payload: dict[str, Any] = {"python": words[0], "needs": [], "flags": [], "fallback": [],
+                               "placement": list(placement)}  # fmt: skip
     rest = list(words[6:])
+    script = False
     while rest:
+        if rest[0] == "--print-fallback":
+            script = bool(rest.pop(0))
+            continue
         if rest[0].startswith("--flag="):
             payload["flags"].append(rest.pop(0).removeprefix("--flag="))
+            continue
+        if rest[0].startswith("--fallback="):
+            payload["fallback"].append(rest.pop(0).removeprefix("--fallback="))
             continue
         if len(rest) < 2:
             raise Refused("the unit's ExecStartPre= ends in a flag without its value")
@@ -258,6 +315,6 @@ def prestart_from_argv(words: Sequence[str], unit: str, engine: str) -> Prestart
         else:
             raise Refused(f"the unit's ExecStartPre= has {key!r}, which the check does not take")
     shape = prestart_from_params(payload, unit)
-    if shape.argv(engine) != tuple(words):
+    if shape.argv(engine, script=script) != tuple(words):
         raise Refused("the unit's ExecStartPre= is not in the order mtpstudio writes it")
     return shape

@@ -20,6 +20,7 @@ from typing import Any
 from mtpstudio.core.quoting.env_file import env_file_assignment, parse_env_file
 from mtpstudio.core.quoting.systemd import (
     parse_unit_file,
+    split_environment_assignments,
     split_systemd_command_line,
     systemd_command_line,
     systemd_path,
@@ -27,6 +28,8 @@ from mtpstudio.core.quoting.systemd import (
 )
 from mtpstudio.helper.constants import ENV_DIR
 from mtpstudio.helper.prestart_shape import (
+    PLACEMENT_FILE,
+    PLACEMENT_VAR,
     PrestartShape,
     poststart_from_argv,
     prestart_from_argv,
@@ -149,8 +152,50 @@ class UnitShape:
         }
 
 
+PLACEMENT_REF = f"${PLACEMENT_VAR}"
+"""The last word of ``ExecStart=`` when the check may swap the placement (systemd splits the
+variable's value into words)."""
+_RUNTIME_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}\Z")
+
+
+def _swaps(shape: UnitShape) -> bool:
+    return shape.prestart is not None and shape.prestart.swaps_placement
+
+
+def runtime_folder(unit_name: str) -> str:
+    """The unit's runtime folder (``RuntimeDirectory=``, below /run or $XDG_RUNTIME_DIR)."""
+    stem = unit_name.removesuffix(".service")
+    if not _RUNTIME_NAME.match(stem):
+        raise RenderError(
+            f"the unit's name {unit_name!r} cannot name its runtime folder (letters, digits and "
+            "_ . : - only), which the engine's fit instead of the placement needs"
+        )
+    return stem
+
+
 def _exec_start(shape: UnitShape) -> str:
-    return systemd_command_line(shape.argv, shape.arg_groups)
+    line = systemd_command_line(shape.argv, shape.arg_groups)
+    if not _swaps(shape):
+        return line
+    return line + (" \\\n    " if shape.arg_groups else " ") + PLACEMENT_REF
+
+
+def _placement_lines(shape: UnitShape) -> str:
+    """The placement as a variable the check may override (none unless it may)."""
+    if shape.prestart is None or not _swaps(shape):
+        return ""
+    folder = runtime_folder(shape.unit_name)
+    words = " ".join(shape.prestart.placement)
+    if not words:
+        raise RenderError("the engine's fit instead of the placement needs the placement itself")
+    return (
+        "# The placement is the variable below, the last word of ExecStart=. When the VRAM is\n"
+        "# short at the start, the check writes the engine's own fit into the runtime folder's\n"
+        f"# {PLACEMENT_FILE}, which overrides it for that start (the plan says --short-vram fit).\n"
+        f"RuntimeDirectory={folder}\n"
+        f'Environment="{PLACEMENT_VAR}={words}"\n'
+        f"EnvironmentFile=-%t/{folder}/{PLACEMENT_FILE}\n"
+    )
 
 
 def _exec_start_pre(shape: UnitShape) -> str:
@@ -160,9 +205,16 @@ def _exec_start_pre(shape: UnitShape) -> str:
     return (
         "# Before the engine starts: is the VRAM this placement needs free, and is the engine\n"
         "# the build the unit was made for? One line in the journal either way (mtpstudio\n"
-        f"# prestart); it refuses to start when short unless the plan says warn.\n"
+        f"# prestart); when short it {_ON_SHORT_WORDS[shape.prestart.on_short]}.\n"
         f"ExecStartPre={systemd_command_line(shape.prestart.argv(shape.argv[0]))}\n"
     )
+
+
+_ON_SHORT_WORDS = {
+    "refuse": "refuses to start (the plan says refuse)",
+    "warn": "starts all the same and says so (the plan says warn)",
+    "fit": "starts the engine with its own fit and says so (the plan says fit)",
+}
 
 
 def _exec_start_post(shape: UnitShape) -> str:
@@ -263,6 +315,7 @@ def render_unit(shape: UnitShape) -> str:
             "llama-server\n"
             "# does not need them (and a Vulkan build would otherwise pick the software driver).\n"
             f"UnsetEnvironment={' '.join(SESSION_VARIABLES)}\n"
+            f"{_placement_lines(shape)}"
             f"{_exec_start_pre(shape)}"
             f"ExecStart={exec_start}\n"
             f"{_exec_start_post(shape)}"
@@ -310,6 +363,7 @@ def render_unit(shape: UnitShape) -> str:
         "# Access to the GPU device nodes on distributions that give them to these groups.\n"
         "SupplementaryGroups=video render\n"
         f"EnvironmentFile={env_path}\n"
+        f"{_placement_lines(shape)}"
         f"{_exec_start_pre(shape)}"
         f"ExecStart={exec_start}\n"
         f"{_exec_start_post(shape)}"
@@ -457,10 +511,35 @@ def _normal(entries: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     out = []
     for section, key, value in entries:
         if (section, key) in (("Service", "ExecStart"), ("Service", "ExecStartPre")):
+            head, ref = without_placement_ref(value)
             with suppress(ValueError):
-                value = "\0".join(split_systemd_command_line(value))
+                value = "\0".join([*split_systemd_command_line(head), *ref])
         out.append((section, key, value))
     return out
+
+
+def without_placement_ref(value: str) -> tuple[str, list[str]]:
+    """``ExecStart=``'s value without a last word ``$MTPSTUDIO_PLACEMENT``, and that word
+    (a list of it, or empty)."""
+    words = value.rsplit(None, 1)
+    if len(words) == 2 and words[1] == PLACEMENT_REF:
+        return words[0], [PLACEMENT_REF]
+    return value, []
+
+
+def _placement_words(entries: list[tuple[str, str, str]]) -> tuple[str, ...]:
+    """The words of the unit's ``Environment="MTPSTUDIO_PLACEMENT=…"`` (empty: none)."""
+    for section, key, value in entries:
+        if (section, key) != ("Service", "Environment"):
+            continue
+        try:
+            pairs = split_environment_assignments(value)
+        except ValueError:
+            continue
+        for name, words in pairs:
+            if name == PLACEMENT_VAR:
+                return tuple(words.split())
+    return ()
 
 
 def check_installed_unit(text: str, name: str, env_name: str | None, *, system: bool) -> None:
@@ -480,8 +559,10 @@ def check_installed_unit(text: str, name: str, env_name: str | None, *, system: 
     env_file = values.get(("Service", "EnvironmentFile"), "")
     if system and env_file != f"{ENV_DIR}/{env_name}":
         raise Refused(f"the unit's EnvironmentFile= is not {ENV_DIR}/{env_name}")
+    command, ref = without_placement_ref(values.get(("Service", "ExecStart"), ""))
+    placement = _placement_words(entries) if ref else ()
     try:
-        argv = tuple(split_systemd_command_line(values.get(("Service", "ExecStart"), "")))
+        argv = tuple(split_systemd_command_line(command))
     except ValueError as exc:
         raise Refused(f"the unit's ExecStart= is not an absolute command ({exc})") from None
     description = values.get(("Unit", "Description"), "").replace("%%", "%")
@@ -494,7 +575,7 @@ def check_installed_unit(text: str, name: str, env_name: str | None, *, system: 
             pre = split_systemd_command_line(values[("Service", "ExecStartPre")])
         except ValueError as exc:
             raise Refused(f"the unit's ExecStartPre= does not parse ({exc})") from None
-        prestart = prestart_from_argv(pre, name, argv[0])
+        prestart = prestart_from_argv(pre, name, argv[0], placement)
         if ("Service", "ExecStartPost") in values:
             post_line = values[("Service", "ExecStartPost")]
             try:

@@ -6,8 +6,11 @@ and the helper reading the check back from an installed unit and refusing one ed
 from __future__ import annotations
 
 import copy
+import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fixtures.detect.fake_nvml import FakeNvml, load_recording
@@ -16,6 +19,7 @@ from support.cli import run_cli
 from support.plans import published_resolved
 from support.rendering import unit_plan_text
 from support.servers import EngineMissingError, engine_binary
+from support.systemd_checks import tool
 
 from mtpstudio.core.detect.nvidia import detect_nvidia
 from mtpstudio.core.runner import SubprocessRunner
@@ -210,3 +214,109 @@ def test_status_names_a_rebuilt_engine_under_an_installed_unit(tmp_path: Path) -
     assert "is another build than the unit was made for" in line
     assert "rejects --moe-cache-mib" in line
     assert installed_unit_check(tmp_path / "missing.service") == []
+
+
+def fit_unit() -> tuple[Any, str]:
+    """The published setup's system unit whose check starts the engine's fit when short."""
+    made = unit_plan(published_resolved(**{"outputs.short_vram": "fit"}), UnitScope.SYSTEM)
+    assert made.prestart is not None
+    return made, unit_plan_text(made)
+
+
+def test_the_fit_instead_swaps_the_placement_only(tmp_path: Path) -> None:
+    """``--short-vram fit``: the unit's placement is the variable the check may override, its
+    other flags stay in ExecStart=, and the fit leaves the desktop's share and the margin."""
+    made, text = fit_unit()
+    check = made.prestart
+    plan = made.resolved.effective
+    placement = " ".join(check.placement)
+    assert f'\nEnvironment="MTPSTUDIO_PLACEMENT={placement}"\n' in text
+    assert placement.startswith("--fit off") and f"--n-cpu-moe {made.boot.n_cpu_moe}" in placement
+    exec_start = text[text.index("\nExecStart=") : text.index("\n# After the load")]
+    assert exec_start.endswith("\\\n    $MTPSTUDIO_PLACEMENT")
+    assert "--n-cpu-moe" not in exec_start and "-ngl" not in exec_start
+    assert "\nRuntimeDirectory=mtpstudio-llama\n" in text
+    assert "\nEnvironmentFile=-%t/mtpstudio-llama/placement.env\n" in text
+    desktop = made.resolved.target.device.desktop_bytes // MIB
+    margin = plan.runtime.fit_margin_mib + desktop
+    assert check.fallback == ("--fit", "on", "--fit-target", str(margin)), check.fallback
+    check_installed_unit(text, "mtpstudio-llama.service", "mtpstudio-llama.env", system=True)
+    engine = tmp_path / "llama-server"  # systemd-analyze verify wants an executable there
+    engine.write_text("#!/bin/sh\nexit 0\n")
+    engine.chmod(0o755)
+    unit = tmp_path / "mtpstudio-llama.service"
+    unit.write_text(text.replace("/usr/local/bin/llama-server", str(engine)))
+    verify = subprocess.run([tool("systemd-analyze"), "verify", "--man=no", str(unit)],
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert verify.returncode == 0 and not (verify.stdout + verify.stderr).strip(), verify.stderr
+    user = unit_plan(published_resolved(**{"outputs.short_vram": "fit"}), UnitScope.USER)
+    assert user.prestart is not None and not user.prestart.placement  # the fit already
+
+
+def test_an_edited_fit_instead_is_refused() -> None:
+    _, text = fit_unit()
+    name = "mtpstudio-llama.service"
+    for edit in (
+        ("MTPSTUDIO_PLACEMENT=--fit off", "MTPSTUDIO_PLACEMENT=$(id) --fit off"),
+        ("MTPSTUDIO_PLACEMENT=--fit off", "MTPSTUDIO_PLACEMENT=-ot .*=CPU --fit off"),
+        ("--fallback=on", "--fallback=on;rm"),
+        ("\n    $MTPSTUDIO_PLACEMENT", "\n    $OTHER"),
+        ("%t/mtpstudio-llama/placement.env", "/home/alice/placement.env"),
+        ("--on-short fit", "--on-short warn"),
+    ):
+        assert edit[0] in text, edit
+        with pytest.raises(Refused):
+            check_installed_unit(text.replace(edit[0], edit[1], 1), name, "mtpstudio-llama.env",
+                                 system=True)  # fmt: skip
+
+
+def test_short_memory_starts_the_fit_and_says_so(tmp_path: Path) -> None:
+    from mtpstudio.core.quoting.env_file import parse_env_file
+    from mtpstudio.core.service.prestart import write_fit_instead
+
+    made, _ = fit_unit()
+    check = made.prestart
+    short = check_vram(check, reading(tmp_path))  # type: ignore[arg-type]
+    print("\n".join(short.lines))
+    (line,) = short.lines
+    assert short.start and short.fit_instead
+    assert "MiB short; held by llama-server (pid" in line
+    assert "starting with the engine's fit instead (--fit on --fit-target 2048)" in line
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    assert write_fit_instead(check, short, str(runtime)) == ""
+    written = parse_env_file((runtime / "placement.env").read_text())
+    assert written == {"MTPSTUDIO_PLACEMENT": " ".join(check.fallback)}
+    enough = check_vram(check, reading(tmp_path, free_mib=11_500))  # type: ignore[arg-type]
+    assert enough.start and not enough.fit_instead, enough.lines
+    assert write_fit_instead(check, enough, str(runtime)) == ""
+    assert not (runtime / "placement.env").exists()  # an earlier start's fit is gone
+    nowhere = write_fit_instead(check, short, None)
+    assert "no runtime folder" in nowhere and "not starting" in nowhere
+
+
+def test_the_script_starts_the_engine_with_the_fit_it_is_handed(tmp_path: Path) -> None:
+    """The launch script with ``--short-vram fit``: bash runs it; the check's output (here a
+    stand-in for mtpstudio's interpreter that prints the fit) becomes the engine's placement,
+    and without output the planned placement stays."""
+    made, _ = fit_unit()
+    check = made.prestart
+    python = tmp_path / "python"
+    engine = tmp_path / "llama-server"
+    for program, body in ((python, 'echo "$FIT"'), (engine, 'printf "%s\\n" "$@"')):
+        program.write_text(f"#!/bin/bash\n{body}\n")
+        program.chmod(0o755)
+    spec = replace(made.spec, binary=engine)
+    files = render_service_files(
+        made.resolved.effective, spec, scope=UnitScope.SYSTEM, user="alice",
+        prestart=replace(check, python=str(python)),
+    )  # fmt: skip
+    script = tmp_path / "run.sh"
+    script.write_text(files["script"].text)
+    for fit, expected in (("--fit on --fit-target 2048", check.fallback), ("", check.placement)):
+        done = subprocess.run(["bash", str(script)], env={"FIT": fit, "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        args = done.stdout.splitlines()
+        assert tuple(args[-len(expected) :]) == expected, args
+        assert ("--n-cpu-moe" in args) == (not fit)

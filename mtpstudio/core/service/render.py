@@ -36,6 +36,7 @@ from mtpstudio.core.quoting.systemd import (
     systemd_text,
 )
 from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.service.prestart import placement_notes, without_placement
 from mtpstudio.helper import unit_shape
 from mtpstudio.helper.prestart_shape import PrestartShape
 from mtpstudio.helper.shape_common import comment, comment_wrap
@@ -146,14 +147,20 @@ def _notes_context(spec: LaunchSpec) -> list[dict[str, str]]:
     return [{"flag": n.flag, "explanation": n.explanation} for n in spec.flags]
 
 
-def _check_exec_start(text: str, spec: LaunchSpec, name: str) -> None:
-    """Split the rendered ExecStart back (systemd's rules) and compare with the argv."""
+def _check_exec_start(text: str, spec: LaunchSpec, name: str, *, swaps: bool = False) -> None:
+    """Split the rendered ExecStart back (systemd's rules) and compare with the argv (with
+    ``swaps``: the argv without its placement, then ``$MTPSTUDIO_PLACEMENT``)."""
     values = [v for s, k, v in parse_unit_file(text) if (s, k) == ("Service", "ExecStart")]
+    expected = list(without_placement(spec).argv) if swaps else list(spec.argv)
     try:
-        argv = split_systemd_command_line(values[0]) if len(values) == 1 else None
+        value = values[0] if len(values) == 1 else None
+        if value is not None and swaps:
+            value, ref = value.rsplit(None, 1)
+            value = value if ref == unit_shape.PLACEMENT_REF else None
+        argv = None if value is None else split_systemd_command_line(value)
     except ValueError:
         argv = None
-    if argv != list(spec.argv):
+    if argv != expected:
         raise RenderError(f"the ExecStart= written into {name} does not reproduce the command")
 
 
@@ -162,6 +169,7 @@ def _drop_patterns(prefixes: Sequence[str]) -> list[str]:
 
 
 def _script_lines(spec: LaunchSpec) -> list[str]:
+    """The script's argument lines, one flag with its values each."""
     lines = []
     start = 1
     for note in spec.flags:
@@ -238,6 +246,12 @@ def render_service_files(
             "memory-lock limit (8 MiB by default); use a system unit, or raise LimitMEMLOCK "
             "for user@.service."
         )
+    swaps = prestart is not None and prestart.swaps_placement
+    runs = without_placement(spec) if swaps else spec  # the placement: $MTPSTUDIO_PLACEMENT
+    if swaps and prestart is not None:
+        moved = tuple(w for n in placement_notes(spec) for w in n.words)
+        if moved != prestart.placement:
+            raise RenderError("the check's placement is not the command's own placement flags")
     context = {  # the launch script's (the unit and its env file: helper.unit_shape)
         "notes": _notes_context(spec),
         "warnings": [*spec.warnings, *unit_warnings],
@@ -247,16 +261,19 @@ def render_service_files(
         "argv0": spec.argv[0],
         "arg_lines": _script_lines(spec),
         "drop_patterns": _drop_patterns(spec.drop_env_prefixes),
-        "prestart": None if prestart is None else list(prestart.argv(spec.argv[0])),
+        "prestart": None if prestart is None else list(prestart.argv(spec.argv[0], script=swaps)),
+        "placement": list(prestart.placement) if prestart is not None and swaps else [],
     }
+    if swaps:
+        context["arg_lines"] = _script_lines(runs)
     shape = UnitShape(
         system=scope is UnitScope.SYSTEM,
         unit_name=unit_name,
         env_path=str(layout.env_path),
         user=user,
         model_file=model_file,
-        argv=tuple(spec.argv),
-        arg_groups=tuple(spec.arg_groups),
+        argv=tuple(runs.argv),
+        arg_groups=tuple(runs.arg_groups),
         notes=tuple((n.flag, n.explanation) for n in spec.flags),
         warnings=(*spec.warnings, *unit_warnings),
         mlock=mlock,
@@ -265,7 +282,7 @@ def render_service_files(
         prestart=prestart,
     )
     unit_text = unit_shape.render_unit(shape)
-    _check_exec_start(unit_text, spec, unit_name)
+    _check_exec_start(unit_text, spec, unit_name, swaps=swaps)
     env_text = unit_shape.render_env(unit_name, shape.env)
     system = scope is UnitScope.SYSTEM
     return {

@@ -25,7 +25,7 @@ from mtpstudio.core.planning import LaunchSpec, ResolvedPlan, budget_for, launch
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.boot_placement import BootPlacement, boot_placement
 from mtpstudio.core.service.export import render_all
-from mtpstudio.core.service.prestart import checked_devices, prestart_for
+from mtpstudio.core.service.prestart import checked_devices, prestart_for, with_fit_instead
 from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
 from mtpstudio.helper.prestart_shape import PrestartShape
 
@@ -177,6 +177,10 @@ def unit_plan(
         spec = with_placement_reason(spec, boot.reason)
     name = f"{runs.effective.outputs.service_name}.service"
     prestart = prestart_for(runs, budget, name, [n.flag for n in spec.flags])
+    if prestart is not None:
+        prestart = with_fit_instead(
+            prestart, spec, resolved, runs, before_desktop=scope is UnitScope.SYSTEM
+        )
     return UnitPlan(runs, spec, warnings, prestart, boot)
 
 

@@ -17,10 +17,17 @@ from mtpstudio.core.service.poststart import (
     read_start_log,
     wait_for_load,
 )
-from mtpstudio.core.service.prestart import CheckOutcome, check_engine, run_prestart
+from mtpstudio.core.service.prestart import (
+    CheckOutcome,
+    check_engine,
+    placement_file,
+    run_prestart,
+    write_fit_instead,
+)
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.helper.prestart_shape import PrestartShape, prestart_from_argv
 from mtpstudio.helper.safefs import Refused
+from mtpstudio.helper.unit_shape import without_placement_ref
 
 __all__ = [
     "CheckOutcome",
@@ -52,9 +59,21 @@ def shape_from_words(python: str, words: Sequence[str], unit: str, engine: str) 
         raise PrestartError(str(exc)) from None
 
 
-def check_before_start(shape: PrestartShape, engine: Path) -> CheckOutcome:
-    """Read the GPUs now (NVML), ask a changed engine about its flags: the journal's lines."""
-    return run_prestart(shape, engine, detect_nvidia(None), SubprocessRunner())
+def check_before_start(
+    shape: PrestartShape, engine: Path, environ: Mapping[str, str] | None = None
+) -> CheckOutcome:
+    """Read the GPUs now (NVML), ask a changed engine about its flags: the journal's lines.
+
+    With ``environ`` (a unit's: ``$RUNTIME_DIRECTORY``) the engine's fit instead of the
+    placement is written where the unit's ``EnvironmentFile=`` reads it; without it (the
+    launch script) the caller prints the fit's words."""
+    outcome = run_prestart(shape, engine, detect_nvidia(None), SubprocessRunner())
+    if environ is None:
+        return outcome
+    failed = write_fit_instead(shape, outcome, environ.get("RUNTIME_DIRECTORY"))
+    if failed:
+        return CheckOutcome((*outcome.lines, failed), False, outcome.fit_instead)
+    return outcome
 
 
 def installed_unit_check(unit_file: Path) -> list[str]:
@@ -66,7 +85,8 @@ def installed_unit_check(unit_file: Path) -> list[str]:
     try:
         values = {(s, k): v for s, k, v in parse_unit_file(unit_file.read_text("utf-8"))}
         pre = split_systemd_command_line(values[("Service", "ExecStartPre")])
-        engine = split_systemd_command_line(values[("Service", "ExecStart")])[0]
+        command, _ = without_placement_ref(values[("Service", "ExecStart")])
+        engine = split_systemd_command_line(command)[0]
         shape = prestart_from_argv(pre, unit_file.name, engine)
     except (OSError, UnicodeDecodeError, ValueError, KeyError, IndexError, Refused):
         return []
@@ -100,6 +120,15 @@ def compare_after_load(
         pairs.append((device, int(mib)))
     shape = PrestartShape(python="", unit=unit, needs=(), host=host, port=port,
                           loads=tuple(pairs))  # fmt: skip
+    fitted = placement_file(environ.get("RUNTIME_DIRECTORY"))
+    fit_line = (
+        [
+            f"{load_mark(unit)} this start runs the engine's fit instead of the planned "
+            "placement (the VRAM was short when it started): the buffers below are the fit's."
+        ]
+        if fitted is not None and fitted.is_file()
+        else []
+    )
     main_pid = environ.get("MAINPID", "")
     wait = wait_for_load(shape, MainProcess(int(main_pid) if main_pid.isdigit() else None))
     invocation = environ.get("INVOCATION_ID", "")
@@ -107,7 +136,7 @@ def compare_after_load(
         journal: tuple[str, str | None] = ("", "not started by systemd: no $INVOCATION_ID")
     else:
         journal = read_start_log(invocation, runner or SubprocessRunner())
-    return poststart_lines(shape, wait, journal)
+    return fit_line + poststart_lines(shape, wait, journal)
 
 
 def installed_unit_load(unit: UnitRef, runner: Runner | None = None) -> list[str]:

@@ -89,6 +89,7 @@ SCOPES = (
 SHORT_VRAM = (
     (ShortVram.REFUSE, "Do not start; say what holds the memory"),
     (ShortVram.WARN, "Start all the same, and say so"),
+    (ShortVram.FIT, "Start with the engine's fit instead, and say so"),
 )
 FILE_TABS = (
     ("unit", "Unit", "ini"),

@@ -285,7 +285,8 @@ def prestart_from_argv(
     script = False
     while rest:
         if rest[0] == "--print-fallback":
-            script = bool(rest.pop(0))
+            rest.pop(0)
+            script = True
             continue
         if rest[0].startswith("--flag="):
             payload["flags"].append(rest.pop(0).removeprefix("--flag="))

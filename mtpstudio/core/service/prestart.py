@@ -120,6 +120,11 @@ def placement_notes(spec: LaunchSpec) -> list[FlagNote]:
     return [n for n in spec.flags if n.setting in PLACEMENT_SETTINGS]
 
 
+def placement_words(spec: LaunchSpec) -> tuple[str, ...]:
+    """The words of ``spec``'s placement flags, in the command's order."""
+    return tuple(w for n in placement_notes(spec) for w in n.words)
+
+
 def without_placement(spec: LaunchSpec) -> LaunchSpec:
     """``spec`` without its placement flags (they go into ``$MTPSTUDIO_PLACEMENT``)."""
     return replace(spec, flags=tuple(n for n in spec.flags if n.setting not in PLACEMENT_SETTINGS))
@@ -162,8 +167,8 @@ def with_fit_instead(
         }
     )
     fit_spec, _ = launch_spec_for(fit)
-    fallback = tuple(w for n in placement_notes(fit_spec) for w in n.words)
-    placement = tuple(w for n in placement_notes(spec) for w in n.words)
+    fallback = placement_words(fit_spec)
+    placement = placement_words(spec)
     if not any(n.setting == "runtime.moe" for n in placement_notes(fit_spec)):
         raise RenderError(
             f"--short-vram fit needs the engine's fit, which {runs.build.build.version} does "
@@ -223,7 +228,7 @@ def check_vram(shape: PrestartShape, detection: NvidiaDetection) -> CheckOutcome
             f"{head}{engine_mib:,} MiB{later}: {need - have:,} MiB short; held by "
             f"{held_by or 'no process the driver names'}; "
         )
-        if shape.on_short == "fit" and shape.swaps_placement:
+        if shape.swaps_placement:
             fit_instead = True
             lines.append(
                 short + f"starting with the engine's fit instead ({' '.join(shape.fallback)}) "

@@ -36,7 +36,7 @@ from mtpstudio.core.quoting.systemd import (
     systemd_text,
 )
 from mtpstudio.core.rendered_file import RenderedFile
-from mtpstudio.core.service.prestart import placement_notes, without_placement
+from mtpstudio.core.service.prestart import placement_words, without_placement
 from mtpstudio.helper import unit_shape
 from mtpstudio.helper.prestart_shape import PrestartShape
 from mtpstudio.helper.shape_common import comment, comment_wrap
@@ -148,19 +148,16 @@ def _notes_context(spec: LaunchSpec) -> list[dict[str, str]]:
 
 
 def _check_exec_start(text: str, spec: LaunchSpec, name: str, *, swaps: bool = False) -> None:
-    """Split the rendered ExecStart back (systemd's rules) and compare with the argv (with
-    ``swaps``: the argv without its placement, then ``$MTPSTUDIO_PLACEMENT``)."""
+    """Split the rendered ExecStart back (systemd's rules) and compare with ``spec``'s argv
+    (with ``swaps``: ``spec`` is the command without its placement, which must be followed by
+    ``$MTPSTUDIO_PLACEMENT``)."""
     values = [v for s, k, v in parse_unit_file(text) if (s, k) == ("Service", "ExecStart")]
-    expected = list(without_placement(spec).argv) if swaps else list(spec.argv)
     try:
-        value = values[0] if len(values) == 1 else None
-        if value is not None and swaps:
-            value, ref = value.rsplit(None, 1)
-            value = value if ref == unit_shape.PLACEMENT_REF else None
-        argv = None if value is None else split_systemd_command_line(value)
+        command, ref = unit_shape.without_placement_ref(values[0]) if len(values) == 1 else ("", [])
+        argv = split_systemd_command_line(command) if bool(ref) == swaps else None
     except ValueError:
         argv = None
-    if argv != expected:
+    if argv != list(spec.argv):
         raise RenderError(f"the ExecStart= written into {name} does not reproduce the command")
 
 
@@ -248,10 +245,8 @@ def render_service_files(
         )
     swaps = prestart is not None and prestart.swaps_placement
     runs = without_placement(spec) if swaps else spec  # the placement: $MTPSTUDIO_PLACEMENT
-    if swaps and prestart is not None:
-        moved = tuple(w for n in placement_notes(spec) for w in n.words)
-        if moved != prestart.placement:
-            raise RenderError("the check's placement is not the command's own placement flags")
+    if swaps and prestart is not None and placement_words(spec) != prestart.placement:
+        raise RenderError("the check's placement is not the command's own placement flags")
     context = {  # the launch script's (the unit and its env file: helper.unit_shape)
         "notes": _notes_context(spec),
         "warnings": [*spec.warnings, *unit_warnings],
@@ -282,7 +277,7 @@ def render_service_files(
         prestart=prestart,
     )
     unit_text = unit_shape.render_unit(shape)
-    _check_exec_start(unit_text, spec, unit_name, swaps=swaps)
+    _check_exec_start(unit_text, runs, unit_name, swaps=swaps)
     env_text = unit_shape.render_env(unit_name, shape.env)
     system = scope is UnitScope.SYSTEM
     return {

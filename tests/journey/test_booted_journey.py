@@ -330,3 +330,18 @@ def test_the_service_at_boot_keeps_its_placement_and_checks_the_vram(
     refused = check_line(short["lines"])
     assert "300 MiB short; held by blender (pid " in refused, refused
     assert "kwin_wayland (pid " in refused and "not starting" in refused, refused
+
+    # the plan's other choice: start with the engine's fit instead, and say so
+    fit = booted["fit_instead"]
+    assert fit["plan_exit"] == 0 and fit["apply"]["exit"] == 0, fit["apply"]["text"]
+    assert 'Environment="MTPSTUDIO_PLACEMENT=--fit off' in fit["unit"], fit["unit"]
+    assert fit["unit"].rstrip().count("$MTPSTUDIO_PLACEMENT") == 1, fit["unit"]
+    assert fit["health"] == 200 and fit["state"]["ActiveState"] == "active", fit
+    swapped = check_line(fit["lines"])
+    assert "MiB short; held by blender (pid " in swapped, swapped
+    assert "starting with the engine's fit instead (--fit on --fit-target " in swapped, swapped
+    target = fit["argv"][fit["argv"].index("--fit-target") + 1]
+    assert fit["argv"][fit["argv"].index("--fit") + 1] == "on", fit["argv"]  # systemd read it
+    assert "--n-cpu-moe" not in fit["argv"] and "-ngl" not in fit["argv"], fit["argv"]
+    assert f"--fit-target {target}" in fit["placement_env"], fit["placement_env"]
+    assert any("runs the engine's fit instead of the planned" in line for line in fit["lines"])

@@ -5,6 +5,9 @@ its placement keeps it. The unit says which and why, and the two moments are in 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from support.plans import published_resolved
 from support.rendering import unit_plan_text
 
@@ -104,3 +107,46 @@ def test_the_plan_shows_both_moments_of_a_system_unit() -> None:
     assert lines[2].startswith("  After login: the desktop holds its 1,024 MiB")
     cpu = run_cli("plan", "--demo", "--gpu", "cpu")
     assert "As a system unit" not in cpu.stdout  # nothing to place on a card
+
+
+def with_device(resolved: ResolvedPlan, **device: int) -> ResolvedPlan:
+    target = resolved.target
+    return replace(resolved, target=replace(target, device=replace(target.device, **device)))
+
+
+def test_programs_holding_the_vram_now_do_not_take_the_units_placement_away() -> None:
+    resolved = published()
+    plain = unit_plan(resolved, UnitScope.SYSTEM)
+    assert plain.boot is not None and plain.prestart is not None
+    total = resolved.target.device.total_bytes or 0
+    held = with_device(resolved, other_bytes=total - 2048 * MIB)  # a render holds the rest
+    crowded = budget_for(held).fit
+    assert crowded is not None and crowded.n_gpu_layers == 0  # the fit now: all in RAM
+    made = unit_plan(held, UnitScope.SYSTEM)
+    assert made.boot is not None  # the placement of a boot without that render
+    assert made.boot.n_cpu_moe == plain.boot.n_cpu_moe
+    assert made.spec.argv == plain.spec.argv
+    uncounted = (total - 2048 * MIB) // MIB
+    assert f"The {uncounted:,} MiB other programs hold now are not counted" in made.boot.reason
+    assert "not counted" not in plain.boot.reason
+    # the check before each start still compares with what is free then
+    assert made.prestart is not None and made.prestart.needs == plain.prestart.needs
+
+
+def test_a_system_unit_that_cannot_hold_a_placement_says_it_keeps_the_fit() -> None:
+    """ik's fit stops where a MoE model does not fit with every expert in RAM: no placement
+    to write out, and the unit says so."""
+    from support.servers import EngineMissingError, engine_binary
+
+    try:
+        ik = engine_binary("ik")
+    except EngineMissingError as exc:
+        pytest.fail(str(exc))
+    small = with_device(published(**{"engine.binary": str(ik)}), total_bytes=1536 * MIB)
+    made = unit_plan(small, UnitScope.SYSTEM)
+    assert made.boot is None
+    assert flag_value(made.spec.argv, "--fit") == "on"
+    assert made.warnings[0].startswith("This system unit keeps the engine's fit (--fit on): ")
+    assert "export a user unit" in made.warnings[0]
+    user = unit_plan(small, UnitScope.USER)
+    assert not any("keeps the engine's fit" in w for w in user.warnings)

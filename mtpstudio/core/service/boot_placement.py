@@ -6,7 +6,8 @@ once the user logs in (the plan's ``desktop`` segment), and leaves only the fit 
 the desktop and the engine's own growth. So a system unit whose plan leaves the placement to
 the engine's fit gets the plan's own placement written out instead: the experts of whole layers
 in RAM (``--n-cpu-moe N``, the fit's layers and its split one rounded up to whole layers) with
-the fit off, the fewest that fit with the desktop counted. It holds at boot and after a login
+the fit off, the fewest that fit with the desktop counted (and not the programs that hold VRAM
+while the plan is made: they do not run at boot). It holds at boot and after a login
 alike, and the check before the engine starts (``prestart``) can compare the VRAM free then
 with what this very placement needs. A user unit starts inside the session (the desktop is
 already there) and keeps the engine's fit.
@@ -67,8 +68,12 @@ def boot_placement(resolved: ResolvedPlan) -> BootPlacement | None:
     names its placement, or has no GPU to place on)."""
     if not needs_written_placement(resolved):
         return None
-    budget = budget_for(resolved)
-    fit = budget.fit
+    # the programs holding VRAM now are not counted: at boot they are not running, and a
+    # placement that made room for them would keep the experts they crowd out in RAM for
+    # good; the check before each start compares with what is free then
+    others = resolved.target.device.other_bytes
+    counted = without_other_programs(resolved)
+    fit = budget_for(counted).fit
     if fit is None or fit.fails:
         return None
     model = resolved.model
@@ -78,7 +83,7 @@ def boot_placement(resolved: ResolvedPlan) -> BootPlacement | None:
         held["runtime.n_gpu_layers"] = fit.n_gpu_layers
     start = max(0, min(model.n_layer, fit_layers - 1))
     for n in range(start, model.n_layer + 1):
-        written = resolved.with_changes({**held, "runtime.n_cpu_moe": n})
+        written = counted.with_changes({**held, "runtime.n_cpu_moe": n})
         written_budget = budget_for(written)
         if all(d.fits is not False for d in written_budget.devices):
             return BootPlacement(
@@ -86,10 +91,30 @@ def boot_placement(resolved: ResolvedPlan) -> BootPlacement | None:
                 written_budget,
                 n,
                 fit_layers,
-                _boot_fit(resolved),
-                _reason(resolved, n, written_budget),
+                _boot_fit(counted),
+                _reason(resolved, n, written_budget, others),
             )
     return None
+
+
+def without_other_programs(resolved: ResolvedPlan) -> ResolvedPlan:
+    """``resolved`` with the VRAM other programs hold now not counted (the desktop still is)."""
+    target = resolved.target
+    return replace(resolved, target=replace(target, device=replace(target.device, other_bytes=0)))
+
+
+def boot_placement_gap(resolved: ResolvedPlan, boot: BootPlacement | None) -> str | None:
+    """Why a system unit of ``resolved`` keeps the engine's fit although it starts before
+    the desktop (``boot``: its ``boot_placement``; None: the unit does not keep the fit, or
+    needs no written placement)."""
+    if boot is not None or not needs_written_placement(resolved):
+        return None
+    return (
+        "This system unit keeps the engine's fit (--fit on): no placement fits "
+        f"{resolved.target.device.id} with the desktop counted, even with every expert layer "
+        "in RAM; the fit at boot may fill the desktop's share. Choose a smaller quant or "
+        "context, or export a user unit, which starts after the login."
+    )
 
 
 def _boot_fit(resolved: ResolvedPlan) -> Budget | None:
@@ -105,15 +130,21 @@ def _desktop_mib(resolved: ResolvedPlan) -> int:
     return resolved.target.device.desktop_bytes // MIB
 
 
-def _reason(resolved: ResolvedPlan, n: int, budget: Budget) -> str:
+def _reason(resolved: ResolvedPlan, n: int, budget: Budget, others: int = 0) -> str:
     desktop = _desktop_mib(resolved)
     growth = budget.growth.bytes // MIB
+    uncounted = (
+        f" The {others // MIB:,} MiB other programs hold now are not counted (they do not "
+        "run at boot, and the check before each start compares with what is free then)."
+        if others
+        else ""
+    )
     return (
         f"The plan's placement written out (--n-cpu-moe {n}, the engine's fit off): a system "
         "unit starts at boot, before the desktop; the engine's fit would then count the "
         f"desktop's {desktop:,} MiB as free and fill it, leaving too little for the desktop "
         f"and the engine's own growth ({growth:,} MiB) once you log in. This placement counts "
-        "the desktop, so it holds at boot and after a login alike."
+        "the desktop, so it holds at boot and after a login alike." + uncounted
     )
 
 

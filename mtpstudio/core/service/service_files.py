@@ -23,7 +23,11 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan
 from mtpstudio.core.planning import LaunchSpec, ResolvedPlan, budget_for, launch_spec_for
 from mtpstudio.core.rendered_file import RenderedFile
-from mtpstudio.core.service.boot_placement import BootPlacement, boot_placement
+from mtpstudio.core.service.boot_placement import (
+    BootPlacement,
+    boot_placement,
+    boot_placement_gap,
+)
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.prestart import checked_devices, prestart_for, with_fit_instead
 from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
@@ -175,6 +179,9 @@ def unit_plan(
     spec, warnings = launch_spec_for(runs, api_key_file=api_key_file, for_mtpstudio_launch=checked)
     if boot is not None:
         spec = with_placement_reason(spec, boot.reason)
+    gap = boot_placement_gap(resolved, boot) if scope is UnitScope.SYSTEM else None
+    if gap is not None:
+        warnings = [gap, *warnings]
     name = f"{runs.effective.outputs.service_name}.service"
     prestart = prestart_for(runs, budget, name, [n.flag for n in spec.flags])
     if prestart is not None:

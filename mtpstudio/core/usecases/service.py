@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from mtpstudio.core.planning import ResolvedPlan
 from mtpstudio.core.rendered_file import RenderedFile
-from mtpstudio.core.service.boot_placement import boot_placement
+from mtpstudio.core.service.boot_placement import boot_placement, boot_placement_gap
 from mtpstudio.core.service.export import ServiceSet, write_files, write_service_set
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import (
@@ -40,4 +40,7 @@ def boot_words(resolved: ResolvedPlan) -> list[str]:
     """What a system unit of ``resolved`` (it starts at boot, before the desktop) runs, and
     the two moments, where they differ from the plan's own budget (empty: they do not)."""
     boot = boot_placement(resolved)
-    return [] if boot is None else boot.words()
+    if boot is not None:
+        return boot.words()
+    gap = boot_placement_gap(resolved, boot)
+    return [] if gap is None else [gap]

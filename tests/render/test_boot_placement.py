@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
 from support.plans import published_resolved
 from support.rendering import unit_plan_text
 
-from mtpstudio.core.planning import ResolvedPlan, budget_for
+from mtpstudio.core.plan import plan_with
+from mtpstudio.core.planning import ResolvedPlan, budget_for, resolve
 from mtpstudio.core.service.boot_placement import engine_bytes
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import unit_plan
@@ -114,20 +114,30 @@ def with_device(resolved: ResolvedPlan, **device: int) -> ResolvedPlan:
     return replace(resolved, target=replace(target, device=replace(target.device, **device)))
 
 
+def on_this_machine(resolved: ResolvedPlan, other_mib: int) -> ResolvedPlan:
+    """``resolved`` for a machine whose own GPU (the same card, detected as CUDA0) has the
+    desktop on it and other programs holding ``other_mib``."""
+    device = replace(resolved.target.device, id="CUDA0", other_bytes=other_mib * MIB)
+    pctx = resolved.pctx
+    machine = replace(pctx.machine, gpus=(device,))
+    return resolve(plan_with(resolved.plan, {"device": "CUDA0"}), replace(pctx, machine=machine))
+
+
 def test_programs_holding_the_vram_now_do_not_take_the_units_placement_away() -> None:
     resolved = published()
-    plain = unit_plan(resolved, UnitScope.SYSTEM)
+    plain = unit_plan(on_this_machine(resolved, 0), UnitScope.SYSTEM)
     assert plain.boot is not None and plain.prestart is not None
     total = resolved.target.device.total_bytes or 0
-    held = with_device(resolved, other_bytes=total - 2048 * MIB)  # a render holds the rest
+    held_mib = (total - 2048 * MIB) // MIB  # a render holds all but 2 GiB
+    held = on_this_machine(resolved, held_mib)
+    assert held.target.device.other_bytes == held_mib * MIB
     crowded = budget_for(held).fit
     assert crowded is not None and crowded.n_gpu_layers == 0  # the fit now: all in RAM
     made = unit_plan(held, UnitScope.SYSTEM)
     assert made.boot is not None  # the placement of a boot without that render
     assert made.boot.n_cpu_moe == plain.boot.n_cpu_moe
     assert made.spec.argv == plain.spec.argv
-    uncounted = (total - 2048 * MIB) // MIB
-    assert f"The {uncounted:,} MiB other programs hold now are not counted" in made.boot.reason
+    assert f"The {held_mib:,} MiB other programs hold now are not counted" in made.boot.reason
     assert "not counted" not in plain.boot.reason
     # the check before each start still compares with what is free then
     assert made.prestart is not None and made.prestart.needs == plain.prestart.needs
@@ -136,16 +146,17 @@ def test_programs_holding_the_vram_now_do_not_take_the_units_placement_away() ->
 def test_a_system_unit_that_cannot_hold_a_placement_says_it_keeps_the_fit() -> None:
     """ik's fit stops where a MoE model does not fit with every expert in RAM: no placement
     to write out, and the unit says so."""
-    from support.servers import EngineMissingError, engine_binary
-
-    try:
-        ik = engine_binary("ik")
-    except EngineMissingError as exc:
-        pytest.fail(str(exc))
-    small = with_device(published(**{"engine.binary": str(ik)}), total_bytes=1536 * MIB)
+    resolved = published(**{"engine.flavour": "ik"})
+    device = replace(resolved.target.device, id="CUDA0", total_bytes=1536 * MIB)
+    machine = replace(resolved.pctx.machine, gpus=(device,))
+    small = resolve(
+        plan_with(resolved.plan, {"device": "CUDA0"}), replace(resolved.pctx, machine=machine)
+    )
+    fit = budget_for(small).fit
+    assert fit is not None and fit.fails  # ik: "Unable to auto-fit model"
     made = unit_plan(small, UnitScope.SYSTEM)
     assert made.boot is None
-    assert flag_value(made.spec.argv, "--fit") == "on"
+    assert "--fit" in made.spec.argv and "--n-cpu-moe" not in made.spec.argv  # ik's fit
     assert made.warnings[0].startswith("This system unit keeps the engine's fit (--fit on): ")
     assert "export a user unit" in made.warnings[0]
     user = unit_plan(small, UnitScope.USER)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mtpstudio.core.memory.budget import Budget, engine_fit_applies
-from mtpstudio.core.planning import ResolvedPlan, budget_for
+from mtpstudio.core.planning import ResolvedPlan, budget_for, resolve
 from mtpstudio.core.units import MIB
 
 
@@ -98,9 +98,13 @@ def boot_placement(resolved: ResolvedPlan) -> BootPlacement | None:
 
 
 def without_other_programs(resolved: ResolvedPlan) -> ResolvedPlan:
-    """``resolved`` with the VRAM other programs hold now not counted (the desktop still is)."""
-    target = resolved.target
-    return replace(resolved, target=replace(target, device=replace(target.device, other_bytes=0)))
+    """``resolved`` for the machine without the VRAM other programs hold now (the desktop's
+    still counted), resolved again, so that its ``with_changes`` keep it so."""
+    pctx = resolved.pctx
+    gpus = tuple(replace(g, other_bytes=0) for g in pctx.machine.gpus)
+    if gpus == pctx.machine.gpus:
+        return resolved
+    return resolve(resolved.plan, replace(pctx, machine=replace(pctx.machine, gpus=gpus)))
 
 
 def boot_placement_gap(resolved: ResolvedPlan, boot: BootPlacement | None) -> str | None:

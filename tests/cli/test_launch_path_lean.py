@@ -21,14 +21,19 @@ def test_the_format_tables_agree_with_the_gguf_package() -> None:
     assert {v.name: v.value for v in ggml_types.GGUFValueType} == {
         v.name: v.value for v in GGUFValueType
     }
-    assert {
-        q.value: (q.name, *GGML_QUANT_SIZES[q])
-        for q in GGMLQuantizationType
-        if q in GGML_QUANT_SIZES
-    } == ggml_types.TENSOR_TYPES
-    assert {f.value: f.name for f in LlamaFileType} == ggml_types.FILE_TYPES
+    # gguf knows upstream's numbering; ik_llama.cpp's own types and file types come on top
+    # (tests/model/test_quant_rules.py reads those back from ik's sources)
+    sized = {q.value: (q.name, *GGML_QUANT_SIZES[q]) for q in GGMLQuantizationType
+             if q in GGML_QUANT_SIZES}  # fmt: skip
+    ik_types = {133, 137, 138, 139, 140, 141, 144, 146, 152}
+    assert set(ggml_types.TENSOR_TYPES) - set(sized) == ik_types
+    assert {k: v for k, v in ggml_types.TENSOR_TYPES.items() if k not in ik_types} == sized
+    files = {f.value: f.name for f in LlamaFileType}
+    assert {k: v for k, v in ggml_types.FILE_TYPES.items() if k in files} == files
+    extra = {k: v for k, v in ggml_types.FILE_TYPES.items() if k not in files}
+    assert extra and all(ggml_types.IK_FILE_TYPES[k] == v for k, v in extra.items())  # ik's
     # the catalogue's quant types, named without gguf: gguf's ids for every type ggml sizes
-    assert {t.name: t.value for t in ggml_types.GGMLType} == {
+    assert {t.name: t.value for t in ggml_types.GGMLType if t.value not in ik_types} == {
         q.name: q.value for q in GGMLQuantizationType if q in GGML_QUANT_SIZES
     }
 

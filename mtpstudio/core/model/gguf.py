@@ -23,7 +23,12 @@ if TYPE_CHECKING:  # numpy loads only where a large array needs it (not on the l
     _Offsets: TypeAlias = npt.NDArray[np.int64] | array.array[int]
 
 from mtpstudio.core.errors import GgufError
-from mtpstudio.core.model.ggml_types import FILE_TYPES, TENSOR_TYPES, GGUFValueType
+from mtpstudio.core.model.ggml_types import (
+    FILE_TYPES,
+    TENSOR_TYPES,
+    GGUFValueType,
+    tensor_bytes,
+)
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
 from mtpstudio.core.outside_text import has_control, visible
 
@@ -841,7 +846,7 @@ class _Parser:
             known = TENSOR_TYPES.get(type_id)
             if known is None:
                 raise self.fail(f"tensor {name!r} has unknown ggml type id {type_id}", type_at)
-            qname, block_size, type_size = known
+            qname, block_size, _type_size = known
             if shape and shape[0] % block_size:
                 raise self.fail(
                     f"tensor {name!r}: first dimension {shape[0]} is not a multiple of the "
@@ -862,7 +867,7 @@ class _Parser:
                     ggml_type=type_id,
                     type_name=qname,
                     shape=shape,
-                    n_bytes=n_elements // block_size * type_size,
+                    n_bytes=tensor_bytes(type_id, shape),
                     offset=offset,
                     file_index=self.file_index,
                 )

@@ -18,7 +18,13 @@ from pathlib import Path
 
 from devkit.hub_server import HostedFile, HostedRepo
 from mtpstudio.core.model.catalog.models import model_card_path
-from mtpstudio.core.model.catalog.spec import CardTensor, ModelCardSpec, QuantRecipe, card_tensors
+from mtpstudio.core.model.catalog.spec import (
+    QUANT_MIXES,
+    CardTensor,
+    ModelCardSpec,
+    QuantMix,
+    card_tensors,
+)
 from mtpstudio.core.model.ggml_types import GGMLType as Q
 from mtpstudio.core.model.ggml_types import GGUFValueType
 from mtpstudio.core.model.gguf import read_gguf
@@ -33,19 +39,10 @@ __all__ = [
     "write_quant",
 ]
 
-# Recipes in the style of llama-quantize's (types per tensor category; spec.QuantRecipe).
-RECIPES: dict[str, QuantRecipe] = {
-    r.name: r
-    for r in (
-        QuantRecipe("Q2_K", 10, Q.Q2_K, Q.Q2_K, Q.Q6_K, Q.Q4_K),
-        QuantRecipe("Q3_K_M", 12, Q.Q3_K, Q.Q3_K, Q.Q6_K, Q.Q5_K),
-        QuantRecipe("IQ4_XS", 30, Q.IQ4_XS, Q.IQ4_XS, Q.Q6_K, Q.Q5_K),
-        QuantRecipe("Q4_K_M", 15, Q.Q4_K, Q.Q4_K, Q.Q6_K, Q.Q6_K),
-        QuantRecipe("Q5_K_M", 17, Q.Q5_K, Q.Q5_K, Q.Q6_K, Q.Q6_K),
-        QuantRecipe("Q6_K", 18, Q.Q6_K, Q.Q6_K, Q.Q6_K, Q.Q6_K),
-        QuantRecipe("Q8_0", 7, Q.Q8_0, Q.Q8_0, Q.Q8_0, Q.Q8_0),
-        QuantRecipe("BF16", 32, Q.BF16, Q.BF16, Q.BF16, Q.BF16),
-    )
+# The quants a repository holds, each typed as the pinned llama-quantize types it (spec.QuantMix).
+RECIPES: dict[str, QuantMix] = {
+    name: QUANT_MIXES[name]
+    for name in ("Q2_K", "Q3_K_M", "IQ4_XS", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "BF16")
 }
 
 _MAGIC_VERSION = b"GGUF" + struct.pack("<I", 3)

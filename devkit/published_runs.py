@@ -22,8 +22,7 @@ from typing import Any
 from mtpstudio.core.engines.profiles import documented_profile
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.machine import MachineFacts
-from mtpstudio.core.model.catalog.models import card_spec_path, model_card
-from mtpstudio.core.model.catalog.spec import QUANT_RECIPES
+from mtpstudio.core.model.catalog.models import model_card_path
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_with
@@ -37,7 +36,7 @@ TABLE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "speed" / "
 STAND_IN_CPU = "ryzen-7-7700x"
 STAND_IN_RAM = "ddr5-6000x2"
 """The PC a run that names no CPU is planned on: a common desktop beside such cards (stated)."""
-MODELS = {"35b": "qwen3.6-35b-a3b-iq4_xs", "27b": "qwen3.6-27b-iq4_xs"}
+MODELS = {"35b": "qwen3.6-35b-a3b", "27b": "qwen3.6-27b"}
 GIB = 1024**3
 
 
@@ -127,10 +126,8 @@ def sources(runs: Iterable[PublishedRun]) -> set[str]:
 
 @cache
 def run_model(model: str, quant: str) -> ModelInfo:
-    """The model's card built with the run's quant mix (its header cached like the cards')."""
-    spec = model_card(MODELS[model])
-    spec = replace(spec, recipe=QUANT_RECIPES[quant], card_id=f"{spec.card_id}-{quant}")
-    return read_model_info(card_spec_path(spec))
+    """The catalogue card of the run's model at the run's quant (``qwen3.6-27b-q4_k_m``)."""
+    return read_model_info(model_card_path(f"{MODELS[model]}-{quant.lower()}"))
 
 
 def run_plan(run: PublishedRun, header: Path, mtp: bool) -> Plan:

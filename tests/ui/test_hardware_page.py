@@ -211,3 +211,29 @@ def test_the_engine_pages_acceptance_field_sets_the_estimates_acceptance(
     assert wizard.plan.mtp.acceptance == 0.6
     box.setValue(box.minimum())
     assert wizard.plan.mtp.acceptance is None
+
+
+def test_the_catalogue_is_offered_by_vendor_with_laptops_after_desktops(
+    make_wizard: WizardFactory,
+) -> None:
+    from mtpstudio.core.model.catalog.gpus import gpu_card, gpu_cards
+
+    wizard = make_wizard(Plan())
+    page = wizard.hardware_page
+    page.refresh()
+    combo = page.catalogue_combo
+    ids = [combo.itemData(i) for i in range(combo.count())]
+    separators = [i for i, card in enumerate(ids) if card is None]
+    assert len(separators) == 2  # NVIDIA | AMD | Intel
+    groups = [
+        ids[: separators[0]],
+        ids[separators[0] + 1 : separators[1]],
+        ids[separators[1] + 1 :],
+    ]
+    assert [{gpu_card(c).vendor for c in g} for g in groups] == [{"nvidia"}, {"amd"}, {"intel"}]
+    assert sorted(c for g in groups for c in g) == sorted(c.id for c in gpu_cards())
+    laptop = combo.itemText(ids.index("rtx-4090-laptop"))
+    assert laptop == "NVIDIA GeForce RTX 4090 Laptop GPU (16 GB, 80-150 W) · 16,376 MiB"
+    page.radio_catalogue.setChecked(True)
+    combo.setCurrentIndex(ids.index("arc-b580"))
+    assert wizard.plan.device == "arc-b580"

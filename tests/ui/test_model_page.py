@@ -46,6 +46,28 @@ def test_choosing_another_card_changes_the_plan(make_wizard: WizardFactory, qtbo
     assert page.info_labels["layers"].text() == "64 trunk + 1 MTP (nextn)"
 
 
+def test_the_demo_picker_offers_every_quant_by_model_with_its_size(
+    make_wizard: WizardFactory,
+) -> None:
+    wizard = make_wizard(Plan())
+    go_to(wizard, 1)
+    combo = wizard.model_page.card_combo
+    texts = [combo.itemText(i) for i in range(combo.count())]
+    ids = [combo.itemData(i) for i in range(combo.count())]
+    assert ids[0] is None and texts[0] == "Choose a demo card…"
+    separators = [i for i in range(1, combo.count()) if ids[i] is None]
+    assert len(separators) == 2  # one before each model's quants
+    q4 = texts[ids.index("qwen3.6-27b-q4_k_m")]
+    assert q4 == "Qwen3.6-27B Q4_K_M (demo card) · 16.8 GB", q4
+    assert texts[ids.index("qwen3.6-35b-a3b-iq4_ks")].startswith(
+        "Qwen3.6-35B-A3B IQ4_KS (ik_llama.cpp demo card) · "
+    )
+    combo.setCurrentIndex(ids.index("qwen3.6-27b-q4_k_m"))
+    assert wizard.tasks.wait_idle(30)
+    assert wizard.plan.model.card == "qwen3.6-27b-q4_k_m"
+    assert wizard.model_page.info_labels["quant_mix"].text().startswith("Q4_K ")
+
+
 def test_an_unusable_file_is_explained_and_the_plan_keeps_its_model(
     make_wizard: WizardFactory, tmp_path: Path
 ) -> None:

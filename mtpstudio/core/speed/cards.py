@@ -8,7 +8,7 @@ its name. A card the catalogue lacks is planned with a stated typical figure.
 from __future__ import annotations
 
 from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.model.catalog.gpus import INT32_SHARE, GpuCard, gpu_cards
+from mtpstudio.core.model.catalog.gpus import INT32_SHARE, GpuCard, gpu_card_named
 from mtpstudio.core.speed.estimate import CardRates
 
 GB = 1e9
@@ -42,8 +42,7 @@ PCIe generation and lanes, 32-bit integer operations per second, source."""
 def catalogue_card(device: TargetDevice) -> GpuCard | None:
     """The catalogue card ``device`` is (by name; a catalogue target's name ends in
     ``(catalogue)``)."""
-    name = device.name.removesuffix(" (catalogue)").strip().casefold()
-    return next((c for c in gpu_cards() if c.name.casefold() == name), None)
+    return gpu_card_named(device.name, device.total_bytes)
 
 
 def pcie_bytes(gen: int, lanes: int) -> float:

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_cards
+from mtpstudio.core.model.catalog.models import (
+    DEFAULT_MODEL_CARD,
+    card_weight_bytes,
+    model_cards,
+    model_cards_by_model,
+)
 
-__all__ = ["DEFAULT_MODEL_CARD", "model_cards"]
+__all__ = ["DEFAULT_MODEL_CARD", "card_weight_bytes", "model_cards", "model_cards_by_model"]

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from mtpstudio.core.model.catalog.gpus import (
     DEFAULT_GPU_CARD,
+    VENDOR_TITLES,
     GpuCard,
     catalogue_gpu_id,
     gpu_card,
     gpu_cards,
+    gpu_cards_by_vendor,
+    similar_gpu_ids,
 )
 from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_cards
 from mtpstudio.core.model.defaults import ctx_for_model
@@ -24,6 +27,7 @@ from mtpstudio.core.plan import Plan, plan_with
 __all__ = [
     "DEFAULT_GPU_CARD",
     "DEFAULT_MODEL_CARD",
+    "VENDOR_TITLES",
     "GpuCard",
     "ModelInfo",
     "catalogue_gpu_id",
@@ -31,10 +35,12 @@ __all__ = [
     "file_state_text",
     "gpu_card",
     "gpu_cards",
+    "gpu_cards_by_vendor",
     "load_model_info",
     "model_cards",
     "read_model_info",
     "read_plan_models",
+    "similar_gpu_ids",
 ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -26,7 +28,12 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.plan import SplitMode
 from mtpstudio.core.usecases.cancel import CancelToken
 from mtpstudio.core.usecases.machine import ProcessCategory
-from mtpstudio.core.usecases.model_files import DEFAULT_GPU_CARD, gpu_card, gpu_cards
+from mtpstudio.core.usecases.model_files import (
+    DEFAULT_GPU_CARD,
+    GpuCard,
+    gpu_card,
+    gpu_cards_by_vendor,
+)
 from mtpstudio.core.usecases.pc_choice import checked_ram, cpu_choices
 from mtpstudio.core.usecases.rpc_endpoint import ProbedEndpoint, probe_endpoint
 from mtpstudio.core.usecases.words import MIB, MtpStudioError
@@ -108,8 +115,9 @@ class HardwarePage(PlanPage):
         self.detected_combo = QComboBox(self)
         self.radio_catalogue = QRadioButton("Plan for another GPU (catalogue)", self)
         self.catalogue_combo = QComboBox(self)
-        for card in gpu_cards():
-            self.catalogue_combo.addItem(f"{card.label} · {card.vram_bytes // MIB:,} MiB", card.id)
+        add_catalogue_cards(
+            self.catalogue_combo, lambda card: f"{card.label} · {card.vram_bytes // MIB:,} MiB"
+        )
         self.radio_cpu = QRadioButton("CPU only (system RAM)", self)
         self.target_group = QButtonGroup(self)
         for button in (self.radio_detected, self.radio_catalogue, self.radio_cpu):
@@ -303,9 +311,9 @@ class HardwarePage(PlanPage):
             if gpu_id.lower() not in taken:
                 self.extra_gpu_combo.addItem(f"{gpu_id} (this computer)", gpu_id)
         if plan.device != "cpu":
-            for card in gpu_cards():
-                if card.id not in taken:
-                    self.extra_gpu_combo.addItem(f"{card.label} (catalogue)", card.id)
+            add_catalogue_cards(
+                self.extra_gpu_combo, lambda card: f"{card.label} (catalogue)", taken
+            )
         can_add = self.extra_gpu_combo.count() > 0 and plan.device not in ("cpu", "auto")
         self.add_gpu_button.setEnabled(can_add)
         self.extra_gpu_combo.setEnabled(can_add)
@@ -631,3 +639,16 @@ class HardwarePage(PlanPage):
             self.state.device_notice = None
             self.notice.show_text(None)
             self.target_help.setText(self._target_help(self.state.report))
+
+
+def add_catalogue_cards(
+    combo: QComboBox, text: Callable[[GpuCard], str], taken: Collection[str] = ()
+) -> None:
+    """The catalogue's cards into ``combo``, grouped by vendor (a separator between the
+    groups; desktop cards before laptop cards), without the ids in ``taken``."""
+    for cards in gpu_cards_by_vendor().values():
+        shown = [card for card in cards if card.id.lower() not in taken]
+        if shown and combo.count():
+            combo.insertSeparator(combo.count())
+        for card in shown:
+            combo.addItem(text(card), card.id)

@@ -21,11 +21,11 @@ from PySide6.QtWidgets import (
 )
 
 from mtpstudio.core.plan import ModelChoice, describe_validation_error
+from mtpstudio.core.usecases.model_cards import card_weight_bytes, model_cards_by_model
 from mtpstudio.core.usecases.model_files import (
     ModelInfo,
     ctx_for_model,
     file_state_text,
-    model_cards,
 )
 from mtpstudio.core.usecases.plan_text import model_summary_lines
 from mtpstudio.ui.formatting import gb_gib
@@ -123,8 +123,11 @@ class ModelPage(PlanPage):
         )
         self.card_combo = QComboBox(self)
         self.card_combo.addItem("Choose a demo card…", None)
-        for card in model_cards():
-            self.card_combo.addItem(card.title, card.card_id)
+        for cards in model_cards_by_model().values():
+            self.card_combo.insertSeparator(self.card_combo.count())
+            for card in cards:
+                size = card_weight_bytes(card.card_id) / 1e9
+                self.card_combo.addItem(f"{card.title} · {size:.1f} GB", card.card_id)
         self.drop_hint = QLabel("…or drop a .gguf file anywhere on this page.", self)
         self.drop_hint.setStyleSheet("color: #6b7280;")
         self.busy = BusyIndicator("Reading the GGUF header…", self)

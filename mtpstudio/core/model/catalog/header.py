@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from gguf import GGUFWriter
@@ -150,9 +151,9 @@ def _add_tokenizer(writer: GGUFWriter, spec: ModelCardSpec) -> None:
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
-    writer.add_eos_token_id(tokens.index(_EOS, _N_REGULAR))
-    writer.add_pad_token_id(tokens.index(_PAD, _N_REGULAR))
-    writer.add_bos_token_id(tokens.index(_PAD, _N_REGULAR))
+    writer.add_eos_token_id(tokens.index(_EOS))  # each special token's text is unique
+    writer.add_pad_token_id(tokens.index(_PAD))
+    writer.add_bos_token_id(tokens.index(_PAD))
     writer.add_add_bos_token(False)
     writer.add_chat_template(_CHAT_TEMPLATE)
 
@@ -175,9 +176,18 @@ def write_card_header(spec: ModelCardSpec, path: Path) -> None:
             tuple(reversed(tensor.ne)),
             np.dtype(np.float32),
             tensor.n_bytes,
-            raw_dtype=GGMLQuantizationType(tensor.ggml_type),
+            raw_dtype=_gguf_type(tensor.ggml_type),
         )
     write_header_only(writer, path)
+
+
+def _gguf_type(ggml_type: int) -> GGMLQuantizationType:
+    """gguf's enum member for ``ggml_type``; an ik_llama.cpp type gguf lacks goes through as
+    its id (the writer only packs the number)."""
+    try:
+        return GGMLQuantizationType(ggml_type)
+    except ValueError:
+        return cast(GGMLQuantizationType, int(ggml_type))
 
 
 def write_header_only(writer: GGUFWriter, path: Path) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import tempfile
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mtpstudio.core.errors import CatalogError
 from mtpstudio.core.model.catalog.qwen36 import QWEN36_CARDS
-from mtpstudio.core.model.catalog.spec import ModelCardSpec
+from mtpstudio.core.model.catalog.spec import ModelCardSpec, card_tensors
 from mtpstudio.core.paths import cache_dir
 
 if TYPE_CHECKING:
@@ -19,16 +21,18 @@ __all__ = [
     "CARD_FORMAT_VERSION",
     "DEFAULT_MODEL_CARD",
     "ModelCardSpec",
+    "card_weight_bytes",
     "model_card",
     "model_card_info",
     "model_card_path",
     "model_cards",
+    "model_cards_by_model",
 ]
 
 DEFAULT_MODEL_CARD = "qwen3.6-35b-a3b-iq4_xs"
 """The model everybody asks about: Qwen3.6-35B-A3B at IQ4_XS, with its MTP layer."""
 
-CARD_FORMAT_VERSION = 1
+CARD_FORMAT_VERSION = 2
 """Part of each cached file's name; bump it whenever a spec or the writer changes."""
 
 
@@ -46,11 +50,33 @@ def model_card(card_id: str) -> ModelCardSpec:
     for spec in model_cards():
         if spec.card_id == card_id:
             return spec
-    known = ", ".join(spec.card_id for spec in model_cards())
+    ids = [spec.card_id for spec in model_cards()]
+    near = difflib.get_close_matches(card_id.lower(), ids, n=3, cutoff=0.8)
+    models = ", ".join(model_cards_by_model())
     raise CatalogError(
-        f"unknown model card '{card_id}'; known: {known}",
-        hint="Pick one of the listed demo cards, or open a GGUF file.",
+        f"unknown model card '{card_id}'; "
+        + (
+            f"did you mean {' or '.join(near)}?"
+            if near
+            else f"the cards are a model ({models}) at a quant, e.g. {DEFAULT_MODEL_CARD}"
+        ),
+        hint="`mtpstudio plan --demo list` lists the demo cards by model; or open a GGUF file.",
     )
+
+
+def model_cards_by_model() -> dict[str, tuple[ModelCardSpec, ...]]:
+    """The cards grouped by model (``qwen3.6-35b-a3b``: its quants), in catalogue order."""
+    groups: dict[str, list[ModelCardSpec]] = {}
+    for spec in model_cards():
+        groups.setdefault(spec.model_id, []).append(spec)
+    return {model: tuple(cards) for model, cards in groups.items()}
+
+
+@cache
+def card_weight_bytes(card_id: str) -> int:
+    """The bytes of a card's tensors (the file's size, less its header of a few MB), from its
+    tensor table; no file is written."""
+    return sum(t.n_bytes for t in card_tensors(model_card(card_id)))
 
 
 def _cache_dir() -> Path:

@@ -2,106 +2,94 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from mtpstudio.core.model.ggml_types import TENSOR_TYPES, GGMLType
+from mtpstudio.core.model.catalog.quant_rules import QuantHparams, quantized_types
+from mtpstudio.core.model.ggml_types import GGMLType, tensor_bytes
 
 Q = GGMLType
 
-# What llama-quantize falls back to when a row length is not a multiple of the block size
-# (src/llama-quant.cpp, tensor_type_fallback).
-_FALLBACK: dict[GGMLType, GGMLType] = {
-    Q.IQ4_XS: Q.IQ4_NL,
-    Q.Q4_K: Q.Q5_0,
-    Q.Q5_K: Q.Q5_1,
-    Q.Q6_K: Q.Q8_0,
-}
-
 
 @dataclass(frozen=True)
-class QuantRecipe:
-    """The ggml type of every tensor, following upstream ``llama-quantize`` for one ftype.
+class QuantMix:
+    """One quant type of a card, every tensor typed as the pinned ``llama-quantize`` types it
+    (``quant_rules``: upstream b11434's rules, or ik_llama.cpp 8337e4c's for its own types).
 
-    The rules mirror ``llama_tensor_get_type`` in llama.cpp's src/llama-quant.cpp as it
-    applies to Qwen3.5/3.6 hybrids quantized with an importance matrix (as published quants
-    are): tensors quantize skips keep the converter's type (``unquantized``, F32 for norms,
-    1-D tensors, the MoE router ``ffn_gate_inp`` and ``ssm_conv1d``); ``output.weight`` gets
-    ``output``; ``attn_v`` and the DeltaNet's fused ``attn_qkv`` (an "attn_v-like" category)
-    get ``attn_v_like`` when n_head / n_head_kv >= 4; everything else gets ``default``.
+    Attributes:
+        name: the ftype as the tool's command line names it (``Q4_K_M``, ``IQ4_XS``, ``IQ4_KS``).
+        engine: whose ``llama-quantize`` makes it (``ik``: only ik_llama.cpp loads the file).
+        imatrix: quantized with an importance matrix, as published quants are (it changes a few
+            rules: the first layers' ``ffn_down`` of IQ4_XS, say).
     """
 
     name: str
-    file_type: int
-    default: GGMLType
-    token_embd: GGMLType
-    output: GGMLType
-    attn_v_like: GGMLType
-    unquantized: GGMLType = Q.F32
+    engine: Literal["upstream", "ik"] = "upstream"
+    imatrix: bool = True
 
-    def type_for(self, name: str, ne: tuple[int, ...], n_gqa: int) -> GGMLType:
-        """The type ``llama-quantize`` gives tensor ``name`` of ggml shape ``ne``."""
-        skipped = (
-            len(ne) < 2
-            or not name.endswith("weight")
-            or "_norm.weight" in name
-            or "ffn_gate_inp.weight" in name
-            or "ssm_conv1d" in name
-        )
-        if skipped:
-            return self.unquantized
-        if name == "output.weight":
-            wanted = self.output
-        elif name == "token_embd.weight":
-            wanted = self.token_embd
-        elif name.endswith(("attn_v.weight", "attn_qkv.weight")) and n_gqa >= 4:
-            wanted = self.attn_v_like
-        else:
-            wanted = self.default
-        block = TENSOR_TYPES[wanted][1]
-        if ne[0] % block == 0:
-            return wanted
-        fallback = _FALLBACK.get(wanted, Q.F16)
-        return fallback if ne[0] % TENSOR_TYPES[fallback][1] == 0 else Q.F16
+    @property
+    def file_type(self) -> int:
+        """The ``general.file_type`` the tool writes (``llama_ftype``)."""
+        from mtpstudio.core.model.catalog.quant_rules import ftype_id
+
+        return ftype_id(self.name, self.engine)
+
+    @property
+    def slug(self) -> str:
+        """The mix in a card id: ``q4_k_m``."""
+        return self.name.lower()
+
+    @property
+    def loader_note(self) -> str:
+        """Which engine alone loads the file, in words (empty: every engine does)."""
+        from mtpstudio.core.model.catalog.quant_rules import IK
+
+        return "ik_llama.cpp only" if self.engine == IK else ""
 
 
-# IQ4_XS as llama-quantize assigns it (LLAMA_FTYPE_MOSTLY_IQ4_XS = 30):
-# * output.weight -> Q6_K: the "output" rule gives Q6_K to every ftype above the 2-3 bit IQ ones;
-# * attn_v and attn_qkv -> Q5_K: "IQ4_NL/IQ4_XS && n_gqa() >= 4" (8 for 35B-A3B, 6 for 27B);
-#   attn_qkv joined that category in llama.cpp commit 1dab5f5a44 (spring 2026), which made
-#   Qwen3.6-27B IQ4_XS files grow from 14.7 to 15.1 GB;
-# * token_embd, attn_q/k/output, attn_gate, ssm_out, ssm_alpha/beta, nextn.eh_proj, the dense
-#   FFN and all expert tensors -> IQ4_XS (4.25 bpw); with an imatrix the first layers' ffn_down
-#   are not bumped to Q5_K;
-# * norms, ssm_a, ssm_dt, ssm_conv1d, ffn_gate_inp(_shexp) -> F32, as the converter stores them.
-IQ4_XS_RECIPE = QuantRecipe(
-    name="IQ4_XS",
-    file_type=30,
-    default=Q.IQ4_XS,
-    token_embd=Q.IQ4_XS,
-    output=Q.Q6_K,
-    attn_v_like=Q.Q5_K,
+UPSTREAM_QUANTS: tuple[str, ...] = (
+    "Q2_K",
+    "Q2_K_S",
+    "Q3_K_S",
+    "Q3_K_M",
+    "Q3_K_L",
+    "Q4_0",
+    "Q4_1",
+    "Q4_K_S",
+    "Q4_K_M",
+    "Q5_0",
+    "Q5_1",
+    "Q5_K_S",
+    "Q5_K_M",
+    "Q6_K",
+    "Q8_0",
+    "IQ1_S",
+    "IQ1_M",
+    "IQ2_XXS",
+    "IQ2_XS",
+    "IQ2_S",
+    "IQ2_M",
+    "IQ3_XXS",
+    "IQ3_XS",
+    "IQ3_S",
+    "IQ3_M",
+    "IQ4_NL",
+    "IQ4_XS",
 )
+"""The standard quant types a card is made at (every ftype of upstream's ``llama-quantize``
+below 16 bits, but the ternary and MXFP4 ones)."""
 
+IK_QUANTS: tuple[str, ...] = ("IQ4_KS", "IQ4_K")
+"""ik_llama.cpp's own 4-bit types people publish (ubergarm's and others' quants)."""
 
-def _k_recipe(name: str, file_type: int, default: Q, attn_v: Q, output: Q = Q.Q6_K) -> QuantRecipe:
-    return QuantRecipe(name, file_type, default, default, output, attn_v)
-
-
-QUANT_RECIPES: dict[str, QuantRecipe] = {
-    "IQ4_XS": IQ4_XS_RECIPE,
-    # the k-quant mixes as llama-quantize's ftype rules give them to the bulk of the tensors
-    # (attn_v-like tensors one step up, output Q6_K; Q8_0 keeps Q8_0 everywhere); the finer
-    # per-layer bumps of the _M mixes (some ffn_down one step up) are left out, so these files
-    # come out a little smaller than the published ones
-    "Q3_K_M": _k_recipe("Q3_K_M", 12, Q.Q3_K, Q.Q5_K),
-    "IQ3_XXS": _k_recipe("IQ3_XXS", 23, Q.IQ3_XXS, Q.Q4_K, Q.Q5_K),
-    "Q4_K_M": _k_recipe("Q4_K_M", 15, Q.Q4_K, Q.Q6_K),
-    "Q5_K_M": _k_recipe("Q5_K_M", 17, Q.Q5_K, Q.Q6_K),
-    "Q6_K": _k_recipe("Q6_K", 18, Q.Q6_K, Q.Q6_K),
-    "Q8_0": _k_recipe("Q8_0", 7, Q.Q8_0, Q.Q8_0, Q.Q8_0),
+QUANT_MIXES: dict[str, QuantMix] = {
+    **{name: QuantMix(name) for name in UPSTREAM_QUANTS},
+    **{name: QuantMix(name, engine="ik") for name in IK_QUANTS},
+    "BF16": QuantMix("BF16"),
 }
-"""The quant mixes a card can be built with (``ModelCardSpec.with_recipe``), by ftype name."""
+"""Every quant mix a card can be built with (``ModelCardSpec.with_quant``), by ftype name."""
+
+IQ4_XS_MIX = QUANT_MIXES["IQ4_XS"]
 
 
 @dataclass(frozen=True)
@@ -121,8 +109,7 @@ class CardTensor:
 
     @property
     def n_bytes(self) -> int:
-        _, block, size = TENSOR_TYPES[self.ggml_type]
-        return self.n_elements // block * size
+        return tensor_bytes(self.ggml_type, self.ne)
 
     @property
     def layer(self) -> int | None:
@@ -167,8 +154,8 @@ class ModelCardSpec:
     ssm_state_size: int
     ssm_group_count: int
     ssm_time_step_rank: int
-    recipe: QuantRecipe
-    published_size_bytes: int
+    recipe: QuantMix
+    published_size_bytes: int | None
     published_covers_mtp: bool
     published_source: str
     ffn_length: int = 0
@@ -180,6 +167,26 @@ class ModelCardSpec:
     @property
     def block_count(self) -> int:
         return self.n_layer + self.n_nextn_layer
+
+    @property
+    def model_id(self) -> str:
+        """The card id without its quant: ``qwen3.6-35b-a3b``."""
+        return self.card_id.removesuffix(f"-{self.recipe.slug}")
+
+    def with_quant(self, quant: str, published: PublishedFile | None = None) -> ModelCardSpec:
+        """This model at another quant mix (a key of ``QUANT_MIXES``), with the published file
+        of that quant where one is known."""
+        mix = QUANT_MIXES[quant]
+        kind = "ik_llama.cpp " if mix.loader_note else ""
+        return replace(
+            self,
+            card_id=f"{self.model_id}-{mix.slug}",
+            title=f"{self.basename}-{self.size_label} {quant} ({kind}demo card)",
+            recipe=mix,
+            published_size_bytes=None if published is None else published.size_bytes,
+            published_covers_mtp=published is not None and published.covers_mtp,
+            published_source="" if published is None else published.source,
+        )
 
     @property
     def is_moe(self) -> bool:
@@ -271,6 +278,27 @@ def card_tensors(spec: ModelCardSpec) -> tuple[CardTensor, ...]:
         ("output_norm.weight", (spec.n_embd,)),
         ("output.weight", (spec.n_embd, spec.n_vocab)),
     ]
-    return tuple(
-        CardTensor(name, ne, spec.recipe.type_for(name, ne, spec.n_gqa)) for name, ne in shapes
+    mix = spec.recipe
+    types = quantized_types(
+        [(name, ne, Q.F32) for name, ne in shapes],  # the converter's types for what stays
+        mix.name,
+        QuantHparams(
+            arch=spec.architecture,
+            n_head=spec.n_head,
+            n_head_kv=spec.n_head_kv,
+            n_expert=spec.n_expert,
+            n_layer_all=spec.block_count,
+        ),
+        imatrix=mix.imatrix,
+        engine=mix.engine,
     )
+    return tuple(CardTensor(name, ne, types[name]) for name, ne in shapes)
+
+
+@dataclass(frozen=True)
+class PublishedFile:
+    """A published GGUF file of a card's model and quant: its size and where it is from."""
+
+    size_bytes: int
+    covers_mtp: bool
+    source: str

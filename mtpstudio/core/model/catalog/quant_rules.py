@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from mtpstudio.core.model.ggml_types import TENSOR_TYPES, GGMLType
@@ -553,42 +554,19 @@ def _rule(
     when: str,
     result: str,
     quote: str,
-    step: int,
+    *,
+    step: int = 0,
 ) -> TypeRule:
+    """A rule of ``engine``'s quantizer: ``ftypes`` and ``when`` are names separated by
+    spaces."""
     names = _f(ftypes) if isinstance(ftypes, str) else ftypes
     source = f"{_quantizer(engine)}:{line}"
     conditions = tuple(when.split())
     return TypeRule(rule_id, engine, source, quote, category, names, conditions, result, step)
 
 
-def _up(
-    rule_id: str,
-    line: int,
-    category: str,
-    ftypes: str | frozenset[str],
-    when: str,
-    result: str,
-    quote: str,
-    *,
-    step: int = 0,
-) -> TypeRule:
-    """An upstream rule: ``ftypes`` and ``when`` are names separated by spaces."""
-    return _rule(UPSTREAM, rule_id, line, category, ftypes, when, result, quote, step)
-
-
-def _ik(
-    rule_id: str,
-    line: int,
-    category: str,
-    ftypes: str | frozenset[str],
-    when: str,
-    result: str,
-    quote: str,
-    *,
-    step: int = 0,
-) -> TypeRule:
-    """An ik_llama.cpp rule, as ``_up``."""
-    return _rule(IK, rule_id, line, category, ftypes, when, result, quote, step)
+_up = partial(_rule, UPSTREAM)
+_ik = partial(_rule, IK)
 
 
 _ALL = frozenset(FTYPE_DEFAULTS) - {"F32", "F16", "BF16"} | {"Q2_0"}

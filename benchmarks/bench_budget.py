@@ -9,12 +9,12 @@ from __future__ import annotations
 import statistics
 import time
 
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
+from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.memory.targets import catalogue_target
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import Plan, plan_from_dict
 
 

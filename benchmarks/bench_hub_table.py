@@ -25,7 +25,7 @@ sys.path.append(str(ROOT))  # devkit/ sits in the checkout; the wheel does not s
 
 from devkit.hub_repo import QWEN_QUANTS, quant_repo  # noqa: E402
 from devkit.hub_server import HubTestServer  # noqa: E402
-from mtpstudio.core.model.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS  # noqa: E402
+from mtpstudio.core.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS  # noqa: E402
 
 REPO = "unsloth/Qwen3.6-35B-A3B-GGUF"
 RUNS = 3

@@ -109,7 +109,7 @@ def llama_bench(engine: str = "upstream") -> Path:
 
 def zero_27b() -> Path:
     from devkit.zero_gguf import write_zero_gguf
-    from mtpstudio.core.model.catalog.models import model_card_path
+    from mtpstudio.core.catalog.models import model_card_path
 
     out = ZERO_DIR / "qwen3.6-27b-iq4_xs.gguf"
     if not out.exists():
@@ -120,7 +120,7 @@ def zero_27b() -> Path:
 def zero_35b() -> Path:
     """The full-size zero-weight Qwen3.6-35B-A3B IQ4_XS (sparse: 19 GB, a few GB touched)."""
     from devkit.zero_gguf import write_zero_gguf
-    from mtpstudio.core.model.catalog.models import model_card_path
+    from mtpstudio.core.catalog.models import model_card_path
 
     out = ZERO_DIR / "qwen3.6-35b-a3b-iq4_xs.gguf"
     if not out.exists():
@@ -357,7 +357,7 @@ def calibrate_columns(bench: Path, reps: int, out: Path | None) -> None:
     all this computer's cores (``llama-bench -p 1,2,3,4 -n 0``); write the recording
     ``devkit/cpu_columns.py`` reads and print the column share it implies."""
     from devkit.cpu_columns import MODEL_CARD, ColumnRecording, solve_column_share
-    from mtpstudio.core.model.catalog.models import model_card_info
+    from mtpstudio.core.catalog.models import model_card_info
     from mtpstudio.core.speed.host_target import this_clock_ghz
 
     model_file = zero_35b()

@@ -16,10 +16,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.profiles import ik_stages, upstream
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, resolve, speed_for
 from mtpstudio.core.speed.acceptance import DEFAULT_ACCEPTANCE, Acceptance

@@ -26,9 +26,9 @@ from devkit.split_compare import (  # noqa: E402
     engine_layouts,
     predicted_budget,
 )
+from mtpstudio.core.catalog.header import write_card_header  # noqa: E402
+from mtpstudio.core.catalog.models import model_card_info  # noqa: E402
 from mtpstudio.core.memory.engine_fit import Layout  # noqa: E402
-from mtpstudio.core.model.catalog.header import write_card_header  # noqa: E402
-from mtpstudio.core.model.catalog.models import model_card_info  # noqa: E402
 from mtpstudio.core.model.gguf import read_model_info  # noqa: E402
 from mtpstudio.core.model.info import ModelInfo  # noqa: E402
 

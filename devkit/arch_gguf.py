@@ -28,13 +28,13 @@ from gguf.constants import (
 )
 
 from devkit.zero_gguf import write_zero_gguf
-from mtpstudio.core.model.catalog.header import (
+from mtpstudio.core.catalog.header import (
     synthetic_vocab,
     write_card_header,
     write_header_only,
 )
-from mtpstudio.core.model.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
-from mtpstudio.core.model.catalog.spec import ModelCardSpec
+from mtpstudio.core.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
+from mtpstudio.core.catalog.spec import ModelCardSpec
 
 Q = GGMLQuantizationType
 _EOS = "<|im_end|>"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from devkit.arch_gguf import ArchSpec, hybrid_spec, write_zero_arch
 from devkit.budget_check import LoadConfig
-from mtpstudio.core.model.catalog.spec import ModelCardSpec
+from mtpstudio.core.catalog.spec import ModelCardSpec
 
 _NO_WARMUP = ("--no-warmup", "-t", "2")
 

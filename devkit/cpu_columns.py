@@ -116,7 +116,7 @@ def solve_column_share(recording: ColumnRecording, model: ModelInfo) -> float:
 def committed_share(flavour: str) -> float:
     """The column share the engine's recording solves to, to the four digits the kernel tables
     write (``cpu_kernels.CPU_KERNELS.column_share`` and ``IK_CPU_KERNELS``'s must equal it)."""
-    from mtpstudio.core.model.catalog.models import model_card_info
+    from mtpstudio.core.catalog.models import model_card_info
 
     share = solve_column_share(read_recording(RECORDINGS[flavour]), model_card_info(MODEL_CARD))
     if share == 0:

@@ -21,11 +21,11 @@ from typing import Any
 from devkit.budget_check import LoadConfig, SegmentRow, render_table, rows_for
 from devkit.kit_runs import ARCHIVE_NAME, ARCHIVE_TOP
 from devkit.speed_check import DecodeProbe, probe_estimate
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.memory.budget import Budget, compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.machine import machine_facts
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import plan_from_dict
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.units import MIB

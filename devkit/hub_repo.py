@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from devkit.hub_server import HostedFile, HostedRepo
-from mtpstudio.core.model.catalog.models import model_card_path
-from mtpstudio.core.model.catalog.spec import (
+from mtpstudio.core.catalog.models import model_card_path
+from mtpstudio.core.catalog.spec import (
     QUANT_MIXES,
     CardTensor,
     ModelCardSpec,

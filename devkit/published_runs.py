@@ -19,10 +19,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from mtpstudio.core.catalog.models import model_card_path
 from mtpstudio.core.engines.profiles import documented_profile
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.machine import MachineFacts
-from mtpstudio.core.model.catalog.models import model_card_path
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_with

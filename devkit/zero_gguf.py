@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from mtpstudio.core.catalog.models import model_card_path, model_cards
 from mtpstudio.core.errors import CatalogError, GgufError, MtpStudioError
-from mtpstudio.core.model.catalog.models import model_card_path, model_cards
 from mtpstudio.core.model.gguf import read_gguf
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mtpstudio.core import levers
 from mtpstudio.core.advice import Standing, standing
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
 from mtpstudio.core.engines.build import EngineBuild
@@ -47,7 +48,6 @@ from mtpstudio.core.memory.targets import (
     resolve_devices,
     resolve_target,
 )
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
 from mtpstudio.core.speed.acceptance import Acceptance, given_acceptance

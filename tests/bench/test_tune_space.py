@@ -13,8 +13,8 @@ from mtpstudio.core.bench.tune_space import (
     drafts,
     expand,
 )
+from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan import CacheType, MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import MachineFacts, PlanningContext

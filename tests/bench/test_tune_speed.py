@@ -14,7 +14,7 @@ from mtpstudio.core.bench.tune import (
     skip_predicted_slower,
 )
 from mtpstudio.core.bench.tune_space import Candidate
-from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import PlanningContext, machine_for
 

@@ -261,7 +261,7 @@ def test_ctx_nonsense_is_one_sentence(text: str) -> None:
 
 
 def test_demo_cards_are_listed() -> None:
-    from mtpstudio.core.model.catalog.models import model_cards
+    from mtpstudio.core.catalog.models import model_cards
 
     ids = [c.card_id for c in model_cards()]
     listed = run_plan("--demo", "list")

@@ -176,10 +176,10 @@ def test_with_mtp_off_the_newer_era_maps_the_mtp_block_less() -> None:
     block between the trunk and the output layer inside it; the newer era maps runs of CPU
     tensors, 429.87 MiB less (the issue's recording of llama-cpp-py-sync 0.11739) — the MTP
     block's own bytes."""
+    from mtpstudio.core.catalog.model_choice import load_model_info
     from mtpstudio.core.memory.devices import HostSpec
     from mtpstudio.core.memory.machine import MachineFacts
     from mtpstudio.core.memory.placement import ModelWeights
-    from mtpstudio.core.model.source import load_model_info
     from mtpstudio.core.planning import PlanningContext, budget_for, resolve
     from mtpstudio.core.units import MIB
 

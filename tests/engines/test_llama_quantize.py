@@ -22,9 +22,9 @@ from support.quantize_tool import (
 )
 from support.servers import EngineMissingError, engine_binary
 
-from mtpstudio.core.model.catalog.models import model_card
-from mtpstudio.core.model.catalog.qwen36 import QWEN36_MODELS
-from mtpstudio.core.model.catalog.spec import IK_QUANTS, QUANT_MIXES, ModelCardSpec
+from mtpstudio.core.catalog.models import model_card
+from mtpstudio.core.catalog.qwen36 import QWEN36_MODELS
+from mtpstudio.core.catalog.spec import IK_QUANTS, QUANT_MIXES, ModelCardSpec
 
 LAYOUTS = {spec.model_id: spec for spec in QWEN36_MODELS}
 CASES = [(model, quant) for model in LAYOUTS for quant in QUANT_MIXES if quant != "BF16"]

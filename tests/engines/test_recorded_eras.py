@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from fixtures.engines.replay import FIXTURES, RecordedRunner
 
+from mtpstudio.core.catalog.model_choice import load_model_info
+from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream
 from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.measured import predicted_segments
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import ModelChoice, Plan, plan_with
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve
 from mtpstudio.core.server.diagnosis import CauseKind, diagnose

@@ -12,8 +12,8 @@ from support.gguf_builders import QT, Qwen35MoeParams, write_qwen35moe
 
 from devkit.hub_repo import QWEN_QUANTS, not_gguf_bytes, quant_repo
 from devkit.hub_server import HostedFile, HostedRepo, HubTestServer
+from mtpstudio.core.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS
 from mtpstudio.core.hub.client import HubClient, Repo
-from mtpstudio.core.model.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS
 
 QUANTS_REPO = "unsloth/Qwen3.6-35B-A3B-GGUF"
 SMALL_REPO = "tester/tiny-qwen35moe-GGUF"

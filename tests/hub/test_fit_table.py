@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.hub.fit_table import plan_remote_model
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import DesktopReclaim, Plan, plan_with
 from mtpstudio.core.planning import PlanningContext, budget_for, machine_for, resolve
 

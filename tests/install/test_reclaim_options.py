@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mtpstudio.core.catalog.gpus import gpu_card
 from mtpstudio.core.desktop.reclaim import (
     default_variant,
     desktop_usage,
@@ -21,7 +22,6 @@ from mtpstudio.core.detect.models import (
 )
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.memory.targets import NVIDIA_PROFILE_DESKTOP_BYTES
-from mtpstudio.core.model.catalog.gpus import gpu_card
 from mtpstudio.core.plan import DesktopReclaim
 from mtpstudio.core.units import MIB
 

@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from mtpstudio.core.catalog.gpus import gpu_card
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.profiles.ik import MEMORY as IK_FACTS
 from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
 from mtpstudio.core.levers import LeverBench, fewest_cpu_expert_layers, largest_context
@@ -14,8 +16,6 @@ from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.machine import MachineFacts
 from mtpstudio.core.memory.placement import EXPERT_TENSOR, ModelWeights, cuda_alloc_size
 from mtpstudio.core.memory.targets import catalogue_target
-from mtpstudio.core.model.catalog.gpus import gpu_card
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_from_dict, plan_with
 from mtpstudio.core.planning import Budget, PlanningContext, budget_for, lever_bench, resolve

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mtpstudio.core.catalog.gpus import gpu_card
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import Budget, compute_budget
 from mtpstudio.core.memory.cuda_rules import (
@@ -46,8 +48,6 @@ from mtpstudio.core.memory.nextn_graph import nextn_graph
 from mtpstudio.core.memory.placement import cuda_alloc_size
 from mtpstudio.core.memory.targets import catalogue_target
 from mtpstudio.core.memory.trust import Trust
-from mtpstudio.core.model.catalog.gpus import gpu_card
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.info import TensorInfo
 from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
 from mtpstudio.core.units import MIB

@@ -18,6 +18,7 @@ from devkit.cuda_compare import (
     engine_layout,
     fit_comparison,
 )
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.memory.cuda_rules import CC_ADA_LOVELACE, CudaHostRules, cuda_rules_for
 from mtpstudio.core.memory.devices import TargetDevice
@@ -32,7 +33,6 @@ from mtpstudio.core.memory.placement import (
     residency_for,
 )
 from mtpstudio.core.memory.trunk_graph import TrunkShape, largest_reservation
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.units import MIB
 

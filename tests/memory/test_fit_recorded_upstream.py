@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM
 from mtpstudio.core.memory.budget import (
     compute_budget,
@@ -21,7 +22,6 @@ from mtpstudio.core.memory.budget import (
 )
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.placement import ModelWeights, Placement
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import Plan, plan_from_dict
 from mtpstudio.core.units import MIB
 

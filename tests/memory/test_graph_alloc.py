@@ -8,11 +8,11 @@ import pytest
 from support.alloc_trace import ENGINE_LOGS, engine_trace
 
 from devkit.budget_check import LoadConfig, predicted
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.memory.graph_alloc import AllocEvent, Tensor, reserved_bytes
 from mtpstudio.core.memory.hybrid_graph import HybridDims, hybrid_trunk_graph
 from mtpstudio.core.memory.nextn_graph import nextn_compute_bytes, nextn_graph
 from mtpstudio.core.memory.trunk_graph import TrunkShape
-from mtpstudio.core.model.catalog.models import model_card_info
 
 
 def _node(name: str, op: str, nbytes: int, *srcs: Tensor, **kw: object) -> Tensor:

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.profiles.ik import MEMORY as IK_FACTS
 from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
 from mtpstudio.core.levers import fewest_cpu_layers
@@ -19,7 +20,6 @@ from mtpstudio.core.memory.budget import (
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.placement import ModelWeights, cuda_alloc_size
 from mtpstudio.core.memory.terms import kv_cache_bytes
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import (

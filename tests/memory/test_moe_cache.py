@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.build import Backend
 from mtpstudio.core.engines.profiles import upstream, upstream_moe_cache
 from mtpstudio.core.engines.registry import documented_build
@@ -25,7 +26,6 @@ from mtpstudio.core.memory.moe_cache import (
     moe_cache,
 )
 from mtpstudio.core.memory.placement import ModelWeights
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict, plan_with
 from mtpstudio.core.planning import (

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.memory import hybrid_graph, nextn_graph, replay_store, trunk_graph
 from mtpstudio.core.memory.cuda_rules import CudaHostRules, CudaRules
 from mtpstudio.core.memory.cuda_schedule import Residency
@@ -28,7 +29,6 @@ from mtpstudio.core.memory.replay_store import (
     check_store,
 )
 from mtpstudio.core.memory.trunk_graph import TrunkShape
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, fit_suggestions
 from mtpstudio.core.planning import resolve as resolve_plan
@@ -327,7 +327,7 @@ REPLAY_IN_A_CHILD = """
 from mtpstudio.core.memory.hybrid_graph import hybrid_compute_bytes
 from mtpstudio.core.memory.replay_store import STORE
 from mtpstudio.core.memory.trunk_graph import TrunkShape
-from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.catalog.models import model_card_info
 model = model_card_info("qwen3.6-35b-a3b-iq4_xs")
 print(hybrid_compute_bytes(model, TrunkShape(512, 1, 8192)), STORE.hits, STORE.misses)
 """

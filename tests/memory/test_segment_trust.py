@@ -11,6 +11,7 @@ from pathlib import Path
 
 from support.plans import demo_plan
 
+from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.engines.registry import documented_build, memory_facts
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
@@ -21,7 +22,6 @@ from mtpstudio.core.memory.measured import (
     predicted_segments,
 )
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Trust, segment_trust, weakest
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan
 from mtpstudio.core.plan_text import budget_report
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
 from mtpstudio.core.engines.build import Backend, EngineBuild
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS
@@ -29,7 +30,6 @@ from mtpstudio.core.memory.split_placement import (
     slot_devices,
     split_placement,
 )
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
 
 MOE = model_card_info("qwen3.6-35b-a3b-iq4_xs")  # 40 blocks + the MTP block: 41

@@ -25,8 +25,8 @@ from devkit.split_compare import (
     engine_layouts,
     predicted_budget,
 )
-from mtpstudio.core.model.catalog.header import write_card_header
-from mtpstudio.core.model.catalog.models import model_card_info
+from mtpstudio.core.catalog.header import write_card_header
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 

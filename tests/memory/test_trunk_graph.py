@@ -16,6 +16,9 @@ from support.alloc_trace import ENGINE_LOGS, engine_trace
 from devkit.arch_gguf import ArchSpec, hybrid_spec, write_arch_header
 from devkit.arch_table import MODELS, UNMODELLED_MODELS
 from devkit.budget_check import LoadConfig
+from mtpstudio.core.catalog.header import write_card_header
+from mtpstudio.core.catalog.models import model_card_info
+from mtpstudio.core.catalog.spec import ModelCardSpec
 from mtpstudio.core.engines.registry import memory_facts
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.cuda_rules import CC_ADA_LOVELACE, CudaRules
@@ -39,9 +42,6 @@ from mtpstudio.core.memory.trunk_graph import (
     trunk_graph,
     trunk_replay_layers,
 )
-from mtpstudio.core.model.catalog.header import write_card_header
-from mtpstudio.core.model.catalog.models import model_card_info
-from mtpstudio.core.model.catalog.spec import ModelCardSpec
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import EngineFlavour, plan_from_dict

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.model.catalog.gpus import (
+from mtpstudio.core.catalog.gpus import (
     DEFAULT_GPU_CARD,
     MIB,
     closest_context_figure,
@@ -18,8 +17,8 @@ from mtpstudio.core.model.catalog.gpus import (
     gpu_card,
     gpu_cards,
 )
-from mtpstudio.core.model.catalog.header import synthetic_vocab
-from mtpstudio.core.model.catalog.models import (
+from mtpstudio.core.catalog.header import synthetic_vocab
+from mtpstudio.core.catalog.models import (
     CARD_FORMAT_VERSION,
     DEFAULT_MODEL_CARD,
     model_card,
@@ -27,8 +26,9 @@ from mtpstudio.core.model.catalog.models import (
     model_card_path,
     model_cards,
 )
-from mtpstudio.core.model.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
-from mtpstudio.core.model.catalog.spec import card_tensors
+from mtpstudio.core.catalog.qwen36 import QWEN36_27B_IQ4_XS, QWEN36_35B_A3B_IQ4_XS
+from mtpstudio.core.catalog.spec import card_tensors
+from mtpstudio.core.errors import CatalogError
 from mtpstudio.core.model.gguf import read_gguf
 from mtpstudio.core.model.info import ModelInfo
 
@@ -133,7 +133,7 @@ def test_every_card_cites_its_figures() -> None:
 
 
 def test_the_list_is_grouped_by_vendor_desktop_cards_first() -> None:
-    from mtpstudio.core.model.catalog.gpus import gpu_cards_by_vendor
+    from mtpstudio.core.catalog.gpus import gpu_cards_by_vendor
 
     groups = gpu_cards_by_vendor()
     assert list(groups) == ["nvidia", "amd", "intel"]
@@ -145,7 +145,7 @@ def test_the_list_is_grouped_by_vendor_desktop_cards_first() -> None:
 
 
 def test_a_shared_name_finds_the_card_by_its_memory() -> None:
-    from mtpstudio.core.model.catalog.gpus import gpu_card_named
+    from mtpstudio.core.catalog.gpus import gpu_card_named
 
     eight, twelve = gpu_card("rtx-3060-8gb"), gpu_card("rtx-3060-12gb")
     assert eight.name == twelve.name
@@ -337,8 +337,8 @@ def test_synthetic_vocab_is_a_valid_bpe_vocabulary() -> None:
 
 
 def test_every_quant_of_both_models_is_a_card_with_its_size() -> None:
-    from mtpstudio.core.model.catalog.models import card_weight_bytes, model_cards_by_model
-    from mtpstudio.core.model.catalog.spec import QUANT_MIXES
+    from mtpstudio.core.catalog.models import card_weight_bytes, model_cards_by_model
+    from mtpstudio.core.catalog.spec import QUANT_MIXES
 
     groups = model_cards_by_model()
     assert list(groups) == ["qwen3.6-35b-a3b", "qwen3.6-27b"]
@@ -356,7 +356,7 @@ def test_every_quant_of_both_models_is_a_card_with_its_size() -> None:
 
 
 def test_a_card_is_within_half_a_percent_of_its_published_file() -> None:
-    from mtpstudio.core.model.catalog.qwen36 import PUBLISHED
+    from mtpstudio.core.catalog.qwen36 import PUBLISHED
 
     assert PUBLISHED  # the cards with a published plain-recipe file
     for card_id, published in PUBLISHED.items():

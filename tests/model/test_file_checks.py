@@ -15,8 +15,8 @@ import pytest
 from support.cli import run_cli
 
 from devkit.zero_gguf import zero_gguf_for_card
+from mtpstudio.core.catalog.models import model_card_path
 from mtpstudio.core.errors import GgufError, ServerError
-from mtpstudio.core.model.catalog.models import model_card_path
 from mtpstudio.core.model.file_state import FileState, file_state, require_whole_model
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.server.preflight import check_model

@@ -24,9 +24,8 @@ import pytest
 from support.gguf_builders import VT, raw_header, raw_kv, raw_tensor_info
 from support.servers import _load_build_script, engine_bin_dir
 
-from mtpstudio.core.model import ggml_types
-from mtpstudio.core.model.catalog import quant_rules as qr
-from mtpstudio.core.model.catalog.quant_rules import (
+from mtpstudio.core.catalog import quant_rules as qr
+from mtpstudio.core.catalog.quant_rules import (
     BRANCHES,
     CATEGORY_MATCHES,
     FALLBACK,
@@ -49,6 +48,7 @@ from mtpstudio.core.model.catalog.quant_rules import (
     quantized_types,
     type_decisions,
 )
+from mtpstudio.core.model import ggml_types
 from mtpstudio.core.model.ggml_types import GGMLType, tensor_bytes
 from mtpstudio.core.model.gguf import read_gguf
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from devkit.zero_gguf import disk_bytes, main, write_zero_gguf
-from mtpstudio.core.model.catalog.models import model_card_path, model_cards
+from mtpstudio.core.catalog.models import model_card_path, model_cards
 from mtpstudio.core.model.gguf import read_gguf
 
 # both models at their default quant, the smallest and an ik_llama.cpp one (each card's header

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.levers import (
     CTX_STEP,
     FitSuggestion,
@@ -26,7 +27,6 @@ from mtpstudio.core.levers import (
 )
 from mtpstudio.core.memory.budget import device_fits
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import (
     MachineFacts,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.levers import (
     FitSuggestion,
     PlanChange,
@@ -18,7 +19,6 @@ from mtpstudio.core.levers import (
     largest_context,
 )
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import (

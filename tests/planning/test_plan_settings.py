@@ -12,9 +12,9 @@ import pytest
 
 from mtpstudio.cli.main import build_parser
 from mtpstudio.cli.plan import add_plan_options, plan_and_changes
+from mtpstudio.core.catalog.model_choice import load_model_info
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.model.defaults import ctx_for_model
-from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import Plan, declared_fields, load_plan, plan_with
 from mtpstudio.core.plan_settings import (
     MIN_CTX,

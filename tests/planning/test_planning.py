@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from support.plans import demo_plan
 
+from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.plan import EngineFlavour
 from mtpstudio.core.planning import (
     MachineFacts,

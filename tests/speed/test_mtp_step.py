@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.memory.placement import ModelWeights, place
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.speed.acceptance import (
     DEFAULT_ACCEPTANCE,
     PUBLISHED_CONTINUATION,

@@ -14,9 +14,9 @@ from support.cli import run_cli
 from support.runners import FixedRunner
 
 from mtpstudio.core.bench.history import BenchHistory
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.memory.placement import ModelWeights, PartialKind, PartialLayer, place
 from mtpstudio.core.memory.terms import recurrent_state_parts
-from mtpstudio.core.model.catalog.models import model_card_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.planning import (

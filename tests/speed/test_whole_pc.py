@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from mtpstudio.core.catalog.cpus import cpu_spec, cpu_specs, find_cpu
 from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.model.catalog.cpus import cpu_spec, cpu_specs, find_cpu
 from mtpstudio.core.speed.host_rates import HostRates
 from mtpstudio.core.speed.host_target import RAM_READ_SHARE, other_host, parse_ram
 from tests.support.cli import run_cli

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD
+from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
 from mtpstudio.core.plan import Plan, plan_with
 from support.servers import free_port
 
@@ -45,7 +45,7 @@ def demo_plan(**changes: Any) -> Plan:
 def published_resolved(**changes: Any) -> Any:
     """The published setup on the catalogue RTX 4070 SUPER (the demo's defaults where they fit),
     resolved on a machine without detection; ``changes`` by dotted key."""
-    from mtpstudio.core.model.catalog.models import model_card_info
+    from mtpstudio.core.catalog.models import model_card_info
     from mtpstudio.core.planning import (
         PlanningContext,
         machine_for,

@@ -10,8 +10,8 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from mtpstudio.core.model.catalog.header import write_card_header
-from mtpstudio.core.model.catalog.spec import QUANT_MIXES, ModelCardSpec, QuantMix, card_tensors
+from mtpstudio.core.catalog.header import write_card_header
+from mtpstudio.core.catalog.spec import QUANT_MIXES, ModelCardSpec, QuantMix, card_tensors
 from mtpstudio.core.model.gguf import read_gguf
 from support.servers import clean_env
 

@@ -8,7 +8,7 @@ import shlex
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QGuiApplication
 
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.plan import MoePlacement, Plan, plan_with
 from mtpstudio.core.plan_text import budget_trust
 from mtpstudio.core.planning import evaluate, fit_suggestions, offload_and_context, resolve

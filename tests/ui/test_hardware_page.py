@@ -6,8 +6,8 @@ import threading
 
 from pytestqt.qtbot import QtBot
 
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan
 
 from .conftest import WizardFactory, go_to, gpu_report, no_gpu_report
@@ -216,7 +216,7 @@ def test_the_engine_pages_acceptance_field_sets_the_estimates_acceptance(
 def test_the_catalogue_is_offered_by_vendor_with_laptops_after_desktops(
     make_wizard: WizardFactory,
 ) -> None:
-    from mtpstudio.core.model.catalog.gpus import gpu_card, gpu_cards
+    from mtpstudio.core.catalog.gpus import gpu_card, gpu_cards
 
     wizard = make_wizard(Plan())
     page = wizard.hardware_page

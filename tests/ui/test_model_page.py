@@ -9,7 +9,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_card_path
+from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_path
 from mtpstudio.core.plan import Plan
 
 from .conftest import WizardFactory, go_to
@@ -139,7 +139,7 @@ def test_an_unfinished_download_is_said_to_be_incomplete(
 ) -> None:
     """Issue 25 item 5: an unfinished download planned as 'fits' without a word."""
     from devkit.zero_gguf import zero_gguf_for_card
-    from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD as CARD
+    from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD as CARD
     from mtpstudio.ui.widgets.common import Tone
 
     partial = zero_gguf_for_card(CARD, tmp_path / "Downloads" / "Qwen3.6-35B-A3B-IQ4_XS.gguf")

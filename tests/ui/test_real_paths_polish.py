@@ -13,10 +13,10 @@ from pytestqt.qtbot import QtBot
 from support.tiny_models import make_model
 
 from devkit.zero_gguf import zero_gguf_for_card
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.desktop.reclaim import reclaim_options
 from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import ModelChoice, MoePlacement, Plan, plan_with
 from mtpstudio.core.planning import PlanningContext, machine_for, resolve
 from mtpstudio.core.service.render import UnitScope

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan, plan_with
 from mtpstudio.core.plan_settings import SETTINGS, native_context, setting
 from mtpstudio.ui.widgets.number_box import NumberBox

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QSize
 from PySide6.QtWidgets import QMessageBox, QWizard
 
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import PAGE_TITLES, PageId

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mtpstudio.core.catalog.gpus import GpuCard
 from mtpstudio.core.desktop.session_files import SessionVariant
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuProcess, GpuVendor
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
 from mtpstudio.core.memory.targets import desktop_after_reclaim
-from mtpstudio.core.model.catalog.gpus import GpuCard
 from mtpstudio.core.plan import DesktopReclaim
 from mtpstudio.core.units import MIB
 

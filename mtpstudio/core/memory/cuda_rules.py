@@ -18,7 +18,7 @@ quoted by its test (``tests/memory/test_cuda_rules.py`` against ``tests/fixtures
 
 The budget applies them (``device_rules``). The CUDA context itself is
 no rule of the source: its size per card is a published or measured figure
-(``core/model/catalog/gpus.py``, ``cuda_context_for``), and a detected card adds the memory NVML
+(``core/catalog/gpus.py``, ``cuda_context_for``), and a detected card adds the memory NVML
 reports reserved; what the process adds during its first prompts is ``runtime_growth``.
 """
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtpstudio.core.catalog.gpus import cuda_context_for
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.model.catalog.gpus import cuda_context_for
 from mtpstudio.core.plan import Plan
 
 DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from mtpstudio.core.catalog.gpus import GpuCard, gpu_card
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.model.catalog.gpus import GpuCard, gpu_card
 from mtpstudio.core.plan import DesktopReclaim, Plan, RpcServer
 from mtpstudio.core.units import MIB
 

@@ -7,8 +7,8 @@ its name. A card the catalogue lacks is planned with a stated typical figure.
 
 from __future__ import annotations
 
+from mtpstudio.core.catalog.gpus import INT32_SHARE, GpuCard, gpu_card_named
 from mtpstudio.core.memory.devices import TargetDevice
-from mtpstudio.core.model.catalog.gpus import INT32_SHARE, GpuCard, gpu_card_named
 from mtpstudio.core.speed.estimate import CardRates
 
 GB = 1e9

@@ -23,8 +23,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from mtpstudio.core.catalog.cpus import CpuSpec, cpu_spec
 from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.model.catalog.cpus import CpuSpec, cpu_spec
 from mtpstudio.core.speed.host_rates import HostRates
 
 GB = 1e9

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mtpstudio.core.bench.target import BenchTarget
+from mtpstudio.core.catalog.gpus import gpu_card
 from mtpstudio.core.detect.engines import probe_engine_file
 from mtpstudio.core.detect.gather import detect_all
 from mtpstudio.core.engines.apikey import plan_api_key
@@ -26,7 +27,6 @@ from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
 from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.model.catalog.gpus import gpu_card
 from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
 from mtpstudio.core.planning import (
     MachineFacts,

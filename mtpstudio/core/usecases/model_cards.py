@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.model.catalog.models import (
+from mtpstudio.core.catalog.models import (
     DEFAULT_MODEL_CARD,
     card_weight_bytes,
     model_cards,

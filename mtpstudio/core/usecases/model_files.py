@@ -6,7 +6,7 @@ sentence before the planner loads.
 
 from __future__ import annotations
 
-from mtpstudio.core.model.catalog.gpus import (
+from mtpstudio.core.catalog.gpus import (
     DEFAULT_GPU_CARD,
     VENDOR_TITLES,
     GpuCard,
@@ -16,12 +16,12 @@ from mtpstudio.core.model.catalog.gpus import (
     gpu_cards_by_vendor,
     similar_gpu_ids,
 )
-from mtpstudio.core.model.catalog.models import DEFAULT_MODEL_CARD, model_cards
+from mtpstudio.core.catalog.model_choice import load_model_info
+from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_cards
 from mtpstudio.core.model.defaults import ctx_for_model
 from mtpstudio.core.model.file_state import file_state_text
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import Plan, plan_with
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.model.catalog.cpus import cpu_spec, cpu_specs
+from mtpstudio.core.catalog.cpus import cpu_spec, cpu_specs
 from mtpstudio.core.speed.host_target import parse_ram
 
 

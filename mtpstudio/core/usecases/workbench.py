@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpstudio.core.advice import Standing, standing
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
+from mtpstudio.core.catalog.model_choice import load_model_info
 from mtpstudio.core.detect.gather import DetectionReport, detect_for
 from mtpstudio.core.detect.models import EngineInfo, GpuInfo
 from mtpstudio.core.engines.availability import (
@@ -25,11 +27,9 @@ from mtpstudio.core.engines.availability import (
     mtp_reason,
 )
 from mtpstudio.core.errors import GgufError, MtpStudioError
-from mtpstudio.core.model.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.model.source import load_model_info
 from mtpstudio.core.plan import ModelChoice, Plan
 from mtpstudio.core.planning import (
     Budget,

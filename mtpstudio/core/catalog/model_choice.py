@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan import ModelChoice
@@ -12,6 +13,4 @@ def load_model_info(choice: ModelChoice) -> ModelInfo:
     if choice.path is not None:
         return read_model_info(choice.path)
     assert choice.card is not None  # the Plan guarantees one of the two
-    from mtpstudio.core.model.catalog.models import model_card_info  # the cards: when asked
-
     return model_card_info(choice.card)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from mtpstudio.core.model.catalog.quant_rules import QuantHparams, quantized_types
+from mtpstudio.core.catalog.quant_rules import QuantHparams, quantized_types
 from mtpstudio.core.model.ggml_types import GGMLType, tensor_bytes
 
 Q = GGMLType
@@ -30,7 +30,7 @@ class QuantMix:
     @property
     def file_type(self) -> int:
         """The ``general.file_type`` the tool writes (``llama_ftype``)."""
-        from mtpstudio.core.model.catalog.quant_rules import ftype_id
+        from mtpstudio.core.catalog.quant_rules import ftype_id
 
         return ftype_id(self.name, self.engine)
 
@@ -42,7 +42,7 @@ class QuantMix:
     @property
     def loader_note(self) -> str:
         """Which engine alone loads the file, in words (empty: every engine does)."""
-        from mtpstudio.core.model.catalog.quant_rules import IK
+        from mtpstudio.core.catalog.quant_rules import IK
 
         return "ik_llama.cpp only" if self.engine == IK else ""
 

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mtpstudio.core.catalog.resource import catalogue_document
 from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.model.catalog.resource import catalogue_document
 
 _RESOURCE = "catalog/cpus.json"
 _SCHEMA = 1

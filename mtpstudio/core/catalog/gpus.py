@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mtpstudio.core.catalog.resource import catalogue_document
 from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.model.catalog.resource import catalogue_document
 from mtpstudio.core.units import MIB
 
 DEFAULT_GPU_CARD = "rtx-4070-super"

@@ -3,7 +3,7 @@ every standard quant (``spec.QUANT_MIXES``), each typed as the pinned llama-quan
 
 from __future__ import annotations
 
-from mtpstudio.core.model.catalog.spec import (
+from mtpstudio.core.catalog.spec import (
     IQ4_XS_MIX,
     QUANT_MIXES,
     ModelCardSpec,

@@ -9,9 +9,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mtpstudio.core.catalog.qwen36 import QWEN36_CARDS
+from mtpstudio.core.catalog.spec import ModelCardSpec, card_tensors
 from mtpstudio.core.errors import CatalogError
-from mtpstudio.core.model.catalog.qwen36 import QWEN36_CARDS
-from mtpstudio.core.model.catalog.spec import ModelCardSpec, card_tensors
 from mtpstudio.core.paths import cache_dir
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def card_spec_path(spec: ModelCardSpec) -> Path:
         os.close(fd)
         tmp = Path(tmp_name)
         try:
-            from mtpstudio.core.model.catalog.header import write_card_header  # numpy, gguf
+            from mtpstudio.core.catalog.header import write_card_header  # numpy, gguf
 
             write_card_header(spec, tmp)
             tmp.chmod(0o644)

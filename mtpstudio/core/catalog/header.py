@@ -10,7 +10,7 @@ import numpy as np
 from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_VERSION, GGMLQuantizationType, GGUFType, TokenType
 
-from mtpstudio.core.model.catalog.spec import ModelCardSpec, card_tensors
+from mtpstudio.core.catalog.spec import ModelCardSpec, card_tensors
 
 CARD_KEY_PREFIX = "mtpstudio."
 """Extra keys that mark a file as a demo card: ``mtpstudio.demo_card`` = the card id."""

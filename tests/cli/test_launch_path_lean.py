@@ -22,7 +22,7 @@ def test_the_format_tables_agree_with_the_gguf_package() -> None:
         v.name: v.value for v in GGUFValueType
     }
     # gguf knows upstream's numbering; ik_llama.cpp's own types and file types come on top
-    # (tests/model/test_quant_rules.py reads those back from ik's sources)
+    # (tests/catalog/test_quant_rules.py reads those back from ik's sources)
     sized = {q.value: (q.name, *GGML_QUANT_SIZES[q]) for q in GGMLQuantizationType
              if q in GGML_QUANT_SIZES}  # fmt: skip
     ik_types = {133, 137, 138, 139, 140, 141, 144, 146, 152}

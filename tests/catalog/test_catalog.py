@@ -428,3 +428,17 @@ def test_a_detected_nvidia_card_counts_its_context_and_the_reserved_memory() -> 
     assert driver_bytes(card) == context + 344 * MIB
     v1 = card.model_copy(update={"memory": memory.model_copy(update={"reserved_bytes": None})})
     assert driver_bytes(v1) == context  # NVML v1 counts it in used, i.e. in other processes
+
+
+def test_the_kits_cards_are_catalogue_data_with_their_sources() -> None:
+    from mtpstudio.core.catalog.gpus import datacenter_card, datacenter_cards
+    from mtpstudio.core.memory.devices import TargetDevice
+    from mtpstudio.core.speed.cards import card_rates
+
+    assert {c.name for c in datacenter_cards()} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    h100 = datacenter_card("NVIDIA H100 80GB HBM3")
+    assert h100 is not None and "datasheet" in h100.source
+    assert h100.int32_ops == 16896 * 0.5 * 1980e6  # Hopper: 64 INT32 of 128 cores per SM
+    rates = card_rates(TargetDevice("CUDA0", "NVIDIA H100 80GB HBM3", 80 * GIB, vendor="nvidia"))
+    assert rates.bandwidth == 3350e9 and rates.int_ops == h100.int32_ops
+    assert datacenter_card("NVIDIA GeForce RTX 4070 SUPER") is None  # a planning target

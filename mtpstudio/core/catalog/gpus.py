@@ -249,6 +249,41 @@ def gpu_cards_by_vendor() -> dict[str, tuple[GpuCard, ...]]:
     return groups
 
 
+class DatacenterCard(BaseModel):
+    """A card the GPU kit ran on (not a planning target): its rates, for the speed model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    arch: str
+    bandwidth_gb_s: float = Field(gt=0)
+    pcie_gen: int = Field(ge=1)
+    pcie_lanes: int = Field(ge=1)
+    shader_units: int = Field(gt=0)
+    boost_clock_mhz: int = Field(gt=0)
+    source: str = Field(min_length=1)
+
+    @property
+    def int32_ops(self) -> float:
+        """32-bit integer operations per second at the boost clock (``INT32_SHARE``)."""
+        return self.shader_units * INT32_SHARE[self.arch] * self.boost_clock_mhz * 1e6
+
+
+@cache
+def datacenter_cards() -> tuple[DatacenterCard, ...]:
+    """The cards the GPU kit ran on, from the catalogue's ``datacenter`` section."""
+    section = _document().get("datacenter", {})
+    try:
+        return tuple(DatacenterCard.model_validate(c) for c in section.get("cards", []))
+    except ValidationError as exc:
+        raise CatalogError(f"the GPU catalogue's datacenter cards are invalid: {exc}") from None
+
+
+def datacenter_card(name: str) -> DatacenterCard | None:
+    """The kit's card a driver reports as ``name`` (None: not one of them)."""
+    return next((c for c in datacenter_cards() if c.name == name), None)
+
+
 def gpu_card_named(name: str, vram_bytes: int | None = None) -> GpuCard | None:
     """The catalogue card a driver reports as ``name`` (any case; several cards share a name,
     the RTX 3060 8 GB and 12 GB say: the one whose memory is nearest ``vram_bytes``)."""

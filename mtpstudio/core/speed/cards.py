@@ -2,12 +2,13 @@
 
 The catalogue (``resources/catalog/gpus.json``) gives each card's bandwidth (bus width times data
 rate, the vendor's figure) and its PCIe generation and lanes; a detected card is found there by
-its name. A card the catalogue lacks is planned with a stated typical figure.
+its name; the cards the GPU kit ran on are in its ``datacenter`` section. A card the catalogue
+lacks is planned with a stated typical figure.
 """
 
 from __future__ import annotations
 
-from mtpstudio.core.catalog.gpus import INT32_SHARE, GpuCard, gpu_card_named
+from mtpstudio.core.catalog.gpus import GpuCard, datacenter_card, gpu_card_named
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.speed.estimate import CardRates
 
@@ -18,25 +19,6 @@ PCIE_REACHED = 0.8
 """The share of the link a host-to-card copy of pinned memory reaches."""
 UNKNOWN_BANDWIDTH = 500 * GB
 """A typical 12-16 GB card (the catalogue's RTX 4070 SUPER: 504 GB/s)."""
-
-DATACENTER = {
-    "NVIDIA H100 80GB HBM3": (
-        3350 * GB,
-        5,
-        16,
-        16896 * INT32_SHARE["Hopper"] * 1980e6,
-        "NVIDIA's H100 SXM5 datasheet: 3.35 TB/s HBM3, 16,896 CUDA cores at 1,980 MHz",
-    ),
-    "NVIDIA H200": (
-        4800 * GB,
-        5,
-        16,
-        16896 * INT32_SHARE["Hopper"] * 1980e6,
-        "NVIDIA's H200 SXM datasheet: 4.8 TB/s HBM3e, 16,896 CUDA cores at 1,980 MHz",
-    ),
-}
-"""The cards the GPU kit ran on (not planning targets, so not in the catalogue): bandwidth,
-PCIe generation and lanes, 32-bit integer operations per second, source."""
 
 
 def catalogue_card(device: TargetDevice) -> GpuCard | None:
@@ -53,10 +35,15 @@ def card_rates(device: TargetDevice) -> CardRates:
     """The rates of a GPU target: the catalogue's, or a stated typical card's."""
     card = catalogue_card(device)
     name = device.name.removesuffix(" (catalogue)").strip()
-    if card is None and name in DATACENTER:
-        bandwidth, gen, lanes, int_ops, source = DATACENTER[name]
+    kit = datacenter_card(name) if card is None else None
+    if kit is not None:
         return CardRates(
-            device.id, name, bandwidth, pcie_bytes(gen, lanes), source, int_ops=int_ops
+            device.id,
+            name,
+            kit.bandwidth_gb_s * GB,
+            pcie_bytes(kit.pcie_gen, kit.pcie_lanes),
+            kit.source,
+            int_ops=kit.int32_ops,
         )
     if card is None:
         return CardRates(

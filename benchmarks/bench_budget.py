@@ -15,7 +15,8 @@ from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.memory.targets import catalogue_target
-from mtpstudio.core.plan import Plan, plan_from_dict
+from mtpstudio.core.plan.io import plan_from_dict
+from mtpstudio.core.plan.schema import Plan
 
 
 def main() -> None:

@@ -79,7 +79,8 @@ def _run(home: Path, idle_s: float, font_pt: int, card: str, gpu: str) -> int:
 
     from devkit.zero_gguf import disk_bytes, zero_gguf_for_card
     from mtpstudio.core.detect.models import DetectionReport
-    from mtpstudio.core.plan import Plan, plan_with
+    from mtpstudio.core.plan.io import plan_with
+    from mtpstudio.core.plan.schema import Plan
     from mtpstudio.ui.app import ensure_application
     from mtpstudio.ui.widgets.command_box import CommandBox
     from mtpstudio.ui.wizard import MtpWizard, PageId

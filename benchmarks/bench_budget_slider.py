@@ -21,7 +21,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import PySide6
 
 from mtpstudio.core.detect.gather import DetectionReport
-from mtpstudio.core.plan import plan_with
+from mtpstudio.core.plan.io import plan_with
 from mtpstudio.ui.app import demo_plan, ensure_application
 from mtpstudio.ui.wizard import MtpWizard, PageId
 

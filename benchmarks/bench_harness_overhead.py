@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from mtpstudio.core.bench.client import BenchClient
 from mtpstudio.core.bench.prompts import WARMUP, load_prompts
 from mtpstudio.core.bench.target import BenchTarget
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 
 def measure(target: BenchTarget, n_predict: int, rounds: int) -> list[tuple[str, float, float]]:

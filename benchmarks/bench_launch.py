@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.servers import engine_binary, free_port
 from support.tiny_models import make_model
 
-from mtpstudio.core.plan import Plan, plan_with, save_plan
+from mtpstudio.core.plan.io import plan_with, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.health import probe_health
 from mtpstudio.core.usecases.launch import find_build, prepare_launch
 

@@ -194,7 +194,7 @@ ENGINE = "upstream"
 
 def estimated(model: ModelInfo, host: HostRates, c: Config, params: SpeedParams = PARAMS) -> float:
     from mtpstudio.core.engines.profiles import documented_profile
-    from mtpstudio.core.plan_choices import EngineFlavour
+    from mtpstudio.core.plan.choices import EngineFlavour
     from mtpstudio.core.speed.cpu_kernels import kernels_for
 
     rules = documented_profile(EngineFlavour(ENGINE)).speed

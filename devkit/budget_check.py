@@ -11,7 +11,7 @@ from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, MtpReq
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import plan_from_dict
+from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.units import MIB
 

@@ -22,7 +22,7 @@ from typing import Any
 from mtpstudio.core.engines.profiles import documented_profile
 from mtpstudio.core.memory.placement import ModelWeights, place
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan_choices import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.speed.cpu_kernels import CpuKernels, kernels_for
 from mtpstudio.core.speed.estimate import SpeedRates, pass_time
 from mtpstudio.core.speed.host_rates import HostRates, rates_from_probe

@@ -26,7 +26,7 @@ from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.memory.budget import Budget, compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.machine import machine_facts
-from mtpstudio.core.plan import plan_from_dict
+from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.server.load_log import LoadReport, parse_load_log
 from mtpstudio.core.units import MIB
 

@@ -25,8 +25,9 @@ from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.machine import MachineFacts
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan, plan_with
-from mtpstudio.core.plan_choices import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import PlanningContext, budget_for, resolve, speed_for
 from mtpstudio.core.speed.acceptance import Acceptance, from_counters, given_acceptance
 from mtpstudio.core.speed.host_rates import HostRates

@@ -16,7 +16,7 @@ from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.speed.acceptance import Acceptance
 from mtpstudio.core.speed.cards import card_rates
 from mtpstudio.core.speed.estimate import (

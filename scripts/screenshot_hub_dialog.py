@@ -40,7 +40,8 @@ def main() -> int:
     from devkit.hub_server import HubTestServer
     from mtpstudio.core.catalog.qwen36 import QWEN36_35B_A3B_IQ4_XS
     from mtpstudio.core.hub.client import HubClient
-    from mtpstudio.core.plan import Plan, plan_with
+    from mtpstudio.core.plan.io import plan_with
+    from mtpstudio.core.plan.schema import Plan
     from mtpstudio.ui.pages.hub_dialog import HubModelsDialog
     from mtpstudio.ui.state import WizardState
     from mtpstudio.ui.tasks import TaskManager

@@ -43,7 +43,8 @@ def main() -> int:
     from support.tiny_models import make_model
 
     from mtpstudio.core.detect.gather import detect_all
-    from mtpstudio.core.plan import Plan, plan_with
+    from mtpstudio.core.plan.io import plan_with
+    from mtpstudio.core.plan.schema import Plan
     from mtpstudio.ui.pages.launch import BENCH_KEY, ServerExitChoice
     from mtpstudio.ui.screenshots import SCREENSHOT_SIZE
     from mtpstudio.ui.server_process import ServerPhase

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import mtpstudio
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 PACKAGE_DIR = Path(mtpstudio.__file__).parent
 REPO = PACKAGE_DIR.parent
@@ -22,7 +22,10 @@ REPO = PACKAGE_DIR.parent
 # (health, log, diagnosis, state) and plain data (history, results, cancel and progress types).
 UI_MAY_IMPORT = frozenset(
     {
-        "mtpstudio.core.plan",
+        "mtpstudio.core.plan.schema",
+        "mtpstudio.core.plan.io",
+        "mtpstudio.core.plan.choices",
+        "mtpstudio.core.plan.settings",
         "mtpstudio.core.errors",
         "mtpstudio.core.atomic",
         "mtpstudio.core.state_files",  # settings read back with limits, damaged ones set aside
@@ -316,7 +319,7 @@ def cycle_dodging_late_imports(root: Path, package: str) -> list[tuple[str, str]
 FLAVOUR_MEMBERS = frozenset(f.name for f in EngineFlavour)
 # Where a flavour may be named outside its profile: as a default, never to branch on.
 FLAVOUR_NAMED_ALLOWED = {
-    ("mtpstudio/core/plan.py", "UPSTREAM"): "the Plan's default engine",
+    ("mtpstudio/core/plan/schema.py", "UPSTREAM"): "the Plan's default engine",
     ("mtpstudio/cli/bench.py", "UPSTREAM"): "the default engine behind `bench --url`",
     ("mtpstudio/core/bench/target.py", "UPSTREAM"): "BenchTarget's default flavour",
 }
@@ -386,9 +389,9 @@ def test_the_ui_checker_catches_a_direct_import_of_the_memory_model() -> None:
 # The faces (the CLI and the GUI) enter the core through the use-case layer and the Plan schema
 # only: the workbench, launch/bench/tune, the service files, the model files, their words.
 FACES = ("mtpstudio.cli", "mtpstudio.ui")
-FACE_MAY_ENTER = frozenset(
-    {"mtpstudio.core.plan", "mtpstudio.core.plan_choices", "mtpstudio.core.plan_settings"}
-)
+PLAN_ROOM = frozenset(f"mtpstudio.core.plan.{m}" for m in ("schema", "io", "choices", "settings"))
+"""The Plan's room: its schema, how it is read and written, its choices and its settings."""
+FACE_MAY_ENTER = PLAN_ROOM
 FACE_MAY_ENTER_PREFIX = "mtpstudio.core.usecases."
 
 # The planning path (plan, budget, levers, engine options, service files, launch): no exception.
@@ -455,8 +458,8 @@ def test_the_faces_enter_the_core_only_through_the_use_cases_and_the_plan() -> N
 def test_the_face_checker_catches_a_direct_import_of_the_planner() -> None:
     graph = {
         "mtpstudio.ui.state": {"mtpstudio.core.planning", "mtpstudio.core.usecases.workbench"},
-        "mtpstudio.cli.plan": {"mtpstudio.core.plan", "mtpstudio.core.memory.budget"},
-        "mtpstudio.cli.x": {"mtpstudio.core.plan_choices", "mtpstudio.core.usecases.launch"},
+        "mtpstudio.cli.plan": {"mtpstudio.core.plan.schema", "mtpstudio.core.memory.budget"},
+        "mtpstudio.cli.x": {"mtpstudio.core.plan.choices", "mtpstudio.core.usecases.launch"},
         "mtpstudio.core.usecases.workbench": {"mtpstudio.core.planning"},  # not a face
     }
     assert face_entries(graph) == {

@@ -9,7 +9,8 @@ import pytest
 
 from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, plan_from_dict
+from mtpstudio.core.plan.choices import DesktopReclaim, EngineFlavour
+from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.render import UnitScope
 

@@ -294,7 +294,7 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
 
 
 def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list[str]]:
-    from mtpstudio.core.plan import load_plan
+    from mtpstudio.core.plan.io import load_plan
     from mtpstudio.core.usecases.service import UnitScope, install_files
     from mtpstudio.core.usecases.workbench import resolved_for
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.plan_choices import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.usecases.command_defaults import EXPORT_FORMATS, PRESET_NAMES
 from mtpstudio.core.usecases.files import write_text_atomic
 from mtpstudio.core.usecases.words import BenchError, MtpStudioError
 
 if TYPE_CHECKING:  # the command's body imports what it runs: registering it stays light
-    from mtpstudio.core.plan import Plan
+    from mtpstudio.core.plan.schema import Plan
     from mtpstudio.core.usecases.bench import (
         ABReport,
         ABVariant,
@@ -250,7 +250,7 @@ class _Output:
     def _context(self, report: BenchReport) -> PlanningContext | None:
         """The machine and model of the plan a run benchmarked (its estimate goes beside it);
         None for a server without a plan, or a model that cannot be read here."""
-        from mtpstudio.core.plan import plan_from_json
+        from mtpstudio.core.plan.io import plan_from_json
         from mtpstudio.core.usecases.machine import detect_for
         from mtpstudio.core.usecases.planning_context import planning_context_for
         from mtpstudio.core.usecases.speed import load_speed_inputs
@@ -441,7 +441,7 @@ def _run_plans_in_turn(
 
 
 def _variants(args: argparse.Namespace) -> tuple[ABVariant, ...]:
-    from mtpstudio.core.plan import load_plan
+    from mtpstudio.core.plan.io import load_plan
     from mtpstudio.core.usecases.bench import PRESETS, ABVariant
 
     plan = load_plan(args.plan)

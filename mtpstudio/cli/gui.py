@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from mtpstudio.core.usecases.words import MtpStudioError
 
 if TYPE_CHECKING:
-    from mtpstudio.core.plan import Plan
+    from mtpstudio.core.plan.schema import Plan
 
 GUI_HINT = "To open the wizard, run `mtpstudio gui` in a graphical session."
 
@@ -53,7 +53,7 @@ def cmd_gui(args: argparse.Namespace) -> int:
     from mtpstudio.core.usecases.gui_platform import check_xcb_platform
 
     check_xcb_platform()
-    from mtpstudio.core.plan import load_plan
+    from mtpstudio.core.plan.io import load_plan
 
     plan = load_plan(args.plan) if getattr(args, "plan", None) else None
     model: Path | None = getattr(args, "model", None)
@@ -76,7 +76,7 @@ def cmd_gui(args: argparse.Namespace) -> int:
 
 def _model_plan(model: Path) -> Plan:
     """A new plan for ``model`` (checked like `plan --model`: a readable GGUF file)."""
-    from mtpstudio.core.plan import ModelChoice, Plan
+    from mtpstudio.core.plan.schema import ModelChoice, Plan
 
     path = model.expanduser().absolute()
     if not path.is_file():

@@ -70,7 +70,7 @@ def _result_json(result: Any) -> dict[str, Any]:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from mtpstudio.core.plan import load_plan, plan_with
+    from mtpstudio.core.plan.io import load_plan, plan_with
     from mtpstudio.core.usecases.launch import (
         card_not_here,
         find_build,

@@ -209,7 +209,7 @@ def _pick(rows: Sequence[Any], wanted: str, best: int | None) -> int:
 def _download(
     args: argparse.Namespace, client: Any, repo: Any, row: Any, folder: Path, out: Any
 ) -> int:
-    from mtpstudio.core.plan import plan_with, save_plan
+    from mtpstudio.core.plan.io import plan_with, save_plan
     from mtpstudio.core.usecases.hub import DownloadProgress, download_model, size_text
     from mtpstudio.core.usecases.machine import detect_for
     from mtpstudio.core.usecases.model_files import read_model_info

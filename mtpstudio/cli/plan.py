@@ -10,12 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.plan_choices import EngineFlavour
-from mtpstudio.core.plan_settings import SETTINGS, setting
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.settings import SETTINGS, setting
 from mtpstudio.core.usecases.words import PlanError, parse_token_count
 
 if TYPE_CHECKING:
-    from mtpstudio.core.plan import Plan
+    from mtpstudio.core.plan.schema import Plan
 
 EXIT_DOES_NOT_FIT = 3
 """``plan --check`` exits with this when the plan does not fit or will not run as planned."""
@@ -149,7 +149,7 @@ def _catalogue_ids(section: str) -> str:
 
 def setting_options(path: str) -> dict[str, Any]:
     """The ``add_argument`` keywords of a declared Plan setting: its type or choices, its
-    placeholder and help line, all from its declaration (``core.plan_settings``)."""
+    placeholder and help line, all from its declaration (``core.plan.settings``)."""
     declared = setting(path)
     options: dict[str, Any] = {"help": declared.cli_help}
     if declared.kind in ("int", "float"):
@@ -198,7 +198,8 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     A ``--engine`` path is probed now (as detection would, cached), so a bad one is refused
     here in one sentence and the plan gets the build's real flavour.
     """
-    from mtpstudio.core.plan import Plan, load_plan, plan_with
+    from mtpstudio.core.plan.io import load_plan, plan_with
+    from mtpstudio.core.plan.schema import Plan
 
     base = load_plan(args.plan) if args.plan else Plan()
     changes = setting_changes(args)
@@ -345,7 +346,7 @@ def _probed_engine(text: str) -> dict[str, Any]:
 
 def _with_key_file(plan: Plan, args: argparse.Namespace, changes: dict[str, Any]) -> Plan:
     """Name a key file when the plan needs one; store ``--api-key`` in it (0600), never the plan."""
-    from mtpstudio.core.plan import plan_with
+    from mtpstudio.core.plan.io import plan_with
     from mtpstudio.core.usecases.api_key import default_key_path, store_api_key
 
     key_file = plan.server.api_key_file
@@ -387,7 +388,7 @@ def _list_demo_cards() -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print what the workbench answers for the plan the options describe."""
-    from mtpstudio.core.plan import save_plan
+    from mtpstudio.core.plan.io import save_plan
 
     if args.demo == "list":
         return _list_demo_cards()

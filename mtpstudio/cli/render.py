@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
 
 def _export_files(args: argparse.Namespace) -> Any:
     """Render the plan's files the way the GUI's Export does (service_files.export_files)."""
-    from mtpstudio.core.plan import load_plan
+    from mtpstudio.core.plan.io import load_plan
     from mtpstudio.core.usecases.desktop import desktop_facts
     from mtpstudio.core.usecases.machine import detect_for
     from mtpstudio.core.usecases.service import UnitScope, export_files

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mtpstudio.core.plan_choices import CacheType
+from mtpstudio.core.plan.choices import CacheType
 from mtpstudio.core.usecases.files import write_text_atomic
 from mtpstudio.core.usecases.words import BenchError
 
@@ -116,7 +116,8 @@ def _progress(step: Any) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from mtpstudio.core.plan import MIN_CTX, load_plan, save_plan
+    from mtpstudio.core.plan.io import load_plan, save_plan
+    from mtpstudio.core.plan.settings import MIN_CTX
     from mtpstudio.core.usecases.tune import (
         BenchHistory,
         BenchSettings,

@@ -20,16 +20,10 @@ from mtpstudio.core.advice import Standing, faster, gain_words, speed_key
 from mtpstudio.core.memory.budget import Budget, device_fits, gpu_layer_count, layer_words
 from mtpstudio.core.memory.terms import row_bytes
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import (
-    MIN_CTX,
-    CacheType,
-    DesktopReclaim,
-    FlashAttention,
-    MoePlacement,
-    Plan,
-    plan_with,
-)
-from mtpstudio.core.plan_settings import CTX_STEP, native_context
+from mtpstudio.core.plan.choices import CacheType, DesktopReclaim, FlashAttention, MoePlacement
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import CTX_STEP, MIN_CTX, native_context
 from mtpstudio.core.units import MIB
 
 

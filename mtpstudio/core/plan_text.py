@@ -15,7 +15,8 @@ from mtpstudio.core.memory.trust import (
 )
 from mtpstudio.core.model.file_state import file_state, file_state_text
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import MoePlacement, Plan
+from mtpstudio.core.plan.choices import MoePlacement
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.units import GIB, MIB
 
 

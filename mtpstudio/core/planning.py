@@ -49,7 +49,9 @@ from mtpstudio.core.memory.targets import (
     resolve_target,
 )
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
+from mtpstudio.core.plan.choices import DesktopReclaim, EngineFlavour
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.speed.acceptance import Acceptance, given_acceptance
 from mtpstudio.core.speed.cards import card_rates, catalogue_card
 from mtpstudio.core.speed.cpu_kernels import kernels_for

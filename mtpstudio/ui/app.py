@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.usecases.model_files import DEFAULT_GPU_CARD
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.ui.icons import app_icon

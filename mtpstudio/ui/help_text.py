@@ -6,7 +6,7 @@ import shlex
 
 from pydantic import BaseModel
 
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.usecases.workbench import LaunchSpec
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.usecases.launch import (
     LaunchResult,
     PreparedLaunch,

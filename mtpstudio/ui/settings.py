@@ -13,7 +13,8 @@ import json
 import logging
 from pathlib import Path
 
-from mtpstudio.core.plan import Plan, load_plan, save_plan
+from mtpstudio.core.plan.io import load_plan, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.usecases.files import SchemaError, load_cache, set_aside, write_text_atomic
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.core.usecases.words import config_dir as core_config_dir

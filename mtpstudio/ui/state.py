@@ -17,7 +17,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from mtpstudio.core.plan import ModelChoice, Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import ModelChoice, Plan
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.core.usecases.workbench import (
     DEFAULT_GPU_CARD,

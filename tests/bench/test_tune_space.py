@@ -16,7 +16,9 @@ from mtpstudio.core.bench.tune_space import (
 from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.plan import CacheType, MoePlacement, Plan, plan_with
+from mtpstudio.core.plan.choices import CacheType, MoePlacement
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import MachineFacts, PlanningContext
 
 QWEN = model_card_info(DEFAULT_MODEL_CARD)

@@ -36,7 +36,7 @@ from mtpstudio.core.engines.probe import (
     ProbeOutcome,
     probe_flag,
 )
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.runner import RunResult, SubprocessRunner
 
 UPSTREAM_VERSION = (

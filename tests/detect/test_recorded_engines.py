@@ -14,7 +14,7 @@ from fixtures.engines.replay import ERAS, FIXTURES, RecordedRunner
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.probe import FlagSpec, ProbeOutcome, probe_flag
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 IDENTITY = {
     "upstream-11434": (EngineFlavour.UPSTREAM, "0.6.0-dev", 0, "unknown"),

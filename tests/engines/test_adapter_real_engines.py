@@ -22,7 +22,9 @@ from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.probe import CANDIDATE_FLAGS, FlagSpec
 from mtpstudio.core.engines.registry import build_launch_spec, probe_candidates
 from mtpstudio.core.engines.spec import LaunchSpec
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import plan_from_dict
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.runner import SubprocessRunner, clean_environ
 
 pytestmark = pytest.mark.engine

@@ -22,7 +22,9 @@ from mtpstudio.core.engines.profiles import (
 )
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.errors import BenchError, PlanError
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import plan_from_dict
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.server.moe_cache_log import parse_moe_cache_log
 

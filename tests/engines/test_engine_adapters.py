@@ -24,15 +24,15 @@ from mtpstudio.core.engines.registry import (
 )
 from mtpstudio.core.errors import AdapterError, PlanError
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import (
+from mtpstudio.core.plan.choices import (
     CacheType,
     EngineFlavour,
     FlashAttention,
     LoadMode,
     MoePlacement,
-    Plan,
-    plan_from_dict,
 )
+from mtpstudio.core.plan.io import plan_from_dict
+from mtpstudio.core.plan.schema import Plan
 
 UP_BIN = "/opt/llama.cpp/bin/llama-server"
 IK_BIN = "/opt/ik_llama.cpp/bin/llama-server"

@@ -19,7 +19,9 @@ from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream
 from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import plan_from_dict
+from mtpstudio.core.plan.schema import Plan
 
 IK = EngineFlavour.IK
 MODEL = "/models/Qwen3.6-35B-A3B-IQ4_XS.gguf"

@@ -13,7 +13,7 @@ import pytest
 from devkit.hub_repo import QWEN_QUANTS
 from devkit.hub_server import HubTestServer
 from mtpstudio.core.hub.remote_header import FIRST_RANGE, PART_RANGE
-from mtpstudio.core.plan import load_plan
+from mtpstudio.core.plan.io import load_plan
 
 from .conftest import QUANTS_REPO, SMALL_REPO, TOKEN
 

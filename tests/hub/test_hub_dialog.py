@@ -13,7 +13,8 @@ from pytestqt.qtbot import QtBot
 from devkit.hub_server import HubTestServer
 from mtpstudio.core.detect.models import DetectionReport, HostInfo
 from mtpstudio.core.hub.download import DownloadProgress
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.units import GIB, MIB
 from mtpstudio.ui.pages.hub_dialog import COLUMNS, HubModelsDialog
 from mtpstudio.ui.settings import StateStore

@@ -17,7 +17,8 @@ from mtpstudio.core.hub.fit_table import best_row, plan_remote_model, table_rows
 from mtpstudio.core.hub.listing import group_models, quant_label
 from mtpstudio.core.hub.remote_header import FIRST_RANGE, read_remote_headers
 from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import machine_for
 from mtpstudio.core.units import MIB
 

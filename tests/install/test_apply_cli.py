@@ -15,7 +15,7 @@ from support.helper_bench import make_root, snapshot
 from devkit.zero_gguf import zero_gguf_for_card
 from mtpstudio.cli.main import main
 from mtpstudio.core import paths
-from mtpstudio.core.plan import plan_from_dict, save_plan
+from mtpstudio.core.plan.io import plan_from_dict, save_plan
 
 SESSION = "plasmawayland-llvmpipe-mtpstudio.desktop"
 

@@ -22,7 +22,7 @@ from mtpstudio.core.detect.models import (
 )
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.memory.targets import NVIDIA_PROFILE_DESKTOP_BYTES
-from mtpstudio.core.plan import DesktopReclaim
+from mtpstudio.core.plan.choices import DesktopReclaim
 from mtpstudio.core.units import MIB
 
 

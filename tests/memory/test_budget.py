@@ -17,7 +17,8 @@ from mtpstudio.core.memory.machine import MachineFacts
 from mtpstudio.core.memory.placement import EXPERT_TENSOR, ModelWeights, cuda_alloc_size
 from mtpstudio.core.memory.targets import catalogue_target
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan, plan_from_dict, plan_with
+from mtpstudio.core.plan.io import plan_from_dict, plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import Budget, PlanningContext, budget_for, lever_bench, resolve
 from mtpstudio.core.units import MIB
 

@@ -49,7 +49,9 @@ from mtpstudio.core.memory.placement import cuda_alloc_size
 from mtpstudio.core.memory.targets import catalogue_target
 from mtpstudio.core.memory.trust import Trust
 from mtpstudio.core.model.info import TensorInfo
-from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, Plan, plan_with
+from mtpstudio.core.plan.choices import DesktopReclaim, EngineFlavour
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.units import MIB
 
 EXCERPTS = Path(__file__).parents[1] / "fixtures" / "engine_source"

@@ -17,7 +17,9 @@ from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.draft import with_draft
 from mtpstudio.core.memory.terms import kv_bytes_per_cell
 from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 
 GPU = TargetDevice("CUDA0", "test GPU", 12 * 1024**3)
 CPU = TargetDevice("CPU", "CPU", None)

@@ -22,7 +22,8 @@ from mtpstudio.core.memory.budget import (
 )
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.placement import ModelWeights, Placement
-from mtpstudio.core.plan import Plan, plan_from_dict
+from mtpstudio.core.plan.io import plan_from_dict
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.units import MIB
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "fit"

@@ -21,7 +21,8 @@ from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.placement import ModelWeights, cuda_alloc_size
 from mtpstudio.core.memory.terms import kv_cache_bytes
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,

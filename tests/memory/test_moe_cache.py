@@ -27,7 +27,9 @@ from mtpstudio.core.memory.moe_cache import (
 )
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_from_dict, plan_with
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import plan_from_dict, plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,

@@ -29,7 +29,8 @@ from mtpstudio.core.memory.replay_store import (
     check_store,
 )
 from mtpstudio.core.memory.trunk_graph import TrunkShape
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, fit_suggestions
 from mtpstudio.core.planning import resolve as resolve_plan
 from mtpstudio.core.speed import graph_nodes

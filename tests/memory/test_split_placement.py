@@ -30,7 +30,9 @@ from mtpstudio.core.memory.split_placement import (
     slot_devices,
     split_placement,
 )
-from mtpstudio.core.plan import EngineFlavour, Plan, plan_with
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 
 MOE = model_card_info("qwen3.6-35b-a3b-iq4_xs")  # 40 blocks + the MTP block: 41
 GGUF = Path("/models/Qwen3.6-35B-A3B-IQ4_XS.gguf")

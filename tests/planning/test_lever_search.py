@@ -27,7 +27,9 @@ from mtpstudio.core.levers import (
 )
 from mtpstudio.core.memory.budget import device_fits
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.plan import MoePlacement, Plan, plan_with
+from mtpstudio.core.plan.choices import MoePlacement
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,

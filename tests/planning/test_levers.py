@@ -20,7 +20,8 @@ from mtpstudio.core.levers import (
 )
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import (
     MachineFacts,
     PlanningContext,

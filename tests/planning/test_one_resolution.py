@@ -12,7 +12,7 @@ from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_info
 from mtpstudio.core.engines.build import MtpSupport
 from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, resolve
 
 

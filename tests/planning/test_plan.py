@@ -11,15 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.plan import (
-    CacheType,
-    MoePlacement,
-    Plan,
-    load_plan,
-    plan_from_dict,
-    plan_from_json,
-    save_plan,
-)
+from mtpstudio.core.plan.choices import CacheType, MoePlacement
+from mtpstudio.core.plan.io import load_plan, plan_from_dict, plan_from_json, save_plan
+from mtpstudio.core.plan.schema import Plan
 
 
 def test_defaults_are_safe_for_mtp() -> None:

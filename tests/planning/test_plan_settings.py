@@ -15,8 +15,9 @@ from mtpstudio.cli.plan import add_plan_options, plan_and_changes
 from mtpstudio.core.catalog.model_choice import load_model_info
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.model.defaults import ctx_for_model
-from mtpstudio.core.plan import Plan, declared_fields, load_plan, plan_with
-from mtpstudio.core.plan_settings import (
+from mtpstudio.core.plan.io import load_plan, plan_with
+from mtpstudio.core.plan.schema import Plan, declared_fields
+from mtpstudio.core.plan.settings import (
     MIN_CTX,
     SETTINGS,
     Setting,

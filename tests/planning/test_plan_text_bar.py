@@ -39,7 +39,7 @@ def test_the_ram_report_says_what_of_the_mapped_range_stays_in_ram() -> None:
     from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
     from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_info
     from mtpstudio.core.detect.models import DetectionReport
-    from mtpstudio.core.plan import Plan
+    from mtpstudio.core.plan.schema import Plan
     from mtpstudio.core.plan_text import budget_report
     from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
 

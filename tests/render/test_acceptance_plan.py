@@ -17,7 +17,7 @@ from mtpstudio.core.desktop.session_files import SessionSettings, render_reclaim
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.render import UnitScope

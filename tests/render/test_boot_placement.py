@@ -10,7 +10,7 @@ from dataclasses import replace
 from support.plans import published_resolved
 from support.rendering import unit_plan_text
 
-from mtpstudio.core.plan import plan_with
+from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.planning import ResolvedPlan, budget_for, resolve
 from mtpstudio.core.service.boot_placement import engine_bytes
 from mtpstudio.core.service.render import UnitScope

@@ -12,7 +12,8 @@ from support.rendering import BINARY, users_plan
 
 from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.plan import DesktopReclaim, EngineFlavour, plan_with
+from mtpstudio.core.plan.choices import DesktopReclaim, EngineFlavour
+from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.export import README_NAME, render_all, write_files
 from mtpstudio.core.service.render import UnitScope

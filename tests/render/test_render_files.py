@@ -32,7 +32,9 @@ from mtpstudio.core.desktop.session_files import (
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
-from mtpstudio.core.plan import DesktopReclaim, Plan, plan_from_dict
+from mtpstudio.core.plan.choices import DesktopReclaim
+from mtpstudio.core.plan.io import plan_from_dict
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.quoting.env_file import parse_env_file
 from mtpstudio.core.quoting.systemd import parse_unit_file, split_systemd_command_line
 from mtpstudio.core.rendered_file import RenderedFile

@@ -10,7 +10,7 @@ from pathlib import Path
 from support.rendering import unit_text
 from support.systemd_checks import TARGET, exposure, tool
 
-from mtpstudio.core.plan import RpcServer
+from mtpstudio.core.plan.schema import RpcServer
 from mtpstudio.core.service.rpc_unit import render_rpc_server_unit
 
 SERVER = RpcServer(host="192.168.1.20", port=50052, memory_mib=12288)

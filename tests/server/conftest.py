@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from support.plans import cpu_plan
 
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.process import ServerProcess
 from mtpstudio.core.server.state import load_states, prune_stale, servers_dir
 

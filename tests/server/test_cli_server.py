@@ -19,7 +19,8 @@ from support.tiny_models import HUGE_KV_MIB, HUGE_KV_MODEL, HUGE_KV_PLAN
 from support.waiting import scaled, wait_for
 
 from devkit.zero_gguf import zero_gguf_for_card
-from mtpstudio.core.plan import Plan, save_plan
+from mtpstudio.core.plan.io import save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.state import load_states
 
 from .conftest import processes_with, state_files

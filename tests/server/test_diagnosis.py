@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.diagnosis import CauseKind, diagnose, oom_fixes
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.server.process import ProcessOutcome

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.memory.measured import HOST
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.process import ServerProcess
 from mtpstudio.core.usecases.launch import find_build, prepare_launch, run_launch
 

@@ -16,7 +16,8 @@ from support.waiting import scaled
 from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.errors import ServerError
 from mtpstudio.core.memory.measured import HOST
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.diagnosis import CauseKind, diagnose
 from mtpstudio.core.server.health import HealthState, probe_health
 from mtpstudio.core.server.launch import PreparedLaunch, new_log_path

@@ -10,7 +10,8 @@ import pytest
 
 from mtpstudio.cli.main import main
 from mtpstudio.core.memory.measured import HOST
-from mtpstudio.core.plan import Plan, plan_with, save_plan
+from mtpstudio.core.plan.io import plan_with, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.process import ServerProcess
 from mtpstudio.core.usecases.launch import find_build, prepare_launch, run_launch
 

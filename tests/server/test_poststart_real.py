@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from support.waiting import scaled
 
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import budget_for
 from mtpstudio.core.server.process import ServerProcess
 from mtpstudio.core.service.poststart import (

@@ -22,7 +22,8 @@ from mtpstudio.core.bench.runner import run_bench
 from mtpstudio.core.bench.target import BenchTarget
 from mtpstudio.core.engines.profiles import era_words, profile_for
 from mtpstudio.core.memory.measured import HOST
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.process import ServerProcess
 from mtpstudio.core.usecases.launch import find_build, prepare_launch, run_launch
 from mtpstudio.core.usecases.plan_server import with_metrics

@@ -11,7 +11,7 @@ import pytest
 from devkit.cpu_columns import MODEL_CARD, RECORDINGS, estimated_pass, read_recording
 from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.profiles import documented_profile
-from mtpstudio.core.plan_choices import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.speed.cpu_kernels import kernels_for
 
 

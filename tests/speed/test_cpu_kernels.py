@@ -230,7 +230,7 @@ def test_ik_s_table_is_the_fit_of_its_own_recording() -> None:
     assert json.loads(IK_RECORDING.read_text())["engine"].startswith("ik-")
     assert IK_CPU_KERNELS.machine == CPU_KERNELS.machine  # one machine: the two compare
     from mtpstudio.core.engines.profiles import documented_profile
-    from mtpstudio.core.plan_choices import EngineFlavour
+    from mtpstudio.core.plan.choices import EngineFlavour
 
     ik_speed = documented_profile(EngineFlavour.IK).speed
     up_speed = documented_profile(EngineFlavour.UPSTREAM).speed

@@ -18,7 +18,8 @@ from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.memory.placement import ModelWeights, PartialKind, PartialLayer, place
 from mtpstudio.core.memory.terms import recurrent_state_parts
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import (
     PlanningContext,
     budget_for,
@@ -396,7 +397,7 @@ def test_a_stored_benchmark_of_the_plan_makes_it_measured(
     from bench.samples import sample
 
     from mtpstudio.core.bench.results import BenchReport, BenchSettings, CategoryResult
-    from mtpstudio.core.plan import load_plan
+    from mtpstudio.core.plan.io import load_plan
 
     plan = load_plan(plan_file)
     report = BenchReport("seeds", "upstream", "http://127.0.0.1:9", "/completion",

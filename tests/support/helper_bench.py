@@ -22,7 +22,7 @@ from mtpstudio.core.desktop.session_files import (
     render_session_files,
 )
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.plan import plan_from_dict
+from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.render import UnitScope, render_service_files
 from mtpstudio.helper.constants import TEMP_MARK

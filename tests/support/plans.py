@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from support.servers import free_port
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.engines.registry import build_launch_spec, documented_build
-from mtpstudio.core.plan import Plan, plan_from_dict
+from mtpstudio.core.plan.io import plan_from_dict
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
 
 GOLDEN = Path(__file__).resolve().parents[1] / "render" / "golden"

@@ -30,7 +30,7 @@ from support.tamper import (
 )
 
 from devkit.zero_gguf import zero_gguf_for_card
-from mtpstudio.core.plan import plan_from_dict, save_plan
+from mtpstudio.core.plan.io import plan_from_dict, save_plan
 
 UNIT = "mtpstudio-llama.service"
 MANIFEST = "var/lib/mtpstudio/manifest.json"

@@ -24,7 +24,8 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject
 from PySide6.QtWidgets import QFileDialog, QWizard
 
 from devkit.zero_gguf import zero_gguf_for_card
-from mtpstudio.core.plan import Plan, save_plan
+from mtpstudio.core.plan.io import save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.ui.wizard import MtpWizard, PageId
 
 MOE_FILE = "Qwen3.6-35B-A3B-IQ4_XS.gguf"

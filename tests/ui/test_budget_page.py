@@ -9,7 +9,9 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QGuiApplication
 
 from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
-from mtpstudio.core.plan import MoePlacement, Plan, plan_with
+from mtpstudio.core.plan.choices import MoePlacement
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.plan_text import budget_trust
 from mtpstudio.core.planning import evaluate, fit_suggestions, offload_and_context, resolve
 from mtpstudio.ui.pages.budget import lever_entry

@@ -15,7 +15,8 @@ from support.helper_bench import make_root, snapshot
 from mtpstudio.core.detect.models import GpuProcess
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.memory.targets import NVIDIA_PROFILE_DESKTOP_BYTES
-from mtpstudio.core.plan import DesktopReclaim, Plan
+from mtpstudio.core.plan.choices import DesktopReclaim
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.ui.system_access import SystemAccess
 from mtpstudio.ui.widgets.common import Tone
@@ -356,7 +357,7 @@ def test_each_reclaim_says_what_it_does_for_this_plans_speed(
     """The seeds' 35B on the catalogue RTX 4070 SUPER at 128k: each reclaim says how many more
     expert layers it puts on the GPU and its gain in tok/s, and the page ranks them by the
     speed estimate (spare second)."""
-    from mtpstudio.core.plan import plan_with
+    from mtpstudio.core.plan.io import plan_with
 
     seeds = {"device": "rtx-4070-super", "runtime.ctx": 131072, "runtime.cache_type_k": "q8_0",
              "runtime.cache_type_v": "q8_0", "mtp.draft_max": 3}  # fmt: skip

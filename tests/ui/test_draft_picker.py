@@ -10,7 +10,8 @@ from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
 from mtpstudio.core.memory.draft import DRAFT_SEGMENTS
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.ui.pages.engine import EnginePage
 from mtpstudio.ui.widgets.vram_bar import DRAFT_SEGMENT_KEYS, SEGMENT_STYLES
 from mtpstudio.ui.wizard import MtpWizard, PageId

@@ -5,7 +5,8 @@ from __future__ import annotations
 from PySide6.QtGui import QStandardItemModel
 
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
-from mtpstudio.core.plan import CacheType, EngineFlavour, MoePlacement, Plan
+from mtpstudio.core.plan.choices import CacheType, EngineFlavour, MoePlacement
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.ui.widgets.common import Badge, Tone
 
 from .conftest import (

@@ -13,7 +13,8 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.ui.widgets.command_box import CommandBox
 
 from .conftest import FULLSIZE_NAME, WizardFactory, go_to

@@ -8,7 +8,7 @@ from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 
 from .conftest import WizardFactory, go_to, gpu_report, no_gpu_report
 

@@ -12,7 +12,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.plan import ModelChoice, MoePlacement, Plan, plan_with
+from mtpstudio.core.plan.choices import MoePlacement
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import ModelChoice, Plan
 from mtpstudio.core.planning import machine_for
 from mtpstudio.core.usecases.launch import card_not_here, find_build, prepare_launch
 from mtpstudio.ui.settings import StateStore

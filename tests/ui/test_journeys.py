@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.plan import MoePlacement, plan_from_dict
+from mtpstudio.core.plan.choices import MoePlacement
+from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import MtpWizard, PageId
 

@@ -16,7 +16,7 @@ from support.servers import free_port
 
 from mtpstudio.core.bench.history import BenchHistory, export_entry
 from mtpstudio.core.detect.engines import detect_engines
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.core.server.process import stop_pid
 from mtpstudio.core.server.state import Liveness, load_states

@@ -10,7 +10,8 @@ from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.bench.doctor import diagnose
 from mtpstudio.core.bench.history import BenchHistory, export_entry
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.ui.pages.launch import BenchOutcome, LaunchPage
 from mtpstudio.ui.server_process import ServerPhase
 from mtpstudio.ui.widgets.charts import BarChart, Series, nice_max

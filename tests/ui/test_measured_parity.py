@@ -21,7 +21,8 @@ from mtpstudio.core.memory.measured import (
     build_key,
     predicted_segments,
 )
-from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
+from mtpstudio.core.plan.io import load_plan, plan_with, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import budget_for, machine_for, resolve
 from mtpstudio.core.server.reconcile import save_measurement
 from mtpstudio.core.usecases.planning_context import planning_context_for

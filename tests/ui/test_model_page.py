@@ -10,7 +10,7 @@ from PySide6.QtGui import QDropEvent
 from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_path
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 
 from .conftest import WizardFactory, go_to
 

@@ -13,7 +13,8 @@ from pytestqt.qtbot import QtBot
 from support.cli import run_cli
 
 from devkit.zero_gguf import zero_gguf_for_card
-from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
+from mtpstudio.core.plan.io import load_plan, plan_with, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import MtpWizard, PageId

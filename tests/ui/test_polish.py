@@ -8,7 +8,7 @@ import shlex
 from PySide6.QtWidgets import QApplication, QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.ui.widgets.command_box import CommandBox, wrap_argv
 from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.vram_bar import (

@@ -17,7 +17,9 @@ from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
 from mtpstudio.core.desktop.reclaim import reclaim_options
 from mtpstudio.core.desktop.session_files import SessionSettings
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
-from mtpstudio.core.plan import ModelChoice, MoePlacement, Plan, plan_with
+from mtpstudio.core.plan.choices import MoePlacement
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import ModelChoice, Plan
 from mtpstudio.core.planning import PlanningContext, machine_for, resolve
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import export_files

@@ -11,7 +11,8 @@ import pytest
 from pytestqt.qtbot import QtBot
 from support.plans import cpu_plan
 
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.diagnosis import CauseKind
 from mtpstudio.core.server.health import probe_health
 from mtpstudio.core.server.state import Liveness, load_states, prune_stale

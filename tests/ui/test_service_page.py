@@ -19,7 +19,8 @@ from support.helper_bench import make_root, snapshot
 
 from mtpstudio.core import paths
 from mtpstudio.core.desktop.install import revert_user_group, user_status
-from mtpstudio.core.plan import EngineChoice, ModelChoice, Plan, save_plan
+from mtpstudio.core.plan.io import save_plan
+from mtpstudio.core.plan.schema import EngineChoice, ModelChoice, Plan
 from mtpstudio.core.runner import RunResult, SubprocessRunner
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.ui.system_access import SystemAccess

@@ -6,8 +6,9 @@ from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
 from pytestqt.qtbot import QtBot
 
 from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
-from mtpstudio.core.plan import Plan, plan_with
-from mtpstudio.core.plan_settings import SETTINGS, native_context, setting
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import SETTINGS, native_context, setting
 from mtpstudio.ui.widgets.number_box import NumberBox
 
 from .conftest import WizardFactory, go_to

@@ -13,7 +13,7 @@ from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.target import BenchCancelled
 from mtpstudio.core.bench.tune import BASELINE_LABEL, RowStatus
 from mtpstudio.core.bench.tune_text import TUNE_KIND
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.state import Liveness, load_states
 from mtpstudio.ui.pages.tune_panel import TABLE_COLUMNS, LinkedCancel, TunePanel
 from mtpstudio.ui.tasks import CancelToken

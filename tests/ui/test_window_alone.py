@@ -20,7 +20,8 @@ from support.plans import cpu_plan
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.results import BenchReport, BenchSettings
 from mtpstudio.core.bench.target import BenchProgress
-from mtpstudio.core.plan import Plan, plan_with, save_plan
+from mtpstudio.core.plan.io import plan_with, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server.state import load_states
 from mtpstudio.core.usecases.bench import conclude
 from mtpstudio.ui.pages.launch_bench import BenchTab

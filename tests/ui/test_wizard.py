@@ -9,7 +9,8 @@ from PySide6.QtCore import QSize
 from PySide6.QtWidgets import QMessageBox, QWizard
 
 from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
-from mtpstudio.core.plan import Plan, load_plan, plan_with, save_plan
+from mtpstudio.core.plan.io import load_plan, plan_with, save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.wizard import PAGE_TITLES, PageId
 

@@ -25,7 +25,8 @@ from mtpstudio.core.bench.target import (
 )
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import BenchError
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 
 GRAPHS_OFF_ENV = {"GGML_CUDA_DISABLE_GRAPHS": "1"}
 

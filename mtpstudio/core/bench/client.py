@@ -17,7 +17,7 @@ from mtpstudio.core.bench.target import BenchTarget, CancelToken
 from mtpstudio.core.engines.profiles import default_port_words, profile_for
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.outside_text import visible
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """A streamed line longer than this ends the request (a completion chunk is a few KB)."""

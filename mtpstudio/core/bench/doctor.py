@@ -10,7 +10,8 @@ from mtpstudio.core.bench.results import DEPTH_ACCEPT_FLOOR, BenchReport, VramPe
 from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.levers import MTP_OFF, PlanChange, draft_depth, half_context, kv_cache
-from mtpstudio.core.plan import CacheType, Plan
+from mtpstudio.core.plan.choices import CacheType
+from mtpstudio.core.plan.schema import Plan
 
 LOW_ACCEPTANCE = 0.60
 VRAM_FULL = 0.95

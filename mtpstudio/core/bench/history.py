@@ -15,7 +15,7 @@ from mtpstudio.core.bench.choices import EXPORT_FORMATS as EXPORT_FORMATS
 from mtpstudio.core.bench.results import BenchReport
 from mtpstudio.core.errors import BenchError
 from mtpstudio.core.paths import data_dir
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.state_files import StateFileError, parse_json
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ from typing import Protocol
 
 from mtpstudio.core.cancel import CancelToken as BaseCancelToken
 from mtpstudio.core.errors import BenchError
-from mtpstudio.core.plan import EngineFlavour, Plan
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.schema import Plan
 
 
 @dataclass(frozen=True)

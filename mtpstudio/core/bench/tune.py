@@ -31,7 +31,8 @@ from mtpstudio.core.bench.target import CancelToken, ServerLauncher
 from mtpstudio.core.bench.tune_space import Candidate, TuneSpace, expand
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import PlanningContext, evaluate, resolve, speed_for
 from mtpstudio.core.speed.inputs import MeasuredRun, model_key
 from mtpstudio.core.units import MIB

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import CacheType, MoePlacement, Plan
+from mtpstudio.core.plan.choices import CacheType, MoePlacement
+from mtpstudio.core.plan.schema import Plan
 
 DRAFT_MAX_VALUES = (1, 2, 3, 4)
 P_MIN_VALUES = (0.5, 0.75, 0.9)

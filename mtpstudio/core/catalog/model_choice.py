@@ -5,7 +5,7 @@ from __future__ import annotations
 from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import ModelChoice
+from mtpstudio.core.plan.schema import ModelChoice
 
 
 def load_model_info(choice: ModelChoice) -> ModelInfo:

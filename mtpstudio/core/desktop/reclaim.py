@@ -14,7 +14,7 @@ from mtpstudio.core.desktop.session_files import SessionVariant
 from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuProcess, GpuVendor
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
 from mtpstudio.core.memory.targets import desktop_after_reclaim
-from mtpstudio.core.plan import DesktopReclaim
+from mtpstudio.core.plan.choices import DesktopReclaim
 from mtpstudio.core.units import MIB
 
 # An llvmpipe session still keeps scanout and console framebuffers on the card (desktop.md

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.core.errors import RenderError
-from mtpstudio.core.plan import DesktopReclaim
+from mtpstudio.core.plan.choices import DesktopReclaim
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.helper import profile_shape, session_shape
 from mtpstudio.helper.profile_shape import NVIDIA_PROFILE_NAME, NVIDIA_PROFILE_PROCESSES

@@ -37,7 +37,7 @@ from mtpstudio.core.engines.profiles import (
 )
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.paths import cache_dir
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.runner import Runner, RunResult
 from mtpstudio.core.state_files import SchemaError, load_cache
 

@@ -39,7 +39,7 @@ from mtpstudio.core.detect.models import (
 from mtpstudio.core.detect.nvidia import NvidiaDetection, NvmlSource, detect_nvidia, load_pynvml
 from mtpstudio.core.detect.processes import ProcessCategory, categorize, read_process
 from mtpstudio.core.engines.probe import PROBE_TIMEOUT_S
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.runner import Runner, SubprocessRunner
 
 __all__ = [

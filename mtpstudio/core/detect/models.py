@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 REPORT_SCHEMA_VERSION = 1
 

@@ -98,7 +98,7 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     Raises:
         RpcProbeError: not a host and a port.
     """
-    from mtpstudio.core.plan import is_host
+    from mtpstudio.core.plan.schema import is_host
 
     host, sep, port_text = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):

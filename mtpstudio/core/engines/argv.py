@@ -34,14 +34,8 @@ from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, MtpReq
 from mtpstudio.core.engines.spec import QUANTIZED_CACHE_TYPES, LaunchSpec, SpecBuilder
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import (
-    FlashAttention,
-    LoadMode,
-    MoePlacement,
-    Plan,
-    RpcServer,
-    SplitMode,
-)
+from mtpstudio.core.plan.choices import FlashAttention, LoadMode, MoePlacement, SplitMode
+from mtpstudio.core.plan.schema import Plan, RpcServer
 
 __all__ = ["EngineDevices", "build_launch_spec", "targets_cpu"]
 

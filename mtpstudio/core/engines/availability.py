@@ -10,7 +10,8 @@ from mtpstudio.core.engines.mtp import build_mtp_blocker, mtp_can_run
 from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.engines.spec import SpecBuilder
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import EngineFlavour, LoadMode, MoePlacement, Plan
+from mtpstudio.core.plan.choices import EngineFlavour, LoadMode, MoePlacement
+from mtpstudio.core.plan.schema import Plan
 
 MTP_SETTINGS = ("mtp.draft_max", "mtp.draft_min", "mtp.draft_p_min")
 DRAFT_CACHE_SETTINGS = ("mtp.cache_type_k", "mtp.cache_type_v")

@@ -13,7 +13,7 @@ import dataclasses
 from mtpstudio.core.engines.flags import Option
 from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, SpecTypeParams
 from mtpstudio.core.engines.spec import SpecBuilder, format_float
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 
 __all__ = [
     "draft_gpu_layers",

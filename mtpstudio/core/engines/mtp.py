@@ -16,7 +16,7 @@ from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, MtpRequest
 from mtpstudio.core.engines.spec import SpecBuilder
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 
 __all__ = [
     "MtpDecision",

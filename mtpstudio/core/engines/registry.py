@@ -18,7 +18,7 @@ from mtpstudio.core.engines.profiles import (
     profiles_of,
 )
 from mtpstudio.core.engines.spec import DEFAULT_BINARY
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 __all__ = [
     "PROFILES",

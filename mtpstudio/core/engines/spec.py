@@ -17,7 +17,7 @@ from pathlib import Path
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.flags import FlagSpelling, Option
 from mtpstudio.core.errors import AdapterError
-from mtpstudio.core.plan import CacheType, EngineFlavour
+from mtpstudio.core.plan.choices import CacheType, EngineFlavour
 
 __all__ = [
     "DEFAULT_BINARY",

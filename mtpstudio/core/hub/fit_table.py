@@ -13,7 +13,9 @@ from typing import Any, Final
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.hub.remote_header import RemoteHeader
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import DesktopReclaim, Plan, plan_with
+from mtpstudio.core.plan.choices import DesktopReclaim
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import (
     FitSuggestion,
     MachineFacts,

@@ -58,7 +58,8 @@ from mtpstudio.core.memory.terms import (
 from mtpstudio.core.memory.trunk_graph import NEXTN_BLOCK_ARCHITECTURES, sliding_window_layers
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Measured, device_trust
 from mtpstudio.core.model.info import ModelInfo, TensorInfo
-from mtpstudio.core.plan import FlashAttention, LoadMode, MoePlacement, Plan
+from mtpstudio.core.plan.choices import FlashAttention, LoadMode, MoePlacement
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.units import MIB
 
 UNQUANTIZED_CACHE = frozenset({"f32", "f16", "bf16"})

@@ -22,7 +22,7 @@ from mtpstudio.core.memory.terms import (
     output_buffer_bytes,
 )
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 
 DRAFT_SEGMENTS = ("draft_weights", "draft_kv_cache", "draft_compute")
 

@@ -10,7 +10,7 @@ from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.detect.processes import ProcessCategory
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 
 DESKTOP_CATEGORIES = frozenset({ProcessCategory.COMPOSITOR, ProcessCategory.DESKTOP_SHELL})
 # Other GPUs (ROCm/HIP, Vulkan): the runtime overhead other calculators assume, "about 0.5 GB

@@ -70,7 +70,8 @@ from mtpstudio.core.memory.terms import (
 )
 from mtpstudio.core.memory.trunk_graph import sliding_window_layers
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import LoadMode, MoePlacement, Plan
+from mtpstudio.core.plan.choices import LoadMode, MoePlacement
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.units import MIB
 
 PIPELINE_COPIES = 4

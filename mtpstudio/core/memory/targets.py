@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from mtpstudio.core.catalog.gpus import GpuCard, gpu_card
 from mtpstudio.core.errors import PlanError
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
-from mtpstudio.core.plan import DesktopReclaim, Plan, RpcServer
+from mtpstudio.core.plan.choices import DesktopReclaim
+from mtpstudio.core.plan.schema import Plan, RpcServer
 from mtpstudio.core.units import MIB
 
 # What the NVIDIA application profile (GLVidHeapReuseRatio=0) leaves of the desktop's VRAM: it

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan_settings import within_native
+from mtpstudio.core.plan.settings import within_native
 
 
 def ctx_for_model(ctx: int, info: ModelInfo) -> int:

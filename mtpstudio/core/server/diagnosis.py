@@ -18,7 +18,9 @@ from mtpstudio.core.levers import (
 )
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.outside_text import visible
-from mtpstudio.core.plan import MIN_CTX, CacheType, MoePlacement, Plan
+from mtpstudio.core.plan.choices import CacheType, MoePlacement
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import MIN_CTX
 from mtpstudio.core.server.health import HealthResult, HealthState
 from mtpstudio.core.server.load_log import LoadReport
 from mtpstudio.core.server.process import ProcessOutcome

@@ -25,7 +25,8 @@ from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.memory.measured import Reconciliation, build_key
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan, save_plan
+from mtpstudio.core.plan.io import save_plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.runner import Runner, SubprocessRunner
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.diagnosis import Diagnosis, diagnose

@@ -19,7 +19,8 @@ from typing import Any
 
 from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
-from mtpstudio.core.plan import EngineFlavour, is_host
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.schema import is_host
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.process import pid_alive
 from mtpstudio.core.state_files import SchemaError, StateFileError, read_json

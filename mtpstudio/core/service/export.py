@@ -9,7 +9,7 @@ from pathlib import Path
 from mtpstudio.core.atomic import write_bytes_atomic, write_text_atomic
 from mtpstudio.core.desktop.session_files import SessionSettings, render_reclaim_files
 from mtpstudio.core.engines.spec import LaunchSpec
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.render import UnitScope, render_service_files, template_environment
 from mtpstudio.core.service.rpc_unit import render_rpc_server_unit

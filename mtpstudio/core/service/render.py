@@ -25,7 +25,8 @@ import jinja2
 from mtpstudio.core import paths
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
-from mtpstudio.core.plan import LoadMode, Plan
+from mtpstudio.core.plan.choices import LoadMode
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.quoting.desktop_entry import desktop_exec_line, desktop_string
 from mtpstudio.core.quoting.env_file import env_file_assignment
 from mtpstudio.core.quoting.shell import shell_join, shell_quote

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtpstudio.core.plan import RpcServer
+from mtpstudio.core.plan.schema import RpcServer
 from mtpstudio.core.quoting.systemd import systemd_command_line, systemd_text
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.helper.shape_common import comment_wrap

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.speed.acceptance import Acceptance, default_acceptance, from_counters
 from mtpstudio.core.speed.decode_rules import UPSTREAM_RULES, DecodeRules
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, HostRates

@@ -44,7 +44,8 @@ from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.engines.profiles import default_port_words
 from mtpstudio.core.errors import BenchError, MtpStudioError
 from mtpstudio.core.outside_text import visible
-from mtpstudio.core.plan import EngineFlavour, Plan
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import PlanningContext
 from mtpstudio.core.usecases.speed import with_estimate
 

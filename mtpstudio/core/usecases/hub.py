@@ -14,7 +14,7 @@ from mtpstudio.core.hub.download import DownloadProgress, DownloadResult, downlo
 from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND, TableRow, best_row, table_rows
 from mtpstudio.core.hub.listing import RemoteModel, group_models, size_text
 from mtpstudio.core.hub.remote_header import RemoteHeader, read_remote_headers
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import MachineFacts
 
 __all__ = [

@@ -27,7 +27,9 @@ from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
 from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.memory.budget import Budget
-from mtpstudio.core.plan import EngineFlavour, Plan, load_plan, plan_with
+from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.io import load_plan, plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import (
     MachineFacts,
     ResolvedPlan,

@@ -22,7 +22,8 @@ from mtpstudio.core.model.defaults import ctx_for_model
 from mtpstudio.core.model.file_state import file_state_text
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 
 __all__ = [
     "DEFAULT_GPU_CARD",

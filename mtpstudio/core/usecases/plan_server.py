@@ -16,7 +16,8 @@ from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import ServerError
-from mtpstudio.core.plan import Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import MachineFacts
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.server import procfs
 from mtpstudio.core.server.diagnosis import Diagnosis, diagnose
 from mtpstudio.core.server.health import (

@@ -10,7 +10,8 @@ from mtpstudio.core.bench.results import BenchReport
 from mtpstudio.core.engines.profiles import documented_profile
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import Plan, plan_from_json
+from mtpstudio.core.plan.io import plan_from_json
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import PlanningContext, SpeedEstimate, resolve, speed_for
 from mtpstudio.core.speed.acceptance import Acceptance, from_counters
 from mtpstudio.core.speed.estimate import DEFAULT_DEPTH

@@ -30,7 +30,8 @@ from mtpstudio.core.bench.tune_text import render_tune_text, save_tune
 from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import CacheType, Plan
+from mtpstudio.core.plan.choices import CacheType
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.planning import MachineFacts, PlanningContext, SpeedInputs, resolve
 from mtpstudio.core.usecases.launch import find_build, launch_machine
 from mtpstudio.core.usecases.plan_server import PlanServerLauncher

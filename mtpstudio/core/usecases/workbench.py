@@ -30,7 +30,7 @@ from mtpstudio.core.errors import GgufError, MtpStudioError
 from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan import ModelChoice, Plan
+from mtpstudio.core.plan.schema import ModelChoice, Plan
 from mtpstudio.core.planning import (
     Budget,
     BuildChoice,

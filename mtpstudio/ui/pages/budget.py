@@ -19,7 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan import MoePlacement, Plan, native_context, setting
+from mtpstudio.core.plan.choices import MoePlacement
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import native_context, setting
 from mtpstudio.core.usecases.plan_text import (
     NOT_MODELLED,
     TRUST_LEGEND,

@@ -29,7 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan import DesktopReclaim, Plan
+from mtpstudio.core.plan.choices import DesktopReclaim
+from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.usecases.desktop import (
     DesktopUsage,
     ReclaimOption,

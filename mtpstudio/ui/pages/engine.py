@@ -29,14 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan import (
-    CacheType,
-    FlashAttention,
-    LoadMode,
-    MoePlacement,
-    Plan,
-    setting,
-)
+from mtpstudio.core.plan.choices import CacheType, FlashAttention, LoadMode, MoePlacement
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import setting
 from mtpstudio.core.usecases.workbench import (
     BuildChoice,
     EngineBuild,

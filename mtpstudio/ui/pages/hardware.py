@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan import SplitMode
+from mtpstudio.core.plan.choices import SplitMode
 from mtpstudio.core.usecases.cancel import CancelToken
 from mtpstudio.core.usecases.machine import ProcessCategory
 from mtpstudio.core.usecases.model_files import (

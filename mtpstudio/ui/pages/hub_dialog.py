@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan import ModelChoice, Plan, plan_with
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import ModelChoice, Plan
 from mtpstudio.core.usecases.hub import (
     BEST_RULE,
     COLUMN_LEGEND,

@@ -20,7 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan import ModelChoice, describe_validation_error
+from mtpstudio.core.plan.io import describe_validation_error
+from mtpstudio.core.plan.schema import ModelChoice
 from mtpstudio.core.usecases.model_cards import card_weight_bytes, model_cards_by_model
 from mtpstudio.core.usecases.model_files import (
     ModelInfo,

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan import ShortVram
+from mtpstudio.core.plan.choices import ShortVram
 from mtpstudio.core.usecases.desktop import SessionSettings, desktop_facts
 from mtpstudio.core.usecases.server_units import (
     UnitRef,

@@ -29,7 +29,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan import MIN_CTX, CacheType, Plan, plan_with
+from mtpstudio.core.plan.choices import CacheType
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import MIN_CTX
 from mtpstudio.core.usecases.bench import BenchSettings, prompts_for
 from mtpstudio.core.usecases.model_files import ModelInfo
 from mtpstudio.core.usecases.tune import (

@@ -21,7 +21,8 @@ from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from mtpstudio.core.plan import DesktopReclaim, ModelChoice, Plan
+from mtpstudio.core.plan.choices import DesktopReclaim
+from mtpstudio.core.plan.schema import ModelChoice, Plan
 from mtpstudio.ui.app import ensure_application
 from mtpstudio.ui.wizard import MtpWizard, PageId
 

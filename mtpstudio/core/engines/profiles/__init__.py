@@ -17,7 +17,7 @@ from mtpstudio.core.engines.profiles import (
 )
 from mtpstudio.core.engines.profiles.engine_profile import EngineProfile
 from mtpstudio.core.errors import AdapterError
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 __all__ = [
     "PROFILES",

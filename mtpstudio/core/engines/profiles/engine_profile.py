@@ -19,7 +19,7 @@ from mtpstudio.core.engines.build import EngineBuild, MtpSupport
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.flags import FlagSpelling, Option
 from mtpstudio.core.engines.speed_facts import UPSTREAM_SPEED, EngineSpeedFacts
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 __all__ = [
     "BenchProtocol",

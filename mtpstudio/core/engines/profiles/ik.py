@@ -23,7 +23,7 @@ from mtpstudio.core.engines.profiles.engine_profile import (
     VersionPattern,
 )
 from mtpstudio.core.engines.speed_facts import IK_SPEED
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 __all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "IK_MTP_ARCHITECTURES", "PROFILE",
            "SPELLINGS"]  # fmt: skip

@@ -21,7 +21,7 @@ from mtpstudio.core.engines.profiles.engine_profile import (
     MtpRule,
     VersionPattern,
 )
-from mtpstudio.core.plan import EngineFlavour
+from mtpstudio.core.plan.choices import EngineFlavour
 
 __all__ = ["DOCUMENTED_FLAGS", "DOCUMENTED_SPEC_TYPES", "PROFILE", "SPELLINGS"]
 

@@ -1,6 +1,6 @@
 """Each Plan setting a user sets, declared once: bounds, step, CLI option and wording.
 
-Without pydantic, like ``plan_choices``: registering the CLI's options costs no import of the
+Without pydantic, like ``plan.choices``: registering the CLI's options costs no import of the
 Plan model. The Plan's field carries its declaration (``ctx: Annotated[int, setting(
 "runtime.ctx")]``) and validates with it; the CLI's options and the GUI's ranges and steps read
 the same declaration, so a bound, a step or an option name is written here only.
@@ -14,7 +14,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Literal
 
-from mtpstudio.core.plan_choices import (
+from mtpstudio.core.plan.choices import (
     CacheType,
     DesktopReclaim,
     FlashAttention,

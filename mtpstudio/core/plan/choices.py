@@ -2,7 +2,7 @@
 
 What the command line's parser offers (``--cache-type-k``'s choices, ``--flash-attn``'s …) is
 read from here, so registering a subcommand costs no import of the Plan model; the Plan's fields
-take these types (``mtpstudio.core.plan`` re-exports them).
+take these types.
 """
 
 from __future__ import annotations

@@ -23,7 +23,13 @@ from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, resolve, speed_for
+from mtpstudio.core.planner.resolve import (
+    MachineFacts,
+    PlanningContext,
+    budget_for,
+    resolve,
+    speed_for,
+)
 from mtpstudio.core.speed.acceptance import DEFAULT_ACCEPTANCE, Acceptance
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, HostRates, load_host_rates
 from mtpstudio.core.speed.inputs import SpeedInputs

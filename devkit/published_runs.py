@@ -28,7 +28,7 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import PlanningContext, budget_for, resolve, speed_for
+from mtpstudio.core.planner.resolve import PlanningContext, budget_for, resolve, speed_for
 from mtpstudio.core.speed.acceptance import Acceptance, from_counters, given_acceptance
 from mtpstudio.core.speed.host_rates import HostRates
 from mtpstudio.core.speed.inputs import SpeedInputs

@@ -22,7 +22,7 @@ from mtpstudio.core.memory.engine_fit import Layout
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import PlanningContext, budget_for, machine_for, resolve
+from mtpstudio.core.planner.resolve import PlanningContext, budget_for, machine_for, resolve
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.units import MIB
 

@@ -33,8 +33,8 @@ UI_MAY_IMPORT = frozenset(
         "mtpstudio.core.units",
         "mtpstudio.core.cancel",  # the task manager's cancel flag
         "mtpstudio.core.outside_text",  # the one way outside text is shown (errors, log lines)
-        "mtpstudio.core.planning",
-        "mtpstudio.core.plan_text",
+        "mtpstudio.core.planner.resolve",
+        "mtpstudio.core.planner.text",
         "mtpstudio.core.engines.availability",  # badges and reasons, phrased for people
         "mtpstudio.core.detect.models",
         "mtpstudio.core.detect.gather",
@@ -54,7 +54,7 @@ UI_MAY_IMPORT = frozenset(
         # speed standing of a plan, the engine picker (probe a chosen binary, how to build one)
         "mtpstudio.core.desktop.helper_setup",
         "mtpstudio.core.service.export",
-        "mtpstudio.core.advice",
+        "mtpstudio.core.planner.advice",
         "mtpstudio.core.detect.engines",
         "mtpstudio.core.distro",
         "mtpstudio.core.engines.build_hint",
@@ -255,7 +255,7 @@ def split_imports(source: str) -> tuple[list[ast.stmt], list[ast.stmt]]:
 
 def room(module: str) -> str:
     """The room a module belongs to: ``mtpstudio.core.engines`` for anything below it,
-    ``mtpstudio.core.planning`` for a module directly in core, ``mtpstudio.ui`` for the UI."""
+    ``mtpstudio.core.units`` for a module directly in core, ``mtpstudio.ui`` for the UI."""
     parts = module.split(".")
     if parts[1:2] == ["core"] and len(parts) >= 3:
         return ".".join(parts[:3])
@@ -364,7 +364,7 @@ def test_the_ui_checker_catches_a_direct_import_of_the_memory_model() -> None:
     graph = {
         "mtpstudio.ui.pages.x": {
             "mtpstudio.core.memory.budget",
-            "mtpstudio.core.planning",
+            "mtpstudio.core.planner.resolve",
             "mtpstudio.core.model.info",
         },
         "mtpstudio.ui.y": {
@@ -448,7 +448,11 @@ def test_the_faces_enter_the_core_only_through_the_use_cases_and_the_plan() -> N
     )
     for module in ("mtpstudio.ui.state", "mtpstudio.ui.pages.budget", "mtpstudio.ui.pages.engine"):
         assert "mtpstudio.core.usecases.workbench" in graph[module], module
-        inner = ("mtpstudio.core.planning", "mtpstudio.core.memory", "mtpstudio.core.engines")
+        inner = (
+            "mtpstudio.core.planner.resolve",
+            "mtpstudio.core.memory",
+            "mtpstudio.core.engines",
+        )
         assert not any(t.startswith(inner) for t in graph[module]), module
     assert {m: sorted(t) for m, t in entries.items()} == {
         m: sorted(t) for m, t in NOT_YET_ROUTED.items()
@@ -457,13 +461,16 @@ def test_the_faces_enter_the_core_only_through_the_use_cases_and_the_plan() -> N
 
 def test_the_face_checker_catches_a_direct_import_of_the_planner() -> None:
     graph = {
-        "mtpstudio.ui.state": {"mtpstudio.core.planning", "mtpstudio.core.usecases.workbench"},
+        "mtpstudio.ui.state": {
+            "mtpstudio.core.planner.resolve",
+            "mtpstudio.core.usecases.workbench",
+        },
         "mtpstudio.cli.plan": {"mtpstudio.core.plan.schema", "mtpstudio.core.memory.budget"},
         "mtpstudio.cli.x": {"mtpstudio.core.plan.choices", "mtpstudio.core.usecases.launch"},
-        "mtpstudio.core.usecases.workbench": {"mtpstudio.core.planning"},  # not a face
+        "mtpstudio.core.usecases.workbench": {"mtpstudio.core.planner.resolve"},  # not a face
     }
     assert face_entries(graph) == {
-        "mtpstudio.ui.state": {"planning"},
+        "mtpstudio.ui.state": {"planner.resolve"},
         "mtpstudio.cli.plan": {"memory.budget"},
     }
 

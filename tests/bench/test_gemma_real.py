@@ -23,7 +23,7 @@ from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext, resolve, speed_for
+from mtpstudio.core.planner.resolve import MachineFacts, PlanningContext, resolve, speed_for
 from mtpstudio.core.usecases.bench import run_benchmark
 from mtpstudio.core.usecases.speed import load_speed_inputs
 

@@ -32,7 +32,7 @@ from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan.choices import CacheType
 from mtpstudio.core.plan.io import load_plan, plan_with, save_plan
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext, evaluate
+from mtpstudio.core.planner.resolve import MachineFacts, PlanningContext, evaluate
 from mtpstudio.core.units import MIB
 from mtpstudio.core.usecases.launch import find_build, prepare_launch
 from mtpstudio.core.usecases.plan_server import PlanServerLauncher, bench_plan

@@ -19,7 +19,7 @@ from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan.choices import CacheType, MoePlacement
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext
+from mtpstudio.core.planner.resolve import MachineFacts, PlanningContext
 
 QWEN = model_card_info(DEFAULT_MODEL_CARD)
 GIB = 1024**3

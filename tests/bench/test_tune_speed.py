@@ -17,7 +17,7 @@ from mtpstudio.core.bench.tune_space import Candidate
 from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import PlanningContext, machine_for
+from mtpstudio.core.planner.resolve import PlanningContext, machine_for
 
 SEEDS = {"device": "rtx-4070-super", "runtime.ctx": 131072, "runtime.cache_type_k": "q8_0",
          "runtime.cache_type_v": "q8_0", "mtp.draft_max": 3}  # fmt: skip

@@ -182,7 +182,7 @@ def test_with_mtp_off_the_newer_era_maps_the_mtp_block_less() -> None:
     from mtpstudio.core.memory.devices import HostSpec
     from mtpstudio.core.memory.machine import MachineFacts
     from mtpstudio.core.memory.placement import ModelWeights
-    from mtpstudio.core.planning import PlanningContext, budget_for, resolve
+    from mtpstudio.core.planner.resolve import PlanningContext, budget_for, resolve
     from mtpstudio.core.units import MIB
 
     base = plan_from_dict({"device": "cpu", "mtp": {"enabled": False}})  # the demo card

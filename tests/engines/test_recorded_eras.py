@@ -25,7 +25,13 @@ from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import ModelChoice, Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve
+from mtpstudio.core.planner.resolve import (
+    MachineFacts,
+    PlanningContext,
+    budget_for,
+    evaluate,
+    resolve,
+)
 from mtpstudio.core.server.diagnosis import CauseKind, diagnose
 from mtpstudio.core.server.load_log import parse_load_log
 from mtpstudio.core.server.process import ProcessOutcome

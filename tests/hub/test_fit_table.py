@@ -12,7 +12,7 @@ from mtpstudio.core.hub.fit_table import plan_remote_model
 from mtpstudio.core.plan.choices import DesktopReclaim
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import PlanningContext, budget_for, machine_for, resolve
+from mtpstudio.core.planner.resolve import PlanningContext, budget_for, machine_for, resolve
 
 LOCAL = Path("/models/x.gguf")
 

@@ -19,7 +19,7 @@ from mtpstudio.core.hub.remote_header import FIRST_RANGE, read_remote_headers
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import machine_for
+from mtpstudio.core.planner.resolve import machine_for
 from mtpstudio.core.units import MIB
 
 from .conftest import QUANTS_REPO, SMALL_REPO, TOKEN, pinned

@@ -10,7 +10,6 @@ from mtpstudio.core.catalog.gpus import gpu_card
 from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.profiles.ik import MEMORY as IK_FACTS
 from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
-from mtpstudio.core.levers import LeverBench, fewest_cpu_expert_layers, largest_context
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.machine import MachineFacts
@@ -19,7 +18,8 @@ from mtpstudio.core.memory.targets import catalogue_target
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_from_dict, plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import Budget, PlanningContext, budget_for, lever_bench, resolve
+from mtpstudio.core.planner.levers import LeverBench, fewest_cpu_expert_layers, largest_context
+from mtpstudio.core.planner.resolve import Budget, PlanningContext, budget_for, lever_bench, resolve
 from mtpstudio.core.units import MIB
 
 

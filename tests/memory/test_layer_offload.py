@@ -10,7 +10,6 @@ import pytest
 from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.profiles.ik import MEMORY as IK_FACTS
 from mtpstudio.core.engines.profiles.upstream import MEMORY as UPSTREAM_FACTS
-from mtpstudio.core.levers import fewest_cpu_layers
 from mtpstudio.core.memory.budget import (
     compute_budget,
     device_fits,
@@ -23,7 +22,8 @@ from mtpstudio.core.memory.terms import kv_cache_bytes
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.levers import fewest_cpu_layers
+from mtpstudio.core.planner.resolve import (
     MachineFacts,
     PlanningContext,
     budget_for,

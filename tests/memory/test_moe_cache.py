@@ -30,7 +30,7 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.io import plan_from_dict, plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.resolve import (
     MachineFacts,
     PlanningContext,
     budget_for,

@@ -31,8 +31,13 @@ from mtpstudio.core.memory.replay_store import (
 from mtpstudio.core.memory.trunk_graph import TrunkShape
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, fit_suggestions
-from mtpstudio.core.planning import resolve as resolve_plan
+from mtpstudio.core.planner.resolve import (
+    MachineFacts,
+    PlanningContext,
+    budget_for,
+    fit_suggestions,
+)
+from mtpstudio.core.planner.resolve import resolve as resolve_plan
 from mtpstudio.core.speed import graph_nodes
 
 MOE = "qwen3.6-35b-a3b-iq4_xs"

@@ -24,8 +24,14 @@ from mtpstudio.core.memory.measured import (
 from mtpstudio.core.memory.trust import NOTHING_MEASURED, Trust, segment_trust, weakest
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.plan_text import budget_report
-from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, evaluate, resolve
+from mtpstudio.core.planner.resolve import (
+    MachineFacts,
+    PlanningContext,
+    budget_for,
+    evaluate,
+    resolve,
+)
+from mtpstudio.core.planner.text import budget_report
 from mtpstudio.core.server.reconcile import load_measurements, save_measurement
 from mtpstudio.core.units import MIB
 

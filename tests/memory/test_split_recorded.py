@@ -98,7 +98,7 @@ def test_the_row_split_is_refused_on_rpc_devices_as_the_engine_refuses_it(model_
     case = SplitCase.read(FIXTURES / f"{name}.json")
     assert not case.loaded
     assert "does not support split buffers" in case.log
-    from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
+    from mtpstudio.core.planner.resolve import PlanningContext, evaluate, machine_for
 
     result = evaluate(case.plan, PlanningContext(machine_for(None), _model(case.model, model_dir)))
     assert result.verdict.status == "will_not_run"

@@ -12,7 +12,7 @@ import sys
 
 from support.cli import run_cli
 
-from mtpstudio.core.advice import Standing, gain_words, speed_key
+from mtpstudio.core.planner.advice import Standing, gain_words, speed_key
 
 SEEDS = ("--demo", "--gpu", "rtx-4070-super", "--ctx", "128k", "--cache-type-k", "q8_0",
          "--cache-type-v", "q8_0", "--draft-max", "3", "--mtp")  # fmt: skip

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from mtpstudio.core.catalog.models import model_card_info
-from mtpstudio.core.levers import (
+from mtpstudio.core.memory.budget import device_fits
+from mtpstudio.core.memory.devices import HostSpec
+from mtpstudio.core.plan.choices import MoePlacement
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.planner.levers import (
     CTX_STEP,
     FitSuggestion,
     LeverBench,
@@ -25,12 +30,7 @@ from mtpstudio.core.levers import (
     largest_where,
     smallest_where,
 )
-from mtpstudio.core.memory.budget import device_fits
-from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.plan.choices import MoePlacement
-from mtpstudio.core.plan.io import plan_with
-from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.resolve import (
     MachineFacts,
     PlanningContext,
     budget_for,

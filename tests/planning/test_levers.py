@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from mtpstudio.core.catalog.models import model_card_info
-from mtpstudio.core.levers import (
+from mtpstudio.core.memory.devices import HostSpec
+from mtpstudio.core.model.gguf import read_model_info
+from mtpstudio.core.plan.io import plan_with
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.planner.levers import (
     FitSuggestion,
     PlanChange,
     draft_depth,
@@ -18,11 +22,7 @@ from mtpstudio.core.levers import (
     half_context,
     largest_context,
 )
-from mtpstudio.core.memory.devices import HostSpec
-from mtpstudio.core.model.gguf import read_model_info
-from mtpstudio.core.plan.io import plan_with
-from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.resolve import (
     MachineFacts,
     PlanningContext,
     budget_for,

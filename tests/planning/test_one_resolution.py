@@ -13,7 +13,7 @@ from mtpstudio.core.engines.build import MtpSupport
 from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.plan.choices import EngineFlavour
-from mtpstudio.core.planning import MachineFacts, PlanningContext, budget_for, resolve
+from mtpstudio.core.planner.resolve import MachineFacts, PlanningContext, budget_for, resolve
 
 
 def _context(can_draft: bool) -> PlanningContext:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mtpstudio.core.memory.budget import DeviceBudget
-from mtpstudio.core.plan_text import text_bar
+from mtpstudio.core.planner.text import text_bar
 from mtpstudio.core.units import MIB
 
 
@@ -40,8 +40,8 @@ def test_the_ram_report_says_what_of_the_mapped_range_stays_in_ram() -> None:
     from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD, model_card_info
     from mtpstudio.core.detect.models import DetectionReport
     from mtpstudio.core.plan.schema import Plan
-    from mtpstudio.core.plan_text import budget_report
-    from mtpstudio.core.planning import PlanningContext, evaluate, machine_for
+    from mtpstudio.core.planner.resolve import PlanningContext, evaluate, machine_for
+    from mtpstudio.core.planner.text import budget_report
 
     pctx = PlanningContext(machine_for(DetectionReport()), model_card_info(DEFAULT_MODEL_CARD))
     result = evaluate(Plan(device=DEFAULT_GPU_CARD), pctx, suggest=False)

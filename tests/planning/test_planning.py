@@ -13,7 +13,7 @@ from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.plan.choices import EngineFlavour
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.resolve import (
     MachineFacts,
     PlanningContext,
     budget_for,

@@ -11,7 +11,7 @@ from support.plans import published_resolved
 from support.rendering import unit_plan_text
 
 from mtpstudio.core.plan.io import plan_with
-from mtpstudio.core.planning import ResolvedPlan, budget_for, resolve
+from mtpstudio.core.planner.resolve import ResolvedPlan, budget_for, resolve
 from mtpstudio.core.service.boot_placement import engine_bytes
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import unit_plan

@@ -14,7 +14,7 @@ import pytest
 from support.waiting import scaled
 
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import budget_for
+from mtpstudio.core.planner.resolve import budget_for
 from mtpstudio.core.server.process import ServerProcess
 from mtpstudio.core.service.poststart import (
     LoadWait,

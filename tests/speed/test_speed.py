@@ -20,7 +20,7 @@ from mtpstudio.core.memory.terms import recurrent_state_parts
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.resolve import (
     PlanningContext,
     budget_for,
     fit_suggestions,

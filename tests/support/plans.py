@@ -47,7 +47,7 @@ def published_resolved(**changes: Any) -> Any:
     """The published setup on the catalogue RTX 4070 SUPER (the demo's defaults where they fit),
     resolved on a machine without detection; ``changes`` by dotted key."""
     from mtpstudio.core.catalog.models import model_card_info
-    from mtpstudio.core.planning import (
+    from mtpstudio.core.planner.resolve import (
         PlanningContext,
         machine_for,
         published_demo_plan,

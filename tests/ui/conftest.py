@@ -29,7 +29,7 @@ from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UPSTREAM_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import SpeedInputs
+from mtpstudio.core.planner.resolve import SpeedInputs
 from mtpstudio.core.server.process import stop_pid
 from mtpstudio.core.server.state import Liveness, load_states, prune_stale
 from mtpstudio.ui.settings import StateStore

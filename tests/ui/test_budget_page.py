@@ -12,8 +12,8 @@ from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.plan_text import budget_trust
-from mtpstudio.core.planning import evaluate, fit_suggestions, offload_and_context, resolve
+from mtpstudio.core.planner.resolve import evaluate, fit_suggestions, offload_and_context, resolve
+from mtpstudio.core.planner.text import budget_trust
 from mtpstudio.ui.pages.budget import lever_entry
 from mtpstudio.ui.widgets.common import Tone
 from mtpstudio.ui.widgets.vram_bar import device_row

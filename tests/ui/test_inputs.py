@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import ModelChoice, Plan
-from mtpstudio.core.planning import machine_for
+from mtpstudio.core.planner.resolve import machine_for
 from mtpstudio.core.usecases.launch import card_not_here, find_build, prepare_launch
 from mtpstudio.ui.settings import StateStore
 from mtpstudio.ui.widgets.number_box import NumberBox

@@ -11,7 +11,7 @@ from support.plans import cpu_plan
 
 from mtpstudio.core.detect.engines import probe_engine_file
 from mtpstudio.core.plan.io import plan_with
-from mtpstudio.core.planning import launch_spec_for, resolve
+from mtpstudio.core.planner.resolve import launch_spec_for, resolve
 from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.core.usecases.launch import resolve_launch
 from mtpstudio.ui.pages.launch import ServerExitChoice

@@ -23,7 +23,7 @@ from mtpstudio.core.memory.measured import (
 )
 from mtpstudio.core.plan.io import load_plan, plan_with, save_plan
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import budget_for, machine_for, resolve
+from mtpstudio.core.planner.resolve import budget_for, machine_for, resolve
 from mtpstudio.core.server.reconcile import save_measurement
 from mtpstudio.core.usecases.planning_context import planning_context_for
 from mtpstudio.ui.settings import StateStore

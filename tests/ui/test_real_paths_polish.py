@@ -20,7 +20,7 @@ from mtpstudio.core.detect.models import DetectionReport, GpuInfo, GpuVendor
 from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import ModelChoice, Plan
-from mtpstudio.core.planning import PlanningContext, machine_for, resolve
+from mtpstudio.core.planner.resolve import PlanningContext, machine_for, resolve
 from mtpstudio.core.service.render import UnitScope
 from mtpstudio.core.service.service_files import export_files
 from mtpstudio.ui.widgets.vram_bar import SEGMENT_STYLES

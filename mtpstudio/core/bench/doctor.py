@@ -9,9 +9,9 @@ from mtpstudio.core.bench.ab import GRAPHS_OFF_ENV, ABReport
 from mtpstudio.core.bench.results import DEPTH_ACCEPT_FLOOR, BenchReport, VramPeak
 from mtpstudio.core.engines.profiles import profile_for
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.levers import MTP_OFF, PlanChange, draft_depth, half_context, kv_cache
 from mtpstudio.core.plan.choices import CacheType
 from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.planner.levers import MTP_OFF, PlanChange, draft_depth, half_context, kv_cache
 
 LOW_ACCEPTANCE = 0.60
 VRAM_FULL = 0.95

@@ -33,7 +33,7 @@ from mtpstudio.core.bench.vram import VramSampler
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import PlanningContext, evaluate, resolve, speed_for
+from mtpstudio.core.planner.resolve import PlanningContext, evaluate, resolve, speed_for
 from mtpstudio.core.speed.inputs import MeasuredRun, model_key
 from mtpstudio.core.units import MIB
 

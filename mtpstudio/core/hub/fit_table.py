@@ -16,7 +16,7 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import DesktopReclaim
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.resolve import (
     FitSuggestion,
     MachineFacts,
     PlanningContext,

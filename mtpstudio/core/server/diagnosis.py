@@ -8,7 +8,12 @@ from enum import StrEnum
 from typing import Any
 
 from mtpstudio.core.errors import PlanError
-from mtpstudio.core.levers import (
+from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.outside_text import visible
+from mtpstudio.core.plan.choices import CacheType, MoePlacement
+from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import MIN_CTX
+from mtpstudio.core.planner.levers import (
     MTP_OFF,
     PlanChange,
     draft_depth,
@@ -16,11 +21,6 @@ from mtpstudio.core.levers import (
     half_context,
     kv_cache,
 )
-from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.outside_text import visible
-from mtpstudio.core.plan.choices import CacheType, MoePlacement
-from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.plan.settings import MIN_CTX
 from mtpstudio.core.server.health import HealthResult, HealthState
 from mtpstudio.core.server.load_log import LoadReport
 from mtpstudio.core.server.process import ProcessOutcome

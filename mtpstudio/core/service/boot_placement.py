@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mtpstudio.core.memory.budget import Budget, engine_fit_applies
-from mtpstudio.core.planning import ResolvedPlan, budget_for, resolve
+from mtpstudio.core.planner.resolve import ResolvedPlan, budget_for, resolve
 from mtpstudio.core.units import MIB
 
 

@@ -32,7 +32,7 @@ from mtpstudio.core.memory.budget import Budget, DeviceBudget
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
 from mtpstudio.core.memory.measured import HOST, predicted_segments
 from mtpstudio.core.plan.choices import MoePlacement
-from mtpstudio.core.planning import ResolvedPlan, launch_spec_for
+from mtpstudio.core.planner.resolve import ResolvedPlan, launch_spec_for
 from mtpstudio.core.quoting.env_file import env_file_assignment
 from mtpstudio.core.runner import Runner
 from mtpstudio.core.service.boot_placement import engine_bytes

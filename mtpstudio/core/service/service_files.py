@@ -21,7 +21,7 @@ from mtpstudio.core.errors import RenderError
 from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import LaunchSpec, ResolvedPlan, budget_for, launch_spec_for
+from mtpstudio.core.planner.resolve import LaunchSpec, ResolvedPlan, budget_for, launch_spec_for
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.boot_placement import (
     BootPlacement,

@@ -46,7 +46,7 @@ from mtpstudio.core.errors import BenchError, MtpStudioError
 from mtpstudio.core.outside_text import visible
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import PlanningContext
+from mtpstudio.core.planner.resolve import PlanningContext
 from mtpstudio.core.usecases.speed import with_estimate
 
 __all__ = [

@@ -15,7 +15,7 @@ from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND, TableRow, bes
 from mtpstudio.core.hub.listing import RemoteModel, group_models, size_text
 from mtpstudio.core.hub.remote_header import RemoteHeader, read_remote_headers
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts
+from mtpstudio.core.planner.resolve import MachineFacts
 
 __all__ = [
     "BEST_RULE",

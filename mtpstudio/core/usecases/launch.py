@@ -30,7 +30,7 @@ from mtpstudio.core.memory.budget import Budget
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.io import load_plan, plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.resolve import (
     MachineFacts,
     ResolvedPlan,
     budget_for,

@@ -18,7 +18,7 @@ from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import ServerError
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts
+from mtpstudio.core.planner.resolve import MachineFacts
 from mtpstudio.core.server.diagnosis import Diagnosis
 from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S
 from mtpstudio.core.server.moe_cache_log import parse_moe_cache_log

@@ -6,8 +6,8 @@ the CLI and the GUI take it from here, through the use-case layer, like everythi
 
 from __future__ import annotations
 
-from mtpstudio.core.advice import where_words
-from mtpstudio.core.plan_text import (
+from mtpstudio.core.planner.advice import where_words
+from mtpstudio.core.planner.text import (
     TRUST_LEGEND,
     budget_report,
     budget_trust,

@@ -12,7 +12,7 @@ from mtpstudio.core.memory.measured import Reconciliation
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext
+from mtpstudio.core.planner.resolve import MachineFacts, PlanningContext
 from mtpstudio.core.server.reconcile import load_measurements
 from mtpstudio.core.speed.inputs import SpeedInputs
 

@@ -6,7 +6,7 @@ once (``workbench.resolved_for`` / ``Workbench.resolved``) from here.
 
 from __future__ import annotations
 
-from mtpstudio.core.planning import ResolvedPlan
+from mtpstudio.core.planner.resolve import ResolvedPlan
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.boot_placement import boot_placement, boot_placement_gap
 from mtpstudio.core.service.export import ServiceSet, write_files, write_service_set

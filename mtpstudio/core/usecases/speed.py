@@ -12,7 +12,7 @@ from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_from_json
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import PlanningContext, SpeedEstimate, resolve, speed_for
+from mtpstudio.core.planner.resolve import PlanningContext, SpeedEstimate, resolve, speed_for
 from mtpstudio.core.speed.acceptance import Acceptance, from_counters
 from mtpstudio.core.speed.estimate import DEFAULT_DEPTH
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, load_host_rates

@@ -32,7 +32,7 @@ from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import CacheType
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planning import MachineFacts, PlanningContext, SpeedInputs, resolve
+from mtpstudio.core.planner.resolve import MachineFacts, PlanningContext, SpeedInputs, resolve
 from mtpstudio.core.usecases.launch import find_build, launch_machine
 from mtpstudio.core.usecases.plan_server import PlanServerLauncher
 from mtpstudio.core.usecases.planning_context import planning_context_for

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtpstudio.core.advice import Standing, standing
 from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card, gpu_cards
 from mtpstudio.core.catalog.model_choice import load_model_info
 from mtpstudio.core.detect.gather import DetectionReport, detect_for
@@ -31,7 +30,8 @@ from mtpstudio.core.model.file_state import require_whole_model
 from mtpstudio.core.model.gguf import read_model_info
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.schema import ModelChoice, Plan
-from mtpstudio.core.planning import (
+from mtpstudio.core.planner.advice import Standing, standing
+from mtpstudio.core.planner.resolve import (
     Budget,
     BuildChoice,
     DesktopChoice,

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mtpstudio.core.advice import Standing, faster, gain_words, speed_key
 from mtpstudio.core.memory.budget import Budget, device_fits, gpu_layer_count, layer_words
 from mtpstudio.core.memory.terms import row_bytes
 from mtpstudio.core.model.info import ModelInfo
@@ -24,6 +23,7 @@ from mtpstudio.core.plan.choices import CacheType, DesktopReclaim, FlashAttentio
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.plan.settings import CTX_STEP, MIN_CTX, native_context
+from mtpstudio.core.planner.advice import Standing, faster, gain_words, speed_key
 from mtpstudio.core.units import MIB
 
 

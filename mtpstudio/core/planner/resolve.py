@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mtpstudio.core import levers
-from mtpstudio.core.advice import Standing, standing
 from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, gpu_card
 from mtpstudio.core.detect.models import DetectionReport
 from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
@@ -27,7 +25,6 @@ from mtpstudio.core.engines.registry import documented_build, profile_for
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.engines.speed_facts import UPSTREAM_SPEED, EngineSpeedFacts
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.levers import FitSuggestion, LeverBench, PlanChange, evaluated
 from mtpstudio.core.memory.budget import (
     Budget,
     DeviceBudget,
@@ -52,6 +49,9 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import DesktopReclaim, EngineFlavour
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.planner import levers
+from mtpstudio.core.planner.advice import Standing, standing
+from mtpstudio.core.planner.levers import FitSuggestion, LeverBench, PlanChange, evaluated
 from mtpstudio.core.speed.acceptance import Acceptance, given_acceptance
 from mtpstudio.core.speed.cards import card_rates, catalogue_card
 from mtpstudio.core.speed.cpu_kernels import kernels_for

@@ -23,7 +23,8 @@ from devkit.kit_runs import ARCHIVE_NAME, ARCHIVE_TOP
 from devkit.speed_check import DecodeProbe, probe_estimate
 from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.detect.models import DetectionReport
-from mtpstudio.core.memory.budget import Budget, compute_budget
+from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.machine import machine_facts
 from mtpstudio.core.plan.io import plan_from_dict

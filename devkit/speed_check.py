@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.placement import ModelWeights
 from mtpstudio.core.model.info import ModelInfo

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devkit.budget_check import SegmentRow
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.engine_fit import Layout
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_from_dict

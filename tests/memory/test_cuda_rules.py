@@ -17,7 +17,8 @@ import pytest
 from mtpstudio.core.catalog.gpus import gpu_card
 from mtpstudio.core.catalog.models import model_card_info
 from mtpstudio.core.engines.registry import memory_facts
-from mtpstudio.core.memory.budget import Budget, compute_budget
+from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.cuda_rules import (
     CC_ADA_LOVELACE,
     CC_HOPPER,

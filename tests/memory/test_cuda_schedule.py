@@ -19,7 +19,7 @@ from devkit.cuda_compare import (
     fit_comparison,
 )
 from mtpstudio.core.catalog.models import model_card_info
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.cuda_rules import CC_ADA_LOVELACE, CudaHostRules, cuda_rules_for
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.memory.engine_fit import Layout, layout_placement, upstream_fit

@@ -34,7 +34,7 @@ from devkit.kit_runs import (
     table,
     write_archive,
 )
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.devices import TargetDevice
 from mtpstudio.core.server.load_log import ContextBuffers, LoadReport
 from mtpstudio.core.units import MIB

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.memory.budget import DeviceBudget
+from mtpstudio.core.memory.budget_types import DeviceBudget
 from mtpstudio.core.planner.text import text_bar
 from mtpstudio.core.units import MIB
 

@@ -7,7 +7,7 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor
 from pytestqt.qtbot import QtBot
 
-from mtpstudio.core.memory.budget import DeviceBudget, HostBudget
+from mtpstudio.core.memory.budget_types import DeviceBudget, HostBudget
 from mtpstudio.ui.widgets.vram_bar import (
     SEGMENT_STYLES,
     BarRow,

@@ -12,7 +12,8 @@ import dataclasses
 
 from mtpstudio.core.engines.draft import draft_gpu_layers
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
-from mtpstudio.core.memory.budget import Budget, DeviceBudget, HostBudget, quantized
+from mtpstudio.core.memory.budget import quantized
+from mtpstudio.core.memory.budget_types import Budget, DeviceBudget, HostBudget
 from mtpstudio.core.memory.placement import ModelWeights, place, split_weights
 from mtpstudio.core.memory.terms import (
     ComputeShape,

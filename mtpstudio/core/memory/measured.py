@@ -15,7 +15,7 @@ from typing import Any
 
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.units import MIB
 
 HOST = "CPU"

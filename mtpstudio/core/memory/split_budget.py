@@ -24,9 +24,6 @@ from typing import Any
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.memory.budget import (
     PROMPT_CACHE_DEFAULT,
-    Budget,
-    DeviceBudget,
-    HostBudget,
     _effective,
     _fit_layers_from_back,
     _moe_ffn_tensors,
@@ -35,6 +32,7 @@ from mtpstudio.core.memory.budget import (
     draft_shape,
     trunk_shape,
 )
+from mtpstudio.core.memory.budget_types import Budget, DeviceBudget, HostBudget
 from mtpstudio.core.memory.cuda_rules import ByResidency, cache_view_bytes, cuda_rules_for, parse_cc
 from mtpstudio.core.memory.cuda_schedule import Residency, schedule
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice

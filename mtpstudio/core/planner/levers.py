@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mtpstudio.core.memory.budget import Budget, device_fits, gpu_layer_count, layer_words
+from mtpstudio.core.memory.budget import device_fits, gpu_layer_count, layer_words
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.terms import row_bytes
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import CacheType, DesktopReclaim, FlashAttention, MoePlacement

@@ -25,12 +25,8 @@ from mtpstudio.core.engines.registry import documented_build, profile_for
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.engines.speed_facts import UPSTREAM_SPEED, EngineSpeedFacts
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.memory.budget import (
-    Budget,
-    DeviceBudget,
-    HostBudget,
-    compute_budget,
-)
+from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.budget_types import Budget, DeviceBudget, HostBudget
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.draft import with_draft
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES, MachineFacts, machine_facts

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.memory.budget import DEVICE_SEGMENTS, Budget, DeviceBudget
+from mtpstudio.core.memory.budget_types import DEVICE_SEGMENTS, Budget, DeviceBudget
 from mtpstudio.core.memory.draft import DRAFT_SEGMENTS
 from mtpstudio.core.memory.trust import (
     NOTHING_MEASURED,

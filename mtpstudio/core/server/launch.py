@@ -22,7 +22,7 @@ from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build, memory_facts
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import MtpStudioError, ServerError
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.measured import Reconciliation, build_key
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import save_plan

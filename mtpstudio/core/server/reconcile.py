@@ -14,7 +14,7 @@ from mtpstudio.core import paths
 from mtpstudio.core.atomic import write_text_atomic
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.memory.measured import (
     HOST,
     SEGMENTS,

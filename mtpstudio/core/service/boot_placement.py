@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mtpstudio.core.memory.budget import Budget, engine_fit_applies
+from mtpstudio.core.memory.budget import engine_fit_applies
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.planner.resolve import ResolvedPlan, budget_for, resolve
 from mtpstudio.core.units import MIB
 

@@ -28,7 +28,7 @@ from mtpstudio.core.engines.flags import CANDIDATE_FLAGS
 from mtpstudio.core.engines.probe import probe_flags
 from mtpstudio.core.engines.spec import FlagNote, LaunchSpec
 from mtpstudio.core.errors import RenderError
-from mtpstudio.core.memory.budget import Budget, DeviceBudget
+from mtpstudio.core.memory.budget_types import Budget, DeviceBudget
 from mtpstudio.core.memory.machine import DESKTOP_CATEGORIES
 from mtpstudio.core.memory.measured import HOST, predicted_segments
 from mtpstudio.core.plan.choices import MoePlacement

@@ -26,7 +26,7 @@ from mtpstudio.core.engines.apikey import plan_api_key
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import describe_build
 from mtpstudio.core.errors import MtpStudioError, ServerError
-from mtpstudio.core.memory.budget import Budget
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.io import load_plan, plan_with
 from mtpstudio.core.plan.schema import Plan

@@ -409,23 +409,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from mtpstudio.core.usecases.speed import load_speed_inputs
     from mtpstudio.core.usecases.workbench import Workbench, detect_for
 
-    bench = Workbench(speed=load_speed_inputs())
-    bench.set_report(detect_for(plan))
-    bench.set_model(info)
-    bench.set_draft(draft, plan.draft.path)
+    workbench = Workbench(speed=load_speed_inputs())
+    workbench.set_report(detect_for(plan))
+    workbench.set_model(info)
+    workbench.set_draft(draft, plan.draft.path)
     defaults_line = ""
     if plan.model.path is None and args.plan is None:
-        plan, defaults_line = bench.demo_defaults(plan, frozenset(changes))
-    result = bench.result(plan)
+        plan, defaults_line = workbench.demo_defaults(plan, frozenset(changes))
+    result = workbench.result(plan)
     assert result is not None  # the model is read
     budget = replace(result.budget, warnings=result.warnings)
     effective = result.effective or plan
     verdict = result.verdict
-    unloadable = bench.unloadable_files(plan)
+    unloadable = workbench.unloadable_files(plan)
     if args.save:
         save_plan(plan, args.save)
     if args.json:
-        fields = plan_json_fields(result, bench.desktop_choices(plan), defaults_line)
+        fields = plan_json_fields(result, workbench.desktop_choices(plan), defaults_line)
         options = fields.pop("effective_options")
         model = str(plan.model.path) if plan.model.path is not None else None
         data = (
@@ -461,7 +461,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if boot:
             print("\nAs a system unit (starts at boot, before the desktop):")
             print("\n".join(f"  {line}" for line in boot))
-        measured = bench.last_measured(plan, result.target.device.id)
+        measured = workbench.last_measured(plan, result.target.device.id)
         if measured:
             print(f"\n{measured}")
         if args.save:

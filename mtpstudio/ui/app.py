@@ -45,10 +45,10 @@ def demo_plan() -> Plan:
     from mtpstudio.core.usecases.workbench import Workbench, load_model_info
 
     plan = Plan(device=DEFAULT_GPU_CARD)
-    bench = Workbench()  # no detection: the catalogue card is the machine
+    workbench = Workbench()  # no detection: the catalogue card is the machine
     try:
-        bench.set_model(load_model_info(plan.model))
-        return bench.demo_defaults(plan, frozenset())[0]
+        workbench.set_model(load_model_info(plan.model))
+        return workbench.demo_defaults(plan, frozenset())[0]
     except MtpStudioError:
         return plan  # the card's header cannot be built: the plain defaults still work
 

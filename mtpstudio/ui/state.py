@@ -2,7 +2,7 @@
 
 Pages read ``state.plan`` and write their slice through ``state.update({...})``; every change
 replaces the Plan (Plans are immutable) and emits ``plan_changed``. What the plan is planned
-with and every answer about it live in ``state.bench`` (``core.usecases.workbench``, Qt-free):
+with and every answer about it live in ``state.workbench`` (``core.usecases.workbench``, Qt-free):
 the machine, the model and draft model, measurements, the evaluation cache, the levers and
 the reasons a control is disabled. This object only runs detection, GGUF reading and the
 evaluation as background tasks (``ui.tasks``), hands their results to the workbench on the GUI
@@ -90,7 +90,7 @@ class WizardState(QObject):
         self._tasks = tasks
         self._detector = detector
         self._model_loader = model_loader
-        self.bench = Workbench()
+        self.workbench = Workbench()
         self.detection_error: str | None = None
         self.device_notice: str | None = None
         self.model_choice: ModelChoice | None = None  # the choice model_info was read from
@@ -106,28 +106,28 @@ class WizardState(QObject):
     @property
     def report(self) -> DetectionReport | None:
         """What detection found (None: not yet, or it failed)."""
-        return self.bench.report
+        return self.workbench.report
 
     @property
     def model_info(self) -> ModelInfo | None:
         """The plan's model header (None until it is read)."""
-        return self.bench.model
+        return self.workbench.model
 
     @property
     def draft_info(self) -> ModelInfo | None:
         """The separate draft model's header (None: none read)."""
-        return self.bench.draft
+        return self.workbench.draft
 
     @property
     def draft_path(self) -> Path | None:
         """The file ``draft_info`` was read from."""
-        return self.bench.draft_path
+        return self.workbench.draft_path
 
     @property
     def speed_inputs(self) -> SpeedInputs:
         """The rates and stored runs speeds are estimated with (an assumed desktop until the
         probe's rates land)."""
-        return self.bench.speed
+        return self.workbench.speed
 
     # -- the Plan -----------------------------------------------------------------------------
 
@@ -176,7 +176,7 @@ class WizardState(QObject):
 
     def set_report(self, report: DetectionReport | None) -> None:
         """Use this report (tests and the screenshot command may set one directly)."""
-        self.bench.set_report(report)
+        self.workbench.set_report(report)
         self.normalize_device()
         self.report_changed.emit(report)
         self.activity_changed.emit()
@@ -262,7 +262,7 @@ class WizardState(QObject):
         def done(info: ModelInfo) -> None:
             self._loading_choice = self._failed_choice = None
             self.model_choice, self.model_error = choice, None
-            self.bench.set_model(info)
+            self.workbench.set_model(info)
             if commit and self._plan.model != choice:
                 # another model: its placement is planned anew (the engine's fit, every layer
                 # offered to the GPU), not carried over from the model before
@@ -276,7 +276,7 @@ class WizardState(QObject):
             if not commit:  # the plan's own model cannot be read: nothing to plan with
                 self._failed_choice = choice
                 self.model_choice = None
-                self.bench.set_model(None)
+                self.workbench.set_model(None)
                 self.model_changed.emit(None)
             self.model_failed.emit(self.model_error)
             self.activity_changed.emit()
@@ -308,7 +308,7 @@ class WizardState(QObject):
         def done(info: ModelInfo) -> None:
             self._draft_tried = None
             self.draft_error = None
-            self.bench.set_draft(info, path)
+            self.workbench.set_draft(info, path)
             if commit and self._plan.draft.path != path:
                 try:
                     self.update({"draft.path": str(path)})
@@ -337,18 +337,18 @@ class WizardState(QObject):
 
     def machine(self) -> MachineFacts:
         """The machine as the planner sees it (no GPU, no builds until detection answers)."""
-        return self.bench.machine()
+        return self.workbench.machine()
 
     def context(self) -> PlanningContext | None:
         """What the current Plan is planned with (``Workbench.context``); None until the model
         is read."""
-        return self.bench.context(self._plan)
+        return self.workbench.context(self._plan)
 
     def set_speed_inputs(self, inputs: SpeedInputs) -> None:
         """Plan speeds with this computer's rates and stored runs from now on."""
-        if inputs == self.bench.speed:
+        if inputs == self.workbench.speed:
             return
-        self.bench.set_speed(inputs)
+        self.workbench.set_speed(inputs)
         self.speed_inputs_changed.emit()
 
     def load_speed_inputs(self, loader: SpeedLoader | None = None) -> None:
@@ -365,7 +365,7 @@ class WizardState(QObject):
 
     def build(self) -> BuildChoice:
         """The build the plan uses: the probed one, else its flavour's documented flags."""
-        return self.bench.build(self._plan)
+        return self.workbench.build(self._plan)
 
     def resolved(self) -> ResolvedPlan | None:
         """The current Plan resolved once, as the pages show it (the evaluation's, when there
@@ -374,7 +374,7 @@ class WizardState(QObject):
         Raises:
             MtpStudioError: the plan cannot be resolved.
         """
-        return self.bench.resolved(self._plan)
+        return self.workbench.resolved(self._plan)
 
     def evaluation(self, *, background: bool = False) -> Evaluation | None:
         """Budget, command line and warnings of the current Plan (cached per Plan).
@@ -385,7 +385,7 @@ class WizardState(QObject):
         the current Plan lands. Meanwhile the newest finished evaluation (of an earlier
         Plan) is returned, or None.
         """
-        kept = self.bench.cached(self._plan)
+        kept = self.workbench.cached(self._plan)
         if kept is not None:
             return kept
         pctx = self.context()
@@ -394,7 +394,7 @@ class WizardState(QObject):
         if background:
             self._evaluate_in_background(pctx)
             return self._last_evaluation
-        self._last_evaluation = self.bench.evaluation(self._plan)
+        self._last_evaluation = self.workbench.evaluation(self._plan)
         return self._last_evaluation
 
     def _evaluate_in_background(self, pctx: PlanningContext) -> None:
@@ -408,7 +408,7 @@ class WizardState(QObject):
         def done(evaluation: Evaluation) -> None:
             self._last_evaluation = evaluation
             if plan is self._plan and self.context() is pctx:
-                self.bench.keep(evaluation)
+                self.workbench.keep(evaluation)
                 self.evaluated.emit()
             else:
                 current = self.context()

@@ -82,9 +82,9 @@ def test_launch_benchmark_export_and_stop_on_close(
     assert page.server.result is not None and page.server.result.reconciliation is not None
 
     bench(qtbot, page)
-    qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
-    assert page.bench is not None
-    report = page.bench.report
+    qtbot.waitUntil(lambda: page.bench_outcome is not None, timeout=SERVER_WAIT_MS)
+    assert page.bench_outcome is not None
+    report = page.bench_outcome.report
     assert report.error is None and [c.category for c in report.categories] == list(CATEGORIES)
     rows = table(page)
     assert [r[0] for r in rows] == list(CATEGORIES)
@@ -93,7 +93,7 @@ def test_launch_benchmark_export_and_stop_on_close(
     speeds = tuple(c.decode_tps for c in report.categories)
     assert page.bench_tab.tok_chart.series[0].values == pytest.approx(speeds, abs=0.01)
     # stored in the history; the export writes what `mtpstudio bench show` prints
-    run_id = page.bench.run_id
+    run_id = page.bench_outcome.run_id
     assert run_id is not None and run_id in [e.id for e in page.history_runs]
     entry = BenchHistory().get(run_id)
     for fmt in ("md", "csv", "json"):
@@ -118,12 +118,12 @@ def test_killing_the_server_mid_benchmark_keeps_results_and_shows_the_diagnosis(
     assert page.run_benchmark()  # all nine categories: long enough to be killed midway
     qtbot.waitUntil(lambda: page.bench_tab.progress.value() >= 5, timeout=SERVER_WAIT_MS)
     os.kill(page.server.pid, signal.SIGKILL)
-    qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
-    assert page.bench is not None
-    report = page.bench.report
+    qtbot.waitUntil(lambda: page.bench_outcome is not None, timeout=SERVER_WAIT_MS)
+    assert page.bench_outcome is not None
+    report = page.bench_outcome.report
     assert report.error is not None and 1 <= len(report.categories) < 9
     assert len(table(page)) == len(report.categories)  # what finished is kept and shown
-    assert page.bench.run_id is not None  # and stored
+    assert page.bench_outcome.run_id is not None  # and stored
     assert page.server.phase is ServerPhase.FAILED
     assert "killed" in page.problem.sentence and "SIGKILL" in page.problem.sentence
     assert "Last log lines" in page.problem.details.toPlainText()
@@ -153,8 +153,8 @@ def test_cancel_keeps_finished_categories(
 
     page.bench_tab.progress.valueChanged.connect(cancel_after_the_first_category)
     assert page.run_benchmark()
-    qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
-    assert page.bench is not None and page.bench.report.cancelled
+    qtbot.waitUntil(lambda: page.bench_outcome is not None, timeout=SERVER_WAIT_MS)
+    assert page.bench_outcome is not None and page.bench_outcome.report.cancelled
     assert 1 <= len(table(page)) < 9
     assert "cancelled" in page.bench_tab.summary.text()
     assert page.server.phase is ServerPhase.HEALTHY and page.bench_tab.bench_button.isEnabled()
@@ -233,8 +233,8 @@ def test_walk_through_from_hardware_to_a_benchmark_result(
     start(qtbot, page)
     assert page.server.prepared is not None and page.server.prepared.build.binary == binary
     bench(qtbot, page)
-    qtbot.waitUntil(lambda: page.bench is not None, timeout=SERVER_WAIT_MS)
-    assert page.bench is not None and page.bench.report.tok_s
+    qtbot.waitUntil(lambda: page.bench_outcome is not None, timeout=SERVER_WAIT_MS)
+    assert page.bench_outcome is not None and page.bench_outcome.report.tok_s
     assert [r[0] for r in table(page)] == list(CATEGORIES)
     assert "tok/s" in page.bench_tab.summary.text()
     wizard.done(0)

@@ -126,7 +126,7 @@ def test_the_page_opens_on_the_latest_stored_run(page: LaunchPage) -> None:
     page.bench_tab.results.setRowCount(0)
     page.load_history()
     assert page.tasks.wait_idle(10)
-    assert page.bench is None and page.bench_tab.results.rowCount() == 2
+    assert page.bench_outcome is None and page.bench_tab.results.rowCount() == 2
     assert f"Last stored run {latest.run_id} (latest" in page.bench_tab.summary.text()
     assert page.bench_tab.tok_chart.series[0].values == (70.0, 60.0)
     assert [n.tone for n in page.bench_tab.finding_notices] == [Tone.BAD]  # drafts asked, none came

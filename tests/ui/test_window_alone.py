@@ -120,7 +120,8 @@ def test_a_server_started_elsewhere_is_attached_benchmarked_and_stopped(
     page.bench_tab.n_predict.setValue(8)
     assert page.run_benchmark(["code_python"])
     assert wizard.tasks.wait_idle(120)
-    assert page.bench is not None and page.bench.report.n_requests >= 1, page.problem.sentence
+    outcome = page.bench_outcome
+    assert outcome is not None and outcome.report.n_requests >= 1, page.problem.sentence
     page.stop_elsewhere_button.click()
     assert wizard.tasks.wait_idle(60)
     assert "stopped" in page.note.text() or "killed" in page.note.text(), page.note.text()

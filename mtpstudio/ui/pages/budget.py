@@ -406,7 +406,7 @@ class BudgetPage(PlanPage):
             return
         if evaluation.target is None or not evaluation.target.device.is_gpu:
             return
-        now = self.state.bench.standing(evaluation)
+        now = self.state.workbench.standing(evaluation)
         if now is None:
             return
         applied = self.last_suggestion
@@ -544,7 +544,7 @@ class BudgetPage(PlanPage):
 
     def suggestions(self) -> list[FitSuggestion]:
         """The planner's two answers for the current Plan (a few milliseconds)."""
-        return self.state.bench.fit_answers(self.state.plan)
+        return self.state.workbench.fit_answers(self.state.plan)
 
     def apply_suggestion(self, index: int) -> FitSuggestion | None:
         """Apply the planner's answer ``index`` (0: fewest experts or layers on the CPU, 1: the
@@ -575,7 +575,7 @@ class BudgetPage(PlanPage):
         a few dozen budgets, too many for every slider step)."""
         self.levers_menu.clear()
         try:
-            ranked = self.state.bench.levers(self.state.plan)
+            ranked = self.state.workbench.levers(self.state.plan)
         except MtpStudioError as exc:
             self.levers_menu.addAction(error_sentence(exc)).setEnabled(False)
             return []

@@ -385,7 +385,7 @@ class EnginePage(PlanPage):
 
     def build_choices(self) -> list[BuildChoice]:
         """Every probed build, then each flavour without one as its documented flags."""
-        return self.state.bench.build_choices()
+        return self.state.workbench.build_choices()
 
     def current_build(self) -> EngineBuild:
         """The probed build the plan uses, else the documented flags of its flavour."""
@@ -479,7 +479,7 @@ class EnginePage(PlanPage):
         """Enabled states, reasons and tooltips for the current Plan and build."""
         plan = self.state.plan
         build = self.current_build()
-        self.reasons = self.state.bench.disabled_reasons(plan, build)
+        self.reasons = self.state.workbench.disabled_reasons(plan, build)
         evaluation = self.state.evaluation()
         spec: LaunchSpec | None = (
             evaluation.result.spec if evaluation and evaluation.result else None

@@ -141,7 +141,7 @@ class LaunchPage(PlanPage):
         self.history = history or BenchHistory()
         self.server = GuiServer(tasks, parent=self)
         self.bench_cancel: BenchCancelToken | None = None
-        self.bench: BenchOutcome | None = None
+        self.bench_outcome: BenchOutcome | None = None
         self.history_runs: tuple[HistoryEntry, ...] = ()
         self.last_diagnosis: Diagnosis | None = None
         self.plan_note: str | None = None
@@ -572,7 +572,7 @@ class LaunchPage(PlanPage):
 
     def show_bench(self, outcome: BenchOutcome) -> None:
         """Fill the table, the summary, the findings and the charts from a run."""
-        self.bench = outcome
+        self.bench_outcome = outcome
         self.shown_run_id = outcome.run_id
         self.bench_tab.show_report(
             outcome.report, outcome.findings, outcome.run_id, outcome.history_error
@@ -599,7 +599,7 @@ class LaunchPage(PlanPage):
     def show_history(self, runs: Sequence[HistoryEntry]) -> None:
         self.history_runs = tuple(runs)
         self.compare_tab.show_runs(self.history_runs, self._latest_id())
-        if self.bench is not None or self.bench_tab.results.rowCount() != 0:
+        if self.bench_outcome is not None or self.bench_tab.results.rowCount() != 0:
             return
         mine = runs_of_plans(self.history_runs, self._plan_forms())
         if mine:  # the page opens on the latest run of this plan, never on another plan's
@@ -620,8 +620,8 @@ class LaunchPage(PlanPage):
         return [self.state.plan] + ([effective] if effective is not None else [])
 
     def _latest_id(self) -> int | None:
-        if self.bench is not None and self.bench.run_id is not None:
-            return self.bench.run_id
+        if self.bench_outcome is not None and self.bench_outcome.run_id is not None:
+            return self.bench_outcome.run_id
         return self.history_runs[-1].id if self.history_runs else None
 
     def ask_export_path(self, fmt: str) -> Path | None:

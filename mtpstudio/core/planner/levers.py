@@ -327,7 +327,7 @@ def context_lever(bench: LeverBench, base: Mapping[str, Any] | None = None) -> F
     the search is a bisection on the 256-cell grid. It looks at the step just below the plan's
     context first: a plan that already runs (the levers are asked for every plan, to find
     what runs faster) gets its answer from that one budget instead of the bisection's nine
-    or ten, and the answer is the bisection's (``tests/planning/test_lever_search.py``
+    or ten, and the answer is the bisection's (``tests/planner/test_lever_search.py``
     compares the two).
     """
     base = dict(base or {})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -589,42 +588,6 @@ def test_the_cycle_finder_catches_a_synthetic_cycle(tmp_path: Path) -> None:
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
     (pkg / "sub" / "c.py").write_text("X = 1\n")  # break it
     assert cycles(import_graph(pkg, "pkg")) == []
-
-
-# -- the README ----------------------------------------------------------------------------------
-
-
-def layout_paths(readme: str) -> list[str]:
-    """Every path named in a table row of the README's Layout section (backticked, with a /)."""
-    match = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", readme, re.M | re.S)
-    if match is None:
-        return []
-    rows = [line for line in match.group(1).splitlines() if line.startswith("|")]
-    tokens = [t for row in rows for t in re.findall(r"`([^`]+)`", row)]
-    return [t for t in tokens if "/" in t or t.endswith(".py")]
-
-
-def missing_layout_paths(readme: str, root: Path) -> list[str]:
-    return [p for p in layout_paths(readme) if not (root / p).exists()]
-
-
-def test_every_path_the_readme_layout_names_exists() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    paths = layout_paths(readme)
-    assert len(paths) > 10, paths  # the section was found and names the tree
-    assert missing_layout_paths(readme, REPO) == []
-
-
-def test_the_layout_checker_reports_a_missing_path(tmp_path: Path) -> None:
-    (tmp_path / "real").mkdir()
-    (tmp_path / "real" / "mod.py").write_text("")
-    readme = (
-        "# x\n\n## Layout\n\n| path | what |\n|---|---|\n"
-        "| `real/` | `real/mod.py`, `real/gone.py` |\n| `packaging/` | gone |\n\n"
-        "## Next\n\n| `other/` | not in the Layout section |\n"
-    )
-    assert layout_paths(readme) == ["real/", "real/mod.py", "real/gone.py", "packaging/"]
-    assert missing_layout_paths(readme, tmp_path) == ["real/gone.py", "packaging/"]
 
 
 # -- engines as data, late imports -------------------------------------------------------------

@@ -65,3 +65,38 @@ def test_the_checker_catches_a_qt_import() -> None:
     assert forbidden_imports("import mtpstudio.ui.app") == ["mtpstudio.ui.app"]
     assert forbidden_imports("def f():\n    import PySide6\n") == ["PySide6"]
     assert forbidden_imports("from . import ui") == []
+
+
+USECASE_TESTS_DIR = Path(__file__).parent / "usecases"
+QT_FIXTURES = frozenset({"qtbot", "qapp", "qtmodeltester", "qtlog"})
+
+
+def qt_fixtures_asked(source: str) -> list[str]:
+    """The pytest-qt fixtures a test file's functions take as arguments."""
+    return sorted(
+        arg.arg
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for arg in node.args.args + node.args.kwonlyargs
+        if arg.arg in QT_FIXTURES
+    )
+
+
+def test_the_use_case_tests_need_no_qt() -> None:
+    # tests/usecases holds the decisions the window shows, tested as the CLI would call them
+    sources = sorted(USECASE_TESTS_DIR.rglob("*.py"))
+    assert any(p.name.startswith("test_") for p in sources)  # the folder was found
+    offenders = {
+        str(p.relative_to(USECASE_TESTS_DIR)): hits
+        for p in sources
+        if (
+            hits := forbidden_imports(text := p.read_text(encoding="utf-8"))
+            + qt_fixtures_asked(text)
+        )
+    }
+    assert offenders == {}
+
+
+def test_the_qt_fixture_checker_catches_a_qtbot_argument() -> None:
+    assert qt_fixtures_asked("def test_x(qtbot, tmp_path):\n    pass\n") == ["qtbot"]
+    assert qt_fixtures_asked("def test_x(tmp_path):\n    qtbot = 1\n") == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -13,31 +12,39 @@ from mtpstudio.core.plan.choices import DesktopReclaim, EngineFlavour
 from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.service.export import render_all
 from mtpstudio.core.service.render import UnitScope
+from tests.support.readme_layout import layout_entries, missing_layout_paths
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 
 
-def _layout_rows() -> list[tuple[list[str], str]]:
-    section = README.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    rows = []
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 2 and cells[0].startswith("`"):
-            rows.append((re.findall(r"`([^`]+)`", cells[0]), cells[1]))
-    return rows
-
-
 def test_every_path_in_the_layout_exists() -> None:
-    rows = _layout_rows()
-    assert len(rows) >= 5
-    for paths, what in rows:
-        for path in paths:
-            assert (REPO / path).exists(), f"README Layout lists {path}, which does not exist"
-            if path.endswith("/"):  # names it points into: `plan.py`, `model/`
-                for name in re.findall(r"`([\w.]+/?)`", what):
-                    if name.endswith((".py", "/")):
-                        assert (REPO / path / name).exists(), f"{path}{name} does not exist"
+    entries = layout_entries(README)
+    assert len(entries) > 20 and sum(len(e.named) for e in entries) > 100  # the tree was read
+    assert missing_layout_paths(README, REPO) == []
+
+
+def test_the_layout_tree_puts_each_entry_in_its_folder_and_reports_what_is_gone(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "sub" / "mod.py").write_text("")
+    (tmp_path / "top.py").write_text("")
+    readme = (
+        "# x\n\n## Layout\n\n```text\n"
+        "pkg/          the package\n"
+        "├── sub/      `mod.py`, `gone.py`, `LaunchSpec` and `top.py/x` not\n"
+        "│   └── deep/\n"
+        "└── other.py  a file, with `pkg/sub/mod.py` from the root\n"
+        "extra/        `x/`\n```\n\n## Next\n\n```text\nnot/  read\n```\n"
+    )
+    paths = [e.path for e in layout_entries(readme)]
+    assert paths == ["pkg/", "pkg/sub/", "pkg/sub/deep/", "pkg/other.py", "extra/"]
+    assert missing_layout_paths(readme, tmp_path) == [
+        "pkg/sub/gone.py", "top.py/x", "pkg/sub/deep/", "pkg/other.py", "extra/", "extra/x/",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="sits under no folder"):
+        layout_entries("## Layout\n```text\na.py  x\n    b.py  y\n```\n")
 
 
 @pytest.mark.parametrize("desktop", list(DesktopReclaim))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mtpstudio.core.engines.engine_facts import EngineMemoryFacts
 from mtpstudio.core.engines.mtp import model_mtp_blocker
 from mtpstudio.core.memory.budget_types import (
@@ -21,7 +23,7 @@ from mtpstudio.core.memory.cuda_rules import (
 )
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.engine_fit import Layout, layout_placement, upstream_fit
-from mtpstudio.core.memory.moe_cache import moe_cache
+from mtpstudio.core.memory.moe_cache import MoeCache, moe_cache
 from mtpstudio.core.memory.placement import (
     EXPERT_TENSOR,
     LayerWeights,
@@ -29,6 +31,7 @@ from mtpstudio.core.memory.placement import (
     PartialKind,
     PartialLayer,
     Placement,
+    WeightSplit,
     cuda_alloc_size,
     place,
     residency_for,
@@ -208,6 +211,65 @@ def cpu_expert_layers_for(plan: Plan, model: ModelInfo) -> frozenset[int]:
     return frozenset()
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where the weights go: the plan as the engine runs it (its fit's -ngl set), the placement."""
+
+    plan: Plan
+    fit: FitPlacement | None
+    eff: EffectiveSettings
+    placement: Placement
+    split: WeightSplit
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _ContextCaches:
+    """The attention KV cache and the recurrent state, per side, with what MTP adds to them."""
+
+    cells: int
+    kv_gpu: int
+    kv_cpu: int
+    rs_gpu: int
+    rs_cpu: int
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """The MTP draft's own buffers (all zero with MTP off)."""
+
+    kv: int = 0
+    compute: int = 0
+    host_compute: int = 0  # the CUDA_Host buffer, where replayed
+    output: int = 0
+    on_gpu: bool = False
+    replayed: bool = False
+    caches: _ContextCaches | None = None  # the main caches with the draft's share added
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Trunk:
+    """The main graph's compute buffers."""
+
+    shape: ComputeShape
+    compute: int
+    host_compute: int  # the CUDA_Host buffer, where replayed
+    op_offload: int  # RAM weights copied in for large batches, where estimated
+    replayed: bool
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """The segments on the target and in system RAM."""
+
+    devices: tuple[DeviceBudget, ...]
+    host_segments: dict[str, int]
+    cache: MoeCache | None
+    warnings: tuple[str, ...]
+
+
 def compute_budget(
     plan: Plan,
     model: ModelInfo,
@@ -229,13 +291,80 @@ def compute_budget(
     own fit is simulated (see ``engine_fit_layers`` below). ``host_buffers=False`` leaves the
     replays of the ``CUDA_Host`` buffers out (the fit's projections do not count them);
     ``fit_target_remedy=False`` does not search the ``--fit-target`` that survives the growth.
-    ``mtp_active``: MTP as the planner decided it (``planning.resolve``), read as given; None
-    for a plan the planner did not resolve (MTP then runs where the model and engine can).
+    ``mtp_active``: MTP as the planner decided it; None: where the model and engine can. Stages:
+    lay the weights out, size caches, draft and compute, put them on sides, say what won't fit.
     """
     weights = weights or ModelWeights.from_model(model)
     host = host or HostSpec()
-    fit: FitPlacement | None = None
     asked = plan  # before the engine's fit sets its -ngl
+    layout = _lay_out(
+        plan, model, target, facts, host, weights, cpu_expert_layers, partial, mtp_active
+    )
+    plan, fit, eff, placement = layout.plan, layout.fit, layout.eff, layout.placement
+    # upstream's scheduler on a CUDA card is replayed; elsewhere (other GPU backends,
+    # ik_llama.cpp's scheduler) the copies of RAM weights are estimated
+    scheduled = target.is_cuda and not facts.reserves_all_logits
+    caches = _context_caches(plan, model, facts, eff, placement)
+    draft = _Draft()
+    if eff.mtp_active:
+        draft = _draft_buffers(
+            plan, model, target, facts, weights, layout, caches, host_buffers, scheduled
+        )
+        caches = draft.caches or caches
+    trunk = _trunk_compute(
+        plan, model, target, facts, weights, eff, placement, host_buffers, scheduled
+    )
+    growth = _growth(plan, model, target, facts, eff, placement, draft.on_gpu, trunk.shape)
+    sides = _sides(
+        plan, model, target, facts, host, weights, layout, caches, draft, trunk, growth, scheduled
+    )
+    host_budget = HostBudget(host.total_bytes, host.available_bytes, sides.host_segments)
+    shortfall = _shortfall_words(
+        asked,
+        model,
+        target,
+        facts,
+        host,
+        weights,
+        sides.devices,
+        host_budget,
+        layout,
+        growth,
+        fit_target_remedy=fit_target_remedy,
+        mtp_active=mtp_active,
+    )
+    replayed, sourced, kit = _trust(
+        target, sides.devices, scheduled, draft, trunk, growth, sides.cache
+    )
+    return Budget(
+        sides.devices,
+        host_budget,
+        eff,
+        placement,
+        layout.warnings + draft.warnings + trunk.warnings + sides.warnings + shortfall,
+        _parts(plan, model, layout, caches, draft, trunk, sides),
+        replayed=replayed,
+        sourced=sourced,
+        kit=kit,
+        growth=growth,
+        fit=fit,
+        moe_cache=sides.cache,
+    )
+
+
+def _lay_out(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+    cpu_expert_layers: frozenset[int] | None,
+    partial: PartialLayer | None,
+    mtp_active: bool | None,
+) -> _Layout:
+    """The engine's fit where it applies, else the plan's placement; the settings it runs."""
+    fit: FitPlacement | None = None
     if cpu_expert_layers is None:
         if engine_fit_applies(plan, target):
             fit = engine_fit_placement(plan, model, target, facts, host, weights, mtp_active)
@@ -252,15 +381,25 @@ def compute_budget(
         load_mtp=eff.mtp_active,
         partial=partial,
     )
-    split = split_weights(weights, placement)
     if fit is not None:
         warnings += fit_words(fit, model, placement, facts)
     elif target.is_gpu and plan.runtime.n_gpu_layers is not None:
         warnings.append(f"-ngl {plan.runtime.n_gpu_layers}: {layer_words(model, placement)}")
+    split = split_weights(weights, placement)
+    return _Layout(plan, fit, eff, placement, split, tuple(warnings))
 
+
+def _context_caches(
+    plan: Plan,
+    model: ModelInfo,
+    facts: EngineMemoryFacts,
+    eff: EffectiveSettings,
+    placement: Placement,
+) -> _ContextCaches:
+    """The trunk's attention KV cache and recurrent state on each side."""
+    rt = plan.runtime
     gpu_attn = [i for i in model.attention_layers if i in placement.gpu_layers]
     cpu_attn = [i for i in model.attention_layers if i not in placement.gpu_layers]
-    rt = plan.runtime
     tk, tv = rt.cache_type_k.value, rt.cache_type_v.value
     cells = eff.n_ctx_seq * eff.n_stream
     # upstream gives sliding-window layers a cache of the window plus a ubatch (per stream)
@@ -277,189 +416,309 @@ def compute_budget(
     rec = model.recurrent_layers
     rs_gpu = rs_row * rows * sum(1 for i in rec if i in placement.gpu_layers)
     rs_cpu = rs_row * rows * sum(1 for i in rec if i not in placement.gpu_layers)
+    return _ContextCaches(cells, kv_gpu, kv_cpu, rs_gpu, rs_cpu)
 
-    mtp_kv = mtp_compute = mtp_output = 0
-    host_compute = mtp_host_compute = 0  # the CUDA_Host buffers (pinned), where replayed
-    mtp_on_gpu = mtp_replayed = False
-    # upstream's scheduler on a CUDA card is replayed; elsewhere (other GPU backends,
-    # ik_llama.cpp's scheduler) the copies of RAM weights are estimated
-    scheduled = target.is_cuda and not facts.reserves_all_logits
-    if eff.mtp_active:
-        dk, dv = draft_cache_types(plan, facts)
-        mtp_kv = kv_bytes_per_cell(model, model.n_nextn_layer, dk, dv) * cells
-        mtp_shape = draft_shape(plan, eff, facts)
-        mtp_on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
-        nextn = weights.layers[model.n_layer] if model.n_layer < len(weights.layers) else None
-        ffn = nextn.ffn_tensors if nextn is not None else ()
-        # upstream on CUDA: the scheduler's splits and copies replayed (what the MTP block
-        # reads from RAM is copied in for 32+ tokens); elsewhere the copy is estimated below
-        mtp_residency = (
-            residency_for(weights, placement, op_offload=rt.op_offload, layers=[model.n_layer])
-            if scheduled
-            else None
-        )
-        mtp_rules = device_rules(target, model, ffn, residency=mtp_residency)
-        mtp_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=mtp_rules)
-        if isinstance(mtp_rules, CudaRules) and host_buffers:
-            host_rules = CudaHostRules(device=mtp_rules)
-            mtp_host_compute = compute_bytes(model, mtp_shape, recurrent=False, rules=host_rules)
-        # the replays are upstream's draft graphs; ik_llama.cpp's Qwen3.5/3.6 draft matched
-        # its log (tests/engines/test_recorded_eras.py), its GLM-4.5 draft was never checked
-        mtp_replayed = replays_nextn_graph(model, mtp_shape) and not (
-            facts.reserves_all_logits and model.architecture in NEXTN_BLOCK_ARCHITECTURES
-        )
-        if facts.reserves_all_logits and mtp_replayed:
-            # ik's MTP context keeps a whole ubatch of outputs as its main context does: the
-            # nextn block's replay, or those outputs where they are more (4,000 tokens of
-            # vocabulary and 256 of embedding at -ub 512: 8.31 MiB logged at every context up
-            # to 4k, where the replay gives 7.02 at 4k; tests/integration/test_budget_accuracy.py)
-            mtp_compute = max(mtp_compute, ik_all_outputs_bytes(model, mtp_shape.n_tokens))
-        if not mtp_replayed:
-            mtp_compute = with_safety_margin(mtp_compute)
-            warnings.append(
-                f"mtpstudio does not model {facts.flavour.value}'s {model.architecture} MTP "
-                f"draft graph here: its buffer is an estimate planned with a {MARGIN_PCT} % "
-                "safety margin"
-            )
-        offloaded = _offloads(plan, mtp_shape.n_tokens, target) and mtp_on_gpu
-        experts_in_ram = model.n_layer in placement.cpu_expert_layers and model.is_moe
-        if not scheduled and offloaded and experts_in_ram and nextn is not None:
-            mtp_compute += nextn.expert_gpu_bytes
-        mtp_output = output_buffer_bytes(model, eff.n_seq)
-        if facts.mtp_layers_in_main_kv:  # the main context keeps the nextn layers' KV as well
-            nextn_kv = kv_bytes_per_cell(model, model.n_nextn_layer, tk, tv) * cells
-            if mtp_on_gpu:
-                kv_gpu += nextn_kv
-            else:
-                kv_cpu += nextn_kv
-        if facts.recurrent_step_checkpoints:  # per-step rollback copies for the draft's steps
-            # and the conv-state shadow of each layer beside them
-            step = recurrent_step_bytes(model, plan.mtp.draft_max + 1)
-            step += recurrent_shadow_bytes(model)
-            rs_gpu += step * sum(1 for i in rec if i in placement.gpu_layers)
-            rs_cpu += step * sum(1 for i in rec if i not in placement.gpu_layers)
 
-    main_shape = trunk_shape(plan, eff)
-    main_replayed = False
+def _draft_buffers(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    weights: ModelWeights,
+    layout: _Layout,
+    caches: _ContextCaches,
+    host_buffers: bool,
+    scheduled: bool,
+) -> _Draft:
+    """The MTP draft's KV cache, compute and output buffers; its share of the main caches."""
+    rt, eff, placement = plan.runtime, layout.eff, layout.placement
+    warnings: list[str] = []
+    dk, dv = draft_cache_types(plan, facts)
+    kv = kv_bytes_per_cell(model, model.n_nextn_layer, dk, dv) * caches.cells
+    shape = draft_shape(plan, eff, facts)
+    on_gpu = any(i >= model.n_layer for i in placement.gpu_layers)
+    nextn = weights.layers[model.n_layer] if model.n_layer < len(weights.layers) else None
+    ffn = nextn.ffn_tensors if nextn is not None else ()
+    # upstream on CUDA: the scheduler's splits and copies replayed (what the MTP block
+    # reads from RAM is copied in for 32+ tokens); elsewhere the copy is estimated below
+    residency = (
+        residency_for(weights, placement, op_offload=rt.op_offload, layers=[model.n_layer])
+        if scheduled
+        else None
+    )
+    rules = device_rules(target, model, ffn, residency=residency)
+    compute = compute_bytes(model, shape, recurrent=False, rules=rules)
+    host_compute = 0
+    if isinstance(rules, CudaRules) and host_buffers:
+        host_rules = CudaHostRules(device=rules)
+        host_compute = compute_bytes(model, shape, recurrent=False, rules=host_rules)
+    # the replays are upstream's draft graphs; ik_llama.cpp's Qwen3.5/3.6 draft matched
+    # its log (tests/engines/test_recorded_eras.py), its GLM-4.5 draft was never checked
+    replayed = replays_nextn_graph(model, shape) and not (
+        facts.reserves_all_logits and model.architecture in NEXTN_BLOCK_ARCHITECTURES
+    )
+    if facts.reserves_all_logits and replayed:
+        # ik's MTP context keeps a whole ubatch of outputs as its main context does: the
+        # nextn block's replay, or those outputs where they are more (4,000 tokens of
+        # vocabulary and 256 of embedding at -ub 512: 8.31 MiB logged at every context up
+        # to 4k, where the replay gives 7.02 at 4k; tests/integration/test_budget_accuracy.py)
+        compute = max(compute, ik_all_outputs_bytes(model, shape.n_tokens))
+    if not replayed:
+        compute = with_safety_margin(compute)
+        warnings.append(
+            f"mtpstudio does not model {facts.flavour.value}'s {model.architecture} MTP "
+            f"draft graph here: its buffer is an estimate planned with a {MARGIN_PCT} % "
+            "safety margin"
+        )
+    offloaded = _offloads(plan, shape.n_tokens, target) and on_gpu
+    experts_in_ram = model.n_layer in placement.cpu_expert_layers and model.is_moe
+    if not scheduled and offloaded and experts_in_ram and nextn is not None:
+        compute += nextn.expert_gpu_bytes
+    output = output_buffer_bytes(model, eff.n_seq)
+    return _Draft(
+        kv,
+        compute,
+        host_compute,
+        output,
+        on_gpu,
+        replayed,
+        _with_draft_share(plan, model, facts, placement, caches, on_gpu),
+        tuple(warnings),
+    )
+
+
+def _with_draft_share(
+    plan: Plan,
+    model: ModelInfo,
+    facts: EngineMemoryFacts,
+    placement: Placement,
+    caches: _ContextCaches,
+    draft_on_gpu: bool,
+) -> _ContextCaches:
+    """The main caches with what the draft adds to them, where the engine keeps it there."""
+    kv_gpu, kv_cpu, rs_gpu, rs_cpu = caches.kv_gpu, caches.kv_cpu, caches.rs_gpu, caches.rs_cpu
+    if facts.mtp_layers_in_main_kv:  # the main context keeps the nextn layers' KV as well
+        tk, tv = plan.runtime.cache_type_k.value, plan.runtime.cache_type_v.value
+        nextn_kv = kv_bytes_per_cell(model, model.n_nextn_layer, tk, tv) * caches.cells
+        if draft_on_gpu:
+            kv_gpu += nextn_kv
+        else:
+            kv_cpu += nextn_kv
+    if facts.recurrent_step_checkpoints:  # per-step rollback copies for the draft's steps
+        # and the conv-state shadow of each layer beside them
+        step = recurrent_step_bytes(model, plan.mtp.draft_max + 1)
+        step += recurrent_shadow_bytes(model)
+        rec = model.recurrent_layers
+        rs_gpu += step * sum(1 for i in rec if i in placement.gpu_layers)
+        rs_cpu += step * sum(1 for i in rec if i not in placement.gpu_layers)
+    return _ContextCaches(caches.cells, kv_gpu, kv_cpu, rs_gpu, rs_cpu)
+
+
+def _trunk_compute(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    weights: ModelWeights,
+    eff: EffectiveSettings,
+    placement: Placement,
+    host_buffers: bool,
+    scheduled: bool,
+) -> _Trunk:
+    """The main graph's compute buffer on the target, and its CUDA_Host buffer."""
+    shape = trunk_shape(plan, eff)
+    replayed = False
+    host_compute = 0
+    warnings: list[str] = []
     if facts.reserves_all_logits:
-        main_compute = compute_bytes_ik(model, main_shape)
+        compute = compute_bytes_ik(model, shape)
     else:
         # on a CUDA card the trunk's replay follows the scheduler (splits, input copies,
         # weights copied in from RAM) and graph_optimize on each of the card's splits
-        trunk_residency = None
+        residency = None
         if scheduled:
             trunk = range(model.n_layer)
-            trunk_residency = residency_for(
-                weights, placement, op_offload=rt.op_offload, layers=trunk
+            residency = residency_for(
+                weights, placement, op_offload=plan.runtime.op_offload, layers=trunk
             )
-        rules = device_rules(target, model, _moe_ffn_tensors(weights), residency=trunk_residency)
-        main_compute = compute_bytes(model, main_shape, rules=rules)
+        rules = device_rules(target, model, _moe_ffn_tensors(weights), residency=residency)
+        compute = compute_bytes(model, shape, rules=rules)
         if scheduled and isinstance(rules, CudaRules) and host_buffers:
-            host_compute = compute_bytes(model, main_shape, rules=CudaHostRules(device=rules))
-        main_replayed = replays_trunk(model, main_shape)
-        reason = unmodelled_reason(model, main_shape)
+            host_compute = compute_bytes(model, shape, rules=CudaHostRules(device=rules))
+        replayed = replays_trunk(model, shape)
+        reason = unmodelled_reason(model, shape)
         if reason is not None:
-            main_compute = with_safety_margin(main_compute)
+            compute = with_safety_margin(compute)
             warnings.append(
                 f"{reason}: its compute buffer is an estimate planned with a {MARGIN_PCT} % "
                 "safety margin"
             )
-    output = output_buffer_bytes(model, eff.n_seq)
     op_offload = (
-        0 if scheduled else op_offload_bytes(plan, weights, placement, main_shape.n_tokens, target)
+        0 if scheduled else op_offload_bytes(plan, weights, placement, shape.n_tokens, target)
     )
-    cpu_layers = any(i not in placement.gpu_layers for i in placement.loaded_layers)
+    return _Trunk(shape, compute, host_compute, op_offload, replayed, tuple(warnings))
 
-    load_mode = rt.load_mode
+
+def _weight_rows(load_mode: LoadMode, cpu_weights: int) -> dict[str, int]:
+    """The CPU-side weights in system RAM, under the row of their load mode."""
+    return {
+        "weights_mapped": cpu_weights if load_mode is LoadMode.MMAP else 0,
+        "weights_resident": cpu_weights if load_mode is LoadMode.NO_MMAP else 0,
+        "weights_locked": cpu_weights if load_mode is LoadMode.MLOCK else 0,
+    }
+
+
+def _cpu_weights(plan: Plan, split: WeightSplit) -> int:
     # mmap maps the whole file range of the CPU tensors (the MTP block too, with MTP off)
-    cpu_weights = split.cpu_mapped_bytes if load_mode is LoadMode.MMAP else split.cpu_bytes
-    growth = _growth(plan, model, target, facts, eff, placement, mtp_on_gpu, main_shape)
+    mapped = plan.runtime.load_mode is LoadMode.MMAP
+    return split.cpu_mapped_bytes if mapped else split.cpu_bytes
+
+
+def _sides(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+    layout: _Layout,
+    caches: _ContextCaches,
+    draft: _Draft,
+    trunk: _Trunk,
+    growth: RuntimeGrowth,
+    scheduled: bool,
+) -> _Sides:
+    """Every segment on the target device and in system RAM."""
     if target.is_gpu:
-        margin = plan.runtime.fit_margin_mib * MIB
-        if fit is not None:
-            # the engine's fit leaves the margin free at the load; what the process adds
-            # after it (and its warm-up) grows into that room
-            margin = max(0, margin - growth.load_bytes - growth.bytes)
-        cache = None
-        if plan.runtime.moe_cache_mib > 0 and facts.moe_cache:
-            cache = moe_cache(model, weights, placement, plan.runtime.moe_cache_mib * MIB)
-            warnings.append(cache.words())
-        gpu_segments = {
-            "weights": split.gpu_bytes,
-            "kv_cache": kv_gpu,
-            "recurrent_state": rs_gpu,
-            "mtp_kv_cache": mtp_kv if mtp_on_gpu else 0,
-            "mtp_compute": mtp_compute if mtp_on_gpu else 0,
-            "compute": main_compute + op_offload,
-            "output": 0,
-            "desktop": target.desktop_bytes,
-            "other_processes": target.other_bytes,
-            "driver_overhead": target.driver_overhead_bytes + growth.load_bytes,
-            "runtime_growth": growth.bytes,
-            "margin": margin,
-        }
-        if cache is not None:  # the banks on the card; the fit counts them as context memory
-            gpu_segments["moe_cache"] = cache.device_bytes
-        devices = (DeviceBudget(target.id, target.name, target.total_bytes, gpu_segments),)
-        host_segments = {
-            "weights_mapped": cpu_weights if load_mode is LoadMode.MMAP else 0,
-            "weights_resident": cpu_weights if load_mode is LoadMode.NO_MMAP else 0,
-            "weights_locked": cpu_weights if load_mode is LoadMode.MLOCK else 0,
-            "kv_cache": kv_cpu,
-            "recurrent_state": rs_cpu,
-            "mtp_kv_cache": 0 if mtp_on_gpu else mtp_kv,
-            # the CPU runs the graph of its layers too: its own compute buffer (estimate), or
-            # on CUDA the replayed CUDA_Host buffers (inputs, host ops, what the CPU runs)
-            "compute": (0 if mtp_on_gpu else mtp_compute)
-            + (host_compute + mtp_host_compute if scheduled else main_compute if cpu_layers else 0),
-            "output": output + mtp_output,
-            "prompt_cache_max": PROMPT_CACHE_DEFAULT,
-        }
-        if cache is not None:  # the slot maps, one per cached layer
-            host_segments["moe_cache"] = cache.map_bytes
-        if split.cpu_expert_bytes and load_mode is LoadMode.MMAP:
-            warnings.append(
-                f"{split.cpu_expert_bytes / MIB:,.0f} MiB of experts stay in system RAM "
-                "(memory-mapped): the first tokens read them from disk"
-            )
-    else:
-        cache = None  # the engine refuses the cache without a GPU (the plan leaves it out)
-        cpu_segments = {
-            "weights": cpu_weights,
-            "kv_cache": kv_cpu,
-            "recurrent_state": rs_cpu,
-            "mtp_kv_cache": mtp_kv,
-            "mtp_compute": mtp_compute,
-            "compute": main_compute,
-            "output": output + mtp_output,
-            "desktop": 0,
-            "other_processes": 0,
-            "driver_overhead": 0,
-            "runtime_growth": 0,
-            "margin": 0,
-        }
-        total = target.total_bytes if target.total_bytes is not None else host.total_bytes
-        devices = (DeviceBudget("CPU", target.name, total, cpu_segments),)
-        host_segments = {
-            "weights_mapped": cpu_weights if load_mode is LoadMode.MMAP else 0,
-            "weights_resident": cpu_weights if load_mode is LoadMode.NO_MMAP else 0,
-            "weights_locked": cpu_weights if load_mode is LoadMode.MLOCK else 0,
-            "kv_cache": kv_cpu,
-            "recurrent_state": rs_cpu,
-            "mtp_kv_cache": mtp_kv,
-            "compute": main_compute + mtp_compute,
-            "output": output + mtp_output,
-            "prompt_cache_max": PROMPT_CACHE_DEFAULT,
-        }
-    host_budget = HostBudget(host.total_bytes, host.available_bytes, host_segments)
+        return _gpu_sides(
+            plan, model, target, facts, weights, layout, caches, draft, trunk, growth, scheduled
+        )
+    load_mode = plan.runtime.load_mode
+    cpu_weights = _cpu_weights(plan, layout.split)
+    output = output_buffer_bytes(model, layout.eff.n_seq)
+    cpu_segments = {
+        "weights": cpu_weights,
+        "kv_cache": caches.kv_cpu,
+        "recurrent_state": caches.rs_cpu,
+        "mtp_kv_cache": draft.kv,
+        "mtp_compute": draft.compute,
+        "compute": trunk.compute,
+        "output": output + draft.output,
+        "desktop": 0,
+        "other_processes": 0,
+        "driver_overhead": 0,
+        "runtime_growth": 0,
+        "margin": 0,
+    }
+    total = target.total_bytes if target.total_bytes is not None else host.total_bytes
+    devices = (DeviceBudget("CPU", target.name, total, cpu_segments),)
+    host_segments = {
+        **_weight_rows(load_mode, cpu_weights),
+        "kv_cache": caches.kv_cpu,
+        "recurrent_state": caches.rs_cpu,
+        "mtp_kv_cache": draft.kv,
+        "compute": trunk.compute + draft.compute,
+        "output": output + draft.output,
+        "prompt_cache_max": PROMPT_CACHE_DEFAULT,
+    }
+    # the engine refuses the MoE cache without a GPU (the plan leaves it out)
+    return _Sides(devices, host_segments, None, ())
+
+
+def _gpu_sides(
+    plan: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    weights: ModelWeights,
+    layout: _Layout,
+    caches: _ContextCaches,
+    draft: _Draft,
+    trunk: _Trunk,
+    growth: RuntimeGrowth,
+    scheduled: bool,
+) -> _Sides:
+    """The segments on a GPU and in system RAM beside it."""
+    rt, split, placement = plan.runtime, layout.split, layout.placement
+    warnings: list[str] = []
+    cpu_weights = _cpu_weights(plan, split)
+    margin = rt.fit_margin_mib * MIB
+    if layout.fit is not None:
+        # the engine's fit leaves the margin free at the load; what the process adds
+        # after it (and its warm-up) grows into that room
+        margin = max(0, margin - growth.load_bytes - growth.bytes)
+    cache = None
+    if rt.moe_cache_mib > 0 and facts.moe_cache:
+        cache = moe_cache(model, weights, placement, rt.moe_cache_mib * MIB)
+        warnings.append(cache.words())
+    gpu_segments = {
+        "weights": split.gpu_bytes,
+        "kv_cache": caches.kv_gpu,
+        "recurrent_state": caches.rs_gpu,
+        "mtp_kv_cache": draft.kv if draft.on_gpu else 0,
+        "mtp_compute": draft.compute if draft.on_gpu else 0,
+        "compute": trunk.compute + trunk.op_offload,
+        "output": 0,
+        "desktop": target.desktop_bytes,
+        "other_processes": target.other_bytes,
+        "driver_overhead": target.driver_overhead_bytes + growth.load_bytes,
+        "runtime_growth": growth.bytes,
+        "margin": margin,
+    }
+    if cache is not None:  # the banks on the card; the fit counts them as context memory
+        gpu_segments["moe_cache"] = cache.device_bytes
+    devices = (DeviceBudget(target.id, target.name, target.total_bytes, gpu_segments),)
+    cpu_layers = any(i not in placement.gpu_layers for i in placement.loaded_layers)
+    # the CPU runs the graph of its layers too: its own compute buffer (estimate), or
+    # on CUDA the replayed CUDA_Host buffers (inputs, host ops, what the CPU runs)
+    cpu_compute = (
+        trunk.host_compute + draft.host_compute if scheduled else trunk.compute if cpu_layers else 0
+    )
+    host_segments = {
+        **_weight_rows(rt.load_mode, cpu_weights),
+        "kv_cache": caches.kv_cpu,
+        "recurrent_state": caches.rs_cpu,
+        "mtp_kv_cache": 0 if draft.on_gpu else draft.kv,
+        "compute": (0 if draft.on_gpu else draft.compute) + cpu_compute,
+        "output": output_buffer_bytes(model, layout.eff.n_seq) + draft.output,
+        "prompt_cache_max": PROMPT_CACHE_DEFAULT,
+    }
+    if cache is not None:  # the slot maps, one per cached layer
+        host_segments["moe_cache"] = cache.map_bytes
+    if split.cpu_expert_bytes and rt.load_mode is LoadMode.MMAP:
+        warnings.append(
+            f"{split.cpu_expert_bytes / MIB:,.0f} MiB of experts stay in system RAM "
+            "(memory-mapped): the first tokens read them from disk"
+        )
+    return _Sides(devices, host_segments, cache, tuple(warnings))
+
+
+def _shortfall_words(
+    asked: Plan,
+    model: ModelInfo,
+    target: TargetDevice,
+    facts: EngineMemoryFacts,
+    host: HostSpec,
+    weights: ModelWeights,
+    devices: tuple[DeviceBudget, ...],
+    host_budget: HostBudget,
+    layout: _Layout,
+    growth: RuntimeGrowth,
+    *,
+    fit_target_remedy: bool,
+    mtp_active: bool | None,
+) -> tuple[str, ...]:
+    """What does not fit, with what to change."""
+    warnings: list[str] = []
+    fit = layout.fit
     for d in devices:
         engine_fit = fit is not None and not fit.fails
         if d.fits is False and d.free_bytes is not None and engine_fit and fit_target_remedy:
             remedy = surviving_fit_margin(asked, model, target, facts, host, weights, mtp_active)
             warnings.append(
-                f"the engine's fit with --fit-target {plan.runtime.fit_margin_mib} loads, but "
-                f"the process grows by {(growth.load_bytes + growth.bytes) / MIB:,.0f} MiB after "
-                f"the load and {d.id} is then {-d.free_bytes / MIB:,.0f} MiB short: "
+                f"the engine's fit with --fit-target {layout.plan.runtime.fit_margin_mib} loads, "
+                f"but the process grows by {(growth.load_bytes + growth.bytes) / MIB:,.0f} MiB "
+                f"after the load and {d.id} is then {-d.free_bytes / MIB:,.0f} MiB short: "
                 + (
                     f"use --fit-target {remedy} (mtpstudio: fit margin {remedy} MiB)"
                     if remedy is not None
@@ -474,72 +733,85 @@ def compute_budget(
             )
     if host_budget.fits is False:
         warnings.append("not enough free system RAM for the CPU-side weights and buffers")
-    parts = {
+    return tuple(warnings)
+
+
+def _parts(
+    plan: Plan,
+    model: ModelInfo,
+    layout: _Layout,
+    caches: _ContextCaches,
+    draft: _Draft,
+    trunk: _Trunk,
+    sides: _Sides,
+) -> dict[str, int]:
+    """Each buffer's total over both sides, by name."""
+    split = layout.split
+    cpu_weights = _cpu_weights(plan, split)
+    return {
         "weights_total": split.gpu_bytes + cpu_weights,
         "weights_gpu": split.gpu_bytes,
         "weights_cpu": cpu_weights,
         "weights_cpu_tensors": split.cpu_bytes,  # what stays in RAM of the mapped range
         "weights_cpu_experts": split.cpu_expert_bytes,
-        "kv_cache": kv_gpu + kv_cpu,
-        "recurrent_state": rs_gpu + rs_cpu,
-        "mtp_kv_cache": mtp_kv,
-        "output": output,
-        "mtp_output": mtp_output,
-        "compute": main_compute,
-        "mtp_compute": mtp_compute,
-        "op_offload_compute": op_offload,
-        "compute_host": host_compute,
-        "mtp_compute_host": mtp_host_compute,
-        **({"moe_cache": cache.device_bytes} if cache is not None else {}),
+        "kv_cache": caches.kv_gpu + caches.kv_cpu,
+        "recurrent_state": caches.rs_gpu + caches.rs_cpu,
+        "mtp_kv_cache": draft.kv,
+        "output": output_buffer_bytes(model, layout.eff.n_seq),
+        "mtp_output": draft.output,
+        "compute": trunk.compute,
+        "mtp_compute": draft.compute,
+        "op_offload_compute": trunk.op_offload,
+        "compute_host": trunk.host_compute,
+        "mtp_compute_host": draft.host_compute,
+        **({"moe_cache": sides.cache.device_bytes} if sides.cache is not None else {}),
     }
-    replayed: Measured = NOTHING_MEASURED
-    sourced: Measured = NOTHING_MEASURED
-    kit: Measured = NOTHING_MEASURED
+
+
+def _trust(
+    target: TargetDevice,
+    devices: tuple[DeviceBudget, ...],
+    scheduled: bool,
+    draft: _Draft,
+    trunk: _Trunk,
+    growth: RuntimeGrowth,
+    cache: MoeCache | None,
+) -> tuple[Measured, Measured, Measured]:
+    """How far each segment was checked: (replayed on the CPU, from the source, by the kit)."""
     if devices[0].id == "CPU":
         # the graph replays matched the engine's allocator traces on the CPU backend only
         replayed = frozenset(
             ("CPU", segment)
-            for segment, replay in (("mtp_compute", mtp_replayed), ("compute", main_replayed))
+            for segment, replay in (("mtp_compute", draft.replayed), ("compute", trunk.replayed))
             if replay
         )
-    elif target.is_cuda:
-        # upstream's CUDA padding and the scheduler's replays were checked on Hopper cards by
-        # the GPU kit; on other cards the replays follow the same source (the attention kernel
-        # chosen differs by card); ik_llama.cpp's CUDA code is its own: from the source at most
-        cc = parse_cc(target.compute_capability)
-        hopper = cc is not None and cc[0] == CC_HOPPER[0] and scheduled  # sm_90, as measured
-        checked = {"weights"} if scheduled else set()
-        unchecked = set() if scheduled else {"weights"}
-        for segment, replay in (
-            ("compute", main_replayed and scheduled),
-            ("mtp_compute", mtp_replayed and mtp_on_gpu),
-        ):
-            if replay:
-                (checked if hopper else unchecked).add(segment)
-        if hopper:  # the context at init was measured on these cards; elsewhere published
-            checked.add("driver_overhead")
-        if cache is not None:  # llama-moe-cache.cpp's sizing, never measured on a card
-            unchecked.add("moe_cache")
-        if growth.trust == MEASURED_ON:
-            checked.add("runtime_growth")
-        elif growth.trust == "source":
-            unchecked.add("runtime_growth")
-        kit = frozenset((target.id, name) for name in checked)
-        sourced = frozenset((target.id, name) for name in unchecked)
-    return Budget(
-        devices,
-        host_budget,
-        eff,
-        placement,
-        tuple(warnings),
-        parts,
-        replayed=replayed,
-        sourced=sourced,
-        kit=kit,
-        growth=growth,
-        fit=fit,
-        moe_cache=cache,
-    )
+        return replayed, NOTHING_MEASURED, NOTHING_MEASURED
+    if not target.is_cuda:
+        return NOTHING_MEASURED, NOTHING_MEASURED, NOTHING_MEASURED
+    # upstream's CUDA padding and the scheduler's replays were checked on Hopper cards by
+    # the GPU kit; on other cards the replays follow the same source (the attention kernel
+    # chosen differs by card); ik_llama.cpp's CUDA code is its own: from the source at most
+    cc = parse_cc(target.compute_capability)
+    hopper = cc is not None and cc[0] == CC_HOPPER[0] and scheduled  # sm_90, as measured
+    checked = {"weights"} if scheduled else set()
+    unchecked = set() if scheduled else {"weights"}
+    for segment, replay in (
+        ("compute", trunk.replayed and scheduled),
+        ("mtp_compute", draft.replayed and draft.on_gpu),
+    ):
+        if replay:
+            (checked if hopper else unchecked).add(segment)
+    if hopper:  # the context at init was measured on these cards; elsewhere published
+        checked.add("driver_overhead")
+    if cache is not None:  # llama-moe-cache.cpp's sizing, never measured on a card
+        unchecked.add("moe_cache")
+    if growth.trust == MEASURED_ON:
+        checked.add("runtime_growth")
+    elif growth.trust == "source":
+        unchecked.add("runtime_growth")
+    kit = frozenset((target.id, name) for name in checked)
+    sourced = frozenset((target.id, name) for name in unchecked)
+    return NOTHING_MEASURED, sourced, kit
 
 
 _PARTIAL_WORDS = {

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.argv import launch_spec
 
 from mtpstudio.core.desktop.session_files import SessionSettings
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan.choices import DesktopReclaim, EngineFlavour
 from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.service.export import render_all
@@ -50,9 +51,7 @@ def test_the_layout_tree_puts_each_entry_in_its_folder_and_reports_what_is_gone(
 @pytest.mark.parametrize("desktop", list(DesktopReclaim))
 def test_readme_says_which_desktop_choice_makes_render_write_more(desktop: DesktopReclaim) -> None:
     plan = plan_from_dict({"model": {"path": "/m/x.gguf", "card": None}, "desktop": desktop.value})
-    spec = build_launch_spec(
-        plan, documented_build(EngineFlavour.UPSTREAM, Path("/x/llama-server"))
-    )
+    spec = launch_spec(plan, documented_build(EngineFlavour.UPSTREAM, Path("/x/llama-server")))
     session = SessionSettings(igpu_card="/dev/dri/by-path/pci-0000:00:02.0-card")
     files = render_all(plan, spec, scope=UnitScope.USER, user=None, session=session)
     extra = set(files) - {"unit", "env", "script", "readme"}

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.argv import launch_spec
 from support.servers import start_server
 
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.apikey import store_api_key
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.probe import CANDIDATE_FLAGS, FlagSpec
-from mtpstudio.core.engines.registry import build_launch_spec, probe_candidates
+from mtpstudio.core.engines.registry import probe_candidates
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.io import plan_from_dict
@@ -97,7 +98,7 @@ def test_the_real_parser_accepts_every_command(
     key_file.write_text("mtps-test\n")
     for sections in PLANS:
         lan = sections.get("server", {}).get("host") == "0.0.0.0"
-        spec = build_launch_spec(
+        spec = launch_spec(
             plan(flavour, **sections),
             build,
             for_mtpstudio_launch=True,
@@ -114,7 +115,7 @@ def test_the_check_catches_a_rejected_flag(engine: Callable[[str], Path]) -> Non
     binary = engine("upstream")
     build = probe_build(binary, EngineFlavour.UPSTREAM)
     assert "--mlock" not in build.accepted_flags and "-lm" in build.accepted_flags
-    spec = build_launch_spec(plan(EngineFlavour.UPSTREAM), build)
+    spec = launch_spec(plan(EngineFlavour.UPSTREAM), build)
     broken = LaunchSpec(
         flavour=spec.flavour,
         binary=spec.binary,
@@ -131,7 +132,7 @@ def test_both_engines_serve_the_key_from_the_plans_key_file(
     binary = engine(flavour.value)
     key_file = tmp_path / "server-api-key"
     key = store_api_key(key_file, "mtps-real-key").key
-    spec = build_launch_spec(
+    spec = launch_spec(
         plan(flavour, server={"host": "0.0.0.0", "api_key_file": str(key_file)}),
         probe_build(binary, flavour),
     )
@@ -159,7 +160,7 @@ def test_todays_ik_runs_the_qwen35moe_mtp_the_plan_asks_for(
 
     model = tiny_model("hybrid-mtp")
     binary = engine("ik")
-    spec = build_launch_spec(
+    spec = launch_spec(
         plan(EngineFlavour.IK, model={"path": str(model)}, device="cpu"),
         probe_build(binary, EngineFlavour.IK),
         read_model_info(model),

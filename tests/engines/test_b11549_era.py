@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from support.argv import launch_spec
 from support.servers import free_port
 
 from mtpstudio.core.bench.client import BenchClient
@@ -20,7 +21,7 @@ from mtpstudio.core.engines.profiles import (
     upstream_moe_cache,
     upstream_ranges,
 )
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.errors import BenchError, PlanError
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.io import plan_from_dict
@@ -88,14 +89,14 @@ def _rpc(protocol: list[int] | None) -> dict[str, Any]:
 
 def test_a_plan_on_an_rpc_server_of_another_protocol_is_blocked() -> None:
     newer = _plan(split=_rpc([8, 0, 0]))
-    spec = build_launch_spec(newer, B11434)
+    spec = launch_spec(newer, B11434)
     assert any("speaks RPC protocol 8.0.0" in b and "7.0.0" in b for b in spec.blockers)
     assert any("same llama.cpp build on every machine" in a for a in spec.alternatives)
-    assert build_launch_spec(newer, B11549).blockers == ()
-    assert "--rpc" in build_launch_spec(newer, B11549).args
-    older = build_launch_spec(_plan(split=_rpc([7, 0, 0])), B11549)
+    assert launch_spec(newer, B11549).blockers == ()
+    assert "--rpc" in launch_spec(newer, B11549).args
+    older = launch_spec(_plan(split=_rpc([7, 0, 0])), B11549)
     assert any("speaks RPC protocol 7.0.0" in b for b in older.blockers)
-    unprobed = build_launch_spec(_plan(split=_rpc(None)), B11549)
+    unprobed = launch_spec(_plan(split=_rpc(None)), B11549)
     assert unprobed.blockers == ()  # sized by hand: nothing known to refuse
 
 
@@ -108,16 +109,16 @@ def test_a_hostile_protocol_in_a_plan_file_is_refused(protocol: list[int]) -> No
 
 def test_the_moe_cache_is_asked_for_only_where_the_build_has_it() -> None:
     plan = _plan(runtime={"moe": "n_cpu_moe", "n_cpu_moe": 20, "moe_cache_mib": 2048})
-    spec = build_launch_spec(plan, B11549)
+    spec = launch_spec(plan, B11549)
     at = spec.args.index("--moe-cache-mib")
     assert spec.args[at + 1] == "2048" and spec.blockers == ()
-    old = build_launch_spec(plan, B11434)
+    old = launch_spec(plan, B11434)
     assert "--moe-cache-mib" not in old.args
     assert any("has no --moe-cache-mib" in b for b in old.blockers)
-    cpu = build_launch_spec(_plan(device="cpu", runtime={"moe_cache_mib": 2048}), B11549)
+    cpu = launch_spec(_plan(device="cpu", runtime={"moe_cache_mib": 2048}), B11549)
     assert "--moe-cache-mib" not in cpu.args
     assert any("MoE cache requires a GPU backend" in w for w in cpu.warnings)
-    off = build_launch_spec(_plan(runtime={"moe_cache_mib": 0}), B11549)
+    off = launch_spec(_plan(runtime={"moe_cache_mib": 0}), B11549)
     assert "--moe-cache-mib" not in off.args
 
 

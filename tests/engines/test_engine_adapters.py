@@ -9,15 +9,17 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.argv import launch_spec
 
+from mtpstudio.core.engines.argv import build_launch_spec
 from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import FILE_PROBED_FLAGS, Option
+from mtpstudio.core.engines.mtp import MtpDecision, decide_mtp
 from mtpstudio.core.engines.profiles import ik, upstream
 from mtpstudio.core.engines.profiles.ik import DOCUMENTED_FLAGS as IK_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS as UP_FLAGS
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_SPEC_TYPES
 from mtpstudio.core.engines.registry import (
-    build_launch_spec,
     documented_build,
     probe_candidates,
     profile_for,
@@ -103,7 +105,7 @@ def model_info(arch: str = "qwen35moe", *, nextn: int = 1, experts: int = 256) -
 
 def test_upstream_demo_plan_exact_argv() -> None:
     plan = make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 20})
-    spec = build_launch_spec(plan, probed(UP), model_info(), for_mtpstudio_launch=True)
+    spec = launch_spec(plan, probed(UP), model_info(), for_mtpstudio_launch=True)
     assert spec.argv == (
         UP_BIN,
         "-m", MODEL,
@@ -134,7 +136,7 @@ def test_upstream_demo_plan_exact_argv() -> None:
 
 def test_ik_demo_plan_exact_argv() -> None:
     plan = make_plan(IK, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 20})
-    spec = build_launch_spec(plan, probed(IK), for_mtpstudio_launch=True)
+    spec = launch_spec(plan, probed(IK), for_mtpstudio_launch=True)
     assert spec.argv == (
         IK_BIN,
         "-m", MODEL,
@@ -159,7 +161,7 @@ def test_every_flag_has_a_one_line_explanation() -> None:
     plan = make_plan(
         UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 4, "threads": 8, "load_mode": "mlock"}
     )
-    spec = build_launch_spec(plan, probed(UP), for_mtpstudio_launch=True)
+    spec = launch_spec(plan, probed(UP), for_mtpstudio_launch=True)
     for note in spec.flags:
         assert note.explanation and "\n" not in note.explanation, note
         assert note.setting
@@ -226,7 +228,7 @@ def test_argv_matrix(
         server=server,
     )  # fmt: skip
     key_file = KEY_FILE if host == "lan" else None
-    spec = build_launch_spec(plan, probed(flavour), model_info("glm4moe"), api_key_file=key_file)
+    spec = launch_spec(plan, probed(flavour), model_info("glm4moe"), api_key_file=key_file)
     binary = UP_BIN if flavour is UP else IK_BIN
     expected = [
         binary,
@@ -248,38 +250,38 @@ def test_ngl_and_threads_and_draft_min() -> None:
         runtime={"moe": "gpu", "n_gpu_layers": 30, "threads": 6},
         mtp={"draft_min": 1},
     )
-    args = build_launch_spec(plan, probed(UP)).args
+    args = launch_spec(plan, probed(UP)).args
     assert args[args.index("-ngl") + 1] == "30"
     assert args[args.index("-t") + 1] == "6"
     assert args[args.index("--spec-draft-n-min") + 1] == "1"
     plan_ik = make_plan(IK, mtp={"draft_min": 1})
-    args_ik = build_launch_spec(plan_ik, probed(IK)).args
+    args_ik = launch_spec(plan_ik, probed(IK)).args
     assert args_ik[args_ik.index("--draft-min") + 1] == "1"
 
 
 def test_cpu_device_keeps_everything_on_the_cpu() -> None:
     plan = make_plan(UP, device="cpu", runtime={"moe": "fit"})
-    spec = build_launch_spec(plan, probed(UP))
+    spec = launch_spec(plan, probed(UP))
     assert spec.args[spec.args.index("--parallel") + 2 :][:4] == ("--fit", "off", "-ngl", "0")
     assert "--fit-target" not in spec.args
     assert any("CPU" in w for w in spec.warnings)
-    ik = build_launch_spec(make_plan(IK, device="cpu"), probed(IK))
+    ik = launch_spec(make_plan(IK, device="cpu"), probed(IK))
     assert ik.args[ik.args.index("-ngl") : ik.args.index("-ngl") + 2] == ("-ngl", "0")
 
 
 def test_verbosity_only_when_mtpstudio_launches() -> None:
     plan = make_plan(UP)
-    assert "-lv" not in build_launch_spec(plan, probed(UP)).args
-    assert build_launch_spec(plan, probed(UP), for_mtpstudio_launch=True).args[-2:] == (
+    assert "-lv" not in launch_spec(plan, probed(UP)).args
+    assert launch_spec(plan, probed(UP), for_mtpstudio_launch=True).args[-2:] == (
         "-lv",
         "4",
     )
-    assert "-lv" not in build_launch_spec(make_plan(IK), probed(IK), for_mtpstudio_launch=True).args
+    assert "-lv" not in launch_spec(make_plan(IK), probed(IK), for_mtpstudio_launch=True).args
 
 
 def test_flash_attention_and_probability_spelling() -> None:
     plan = make_plan(UP, runtime={"flash_attn": "auto"}, mtp={"draft_p_min": 0.0})
-    spec = build_launch_spec(plan, probed(UP))
+    spec = launch_spec(plan, probed(UP))
     assert spec.args[spec.args.index("-fa") + 1] == "auto"
     assert spec.args[spec.args.index("--spec-draft-p-min") + 1] == "0"
     assert any("auto" in w for w in spec.warnings)  # quantized V with fa auto
@@ -293,14 +295,14 @@ def test_fit_refuses_a_fixed_layer_count() -> None:
     for flavour in (UP, IK):
         plan = make_plan(flavour, runtime={"moe": "fit", "n_gpu_layers": 30})
         with pytest.raises(AdapterError, match=r"fit cannot be combined .*-ngl 30"):
-            build_launch_spec(plan, probed(flavour))
+            launch_spec(plan, probed(flavour))
 
 
 @pytest.mark.parametrize("flavour", [UP, IK])
 def test_fit_never_shares_the_line_with_manual_placement(flavour: EngineFlavour) -> None:
     manual = {"-ngl", "-ot", "--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe", "--override-tensor"}
     plan = make_plan(flavour, runtime={"moe": "fit", "n_cpu_moe": 7})
-    args = set(build_launch_spec(plan, probed(flavour)).args)
+    args = set(launch_spec(plan, probed(flavour)).args)
     assert "--fit" in args
     assert not (args & manual)
 
@@ -308,18 +310,18 @@ def test_fit_never_shares_the_line_with_manual_placement(flavour: EngineFlavour)
 def test_quantized_v_without_flash_attention_is_refused() -> None:
     plan = make_plan(UP, runtime={"flash_attn": "off", "cache_type_v": "q4_0"})
     with pytest.raises(AdapterError, match="quantized V cache"):
-        build_launch_spec(plan, probed(UP))
+        launch_spec(plan, probed(UP))
     ok = make_plan(UP, runtime={"flash_attn": "off", "cache_type_v": "f16"})
-    assert build_launch_spec(ok, probed(UP)).args[12:14] == ("-fa", "off")
+    assert launch_spec(ok, probed(UP)).args[12:14] == ("-fa", "off")
 
 
 def test_non_loopback_needs_a_key_file() -> None:
     plan = make_plan(UP, server={"host": "0.0.0.0"})
     with pytest.raises(AdapterError, match=r"0\.0\.0\.0.*API key") as info:
-        build_launch_spec(plan, probed(UP))
+        launch_spec(plan, probed(UP))
     assert info.value.hint
     keyed = make_plan(UP, server={"host": "0.0.0.0", "api_key_file": str(KEY_FILE)})
-    spec = build_launch_spec(keyed, probed(UP))
+    spec = launch_spec(keyed, probed(UP))
     assert spec.args[4:8] == ("--port", "8080", "--api-key-file", str(KEY_FILE))
     assert spec.api_key_file == KEY_FILE
 
@@ -336,61 +338,61 @@ def test_the_key_itself_is_never_in_a_plan_or_the_command_line() -> None:
     no_file = probed(UP, UP_FLAGS - {"--api-key-file"})
     keyed = make_plan(UP, server={"api_key_file": str(KEY_FILE)})
     with pytest.raises(AdapterError, match="--api-key-file"):
-        build_launch_spec(keyed, no_file)
-    spec = build_launch_spec(keyed, probed(UP))
+        launch_spec(keyed, no_file)
+    spec = launch_spec(keyed, probed(UP))
     assert "--api-key" not in spec.args and "--api-key-file" in spec.args
 
 
 def test_upstream_mtp_needs_draft_mtp() -> None:
     old = probed(UP, spec_types=("none", "draft-simple"), mtp=MtpSupport.UNAVAILABLE)
     with pytest.raises(AdapterError, match="draft-mtp") as info:
-        build_launch_spec(make_plan(UP, mtp={"enabled": True}), old)
+        launch_spec(make_plan(UP, mtp={"enabled": True}), old)
     assert str(old.binary) in str(info.value)
-    assert "--spec-type" not in build_launch_spec(make_plan(UP, mtp={"enabled": False}), old).args
+    assert "--spec-type" not in launch_spec(make_plan(UP, mtp={"enabled": False}), old).args
     # auto: off on a build that cannot draft with MTP, no error
-    assert "--spec-type" not in build_launch_spec(make_plan(UP), old, model_info()).args
+    assert "--spec-type" not in launch_spec(make_plan(UP), old, model_info()).args
 
 
 def test_mtp_auto_follows_the_model_and_explicit_on_without_a_layer_is_refused() -> None:
     plain = model_info(nextn=0)
     assert make_plan(UP).mtp.enabled is None  # auto is the default
-    assert "--spec-type" not in build_launch_spec(make_plan(UP), probed(UP), plain).args
-    assert "--spec-type" in build_launch_spec(make_plan(UP), probed(UP), model_info()).args
+    assert "--spec-type" not in launch_spec(make_plan(UP), probed(UP), plain).args
+    assert "--spec-type" in launch_spec(make_plan(UP), probed(UP), model_info()).args
     for flavour in (UP, IK):
         with pytest.raises(AdapterError, match="no MTP"):
-            build_launch_spec(make_plan(flavour, mtp={"enabled": True}), probed(flavour), plain)
+            launch_spec(make_plan(flavour, mtp={"enabled": True}), probed(flavour), plain)
     glm = model_info("glm4moe")
-    assert "-mtp" in build_launch_spec(make_plan(IK), probed(IK), glm).args
+    assert "-mtp" in launch_spec(make_plan(IK), probed(IK), glm).args
 
 
 def test_ik_build_without_mtp_switch() -> None:
     build = probed(IK, IK_FLAGS - {"-mtp", "--multi-token-prediction"}, mtp=MtpSupport.UNAVAILABLE)
     with pytest.raises(AdapterError, match="-mtp"):
-        build_launch_spec(make_plan(IK, mtp={"enabled": True}), build)
-    assert "-mtp" not in build_launch_spec(make_plan(IK), build).args  # auto: off
+        launch_spec(make_plan(IK, mtp={"enabled": True}), build)
+    assert "-mtp" not in launch_spec(make_plan(IK), build).args  # auto: off
 
 
 def test_flavour_mismatch_and_unprobed_builds() -> None:
     with pytest.raises(AdapterError, match="the plan is for ik"):
-        build_launch_spec(make_plan(IK), probed(UP))
+        launch_spec(make_plan(IK), probed(UP))
     bare = EngineBuild(binary=Path(UP_BIN), flavour=UP, version="0.6.0-dev")
     with pytest.raises(AdapterError, match="has not been probed") as info:
-        build_launch_spec(make_plan(UP), bare)
+        launch_spec(make_plan(UP), bare)
     assert info.value.hint
 
 
 def test_demo_card_needs_a_model_file_unless_documented() -> None:
     plan = Plan()  # demo card, no path
     with pytest.raises(AdapterError, match="demo model card"):
-        build_launch_spec(plan, probed(UP))
-    spec = build_launch_spec(plan, probed(UP), model_path=Path("/m/x.gguf"))
+        launch_spec(plan, probed(UP))
+    spec = launch_spec(plan, probed(UP), model_path=Path("/m/x.gguf"))
     assert spec.args[:2] == ("-m", "/m/x.gguf")
 
 
 def test_missing_required_flag_names_option_and_build() -> None:
     build = probed(UP, UP_FLAGS - {"-ctk", "--cache-type-k"})
     with pytest.raises(AdapterError) as info:
-        build_launch_spec(make_plan(UP), build)
+        launch_spec(make_plan(UP), build)
     message = str(info.value)
     assert "-ctk / --cache-type-k" in message and UP_BIN in message
     assert "cache_type_k" in message
@@ -402,7 +404,7 @@ def test_missing_required_flag_names_option_and_build() -> None:
 
 def test_assume_documented_plans_without_a_binary() -> None:
     bare = EngineBuild(binary=Path(UP_BIN), flavour=UP, version="?")
-    spec = build_launch_spec(Plan(), bare, assume_documented=True)
+    spec = launch_spec(Plan(), bare, assume_documented=True)
     assert spec.assumed_documented
     assert spec.args[:2] == ("-m", "/path/to/qwen3.6-35b-a3b-iq4_xs.gguf")
     assert any("documented flags" in w for w in spec.warnings)
@@ -410,14 +412,14 @@ def test_assume_documented_plans_without_a_binary() -> None:
     assert set(n.flag for n in spec.flags) <= UP_FLAGS
     # the stand-in build gives the same command
     doc = documented_build(UP, Path(UP_BIN))
-    spec2 = build_launch_spec(Plan(), doc, model_path=Path(MODEL))
+    spec2 = launch_spec(Plan(), doc, model_path=Path(MODEL))
     assert spec2.args[2:] == spec.args[2:]
     assert not spec2.assumed_documented
 
 
 def test_documented_ik_fit_margin_zero() -> None:
     plan = make_plan(IK, runtime={"moe": "fit", "fit_margin_mib": 0})
-    spec = build_launch_spec(plan, documented_build(IK))
+    spec = launch_spec(plan, documented_build(IK))
     assert spec.args[spec.args.index("--fit-margin") + 1] == "1"
     assert any("1024" in w for w in spec.warnings)
 
@@ -432,7 +434,7 @@ def test_older_upstream_spellings_are_used_when_the_new_ones_were_rejected() -> 
         "--mlock", "--no-mmap", "--draft-max", "--draft-min", "--draft-p-min"}  # fmt: skip
     build = probed(UP, frozenset(older))
     plan = make_plan(UP, runtime={"load_mode": "mlock"}, mtp={"draft_min": 1})
-    spec = build_launch_spec(plan, build)
+    spec = launch_spec(plan, build)
     args = spec.args
     for flag in ("--mlock", "--draft-max", "--draft-min", "--draft-p-min", "-np"):
         assert flag in args
@@ -441,29 +443,27 @@ def test_older_upstream_spellings_are_used_when_the_new_ones_were_rejected() -> 
     note = spec.note_for("--draft-max")
     assert note is not None and "spelling of --spec-draft-n-max" in note.explanation
     plan_nommap = make_plan(UP, runtime={"load_mode": "no-mmap"})
-    assert "--no-mmap" in build_launch_spec(plan_nommap, build).args
+    assert "--no-mmap" in launch_spec(plan_nommap, build).args
 
 
 def test_removed_spellings_are_never_emitted_by_current_upstream() -> None:
     for load_mode in LoadMode:
         plan = make_plan(UP, runtime={"load_mode": load_mode.value})
-        args = set(build_launch_spec(plan, probed(UP)).args)
+        args = set(launch_spec(plan, probed(UP)).args)
         assert not args & {"--mlock", "--no-mmap", "--draft-max", "--draft-min", "--draft"}
 
 
 def test_expert_placement_falls_back_to_override_tensor() -> None:
     build = probed(UP, UP_FLAGS - {"--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe"})
     off = {"enabled": False}
-    spec = build_launch_spec(
-        make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 3}, mtp=off), build
-    )
+    spec = launch_spec(make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 3}, mtp=off), build)
     assert spec.args[-2:] == ("-ot", r"blk\.(0|1|2)\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
     note = spec.note_for("-ot")
     assert note is not None and "no --n-cpu-moe" in note.explanation
-    spec = build_launch_spec(make_plan(UP, runtime={"moe": "all_cpu"}, mtp=off), build)
+    spec = launch_spec(make_plan(UP, runtime={"moe": "all_cpu"}, mtp=off), build)
     assert spec.args[-2:] == ("-ot", r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
     ik_build = probed(IK, IK_FLAGS - {"--n-cpu-moe", "-ncmoe"})
-    spec = build_launch_spec(
+    spec = launch_spec(
         make_plan(IK, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 2}, mtp=off), ik_build
     )
     assert spec.args[-2:] == ("-ot", r"blk\.(0|1)\.ffn_(up|down|gate|gate_up)_exps=CPU")
@@ -473,7 +473,7 @@ def test_alternative_short_spellings() -> None:
     short_only = frozenset(
         f for f in UP_FLAGS if f not in {"--parallel", "--fit", "--n-cpu-moe", "-ngl"}
     ) | {"-np", "-fit", "-ncmoe", "--n-gpu-layers"}
-    spec = build_launch_spec(
+    spec = launch_spec(
         make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 2}), probed(UP, short_only)
     )
     assert spec.args[spec.args.index("-np") : spec.args.index("-np") + 2] == ("-np", "1")
@@ -486,27 +486,27 @@ def test_alternative_short_spellings() -> None:
 
 def test_ik_on_qwen35moe_will_not_run_and_never_gets_mtp() -> None:
     for mtp in (None, True):
-        spec = build_launch_spec(make_plan(IK, mtp={"enabled": mtp}), probed(IK), model_info())
+        spec = launch_spec(make_plan(IK, mtp={"enabled": mtp}), probed(IK), model_info())
         assert "-mtp" not in spec.args  # a flag the build cannot honour for this model
         assert any("cannot load this qwen35moe" in b for b in spec.blockers)
         assert any("upstream" in a and "draft model" in a for a in spec.alternatives)
-    explicit = build_launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK), model_info())
+    explicit = launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK), model_info())
     assert any("-mtp is left out" in b for b in explicit.blockers)
-    glm = build_launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK), model_info("glm4moe"))
+    glm = launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK), model_info("glm4moe"))
     assert "-mtp" in glm.args and not glm.blockers
-    unknown = build_launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK))
+    unknown = launch_spec(make_plan(IK, mtp={"enabled": True}), probed(IK))
     assert any("decides at load time" in w for w in unknown.warnings)
 
 
 def test_ik_warns_about_draft_cache_types() -> None:
     plan = make_plan(IK, mtp={"cache_type_k": "f16", "cache_type_v": "f16"})
-    spec = build_launch_spec(plan, probed(IK), model_info("glm4moe"))
+    spec = launch_spec(plan, probed(IK), model_info("glm4moe"))
     assert any("main cache types" in w for w in spec.warnings)
     assert "-ctkd" not in spec.args
 
 
 def test_dense_model_drops_expert_flags_with_a_warning() -> None:
-    spec = build_launch_spec(
+    spec = launch_spec(
         make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 5}),
         probed(UP),
         model_info(experts=0),
@@ -517,7 +517,7 @@ def test_dense_model_drops_expert_flags_with_a_warning() -> None:
 
 def test_binary_mismatch_warns() -> None:
     plan = make_plan(UP, engine={"binary": "/somewhere/else/llama-server"})
-    spec = build_launch_spec(plan, probed(UP))
+    spec = launch_spec(plan, probed(UP))
     assert spec.argv[0] == UP_BIN
     assert any("/somewhere/else" in w for w in spec.warnings)
 
@@ -560,7 +560,7 @@ def test_rejected_flags_are_never_emitted(plan: Plan, data: st.DataObject) -> No
     subset = frozenset(data.draw(st.sets(st.sampled_from(universe)), label="accepted"))
     build = probed(flavour, subset)
     try:
-        spec = build_launch_spec(plan, build, api_key_file=KEY_FILE)
+        spec = launch_spec(plan, build, api_key_file=KEY_FILE)
     except AdapterError as exc:
         assert str(exc) and "\n" not in str(exc)
         return
@@ -573,8 +573,8 @@ def test_rejected_flags_are_never_emitted(plan: Plan, data: st.DataObject) -> No
 @given(plan=plans)
 def test_full_probe_always_succeeds_and_is_deterministic(plan: Plan) -> None:
     build = probed(plan.engine.flavour)
-    one = build_launch_spec(plan, build, model_info("glm4moe"), api_key_file=KEY_FILE)
-    two = build_launch_spec(plan, build, model_info("glm4moe"), api_key_file=KEY_FILE)
+    one = launch_spec(plan, build, model_info("glm4moe"), api_key_file=KEY_FILE)
+    two = launch_spec(plan, build, model_info("glm4moe"), api_key_file=KEY_FILE)
     assert one == two
     assert len(set(n.flag for n in one.flags)) == len(one.flags)  # no flag twice
     fit = plan.runtime.moe is MoePlacement.FIT
@@ -588,7 +588,7 @@ def test_full_probe_always_succeeds_and_is_deterministic(plan: Plan) -> None:
 def test_profile_for_and_build_launch_spec() -> None:
     assert profile_for(probed(UP)) is upstream.PROFILE
     assert profile_for(IK) is ik.PROFILE
-    spec = build_launch_spec(make_plan(UP), probed(UP))
+    spec = launch_spec(make_plan(UP), probed(UP))
     assert spec.argv[0] == UP_BIN
     assert spec.command_line().startswith(UP_BIN + " -m ")
     assert spec.drop_env_prefixes == ("LLAMA_ARG_", "LLAMA_API_KEY")
@@ -642,21 +642,34 @@ def test_plan_cache_types_are_all_accepted_values() -> None:
 
 
 def test_spec_is_frozen() -> None:
-    spec = build_launch_spec(make_plan(UP), probed(UP))
+    spec = launch_spec(make_plan(UP), probed(UP))
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.binary = Path("/x")  # type: ignore[misc]
 
 
 def test_no_op_offload_is_emitted_when_asked_and_supported() -> None:
-    on = build_launch_spec(
+    on = launch_spec(
         make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 8}), documented_build(UP)
     )
     assert "--no-op-offload" not in on.args
     plan = make_plan(UP, runtime={"moe": "n_cpu_moe", "n_cpu_moe": 8, "op_offload": False})
-    spec = build_launch_spec(plan, documented_build(UP))
+    spec = launch_spec(plan, documented_build(UP))
     assert "--no-op-offload" in spec.args
     note = next(n for n in spec.flags if n.flag == "--no-op-offload")
     assert note.setting == "runtime.op_offload" and "VRAM" in note.explanation
     # a CPU-only plan has nothing to offload
     cpu = make_plan(UP, device="cpu", runtime={"op_offload": False})
-    assert "--no-op-offload" not in build_launch_spec(cpu, documented_build(UP)).args
+    assert "--no-op-offload" not in launch_spec(cpu, documented_build(UP)).args
+
+
+def test_the_builder_spells_the_planners_decisions_and_never_makes_its_own() -> None:
+    """MTP auto decided off by the planner (speed) and the CPU as the resolved target of a
+    plan whose device is auto: the command follows the decisions it was handed."""
+    plan, build, info = make_plan(UP), probed(UP), model_info()
+    on = build_launch_spec(plan, build, info, mtp=decide_mtp(plan, build, info), cpu_only=False)
+    off = MtpDecision(False, False, None, "MTP auto: off (the estimate is slower with it).")
+    spec = build_launch_spec(plan, build, info, mtp=off, cpu_only=True)
+    assert "--spec-type" in on.args and "--spec-type" not in spec.args
+    assert "--fit" in on.args and on.args[on.args.index("--fit") + 1] == "on"
+    assert spec.args[spec.args.index("-ngl") + 1] == "0"  # every layer on the CPU
+    assert spec.args[spec.args.index("--fit") + 1] == "off"

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.argv import launch_spec
 
 from mtpstudio.core.engines.build import Backend, EngineBuild, MtpSupport
 from mtpstudio.core.engines.flags import FILE_PROBED_FLAGS
 from mtpstudio.core.engines.mtp import mtp_can_run, mtp_support
 from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream
-from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.errors import AdapterError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import EngineFlavour
@@ -74,23 +74,23 @@ def test_a_build_is_described_by_what_it_answered() -> None:
 
 
 def test_todays_ik_drafts_with_an_mtp_stage_and_writes_p_min_out() -> None:
-    spec = build_launch_spec(plan(mtp={"enabled": None, "draft_max": 3, "draft_p_min": 0.6}),
+    spec = launch_spec(plan(mtp={"enabled": None, "draft_max": 3, "draft_p_min": 0.6}),
                              ik_build("stages"), qwen())  # fmt: skip
     assert spec.args[-2:] == ("--spec-type", "mtp:n_max=3,p_min=0.6")
     assert not spec.blockers
     assert not {"-mtp", "--draft-max", "--draft-p-min", "--draft-min"} & set(spec.args)
     note = spec.note_for("--spec-type")
     assert note is not None and note.setting == "mtp.enabled" and "0.6" in note.explanation
-    p0 = build_launch_spec(plan(mtp={"draft_p_min": 0.0, "draft_min": 1}), ik_build("stages"),
+    p0 = launch_spec(plan(mtp={"draft_p_min": 0.0, "draft_min": 1}), ik_build("stages"),
                            qwen())  # fmt: skip
     assert p0.args[-1] == "mtp:n_max=2,n_min=1,p_min=0"  # the default would differ by era
 
 
 def test_the_pinned_ik_keeps_the_old_spelling_and_cannot_load_qwen35moe_with_mtp() -> None:
     glm = qwen("glm4moe")
-    spec = build_launch_spec(plan(mtp={"enabled": True, "draft_max": 3}), ik_build("pinned"), glm)
+    spec = launch_spec(plan(mtp={"enabled": True, "draft_max": 3}), ik_build("pinned"), glm)
     assert spec.args[-5:] == ("-mtp", "--draft-max", "3", "--draft-p-min", "0.75")
-    refused = build_launch_spec(plan(), ik_build("pinned"), qwen())
+    refused = launch_spec(plan(), ik_build("pinned"), qwen())
     assert "-mtp" not in refused.args and refused.blockers
     assert mtp_can_run(ik_build("pinned"), qwen()) is not None
     assert mtp_can_run(ik_build("stages"), qwen()) is None
@@ -106,11 +106,11 @@ def test_each_era_refuses_the_other_eras_mtp_request() -> None:
     )
     assert profile_for(no_stage) is ik.PROFILE  # described as what it answered: no stages...
     with pytest.raises(AdapterError, match="-mtp"):  # ...and no -mtp either
-        build_launch_spec(plan(mtp={"enabled": True}), no_stage, qwen("glm4moe"))
+        launch_spec(plan(mtp={"enabled": True}), no_stage, qwen("glm4moe"))
 
 
 def test_a_draft_model_on_todays_ik_is_a_draft_stage() -> None:
-    spec = build_launch_spec(
+    spec = launch_spec(
         plan(mtp={"enabled": False, "draft_max": 4, "draft_p_min": 0.5},
              draft={"path": "/m/draft.gguf"}),
         ik_build("stages"),
@@ -133,13 +133,13 @@ def test_every_era_profile_is_probed_and_spells_only_what_it_accepts() -> None:
 
 
 def test_todays_ik_drafts_with_one_slot_only() -> None:
-    two = build_launch_spec(plan(runtime={"parallel": 2}), ik_build("stages"), qwen())
+    two = launch_spec(plan(runtime={"parallel": 2}), ik_build("stages"), qwen())
     assert any("--parallel 2" in b for b in two.blockers)
     assert any("--parallel 1" in a for a in two.alternatives)
-    off = build_launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": False}),
+    off = launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": False}),
                             ik_build("stages"), qwen())  # fmt: skip
     assert not off.blockers  # nothing drafts: any number of slots
-    pinned = build_launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": True}),
+    pinned = launch_spec(plan(runtime={"parallel": 2}, mtp={"enabled": True}),
                                ik_build("pinned"), qwen("glm4moe"))  # fmt: skip
     assert not pinned.blockers  # the pinned ik drafts with several slots
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 from fixtures.engines.replay import FIXTURES, RecordedRunner
+from support.argv import launch_spec
 
 from mtpstudio.core.catalog.model_choice import load_model_info
 from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.profiles import ik, ik_stages, profile_for, upstream
-from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.memory.devices import HostSpec
 from mtpstudio.core.memory.measured import predicted_segments
 from mtpstudio.core.model.gguf import read_model_info
@@ -118,7 +118,7 @@ def test_both_ik_eras_draft_a_glm_model_each_in_its_spelling(
     plan = plan_with(card_plan(build), {"model.path": "/m/glm.gguf", "model.card": None,
                                         "mtp.enabled": True, "mtp.draft_max": 3,
                                         "mtp.draft_p_min": 0.5})  # fmt: skip
-    spec = build_launch_spec(plan, build, glm())
+    spec = launch_spec(plan, build, glm())
     assert spec.args[-len(words) :] == words and not spec.blockers
     assert {note.flag for note in spec.flags} <= build.accepted_flags  # as the build answered
 
@@ -138,7 +138,7 @@ def test_todays_ik_mtp_run_reconciles_with_the_budget(
     })  # fmt: skip
     resolved = resolve(plan, PlanningContext(MachineFacts(HOST, (), (build,)), info))
     assert resolved.mtp.active and resolved.profile is ik_stages.PROFILE
-    spec_args = build_launch_spec(resolved.effective, build, info, cpu_only=True).args
+    spec_args = launch_spec(resolved.effective, build, info, cpu_only=True).args
     assert spec_args[-2:] == ("--spec-type", "mtp:n_max=3,p_min=0")
     log = (FIXTURES / "ik-8337e4c" / "mtp-run-pmin0" / "server.log").read_text(encoding="utf-8")
     report = parse_load_log(log)

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.argv import launch_spec
 
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.profiles.upstream import DRAFT_SPELLINGS as UPSTREAM_DRAFT
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build, memory_facts
+from mtpstudio.core.engines.registry import documented_build, memory_facts
 from mtpstudio.core.errors import AdapterError, PlanError
 from mtpstudio.core.memory.budget import compute_budget
 from mtpstudio.core.memory.devices import TargetDevice
@@ -47,7 +48,7 @@ def test_mtp_auto_with_a_draft_model_resolves_off() -> None:
 
 
 def test_upstream_draft_flags() -> None:
-    spec = build_launch_spec(
+    spec = launch_spec(
         draft_plan("upstream"), documented_build(EngineFlavour.UPSTREAM), assume_documented=True
     )
     assert spec.args[spec.args.index("-md") :] == (
@@ -62,7 +63,7 @@ def test_upstream_draft_flags() -> None:
 def test_ik_draft_flags_on_a_cpu_plan() -> None:
     """Without a detected build ik is planned as today's era (8337e4c): the draft model's depth
     and p-min go into its ``--spec-type draft:`` stage."""
-    spec = build_launch_spec(draft_plan("ik", "cpu"), documented_build(EngineFlavour.IK),
+    spec = launch_spec(draft_plan("ik", "cpu"), documented_build(EngineFlavour.IK),
                              assume_documented=True)  # fmt: skip
     tail = spec.args[spec.args.index("-md") :]
     assert tail == ("-md", "/m/draft model.gguf", "-ngld", "0", "--spec-type",
@@ -85,12 +86,12 @@ def test_a_build_without_draft_gpu_layers_is_refused() -> None:
         ALL_DRAFT_SPELLINGS - {"-ngld", "--spec-draft-ngl", "--gpu-layers-draft"}
     )
     with pytest.raises(AdapterError, match="-ngld / --spec-draft-ngl / --gpu-layers-draft"):
-        build_launch_spec(draft_plan("upstream"), build)
+        launch_spec(draft_plan("upstream"), build)
 
 
 def test_an_older_spelling_is_used_when_the_first_was_rejected() -> None:
     build = probed_upstream(ALL_DRAFT_SPELLINGS - {"-md", "--spec-draft-model"})
-    spec = build_launch_spec(draft_plan("upstream"), build)
+    spec = launch_spec(draft_plan("upstream"), build)
     assert "-md" not in spec.args and "--model-draft" in spec.args
 
 

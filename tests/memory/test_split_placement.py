@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from support.argv import launch_spec
 
 from mtpstudio.core.catalog.models import model_card_info
-from mtpstudio.core.engines.argv import EngineDevices, build_launch_spec
+from mtpstudio.core.engines.argv import EngineDevices
 from mtpstudio.core.engines.build import Backend, EngineBuild
 from mtpstudio.core.engines.profiles.upstream import DOCUMENTED_FLAGS
 from mtpstudio.core.errors import AdapterError
@@ -135,7 +136,7 @@ def _build(flavour: EngineFlavour, backends: tuple[Backend, ...] = (Backend.CPU,
 
 def test_per_device_fit_targets_are_one_flag_for_upstream() -> None:
     plan = _plan(fit_margins_mib=[1536, 512])
-    spec = build_launch_spec(plan, _build(EngineFlavour.UPSTREAM), MOE, model_path=GGUF)
+    spec = launch_spec(plan, _build(EngineFlavour.UPSTREAM), MOE, model_path=GGUF)
     argv = list(spec.argv)
     assert argv[argv.index("--fit-target") + 1] == "1536,512"
     assert argv[argv.index("-sm") + 1] == "layer"
@@ -152,7 +153,7 @@ def test_ik_has_no_row_split() -> None:
     )
     plan = plan_with(_plan(mode="row"), {"engine.flavour": "ik", "mtp.enabled": False})
     with pytest.raises(AdapterError, match="has no 'row' split mode"):
-        build_launch_spec(plan, build, MOE, model_path=GGUF)
+        launch_spec(plan, build, MOE, model_path=GGUF)
 
 
 def test_a_row_split_onto_an_rpc_device_will_not_run() -> None:
@@ -161,7 +162,7 @@ def test_a_row_split_onto_an_rpc_device_will_not_run() -> None:
                                              "memory_mib": 8192}]})  # fmt: skip
     devices = EngineDevices(("RPC0", "CUDA0"), ("RPC", "CUDA"))
     build = _build(EngineFlavour.UPSTREAM, (Backend.CPU, Backend.RPC))
-    spec = build_launch_spec(plan, build, MOE, devices=devices, model_path=GGUF)
+    spec = launch_spec(plan, build, MOE, devices=devices, model_path=GGUF)
     assert spec.blockers and "row split needs every device to be a CUDA card" in spec.blockers[0]
     assert "--rpc" in spec.argv
 
@@ -177,6 +178,6 @@ def test_a_build_without_the_rpc_backend_cannot_reach_an_endpoint() -> None:
         accepted_flags=frozenset(DOCUMENTED_FLAGS) - {"--rpc"},
         spec_types=("draft-mtp",),
     )
-    spec = build_launch_spec(plan, build, MOE, model_path=GGUF)
+    spec = launch_spec(plan, build, MOE, model_path=GGUF)
     assert "--rpc" not in spec.argv
     assert any("built without the RPC backend" in b for b in spec.blockers)

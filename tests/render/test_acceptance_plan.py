@@ -11,12 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.argv import launch_spec
 from support.rendering import BINARY, MODEL, check_golden, layout, users_plan
 
 from mtpstudio.core.desktop.session_files import SessionSettings, render_reclaim_files
 from mtpstudio.core.detect.engines import EngineCandidate, identify_engine
 from mtpstudio.core.engines.build import EngineBuild
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.runner import SubprocessRunner
 from mtpstudio.core.service.export import render_all
@@ -46,7 +47,7 @@ p-min inside its MTP stage."""
 @pytest.mark.parametrize("flavour", ["upstream", "ik"])
 def test_exact_argv(flavour: str) -> None:
     plan = users_plan(flavour)
-    spec = build_launch_spec(plan, documented_build(EngineFlavour(flavour), Path(BINARY[flavour])))
+    spec = launch_spec(plan, documented_build(EngineFlavour(flavour), Path(BINARY[flavour])))
     assert list(spec.argv) == EXPECTED_ARGV[flavour]
 
 
@@ -54,7 +55,7 @@ def test_exact_argv(flavour: str) -> None:
 @pytest.mark.parametrize("scope", [UnitScope.SYSTEM, UnitScope.USER])
 def test_every_template_matches_its_golden_copy(flavour: str, scope: UnitScope) -> None:
     plan = users_plan(flavour)
-    spec = build_launch_spec(plan, documented_build(EngineFlavour(flavour), Path(BINARY[flavour])))
+    spec = launch_spec(plan, documented_build(EngineFlavour(flavour), Path(BINARY[flavour])))
     from mtpstudio.core.service.render import render_service_files
 
     files = render_service_files(
@@ -71,9 +72,7 @@ def test_every_template_matches_its_golden_copy(flavour: str, scope: UnitScope) 
 
 def test_export_readme_lists_every_file() -> None:
     plan = users_plan("upstream")
-    spec = build_launch_spec(
-        plan, documented_build(EngineFlavour.UPSTREAM, Path(BINARY["upstream"]))
-    )
+    spec = launch_spec(plan, documented_build(EngineFlavour.UPSTREAM, Path(BINARY["upstream"])))
     files = render_all(plan, spec, scope=UnitScope.SYSTEM, user="alice")
     readme = files.pop("readme").text
     for f in files.values():
@@ -93,7 +92,7 @@ def probed_build(binary: Path) -> EngineBuild:
 def test_real_engine_accepts_the_argv(flavour: str, engine: Callable[[str], Path]) -> None:
     binary = engine(flavour)
     plan = users_plan(flavour)
-    spec = build_launch_spec(plan, probed_build(binary))
+    spec = launch_spec(plan, probed_build(binary))
     argv = list(spec.argv)
     expected = [str(binary), *LIVE_ARGV[flavour][1:]]
     assert argv == expected
@@ -117,7 +116,7 @@ def test_users_plan_units_pass_systemd_analyze_verify(
     binary.write_text("#!/bin/sh\nexit 0\n")
     binary.chmod(0o755)
     plan = users_plan(flavour)
-    spec = build_launch_spec(plan, documented_build(EngineFlavour(flavour), binary))
+    spec = launch_spec(plan, documented_build(EngineFlavour(flavour), binary))
     files = render_service_files(
         plan,
         spec,

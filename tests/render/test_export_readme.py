@@ -8,10 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.argv import launch_spec
 from support.rendering import BINARY, users_plan
 
 from mtpstudio.core.desktop.session_files import SessionSettings
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan.choices import DesktopReclaim, EngineFlavour
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.rendered_file import RenderedFile
@@ -21,9 +22,7 @@ from mtpstudio.core.service.render import UnitScope
 
 def _files(desktop: DesktopReclaim, scope: UnitScope) -> dict[str, RenderedFile]:
     plan = plan_with(users_plan("upstream"), {"desktop": desktop.value})
-    spec = build_launch_spec(
-        plan, documented_build(EngineFlavour.UPSTREAM, Path(BINARY["upstream"]))
-    )
+    spec = launch_spec(plan, documented_build(EngineFlavour.UPSTREAM, Path(BINARY["upstream"])))
     user = "alice" if scope is UnitScope.SYSTEM else None
     session = SessionSettings(igpu_card="/dev/dri/by-path/pci-0000:00:02.0-card")
     return render_all(plan, spec, scope=scope, user=user, session=session)

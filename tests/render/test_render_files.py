@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.argv import launch_spec
 from support.rendering import HOME, check_golden, layout
 from support.systemd_checks import clean, tool, verify_unit
 
@@ -29,7 +30,7 @@ from mtpstudio.core.desktop.session_files import (
     render_session_files,
     session_variant_for,
 )
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan.choices import DesktopReclaim
@@ -67,7 +68,7 @@ def ik_plan() -> Plan:
 
 def spec_for(plan: Plan, binary: str, **kwargs: Any) -> LaunchSpec:
     build = documented_build(plan.engine.flavour, Path(binary))
-    return build_launch_spec(plan, build, **kwargs)
+    return launch_spec(plan, build, **kwargs)
 
 
 def system_files(binary: str = "/opt/llama.cpp/bin/llama-server") -> dict[str, RenderedFile]:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.argv import launch_spec
 from support.tiny_models import HUGE_KV_MIB, HUGE_KV_MODEL, HUGE_KV_PLAN
 from support.waiting import scaled
 
-from mtpstudio.core.engines.registry import build_launch_spec
 from mtpstudio.core.errors import ServerError
 from mtpstudio.core.memory.measured import HOST
 from mtpstudio.core.plan.io import plan_with
@@ -151,7 +151,7 @@ def test_an_engine_that_cannot_load_its_model_reads_as_a_load_failure(
     build = find_build(plan)
     good = prepare_launch(plan, build)
     gone = tmp_path / "gone.gguf"
-    spec = build_launch_spec(plan, build, good.model, for_mtpstudio_launch=True, model_path=gone)
+    spec = launch_spec(plan, build, good.model, for_mtpstudio_launch=True, model_path=gone)
     pspec: ProcessSpec = process_spec(
         spec, new_log_path(plan.server.port), os.environ, cwd=run_dir()
     )

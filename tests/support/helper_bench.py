@@ -21,11 +21,12 @@ from mtpstudio.core.desktop.session_files import (
     render_nvidia_profile,
     render_session_files,
 )
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.render import UnitScope, render_service_files
 from mtpstudio.helper.constants import TEMP_MARK
+from support.argv import launch_spec
 
 HELPER = [sys.executable, "-m", "mtpstudio.helper"]
 SESSION = "plasmawayland-llvmpipe-mtpstudio.desktop"
@@ -121,7 +122,7 @@ def unit_files(binary: str = "/opt/llama.cpp/bin/llama-server") -> dict[str, Ren
             "runtime": {"moe": "n_cpu_moe", "n_cpu_moe": 20},
         }
     )
-    spec = build_launch_spec(plan, documented_build(plan.engine.flavour, Path(binary)))
+    spec = launch_spec(plan, documented_build(plan.engine.flavour, Path(binary)))
     return render_service_files(plan, spec, scope=UnitScope.SYSTEM, user="alice")
 
 

@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.engines.registry import build_launch_spec, documented_build
+from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan.io import plan_from_dict
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.service.render import ServiceLayout, UnitScope, render_service_files
+from support.argv import launch_spec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "render" / "golden"
 UPDATE = os.environ.get("MTPSTUDIO_UPDATE_GOLDEN") == "1"
@@ -62,7 +63,7 @@ def unit_text(binary: Path, **plan: Any) -> str:
     data: dict[str, Any] = {"model": {"path": MODEL}}
     data.update(plan)
     p = plan_from_dict(data)
-    spec = build_launch_spec(p, documented_build(p.engine.flavour, binary))
+    spec = launch_spec(p, documented_build(p.engine.flavour, binary))
     return render_service_files(p, spec, scope=UnitScope.SYSTEM, user="alice")["unit"].text
 
 

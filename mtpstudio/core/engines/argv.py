@@ -2,11 +2,12 @@
 
 One builder for every flavour: what differs between engines (spellings, how fit, load modes,
 MTP and a draft model are asked for, log verbosity) is read from the build's profile
-(``engines/profiles/``). It never touches the file system or runs anything. Every flag it emits
-is one the build accepted when probed; an option that cannot be expressed for the build raises
-``AdapterError`` naming the option and the build; something that works but deserves attention
-becomes a warning; something that stops the engine from running the plan as planned becomes a
-blocker with what works instead.
+(``engines/profiles/``). It never touches the file system or runs anything, and it takes the
+planner's decisions (MTP on or off, the CPU as the target) as given, never deciding them. Every
+flag it emits is one the build accepted when probed; an option that cannot be expressed for the
+build raises ``AdapterError`` naming the option and the build; something that works but deserves
+attention becomes a warning; something that stops the engine from running the plan as planned
+becomes a blocker with what works instead.
 
 Unprobed builds (empty ``accepted_flags``) are refused, unless the caller asks for
 ``assume_documented=True`` (catalogue/demo planning without a binary): then the flags of the
@@ -28,7 +29,7 @@ from mtpstudio.core.engines.draft import (
     emit_spec_type_params,
 )
 from mtpstudio.core.engines.flags import Option
-from mtpstudio.core.engines.mtp import MtpDecision, as_documented, decide_mtp
+from mtpstudio.core.engines.mtp import MtpDecision, as_documented
 from mtpstudio.core.engines.profiles import era_that_runs, era_words, profile_for
 from mtpstudio.core.engines.profiles.engine_profile import EngineProfile, MtpRequest
 from mtpstudio.core.engines.spec import QUANTIZED_CACHE_TYPES, LaunchSpec, SpecBuilder
@@ -37,7 +38,7 @@ from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import FlashAttention, LoadMode, MoePlacement, SplitMode
 from mtpstudio.core.plan.schema import Plan, RpcServer
 
-__all__ = ["EngineDevices", "build_launch_spec", "targets_cpu"]
+__all__ = ["EngineDevices", "build_launch_spec"]
 
 
 @dataclass(frozen=True)
@@ -51,22 +52,17 @@ class EngineDevices:
     restrict: bool = False
 
 
-def targets_cpu(plan: Plan) -> bool:
-    """The plan names the CPU as its device (the planner passes its resolved target instead)."""
-    return plan.device == "cpu"
-
-
 def build_launch_spec(
     plan: Plan,
     build: EngineBuild,
     model: ModelInfo | None = None,
     *,
+    mtp: MtpDecision,
+    cpu_only: bool,
     for_mtpstudio_launch: bool = False,
     api_key_file: Path | None = None,
     model_path: Path | None = None,
     assume_documented: bool = False,
-    cpu_only: bool | None = None,
-    mtp: MtpDecision | None = None,
     devices: EngineDevices | None = None,
 ) -> LaunchSpec:
     """The LaunchSpec for ``plan`` on ``build``.
@@ -76,14 +72,15 @@ def build_launch_spec(
         build: the probed binary; its profile (``registry.profile_for``) says how to spell it.
         model: header facts of the model, when known; enables model-specific checks
             (MTP layers, experts, architecture).
+        mtp: the MTP decision the planner made (``decide_mtp``, or MTP auto by speed); the
+            builder spells it and never decides it again.
+        cpu_only: the planner's resolved target is the CPU (``ResolvedPlan.cpu_only``).
         for_mtpstudio_launch: mtpstudio itself starts and watches the server, so ask for
             the log lines it parses (upstream ``-lv 4``).
         api_key_file: a file holding the API key (see ``engines.apikey``); the key then stays
             out of argv and units.
         model_path: the GGUF to load, overriding ``plan.model.path``.
         assume_documented: plan for an unprobed build with the documented flag table.
-        cpu_only: the resolved target is the CPU (None: the plan's device says so).
-        mtp: the MTP decision the planner made (None: decided here, the same way).
         devices: for a plan split over several devices, the engine's names for them (None:
             the plan's own count, named by kind).
 
@@ -109,18 +106,16 @@ def build_launch_spec(
             f"The plan names the engine binary {plan.engine.binary}, but the command "
             f"uses the probed build at {build.binary}."
         )
-    cpu = targets_cpu(plan) if cpu_only is None else cpu_only
-    decision = mtp or decide_mtp(plan, build, model)
-    plan = decision.resolved(plan)
+    plan = mtp.resolved(plan)
     _emit_model(plan, b, model_path, assumed)
     key_file = _emit_server(plan, b, api_key_file or plan.server.api_key_file)
     _emit_context(plan, b, profile)
-    _emit_placement(plan, model, b, profile, cpu, mtp_active=decision.active)
-    if plan.is_split and not cpu:
+    _emit_placement(plan, model, b, profile, cpu_only, mtp_active=mtp.active)
+    if plan.is_split and not cpu_only:
         _emit_split(plan, b, profile, devices)
     _emit_load_mode(plan, b, profile)
     _emit_mtp(plan, model, b, profile, assumed or build.version == "documented")
-    emit_draft_model(plan, b, profile, cpu_only=cpu)
+    emit_draft_model(plan, b, profile, cpu_only=cpu_only)
     _check_speculative_slots(plan, b, profile)
     _emit_logging(b, profile, for_mtpstudio_launch)
     return LaunchSpec(

@@ -1,8 +1,9 @@
 """The server the GUI starts: a ``QProcess`` over core's launch spec, watched without blocking.
 
 Built from the same steps as ``mtpstudio launch`` (the launch use case, ``core.usecases.launch``):
-``prepare_resolved_launch`` (checks, then the command of exactly the plan the pages resolved
-and showed, nothing detected again; a bare Plan goes through ``find_build`` and
+``replan_for_here`` (the plan the pages resolved, replanned only where this computer lacks its
+card or its named build was never probed), then ``prepare_resolved_launch`` (checks, then the
+command of exactly that resolved plan, nothing detected or resolved again; a bare Plan goes through ``find_build`` and
 ``prepare_launch`` instead; no argv logic here) runs as a background task; the
 process is a ``QProcess`` in its own session whose output goes straight to the log file (so a
 server left running outlives the window and keeps logging); the log is followed with core's
@@ -39,6 +40,7 @@ from mtpstudio.core.usecases.launch import (
     prepare_launch,
     prepare_resolved_launch,
     record_state,
+    replan_for_here,
 )
 from mtpstudio.core.usecases.server_watch import (
     DEFAULT_STARTUP_TIMEOUT_S,
@@ -209,8 +211,8 @@ class GuiServer(QObject):
     def start(self, plan: Plan | ResolvedPlan, timeout: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
         """Check and start the server (asynchronously; the signals say how it went).
 
-        A ``ResolvedPlan`` starts exactly as resolved (its build, target and MTP: what the
-        pages showed); a bare ``Plan`` is resolved here, with the build the finder names.
+        A ``ResolvedPlan`` starts as resolved (its build, target and MTP: what the pages
+        showed), replanned first only where this computer cannot run it as it is; a bare ``Plan`` is resolved here, with the build the finder names.
         """
         if self.busy:
             self.start_refused.emit("A server is already starting or running; stop it first.")
@@ -224,7 +226,7 @@ class GuiServer(QObject):
 
         def job(token: CancelToken) -> PreparedLaunch:
             if isinstance(plan, ResolvedPlan):
-                return prepare_resolved_launch(plan)
+                return prepare_resolved_launch(replan_for_here(plan))
             return prepare_launch(plan, finder(plan))
 
         self._tasks.run(

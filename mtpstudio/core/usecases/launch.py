@@ -73,7 +73,9 @@ __all__ = [
     "prepare_launch",
     "prepare_resolved_launch",
     "record_state",
+    "refuse_unplanned_here",
     "refuse_unresolved",
+    "replan_for_here",
     "resolve_launch",
     "run_launch",
     "servers_elsewhere",
@@ -152,6 +154,23 @@ def prepare_launch(
     )
 
 
+def replan_for_here(resolved: ResolvedPlan) -> ResolvedPlan:
+    """The plan the pages resolved, replanned for what this computer runs it on: a binary the
+    plan names that detection did not probe is probed (cached) and the plan resolved with it; a
+    plan for a catalogue card this computer does not have is resolved for what it has
+    (``card_not_here`` says so on the Launch page). Unchanged when neither applies. Run it
+    before ``prepare_resolved_launch``, which refuses a plan that needs it.
+
+    Raises:
+        ServerError: the named binary is missing or does not answer like a llama-server build.
+    """
+    if not resolved.build.probed and resolved.plan.engine.binary is not None:
+        resolved = _with_named_build(resolved, Path(resolved.plan.engine.binary))
+    if card_not_here(resolved.plan, resolved.pctx.machine) is not None:
+        resolved = resolved.with_changes({"device": "auto"})
+    return resolved
+
+
 def prepare_resolved_launch(
     resolved: ResolvedPlan,
     *,
@@ -160,28 +179,17 @@ def prepare_resolved_launch(
 ) -> PreparedLaunch:
     """Check the files and the port and build the command of exactly this resolved plan.
 
-    Nothing is detected again: the build, the target, MTP and the budget prediction are the
-    ones ``resolved`` carries (the plan the GUI's pages showed). The plan is pinned to that
-    build's binary; a plan for a catalogue card this computer does not have runs on what the
-    same machine facts hold (``card_not_here``). Only when the pages planned with documented
-    flags for a binary the plan names (one their detection did not probe) is that one file
-    probed (cached), and the plan resolved with it on the same machine facts.
+    Nothing is detected or resolved again: the build, the target, MTP and the budget
+    prediction are the ones ``resolved`` carries. A plan that would need replanning to run
+    here (a catalogue card this computer lacks, a named binary never probed) is refused with
+    "replan first" (``replan_for_here`` does it). The plan is pinned to the build's binary.
 
     Raises:
         ServerError / AdapterError / GgufError: something would make the start fail (no engine
-            build was found, a file, the port); nothing has started.
+            build was found, the plan needs replanning, a file, the port); nothing has started.
     """
-    if not resolved.build.probed and resolved.plan.engine.binary is not None:
-        resolved = _with_named_build(resolved, Path(resolved.plan.engine.binary))
-    choice = resolved.build
-    if not choice.probed:
-        flavour = resolved.plan.engine.flavour.value
-        raise ServerError(
-            f"no {flavour} llama-server was found",
-            hint="Pick a build on the Engine & options page, or add its folder to $PATH and "
-            "press Refresh on the Hardware page.",
-        )
-    build = choice.build
+    refuse_unplanned_here(resolved)
+    build = resolved.build.build
     if resolved.plan.engine.binary is None:  # the build shown, named (no decision changes)
         named = {"engine.binary": str(build.binary)}
         resolved = dataclasses.replace(
@@ -190,9 +198,34 @@ def prepare_resolved_launch(
             effective=plan_with(resolved.effective, named),
         )
     path, _, _ = preflight(resolved.plan, build)
-    if card_not_here(resolved.plan, resolved.pctx.machine) is not None:
-        resolved = resolved.with_changes({"device": "auto"})
     return _prepared(resolved, build, path, environ=environ, log_path=log_path)
+
+
+def refuse_unplanned_here(resolved: ResolvedPlan) -> None:
+    """Refuse a resolved plan that is not the one that runs on this computer.
+
+    Raises:
+        ServerError: no build was probed for it, or it was planned for a card not here.
+    """
+    plan = resolved.plan
+    if not resolved.build.probed and plan.engine.binary is not None:
+        raise ServerError(
+            f"the plan was planned with the documented flags, not the engine at "
+            f"{plan.engine.binary}",
+            hint="Replan first: probe that build (Refresh on the Hardware page) and plan again.",
+        )
+    if not resolved.build.probed:
+        raise ServerError(
+            f"no {plan.engine.flavour.value} llama-server was found",
+            hint="Pick a build on the Engine & options page, or add its folder to $PATH and "
+            "press Refresh on the Hardware page.",
+        )
+    if card_not_here(plan, resolved.pctx.machine) is not None:
+        raise ServerError(
+            f"the plan's budget and command are for the catalogue {gpu_card(plan.device).name}, "
+            "which is not in this computer",
+            hint="Replan first for what this computer has (device auto), then start.",
+        )
 
 
 def _with_named_build(resolved: ResolvedPlan, binary: Path) -> ResolvedPlan:

@@ -3,13 +3,13 @@
 Built from the same steps as ``mtpstudio launch`` (the launch use case, ``core.usecases.launch``):
 ``replan_for_here`` (the plan the pages resolved, replanned only where this computer lacks its
 card or its named build was never probed), then ``prepare_resolved_launch`` (checks, then the
-command of exactly that resolved plan, nothing detected or resolved again; a bare Plan goes through ``find_build`` and
-``prepare_launch`` instead; no argv logic here) runs as a background task; the
-process is a ``QProcess`` in its own session whose output goes straight to the log file (so a
-server left running outlives the window and keeps logging); the log is followed with core's
-``LogFollower`` on a timer; ``wait_healthy`` runs as a task. The state is recorded with
-``record_state`` as soon as the process runs (``mtpstudio server status`` sees it loading) and
-again once healthy; until then a watchdog (``core.server.watchdog``) kills the server if the
+command of exactly that resolved plan, nothing detected or resolved again; a bare Plan goes
+through ``find_build`` and ``prepare_launch`` instead; no argv logic here) run as a background
+task; the process is a ``QProcess`` in its own session whose output goes straight to the log
+file (so a server left running outlives the window and keeps logging); the log is followed
+with core's ``LogFollower`` on a timer; ``wait_healthy`` runs as a task. The state is recorded
+with ``record_state`` as soon as the process runs (``mtpstudio server status`` sees it loading)
+and again once healthy; until then a watchdog (``core.server.watchdog``) kills the server if the
 GUI dies. The reconciliation is computed in another task. Stopping is SIGTERM to the process
 group, a grace period on a timer, then SIGKILL; ``stop_now`` does the same blocking, for the
 window's exit.
@@ -212,7 +212,8 @@ class GuiServer(QObject):
         """Check and start the server (asynchronously; the signals say how it went).
 
         A ``ResolvedPlan`` starts as resolved (its build, target and MTP: what the pages
-        showed), replanned first only where this computer cannot run it as it is; a bare ``Plan`` is resolved here, with the build the finder names.
+        showed), replanned first only where this computer cannot run it as it is; a bare
+        ``Plan`` is resolved here, with the build the finder names.
         """
         if self.busy:
             self.start_refused.emit("A server is already starting or running; stop it first.")

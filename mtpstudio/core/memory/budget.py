@@ -212,6 +212,37 @@ def cpu_expert_layers_for(plan: Plan, model: ModelInfo) -> frozenset[int]:
 
 
 @dataclass(frozen=True)
+class BudgetInputs:
+    """Everything one budget is computed from, frozen: the plan as asked, the model, the
+    target, the engine's memory facts, the host, the model's tensors, and the planner's
+    decisions (MTP, a placement of its own) that the stages read and never make again.
+
+    ``cpu_expert_layers`` / ``partial``: a placement chosen by the caller (the fit planner);
+    None: the engine's fit, else the plan's. ``host_buffers``: count the ``CUDA_Host``
+    buffers; ``fit_target_remedy``: search the ``--fit-target`` that survives the growth.
+    ``mtp_active``: MTP as the planner decided it (None: where the model and engine can).
+    """
+
+    plan: Plan
+    model: ModelInfo
+    target: TargetDevice
+    facts: EngineMemoryFacts
+    host: HostSpec
+    weights: ModelWeights
+    cpu_expert_layers: frozenset[int] | None = None
+    partial: PartialLayer | None = None
+    host_buffers: bool = True
+    fit_target_remedy: bool = True
+    mtp_active: bool | None = None
+
+    @property
+    def scheduled(self) -> bool:
+        """Upstream's scheduler on a CUDA card is replayed; elsewhere (other GPU backends,
+        ik_llama.cpp's scheduler) the copies of RAM weights are estimated."""
+        return self.target.is_cuda and not self.facts.reserves_all_logits
+
+
+@dataclass(frozen=True)
 class _Layout:
     """Where the weights go: the plan as the engine runs it (its fit's -ngl set), the placement."""
 
@@ -294,47 +325,43 @@ def compute_budget(
     ``mtp_active``: MTP as the planner decided it; None: where the model and engine can. Stages:
     lay the weights out, size caches, draft and compute, put them on sides, say what won't fit.
     """
-    weights = weights or ModelWeights.from_model(model)
-    host = host or HostSpec()
-    asked = plan  # before the engine's fit sets its -ngl
-    layout = _lay_out(
-        plan, model, target, facts, host, weights, cpu_expert_layers, partial, mtp_active
+    return budget_of(
+        BudgetInputs(
+            plan,
+            model,
+            target,
+            facts,
+            host or HostSpec(),
+            weights or ModelWeights.from_model(model),
+            cpu_expert_layers,
+            partial,
+            host_buffers,
+            fit_target_remedy,
+            mtp_active,
+        )
     )
-    plan, fit, eff, placement = layout.plan, layout.fit, layout.eff, layout.placement
-    # upstream's scheduler on a CUDA card is replayed; elsewhere (other GPU backends,
-    # ik_llama.cpp's scheduler) the copies of RAM weights are estimated
-    scheduled = target.is_cuda and not facts.reserves_all_logits
-    caches = _context_caches(plan, model, facts, eff, placement)
+
+
+def budget_of(inp: BudgetInputs) -> Budget:
+    """The budget of one frozen set of inputs, stage by stage: lay the weights out, size the
+    context caches, the draft's buffers and the trunk's compute, put the segments on their
+    sides, then say what does not fit and how far each figure was checked."""
+    layout = _lay_out(inp)
+    plan, eff, placement = layout.plan, layout.eff, layout.placement
+    caches = _context_caches(inp, layout)
     draft = _Draft()
     if eff.mtp_active:
-        draft = _draft_buffers(
-            plan, model, target, facts, weights, layout, caches, host_buffers, scheduled
-        )
+        draft = _draft_buffers(inp, layout, caches)
         caches = draft.caches or caches
-    trunk = _trunk_compute(
-        plan, model, target, facts, weights, eff, placement, host_buffers, scheduled
+    trunk = _trunk_compute(inp, layout)
+    growth = _growth(
+        plan, inp.model, inp.target, inp.facts, eff, placement, draft.on_gpu, trunk.shape
     )
-    growth = _growth(plan, model, target, facts, eff, placement, draft.on_gpu, trunk.shape)
-    sides = _sides(
-        plan, model, target, facts, host, weights, layout, caches, draft, trunk, growth, scheduled
-    )
-    host_budget = HostBudget(host.total_bytes, host.available_bytes, sides.host_segments)
-    shortfall = _shortfall_words(
-        asked,
-        model,
-        target,
-        facts,
-        host,
-        weights,
-        sides.devices,
-        host_budget,
-        layout,
-        growth,
-        fit_target_remedy=fit_target_remedy,
-        mtp_active=mtp_active,
-    )
+    sides = _sides(inp, layout, caches, draft, trunk, growth)
+    host_budget = HostBudget(inp.host.total_bytes, inp.host.available_bytes, sides.host_segments)
+    shortfall = _shortfall_words(inp, sides.devices, host_budget, layout, growth)
     replayed, sourced, kit = _trust(
-        target, sides.devices, scheduled, draft, trunk, growth, sides.cache
+        inp.target, sides.devices, inp.scheduled, draft, trunk, growth, sides.cache
     )
     return Budget(
         sides.devices,
@@ -342,32 +369,30 @@ def compute_budget(
         eff,
         placement,
         layout.warnings + draft.warnings + trunk.warnings + sides.warnings + shortfall,
-        _parts(plan, model, layout, caches, draft, trunk, sides),
+        _parts(plan, inp.model, layout, caches, draft, trunk, sides),
         replayed=replayed,
         sourced=sourced,
         kit=kit,
         growth=growth,
-        fit=fit,
+        fit=layout.fit,
         moe_cache=sides.cache,
     )
 
 
-def _lay_out(
-    plan: Plan,
-    model: ModelInfo,
-    target: TargetDevice,
-    facts: EngineMemoryFacts,
-    host: HostSpec,
-    weights: ModelWeights,
-    cpu_expert_layers: frozenset[int] | None,
-    partial: PartialLayer | None,
-    mtp_active: bool | None,
-) -> _Layout:
+def _lay_out(inp: BudgetInputs) -> _Layout:
     """The engine's fit where it applies, else the plan's placement; the settings it runs."""
+    plan, model, target, facts, mtp_active = (
+        inp.plan,
+        inp.model,
+        inp.target,
+        inp.facts,
+        inp.mtp_active,
+    )
+    cpu_expert_layers, partial, weights = inp.cpu_expert_layers, inp.partial, inp.weights
     fit: FitPlacement | None = None
     if cpu_expert_layers is None:
         if engine_fit_applies(plan, target):
-            fit = engine_fit_placement(plan, model, target, facts, host, weights, mtp_active)
+            fit = engine_fit_placement(plan, model, target, facts, inp.host, weights, mtp_active)
             cpu_expert_layers, partial = fit.cpu_expert_layers, fit.partial
             plan = with_gpu_layers(plan, fit.n_gpu_layers)
         else:
@@ -389,14 +414,10 @@ def _lay_out(
     return _Layout(plan, fit, eff, placement, split, tuple(warnings))
 
 
-def _context_caches(
-    plan: Plan,
-    model: ModelInfo,
-    facts: EngineMemoryFacts,
-    eff: EffectiveSettings,
-    placement: Placement,
-) -> _ContextCaches:
+def _context_caches(inp: BudgetInputs, layout: _Layout) -> _ContextCaches:
     """The trunk's attention KV cache and recurrent state on each side."""
+    plan, model, facts = layout.plan, inp.model, inp.facts
+    eff, placement = layout.eff, layout.placement
     rt = plan.runtime
     gpu_attn = [i for i in model.attention_layers if i in placement.gpu_layers]
     cpu_attn = [i for i in model.attention_layers if i not in placement.gpu_layers]
@@ -419,18 +440,10 @@ def _context_caches(
     return _ContextCaches(cells, kv_gpu, kv_cpu, rs_gpu, rs_cpu)
 
 
-def _draft_buffers(
-    plan: Plan,
-    model: ModelInfo,
-    target: TargetDevice,
-    facts: EngineMemoryFacts,
-    weights: ModelWeights,
-    layout: _Layout,
-    caches: _ContextCaches,
-    host_buffers: bool,
-    scheduled: bool,
-) -> _Draft:
+def _draft_buffers(inp: BudgetInputs, layout: _Layout, caches: _ContextCaches) -> _Draft:
     """The MTP draft's KV cache, compute and output buffers; its share of the main caches."""
+    plan, model, target, facts, weights = layout.plan, inp.model, inp.target, inp.facts, inp.weights
+    host_buffers, scheduled = inp.host_buffers, inp.scheduled
     rt, eff, placement = plan.runtime, layout.eff, layout.placement
     warnings: list[str] = []
     dk, dv = draft_cache_types(plan, facts)
@@ -514,18 +527,15 @@ def _with_draft_share(
     return _ContextCaches(caches.cells, kv_gpu, kv_cpu, rs_gpu, rs_cpu)
 
 
-def _trunk_compute(
-    plan: Plan,
-    model: ModelInfo,
-    target: TargetDevice,
-    facts: EngineMemoryFacts,
-    weights: ModelWeights,
-    eff: EffectiveSettings,
-    placement: Placement,
-    host_buffers: bool,
-    scheduled: bool,
-) -> _Trunk:
+def _trunk_compute(inp: BudgetInputs, layout: _Layout) -> _Trunk:
     """The main graph's compute buffer on the target, and its CUDA_Host buffer."""
+    plan, model, target, facts, weights = layout.plan, inp.model, inp.target, inp.facts, inp.weights
+    eff, placement, host_buffers, scheduled = (
+        layout.eff,
+        layout.placement,
+        inp.host_buffers,
+        inp.scheduled,
+    )
     shape = trunk_shape(plan, eff)
     replayed = False
     host_compute = 0
@@ -575,24 +585,17 @@ def _cpu_weights(plan: Plan, split: WeightSplit) -> int:
 
 
 def _sides(
-    plan: Plan,
-    model: ModelInfo,
-    target: TargetDevice,
-    facts: EngineMemoryFacts,
-    host: HostSpec,
-    weights: ModelWeights,
+    inp: BudgetInputs,
     layout: _Layout,
     caches: _ContextCaches,
     draft: _Draft,
     trunk: _Trunk,
     growth: RuntimeGrowth,
-    scheduled: bool,
 ) -> _Sides:
     """Every segment on the target device and in system RAM."""
-    if target.is_gpu:
-        return _gpu_sides(
-            plan, model, target, facts, weights, layout, caches, draft, trunk, growth, scheduled
-        )
+    if inp.target.is_gpu:
+        return _gpu_sides(inp, layout, caches, draft, trunk, growth)
+    plan, model, target, host = layout.plan, inp.model, inp.target, inp.host
     load_mode = plan.runtime.load_mode
     cpu_weights = _cpu_weights(plan, layout.split)
     output = output_buffer_bytes(model, layout.eff.n_seq)
@@ -626,19 +629,16 @@ def _sides(
 
 
 def _gpu_sides(
-    plan: Plan,
-    model: ModelInfo,
-    target: TargetDevice,
-    facts: EngineMemoryFacts,
-    weights: ModelWeights,
+    inp: BudgetInputs,
     layout: _Layout,
     caches: _ContextCaches,
     draft: _Draft,
     trunk: _Trunk,
     growth: RuntimeGrowth,
-    scheduled: bool,
 ) -> _Sides:
     """The segments on a GPU and in system RAM beside it."""
+    plan, model, target, facts, weights = layout.plan, inp.model, inp.target, inp.facts, inp.weights
+    scheduled = inp.scheduled
     rt, split, placement = plan.runtime, layout.split, layout.placement
     warnings: list[str] = []
     cpu_weights = _cpu_weights(plan, split)
@@ -694,27 +694,22 @@ def _gpu_sides(
 
 
 def _shortfall_words(
-    asked: Plan,
-    model: ModelInfo,
-    target: TargetDevice,
-    facts: EngineMemoryFacts,
-    host: HostSpec,
-    weights: ModelWeights,
+    inp: BudgetInputs,
     devices: tuple[DeviceBudget, ...],
     host_budget: HostBudget,
     layout: _Layout,
     growth: RuntimeGrowth,
-    *,
-    fit_target_remedy: bool,
-    mtp_active: bool | None,
 ) -> tuple[str, ...]:
     """What does not fit, with what to change."""
+    model = inp.model
     warnings: list[str] = []
     fit = layout.fit
     for d in devices:
         engine_fit = fit is not None and not fit.fails
-        if d.fits is False and d.free_bytes is not None and engine_fit and fit_target_remedy:
-            remedy = surviving_fit_margin(asked, model, target, facts, host, weights, mtp_active)
+        if d.fits is False and d.free_bytes is not None and engine_fit and inp.fit_target_remedy:
+            remedy = surviving_fit_margin(
+                inp.plan, model, inp.target, inp.facts, inp.host, inp.weights, inp.mtp_active
+            )
             warnings.append(
                 f"the engine's fit with --fit-target {layout.plan.runtime.fit_margin_mib} loads, "
                 f"but the process grows by {(growth.load_bytes + growth.bytes) / MIB:,.0f} MiB "

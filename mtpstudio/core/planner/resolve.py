@@ -25,7 +25,7 @@ from mtpstudio.core.engines.registry import documented_build, profile_for
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.engines.speed_facts import UPSTREAM_SPEED, EngineSpeedFacts
 from mtpstudio.core.errors import MtpStudioError
-from mtpstudio.core.memory.budget import compute_budget
+from mtpstudio.core.memory.budget import BudgetInputs, budget_of
 from mtpstudio.core.memory.budget_types import Budget, DeviceBudget, HostBudget
 from mtpstudio.core.memory.devices import HostSpec, TargetDevice
 from mtpstudio.core.memory.draft import with_draft
@@ -374,9 +374,7 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
     MTP as ``resolve`` decided it."""
     plan, pctx, target = resolved.effective, resolved.pctx, resolved.target
     facts = resolved.profile.memory
-    weights = pctx.weights
-    if weights is not None and weights.mapped_in_ranges != facts.maps_in_ranges:
-        weights = replace(weights, mapped_in_ranges=facts.maps_in_ranges)  # the era's mmap
+    inputs = budget_inputs(resolved)
     if resolved.devices is not None:  # the split's model loads only for a split plan
         from mtpstudio.core.memory.split_budget import compute_split_budget
 
@@ -386,19 +384,11 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
             resolved.devices.devices,
             facts,
             target.host,
-            weights,
+            inputs.weights,
             mtp_active=resolved.mtp.active,
         )
     else:
-        budget = compute_budget(
-            plan,
-            pctx.model,
-            target.device,
-            facts,
-            target.host,
-            weights,
-            mtp_active=resolved.mtp.active,
-        )
+        budget = budget_of(inputs)
     if pctx.draft_model is not None and plan.draft.path is not None:
         budget = with_draft(budget, plan, pctx.draft_model, facts)
     if pctx.measurements and resolved.build.probed:
@@ -406,6 +396,24 @@ def budget_for(resolved: ResolvedPlan) -> Budget:
         if stored is not None:
             budget = replace(budget, measured=measured_segments(stored, budget, facts))
     return budget
+
+
+def budget_inputs(resolved: ResolvedPlan) -> BudgetInputs:
+    """The frozen inputs of a single-device plan's budget: the plan the engine runs, its
+    target and host, the build's memory facts, the model's tensors, MTP as decided."""
+    pctx, facts = resolved.pctx, resolved.profile.memory
+    weights = pctx.weights or ModelWeights.from_model(pctx.model)
+    if weights.mapped_in_ranges != facts.maps_in_ranges:
+        weights = replace(weights, mapped_in_ranges=facts.maps_in_ranges)  # the era's mmap
+    return BudgetInputs(
+        resolved.effective,
+        pctx.model,
+        resolved.target.device,
+        facts,
+        resolved.target.host,
+        weights,
+        mtp_active=resolved.mtp.active,
+    )
 
 
 def launch_spec_for(

@@ -7,6 +7,11 @@ directly on the same facts.
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+import mtpstudio.core.usecases.workbench as workbench_module
 from mtpstudio.core.catalog.model_choice import load_model_info
 from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan.choices import EngineFlavour
@@ -97,3 +102,30 @@ def test_the_demo_defaults_follow_the_published_setup_and_leave_given_settings()
     assert kept.runtime.ctx == plan.runtime.ctx
     if changed != plan:
         assert said  # a change is explained
+
+
+def test_one_lever_ranking_per_plan_and_set_of_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[Plan] = []
+    real = workbench_module.fit_suggestions
+
+    def counted(resolved: Any) -> Any:
+        runs.append(resolved.plan)
+        return real(resolved)
+
+    monkeypatch.setattr(workbench_module, "fit_suggestions", counted)
+    plan = Plan()
+    bench = _bench(plan)
+    assert bench.kept_levers(plan) is None
+    first = bench.levers(plan)
+    assert first and bench.levers(plan) == first and bench.kept_levers(plan) == first
+    assert len(runs) == 1  # the Budget page, its menu and the Desktop page share it
+    other = plan_with(plan, {"runtime.ctx": 8192})
+    assert bench.kept_levers(other) is None
+    bench.levers(other)
+    assert len(runs) == 2
+    # a ranking made on facts since replaced is not kept
+    stale = bench.resolved(other)
+    assert stale is not None
+    bench.set_speed(bench.speed)
+    bench.keep_levers(stale, first)
+    assert bench.kept_levers(other) is None

@@ -104,6 +104,7 @@ __all__ = [
     "machine_for",
     "mtp_reason",
     "published_setup_text",
+    "rank_levers",
     "read_model_info",
     "replanned_for_model",
     "resolved_for",
@@ -177,6 +178,12 @@ def evaluate_plan(plan: Plan, pctx: PlanningContext) -> Evaluation:
     return Evaluation(plan, result, result.budget, result.target)
 
 
+def rank_levers(resolved: ResolvedPlan) -> list[FitSuggestion]:
+    """Every lever's answer for a resolved plan, ranked (tens of budgets; pure: safe on a pool
+    thread). The workbench keeps the result (``Workbench.keep_levers``)."""
+    return fit_suggestions(resolved)
+
+
 def resolved_for(plan: Plan, report: DetectionReport | None) -> ResolvedPlan:
     """``plan`` resolved once for what detection found, its model and draft model read from
     its files (what ``render``, ``export-unit`` and ``apply unit`` write files from).
@@ -203,12 +210,14 @@ class Workbench:
         self.speed = speed if speed is not None else SpeedInputs()
         self._context: PlanningContext | None = None
         self._evaluation: Evaluation | None = None
+        self._levers: tuple[Plan, tuple[FitSuggestion, ...]] | None = None
 
     # -- the facts (each change plans anew) ------------------------------------------------------
 
     def _forget(self) -> None:
         self._context = None
         self._evaluation = None
+        self._levers = None
 
     def set_report(self, report: DetectionReport | None) -> None:
         """Plan for what this detection found (None: no GPU, no builds known)."""
@@ -340,9 +349,29 @@ class Workbench:
     # -- levers and controls ---------------------------------------------------------------------
 
     def levers(self, plan: Plan) -> list[FitSuggestion]:
-        """Every lever's answer for ``plan``, ranked (``planning.fit_suggestions``)."""
+        """Every lever's answer for ``plan``, ranked (``planning.fit_suggestions``): ranked once
+        per plan and set of facts, then kept (the Budget page, its menu and the Desktop page
+        read the same ranking)."""
+        kept = self.kept_levers(plan)
+        if kept is not None:
+            return kept
         resolved = self.resolved(plan)
-        return fit_suggestions(resolved) if resolved is not None else []
+        if resolved is None:
+            return []
+        ranked = rank_levers(resolved)
+        self.keep_levers(resolved, ranked)
+        return ranked
+
+    def kept_levers(self, plan: Plan) -> list[FitSuggestion] | None:
+        """The ranking kept for a plan equal to ``plan`` on these facts (None: not ranked)."""
+        kept = self._levers
+        return list(kept[1]) if kept is not None and kept[0] == plan else None
+
+    def keep_levers(self, resolved: ResolvedPlan, ranked: list[FitSuggestion]) -> None:
+        """Keep a ranking made elsewhere (a pool thread, ``rank_levers``) for its plan; one
+        made on facts this workbench has since replaced is dropped."""
+        if resolved.pctx is self._context:
+            self._levers = (resolved.plan, tuple(ranked))
 
     def fit_answers(self, plan: Plan) -> list[FitSuggestion]:
         """The two Fit buttons' answers: fewest layers on the CPU, then the largest context."""

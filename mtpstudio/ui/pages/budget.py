@@ -33,10 +33,10 @@ from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.core.usecases.workbench import (
     Budget,
     FitSuggestion,
-    fit_suggestions,
     follows_published_setup,
     mtp_reason,
     published_setup_text,
+    rank_levers,
 )
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
@@ -437,14 +437,23 @@ class BudgetPage(PlanPage):
         if resolved is None or not on_gpu:
             self._show_faster([])
             return
+        bench = self.state.workbench
+        kept = bench.kept_levers(plan)
+        if kept is not None:  # ranked once per plan: by the Desktop page, or the menu
+            self._show_faster([s for s in kept if s.faster])
+            return
 
         def work(token: CancelToken) -> list[FitSuggestion]:
-            return [s for s in fit_suggestions(resolved) if s.faster]
+            return rank_levers(resolved)
+
+        def ranked(answers: list[FitSuggestion]) -> None:
+            bench.keep_levers(resolved, answers)
+            self._show_faster([s for s in answers if s.faster])
 
         def failed(exc: BaseException) -> None:
             self._show_faster([])
 
-        self.state.tasks.run(work, self._show_faster, failed, key=LEVERS_KEY)
+        self.state.tasks.run(work, ranked, failed, key=LEVERS_KEY)
 
     def _show_faster(self, faster: list[FitSuggestion]) -> None:
         self.faster = faster

@@ -61,7 +61,7 @@ from mtpstudio.core.usecases.system_install import (
     setup_note,
 )
 from mtpstudio.core.usecases.words import MIB, MtpStudioError
-from mtpstudio.core.usecases.workbench import DetectionReport, FitSuggestion, fit_suggestions
+from mtpstudio.core.usecases.workbench import DetectionReport, FitSuggestion, rank_levers
 from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids
@@ -81,6 +81,11 @@ APPLY_LABELS = {
     DesktopReclaim.IGPU: "Apply iGPU session…",
     DesktopReclaim.LLVMPIPE: "Apply llvmpipe session…",
 }
+
+
+def reclaims(ranked: list[FitSuggestion]) -> list[FitSuggestion]:
+    """The desktop reclamations among a plan's ranked levers, best first."""
+    return [s for s in ranked if s.lever.startswith("desktop:")]
 
 
 @dataclass
@@ -368,12 +373,20 @@ class DesktopPage(PlanPage):
         if resolved is None or not resolved.target.device.is_gpu:
             self._show_gains([])
             return
+        bench = self.state.workbench
+        kept = bench.kept_levers(plan)
+        if kept is not None:  # ranked once per plan: by the Budget page, or its menu
+            self._show_gains(reclaims(kept))
+            return
 
         def work(token: CancelToken) -> list[FitSuggestion]:
-            return [s for s in fit_suggestions(resolved) if s.lever.startswith("desktop:")]
+            return rank_levers(resolved)
 
-        self.state.tasks.run(work, self._show_gains, lambda _: self._show_gains([]),
-                             key=RANK_KEY)  # fmt: skip
+        def ranked(answers: list[FitSuggestion]) -> None:
+            bench.keep_levers(resolved, answers)
+            self._show_gains(reclaims(answers))
+
+        self.state.tasks.run(work, ranked, lambda _: self._show_gains([]), key=RANK_KEY)
 
     def _show_gains(self, ranked: list[FitSuggestion]) -> None:
         self.gains = ranked

@@ -62,13 +62,16 @@ from mtpstudio.core.planner.resolve import (
     resolve,
 )
 from mtpstudio.core.server.reconcile import last_measured_text
+from mtpstudio.core.usecases.budget_controls import BudgetControls, ControlState, budget_controls
 from mtpstudio.core.usecases.planning_context import planning_context_for
 from mtpstudio.core.usecases.words import error_sentence
 
 __all__ = [
     "DEFAULT_GPU_CARD",
     "Budget",
+    "BudgetControls",
     "BuildChoice",
+    "ControlState",
     "DesktopChoice",
     "DetectionReport",
     "DeviceBudget",
@@ -384,6 +387,17 @@ class Workbench:
         if resolved is None or evaluation.budget is None:
             return None
         return standing(evaluation.budget, resolved.model, resolved.mtp.active)
+
+    def budget_controls(self, plan: Plan, evaluation: Evaluation | None) -> BudgetControls:
+        """The Budget page's controls for ``plan`` (its evaluation, when there is one)."""
+        return budget_controls(
+            plan,
+            self.build(plan).build,
+            self.model,
+            evaluation.target if evaluation is not None else None,
+            evaluated=evaluation is not None,
+            planned=self.context(plan) is not None,
+        )
 
     def disabled_reasons(self, plan: Plan, build: EngineBuild) -> dict[str, str]:
         """The settings ``plan`` cannot use on ``build`` with this model, and why: keys are Plan

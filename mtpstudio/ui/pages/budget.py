@@ -32,9 +32,9 @@ from mtpstudio.core.usecases.plan_text import (
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.core.usecases.workbench import (
     Budget,
+    ControlState,
     FitSuggestion,
     follows_published_setup,
-    mtp_reason,
     published_setup_text,
     rank_levers,
 )
@@ -307,65 +307,32 @@ class BudgetPage(PlanPage):
         self._start_levers(evaluation)
 
     def _update_enabled(self, plan: Plan, evaluation: Evaluation | None) -> None:
-        info = self.state.model_info
-        build = self.state.build().build
-        why_no_mtp = mtp_reason(build, info)
-        if plan.mtp.enabled is False:
-            why_no_mtp = why_no_mtp or "MTP is off (Engine & options page)"
-        self._enable(self.draft, why_no_mtp)
-        why_no_experts = None
-        if info is not None and not info.is_moe:
-            why_no_experts = "the model has no experts"
-        on_gpu = evaluation is not None and evaluation.target is not None
-        on_gpu = on_gpu and (evaluation.target.device.is_gpu or plan.is_split)  # type: ignore[union-attr]
-        if why_no_experts is None and evaluation is not None and not on_gpu:
-            why_no_experts = "this plan is for the CPU: every expert is there"
-        self._enable(self.cpu_layers, why_no_experts)
-        self._enable(
-            self.margin,
-            None if on_gpu else "the margin is VRAM kept free on a GPU; this plan is for the CPU",
-        )
-        if why_no_experts is None and plan.runtime.moe is MoePlacement.FIT:
-            self.cpu_layers.note.setText("engine fit (drag to fix)")
-        elif why_no_experts is None and plan.runtime.moe is MoePlacement.ALL_CPU:
-            self.cpu_layers.note.setText("all on the CPU")
-        elif why_no_experts is None:
-            self.cpu_layers.note.setText("")
-        dense = why_no_experts is not None
-        self.fit_offload_button.setText(
-            "Fit: move layers between devices"
-            if plan.is_split
-            else "Fit: fewest layers on the CPU"
-            if dense
-            else "Fit: fewest CPU expert layers"
-        )
-        self.fit_offload_button.setToolTip(
-            "Keep this context and move the fewest layers from a device that is short to the "
-            "one with the most room (-ts)."
-            if plan.is_split
-            else "Keep this context and run the fewest whole layers on the CPU (-ngl) so it fits."
-            if dense
-            else "Keep this context and move the fewest layers' experts to system RAM so it "
-            "fits (whole layers too when that is not enough)."
-        )
-        self.ctx.note.setText(f"native {info.context_length:,}" if info is not None else "")
-        if on_gpu:
-            self.margin.note.setText("")
-        title = "VRAM budget" if on_gpu or evaluation is None else "Memory budget (CPU)"
-        if self.title() != title:  # setting it relays out the wizard's header: 2-3 ms a step
-            self.setTitle(title)
+        """Paint the controls as the workbench decided them for this plan."""
+        controls = self.state.workbench.budget_controls(plan, evaluation)
+        for row, state in (
+            (self.draft, controls.draft),
+            (self.cpu_layers, controls.cpu_layers),
+            (self.margin, controls.margin),
+        ):
+            self._enable(row, state)
+        self.fit_offload_button.setText(controls.fit_offload_text)
+        self.fit_offload_button.setToolTip(controls.fit_offload_tip)
+        self.ctx.note.setText(controls.ctx_note)
+        if self.title() != controls.title:  # setting it relays out the wizard's header: 2-3 ms
+            self.setTitle(controls.title)
         for button in (self.fit_offload_button, self.fit_context_button, self.levers_button):
-            button.setEnabled(on_gpu and self.state.context() is not None)
-        if not on_gpu:
-            self.fit_label.setText("The Fit buttons plan for a GPU; this plan is for the CPU.")
+            button.setEnabled(controls.fit_enabled)
+        if controls.fit_note is not None:
+            self.fit_label.setText(controls.fit_note)
 
-    def _enable(self, row: SliderRow, reason: str | None) -> None:
+    def _enable(self, row: SliderRow, state: ControlState) -> None:
         tip = field_description(row.path)
+        reason = state.reason
         for widget in (row.slider, row.spin):
             widget.setEnabled(reason is None)
             widget.setToolTip(f"Not available: {reason}.\n\n{tip}" if reason else tip)
-        if reason:
-            row.note.setText(reason)
+        if state.note is not None:
+            row.note.setText(state.note)
 
     def _show_verdict(
         self, plan: Plan, budget: Budget, evaluation: Evaluation | None = None

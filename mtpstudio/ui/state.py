@@ -26,6 +26,7 @@ from mtpstudio.core.usecases.workbench import (
     DetectionReport,
     EngineInfo,
     Evaluation,
+    FitSuggestion,
     MachineFacts,
     ModelInfo,
     PlanningContext,
@@ -37,6 +38,7 @@ from mtpstudio.core.usecases.workbench import (
     evaluate_plan,
     gpu_card,
     load_model_info,
+    rank_levers,
     read_model_info,
     replanned_for_model,
 )
@@ -375,6 +377,29 @@ class WizardState(QObject):
             MtpStudioError: the plan cannot be resolved.
         """
         return self.workbench.resolved(self._plan)
+
+    def with_levers(
+        self,
+        resolved: ResolvedPlan,
+        show: Callable[[list[FitSuggestion]], None],
+        key: str,
+    ) -> None:
+        """Every lever's ranking for ``resolved`` handed to ``show``: the workbench's kept one
+        at once, else ranked on a pool thread and kept (one ranking per plan for every page);
+        ``show([])`` when the ranking fails."""
+        kept = self.workbench.kept_levers(resolved.plan)
+        if kept is not None:
+            show(kept)
+            return
+
+        def work(token: CancelToken) -> list[FitSuggestion]:
+            return rank_levers(resolved)
+
+        def ranked(answers: list[FitSuggestion]) -> None:
+            self.workbench.keep_levers(resolved, answers)
+            show(answers)
+
+        self.tasks.run(work, ranked, lambda _: show([]), key=key)
 
     def evaluation(self, *, background: bool = False) -> Evaluation | None:
         """Budget, command line and warnings of the current Plan (cached per Plan).

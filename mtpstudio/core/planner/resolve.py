@@ -402,7 +402,7 @@ def budget_inputs(resolved: ResolvedPlan) -> BudgetInputs:
     """The frozen inputs of a single-device plan's budget: the plan the engine runs, its
     target and host, the build's memory facts, the model's tensors, MTP as decided."""
     pctx, facts = resolved.pctx, resolved.profile.memory
-    weights = pctx.weights or ModelWeights.from_model(pctx.model)
+    weights = pctx.weights
     if weights.mapped_in_ranges != facts.maps_in_ranges:
         weights = replace(weights, mapped_in_ranges=facts.maps_in_ranges)  # the era's mmap
     return BudgetInputs(

@@ -73,7 +73,6 @@ __all__ = [
     "prepare_launch",
     "prepare_resolved_launch",
     "record_state",
-    "refuse_unplanned_here",
     "refuse_unresolved",
     "replan_for_here",
     "resolve_launch",
@@ -188,7 +187,7 @@ def prepare_resolved_launch(
         ServerError / AdapterError / GgufError: something would make the start fail (no engine
             build was found, the plan needs replanning, a file, the port); nothing has started.
     """
-    refuse_unplanned_here(resolved)
+    _refuse_unplanned_here(resolved)
     build = resolved.build.build
     if resolved.plan.engine.binary is None:  # the build shown, named (no decision changes)
         named = {"engine.binary": str(build.binary)}
@@ -201,7 +200,7 @@ def prepare_resolved_launch(
     return _prepared(resolved, build, path, environ=environ, log_path=log_path)
 
 
-def refuse_unplanned_here(resolved: ResolvedPlan) -> None:
+def _refuse_unplanned_here(resolved: ResolvedPlan) -> None:
     """Refuse a resolved plan that is not the one that runs on this computer.
 
     Raises:

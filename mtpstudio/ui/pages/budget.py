@@ -36,13 +36,11 @@ from mtpstudio.core.usecases.workbench import (
     FitSuggestion,
     follows_published_setup,
     published_setup_text,
-    rank_levers,
 )
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
-from mtpstudio.ui.tasks import CancelToken
 from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.number_box import NumberBox
@@ -404,23 +402,9 @@ class BudgetPage(PlanPage):
         if resolved is None or not on_gpu:
             self._show_faster([])
             return
-        bench = self.state.workbench
-        kept = bench.kept_levers(plan)
-        if kept is not None:  # ranked once per plan: by the Desktop page, or the menu
-            self._show_faster([s for s in kept if s.faster])
-            return
-
-        def work(token: CancelToken) -> list[FitSuggestion]:
-            return rank_levers(resolved)
-
-        def ranked(answers: list[FitSuggestion]) -> None:
-            bench.keep_levers(resolved, answers)
-            self._show_faster([s for s in answers if s.faster])
-
-        def failed(exc: BaseException) -> None:
-            self._show_faster([])
-
-        self.state.tasks.run(work, ranked, failed, key=LEVERS_KEY)
+        self.state.with_levers(
+            resolved, lambda ranked: self._show_faster([s for s in ranked if s.faster]), LEVERS_KEY
+        )
 
     def _show_faster(self, faster: list[FitSuggestion]) -> None:
         self.faster = faster

@@ -61,7 +61,7 @@ from mtpstudio.core.usecases.system_install import (
     setup_note,
 )
 from mtpstudio.core.usecases.words import MIB, MtpStudioError
-from mtpstudio.core.usecases.workbench import DetectionReport, FitSuggestion, rank_levers
+from mtpstudio.core.usecases.workbench import DetectionReport, FitSuggestion
 from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids
@@ -373,20 +373,9 @@ class DesktopPage(PlanPage):
         if resolved is None or not resolved.target.device.is_gpu:
             self._show_gains([])
             return
-        bench = self.state.workbench
-        kept = bench.kept_levers(plan)
-        if kept is not None:  # ranked once per plan: by the Budget page, or its menu
-            self._show_gains(reclaims(kept))
-            return
-
-        def work(token: CancelToken) -> list[FitSuggestion]:
-            return rank_levers(resolved)
-
-        def ranked(answers: list[FitSuggestion]) -> None:
-            bench.keep_levers(resolved, answers)
-            self._show_gains(reclaims(answers))
-
-        self.state.tasks.run(work, ranked, lambda _: self._show_gains([]), key=RANK_KEY)
+        self.state.with_levers(
+            resolved, lambda ranked: self._show_gains(reclaims(ranked)), RANK_KEY
+        )
 
     def _show_gains(self, ranked: list[FitSuggestion]) -> None:
         self.gains = ranked

@@ -92,6 +92,10 @@ HELPER_MAY_IMPORT = frozenset(
         "mtpstudio.core.quoting.desktop_entry",
     }
 )
+HELPER_TEMPLATING = "mtpstudio.helper.templating"
+HELPER_LIBRARIES = frozenset({"jinja2"})
+"""The one library the helper renders its templates with, imported by its templating module
+only (its set-up copies jinja2 and markupsafe's Python sources root-owned with the helper)."""
 
 
 # -- the import scanner ------------------------------------------------------------------------
@@ -228,6 +232,7 @@ def helper_violations(source: str, module: str, known: Iterable[str]) -> list[st
         if n.split(".")[0] not in sys.stdlib_module_names
         and n not in HELPER_MAY_IMPORT
         and not (n == "mtpstudio.helper" or n.startswith("mtpstudio.helper."))
+        and not (module == HELPER_TEMPLATING and n.split(".")[0] in HELPER_LIBRARIES)
     )
 
 
@@ -526,6 +531,9 @@ def test_the_helper_checker_catches_forbidden_imports() -> None:
     assert check("from mtpstudio.core import quoting") == []
     assert check("from . import actions\nfrom .actions import run") == []
     assert check("import requests") == ["requests"]
+    assert check("import jinja2") == ["jinja2"]  # only the templating module renders
+    assert helper_violations("import jinja2", HELPER_TEMPLATING, known) == []
+    assert helper_violations("import requests", HELPER_TEMPLATING, known) == ["requests"]
     assert check("from mtpstudio.core.plan import Plan") == ["mtpstudio.core.plan"]
     assert check("from mtpstudio.core import plan") == ["mtpstudio.core.plan"]
     assert check("from .. import ui") == ["mtpstudio.ui"]

@@ -6,7 +6,9 @@ privileged action finds no helper (or one from another mtpstudio version)::
     pkexec /usr/bin/python3 -I .../mtpstudio/helper/self_install.py  < request.json
 
 The request (at most 8 MiB of JSON) carries the helper's modules (``mtpstudio/…/*.py``, the
-import closure of ``mtpstudio.helper.main``) and the helper calls to make once it is set up
+import closure of ``mtpstudio.helper.main``, with the pure-Python sources of the two libraries it
+renders with, ``jinja2/*.py`` and ``markupsafe/*.py``), its templates
+(``mtpstudio/templates/{units,sessions}/*.j2``) and the helper calls to make once it is set up
 (``runs``: argv and base64 stdin each), so one authentication both sets the helper up and does
 what was asked. This program builds the launcher and the policy itself from fixed text; only
 the module sources come from the request, checked by name and size. It writes, root-owned and
@@ -48,7 +50,21 @@ SETUP_MARK = "# mtpstudio-helper-setup sha256="
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_MODULE_BYTES = 512 * 1024
 MAX_RUNS = 16
-MODULE_PATH = re.compile(r"mtpstudio(/[a-z_][a-z0-9_]*)*/[a-z_][a-z0-9_]*\.py\Z")
+MODULE_PATH = re.compile(
+    r"(mtpstudio|jinja2|markupsafe)(/[a-z_][a-z0-9_]*)*/[a-z_][a-z0-9_]*\.py\Z"
+)
+TEMPLATE_PATH = re.compile(
+    r"mtpstudio/templates/(units|sessions)/[a-z][a-z0-9_-]*(\.[a-z]+)?\.j2\Z"
+)
+NEEDED = (
+    "mtpstudio/__init__.py",
+    "mtpstudio/helper/__init__.py",
+    "mtpstudio/helper/main.py",
+    "mtpstudio/templates/__init__.py",
+    "jinja2/__init__.py",
+    "markupsafe/__init__.py",
+)
+"""What every request carries: the helper, the templates' package and the two libraries."""
 RUN_TIMEOUT_S = 240
 EXIT_DONE, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 
@@ -128,6 +144,24 @@ def _b64(value: Any, what: str) -> bytes:
         raise Refused(f"{what} is not base64 text") from None
 
 
+def _checked_source(path: str, body: bytes) -> bytes:
+    try:
+        compile(body, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        raise Refused(f"{path} is not Python source") from None
+    return body
+
+
+def _checked_template(path: str, body: bytes) -> bytes:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Refused(f"{path} is not UTF-8 text") from None
+    if "\0" in text:
+        raise Refused(f"{path} is not a template (it holds a NUL)")
+    return body
+
+
 def parse_request(data: bytes) -> tuple[dict[str, bytes], list[tuple[list[str], bytes]]]:
     """(modules, runs) from the request; refuses anything else."""
     try:
@@ -141,22 +175,18 @@ def parse_request(data: bytes) -> tuple[dict[str, bytes], list[tuple[list[str], 
         raise Refused("the request names no modules")
     modules: dict[str, bytes] = {}
     for path, value in raw.items():
-        if not isinstance(path, str) or not MODULE_PATH.fullmatch(path) or "/../" in path:
-            raise Refused(f"{path!r} is not a module path of mtpstudio")
+        template = isinstance(path, str) and TEMPLATE_PATH.fullmatch(path) is not None
+        if not template and (not isinstance(path, str) or not MODULE_PATH.fullmatch(path)):
+            raise Refused(f"{path!r} is not a module or template path of the helper")
         body = _b64(value, path)
         if len(body) > MAX_MODULE_BYTES:
             raise Refused(f"{path} is larger than {MAX_MODULE_BYTES // 1024} KiB")
-        try:
-            compile(body, path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError):
-            raise Refused(f"{path} is not Python source") from None
-        modules[path] = body
-    for needed in ("mtpstudio/__init__.py", "mtpstudio/helper/__init__.py",
-                   "mtpstudio/helper/main.py"):  # fmt: skip
+        modules[path] = _checked_template(path, body) if template else _checked_source(path, body)
+    for needed in NEEDED:
         if needed not in modules:
             raise Refused(f"the request lacks {needed}")
-    for path in modules:  # every package on the way has its __init__.py
-        parts = path.split("/")[:-1]
+    for path in modules:  # every package on the way has its __init__.py (templates: theirs)
+        parts = path.split("/")[: -2 if TEMPLATE_PATH.fullmatch(path) else -1]
         for i in range(1, len(parts) + 1):
             if "/".join(parts[:i]) + "/__init__.py" not in modules:
                 raise Refused(f"the request lacks {'/'.join(parts[:i])}/__init__.py")

@@ -2,8 +2,8 @@
 from the variant, the session folder, the distribution's Plasma command (read by the helper from
 Plasma's own root-owned session file), the iGPU's DRM node and llvmpipe's thread count.
 
-``render_session_desktop``/``render_session_wrapper`` write them (mtpstudio's renderer and the
-helper both call them); ``session_from_params`` checks what a caller hands the helper for
+``render_session_desktop``/``render_session_wrapper`` write them from ``templates/sessions/`` and
+read each back against its shape (mtpstudio's renderer and the helper both call them); ``session_from_params`` checks what a caller hands the helper for
 ``install-session``; ``check_installed_*`` read installed files back before a revert.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,11 +20,9 @@ from typing import Any
 from mtpstudio.core.quoting.checks import check_one_line
 from mtpstudio.core.quoting.desktop_entry import (
     desktop_exec_arg,
-    desktop_exec_line,
-    desktop_string,
+    desktop_unescape_string,
     split_desktop_exec,
 )
-from mtpstudio.core.quoting.shell import shell_join, shell_quote
 from mtpstudio.helper.constants import (
     DISTRO_SESSION_DIRS,
     LOCAL_SESSION_DIRS,
@@ -36,10 +35,10 @@ from mtpstudio.helper.shape_common import (
     MAX_WORD,
     RenderError,
     as_refusal,
-    comment,
     only_keys,
     text_value,
 )
+from mtpstudio.helper.templating import render_template
 
 MESA_EGL_VENDOR_FILE = "/usr/share/glvnd/egl_vendor.d/50_mesa.json"
 
@@ -199,109 +198,93 @@ def _checked_session(shape: SessionShape) -> VariantFacts:
 
 
 def render_session_desktop(shape: SessionShape) -> str:
-    """The session's ``.desktop`` file (what the login screen lists)."""
+    """The session's ``.desktop`` file (what the login screen lists): its template rendered
+    from the shape, then read back and compared with it."""
     facts = _checked_session(shape)
-    wrapper = shape.wrapper_path
-    return (
-        f'# Login session "{comment(facts.session_name)}", written by mtpstudio.\n'
-        "# The login screen remembers the last session: to go back, pick the usual Plasma "
-        "session.\n"
-        "# To remove it, delete this file and the script in Exec= (or let mtpstudio do it).\n"
-        "[Desktop Entry]\n"
-        "Type=Application\n"
-        f"Name={desktop_string(facts.session_name)}\n"
-        f"Comment={desktop_string(facts.comment)}\n"
-        f"Exec={desktop_exec_line([wrapper])}\n"
-        f"TryExec={desktop_string(wrapper)}\n"
-        "DesktopNames=KDE\n"
+    text = render_template(
+        "sessions/session.desktop.j2",
+        session_name=facts.session_name,
+        comment=facts.comment,
+        wrapper=shape.wrapper_path,
     )
+    entries = desktop_entry(text)
+    try:
+        command = split_desktop_exec(entries.get("Exec", ""))
+    except ValueError:
+        command = []
+    expected = {"Name": facts.session_name, "TryExec": shape.wrapper_path, "Type": "Application"}
+    read = {key: _desktop_value(entries.get(key, "")) for key in expected}
+    if command != [shape.wrapper_path] or read != expected:
+        raise RenderError(
+            f"the session file {facts.file_name} written from its template does not say what "
+            "its session is (Name=, Exec=, TryExec=)"
+        )
+    return text
 
 
-_WRAPPER_TAIL = """\
-if ! command -v "${PLASMA_SESSION[0]}" >/dev/null 2>&1; then
-    echo "mtpstudio: ${PLASMA_SESSION[0]} is missing (was Plasma removed?); pick another" \\
-        "session at the login screen, or remove this one with: mtpstudio revert session" >&2
-    exit 1
-fi
-
-cleanup() {
-    # Plasma copies the session environment into the systemd user manager; take these back
-    # out so user services and the next session (after a crash) do not inherit them.
-    systemctl --user unset-environment "${SESSION_VARIABLES[@]}" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-
-"${PLASMA_SESSION[@]}" &
-child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM INT HUP
-wait "$child"
-status=$?
-while kill -0 "$child" 2>/dev/null; do
-    wait "$child"
-    status=$?
-done
-exit "$status"
-"""
-
-_IGPU_BLOCK = """\
-# Open only the iGPU (its by-path link survives reboots; cardN numbers do not).
-IGPU_NODE={card}
-card=$(readlink -f -- "$IGPU_NODE" 2>/dev/null || true)
-if [ -n "$card" ] && [ -c "$card" ]; then
-    export KWIN_DRM_DEVICES="$card"
-    # Keep NVIDIA's EGL/GLX out of the compositor and its clients: Mesa only.
-    if [ -e "$MESA_EGL_VENDOR" ]; then
-        export __EGL_VENDOR_LIBRARY_FILENAMES="$MESA_EGL_VENDOR"
-    fi
-    export __GLX_VENDOR_LIBRARY_NAME=mesa
-else
-    echo "mtpstudio: iGPU device $IGPU_NODE not found; starting Plasma unchanged" >&2
-fi
-"""
-
-_SOFTWARE_BLOCK = """\
-# Keep NVIDIA's EGL/GLX out of the desktop: Mesa only (its file must exist, or EGL breaks).
-if [ -e "$MESA_EGL_VENDOR" ]; then
-    export __EGL_VENDOR_LIBRARY_FILENAMES="$MESA_EGL_VENDOR"
-fi
-export __GLX_VENDOR_LIBRARY_NAME=mesa
-"""
+def _desktop_value(value: str) -> str:
+    try:
+        return desktop_unescape_string(value)
+    except ValueError:
+        return "\0"  # never a name: the comparison fails
 
 
 def render_session_wrapper(shape: SessionShape) -> str:
-    """The script the ``.desktop`` file runs: sets the rendering variables, starts Plasma."""
+    """The script the ``.desktop`` file runs: sets the rendering variables, starts Plasma.
+    Its template rendered from the shape, then its variable lines read back (the shell's
+    word rules) and compared with it."""
     facts = _checked_session(shape)
-    source = f" (Exec= of {comment(shape.plasma_source)})" if shape.plasma_source else ""
-    x11 = (
-        "# On X11 the Xorg server keeps its framebuffers on the card that drives the display.\n"
-        if facts.x11
-        else ""
+    igpu = shape.variant == "wayland-igpu"
+    exports = [] if igpu else _exports(shape)
+    text = render_template(
+        "sessions/wrapper.sh.j2",
+        session_name=facts.session_name,
+        comment=facts.comment,
+        desktop_path=shape.desktop_path,
+        plasma_source=shape.plasma_source,
+        x11=facts.x11,
+        plasma_command=shape.plasma_command,
+        mesa_egl_vendor=shape.mesa_egl_vendor_file,
+        session_variables=SESSION_VARIABLES,
+        igpu_card=shape.igpu_card if igpu else None,
+        exports=exports,
     )
-    if shape.variant == "wayland-igpu":
-        assert shape.igpu_card is not None
-        body = _IGPU_BLOCK.format(card=shell_quote(shape.igpu_card))
-    else:
-        body = "".join(f"export {n}={shell_quote(v)}\n" for n, v in _exports(shape))
-        body += _SOFTWARE_BLOCK
-    return (
-        "#!/bin/bash\n"
-        f'# Starts the login session "{comment(facts.session_name)}".\n'
-        "# Written by mtpstudio; the login screen runs it through\n"
-        f"# {comment(shape.desktop_path)}.\n"
-        f"# {comment(facts.comment)}.\n"
-        "# To go back, pick the usual Plasma session at the login screen (it remembers the last "
-        "one).\n"
-        f"{x11}"
-        "\n"
-        f"# What the distribution runs to start Plasma{source}.\n"
-        f"PLASMA_SESSION=({shell_join(shape.plasma_command)})\n"
-        f"MESA_EGL_VENDOR={shell_quote(shape.mesa_egl_vendor_file)}\n"
-        f"SESSION_VARIABLES=({' '.join(SESSION_VARIABLES)})\n"
-        "\n"
-        f"{body}"
-        "\n"
-        f"{_WRAPPER_TAIL}"
-    )
+    expected = [
+        ("PLASMA_SESSION", list(shape.plasma_command)),
+        ("MESA_EGL_VENDOR", [shape.mesa_egl_vendor_file]),
+        ("SESSION_VARIABLES", list(SESSION_VARIABLES)),
+        *((("IGPU_NODE", [shape.igpu_card or ""]),) if igpu else ()),
+        *((f"export {name}", [value]) for name, value in exports),
+        *(() if igpu else (("export __GLX_VENDOR_LIBRARY_NAME", ["mesa"]),)),  # Mesa's GLX only
+    ]
+    if _wrapper_assignments(text) != expected:
+        raise RenderError(
+            f"the session wrapper {facts.wrapper_name} written from its template does not "
+            "set what its session sets"
+        )
+    return text
+
+
+_ASSIGNMENT = re.compile(r"((?:export )?[A-Za-z_][A-Za-z0-9_]*)=(.*)\Z")
+
+
+def _wrapper_assignments(text: str) -> list[tuple[str, list[str]]]:
+    """The wrapper's top-level assignments of fixed values (``NAME=…``, ``NAME=(…)``,
+    ``export NAME=…`` at the start of a line, no ``$``), each value split by the shell's word
+    rules."""
+    found: list[tuple[str, list[str]]] = []
+    for line in text.split("\n"):
+        match = _ASSIGNMENT.match(line)
+        if match is None or "$" in match.group(2):
+            continue
+        value = match.group(2)
+        if value.startswith("(") and value.endswith(")"):
+            value = value[1:-1]
+        try:
+            found.append((match.group(1), shlex.split(value)))
+        except ValueError:
+            found.append((match.group(1), ["\0"]))
+    return found
 
 
 def desktop_entry(text: str) -> dict[str, str]:

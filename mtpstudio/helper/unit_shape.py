@@ -1,7 +1,8 @@
 """A systemd unit of mtpstudio's and its environment file, built from the few values that vary
 (account, model name, command, flag notes, memory lock, loopback, variables).
 
-``render_unit``/``render_env`` write them (mtpstudio's renderer and the helper both call them);
+``render_unit``/``render_env`` write them from ``templates/units/`` and read each back against its
+shape (mtpstudio's renderer and the helper both call them: the preview is the installed file);
 ``system_unit_from_params`` checks what a caller hands the helper for ``install-unit``;
 ``check_installed_unit`` reads an installed unit back field by field before the helper replaces
 or removes it. System units are named ``mtpstudio-….service`` and never take a name that the
@@ -17,14 +18,11 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from mtpstudio.core.quoting.env_file import env_file_assignment, parse_env_file
+from mtpstudio.core.quoting.env_file import parse_env_file
 from mtpstudio.core.quoting.systemd import (
     parse_unit_file,
     split_environment_assignments,
     split_systemd_command_line,
-    systemd_command_line,
-    systemd_path,
-    systemd_text,
 )
 from mtpstudio.helper.constants import ENV_DIR
 from mtpstudio.helper.prestart_shape import (
@@ -44,13 +42,12 @@ from mtpstudio.helper.shape_common import (
     bool_value,
     check_file_name,
     check_variable,
-    comment,
-    comment_wrap,
     list_value,
     only_keys,
     pairs_value,
     text_value,
 )
+from mtpstudio.helper.templating import render_template
 
 UNIT_PREFIX = "mtpstudio-"
 """Every system unit the helper installs is named ``mtpstudio-….service``."""
@@ -71,26 +68,6 @@ _MAX_ENV = 64
 _MAX_FILE_NAME = 255
 _ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 _ROOT_USERS = {"root", "0"}
-
-
-def comment_header(
-    unit_name: str,
-    description: str,
-    notes: Sequence[tuple[str, str]],
-    warnings: Sequence[str],
-) -> str:
-    """The comment block at the top of a unit: what each flag means, then the warnings."""
-    lines = [
-        f"# {unit_name}: {comment(description)}",
-        "# Written by mtpstudio from a plan; change the plan and render again rather than "
-        "editing here.",
-        "#",
-        "# What the flags mean:",
-    ]
-    lines += [comment_wrap(f"{flag}: {why}", "#   ", "#       ") for flag, why in notes]
-    for warning in warnings:
-        lines += ["#", comment_wrap(f"Warning: {warning}", "# ", "#   ")]
-    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -173,41 +150,20 @@ def runtime_folder(unit_name: str) -> str:
     return stem
 
 
-def _exec_start(shape: UnitShape) -> str:
-    line = systemd_command_line(shape.argv, shape.arg_groups)
-    if not _swaps(shape):
-        return line
-    return line + (" \\\n    " if shape.arg_groups else " ") + PLACEMENT_REF
-
-
-def _placement_lines(shape: UnitShape) -> str:
-    """The placement as a variable the check may override (none unless it may)."""
+def _placement_context(shape: UnitShape) -> dict[str, str] | None:
+    """The placement as a variable the check may override (None unless it may)."""
     if shape.prestart is None or not _swaps(shape):
-        return ""
-    folder = runtime_folder(shape.unit_name)
+        return None
     words = " ".join(shape.prestart.placement)
     if not words:
         raise RenderError("the engine's fit instead of the placement needs the placement itself")
-    return (
-        "# The placement is the variable below, the last word of ExecStart=. When the VRAM is\n"
-        "# short at the start, the check writes the engine's own fit into the runtime folder's\n"
-        f"# {PLACEMENT_FILE}, which overrides it for that start (the plan says --short-vram fit).\n"
-        f"RuntimeDirectory={folder}\n"
-        f'Environment="{PLACEMENT_VAR}={words}"\n'
-        f"EnvironmentFile=-%t/{folder}/{PLACEMENT_FILE}\n"
-    )
-
-
-def _exec_start_pre(shape: UnitShape) -> str:
-    """The check's lines before ``ExecStart=`` (none without a check)."""
-    if shape.prestart is None:
-        return ""
-    return (
-        "# Before the engine starts: is the VRAM this placement needs free, and is the engine\n"
-        "# the build the unit was made for? One line in the journal either way (mtpstudio\n"
-        f"# prestart); when short it {_ON_SHORT_WORDS[shape.prestart.on_short]}.\n"
-        f"ExecStartPre={systemd_command_line(shape.prestart.argv(shape.argv[0]))}\n"
-    )
+    return {
+        "folder": runtime_folder(shape.unit_name),
+        "words": words,
+        "variable": PLACEMENT_VAR,
+        "file": PLACEMENT_FILE,
+        "ref": PLACEMENT_REF,
+    }
 
 
 _ON_SHORT_WORDS = {
@@ -217,184 +173,57 @@ _ON_SHORT_WORDS = {
 }
 
 
-def _exec_start_post(shape: UnitShape) -> str:
-    """The comparison after the load, after ``ExecStart=`` (none without one)."""
-    if shape.prestart is None or not shape.prestart.compares_load:
-        return ""
-    return (
-        "# After the load: the engine's buffers in this start's journal against the plan, one\n"
-        "# line per device (mtpstudio poststart). It waits in the background for /health, so\n"
-        "# the start does not wait for the load; its failure never stops the engine (-).\n"
-        f"ExecStartPost=-{systemd_command_line(shape.prestart.post_argv())}\n"
-    )
+def _prestart_context(shape: UnitShape) -> dict[str, Any] | None:
+    """The check before the start and the comparison after the load (None: no check)."""
+    if shape.prestart is None:
+        return None
+    return {
+        "argv": shape.prestart.argv(shape.argv[0]),
+        "on_short": _ON_SHORT_WORDS[shape.prestart.on_short],
+        "post_argv": shape.prestart.post_argv(),
+    }
 
 
-def sandbox_lines(*, protect_home: str) -> str:
-    """The sandbox every unit mtpstudio writes shares (systemd-analyze security scores it):
-    no privileges, a read-only system, the kernel and other processes out of reach, the
-    system calls of a service, the address families of a network server. ``protect_home``:
-    ``read-only`` (the engine reads a model there) or ``yes``."""
-    return _SANDBOX.format(protect_home=protect_home)
-
-
-def gpu_device_lines(*, amd: bool) -> str:
-    """Every device closed but the GPU nodes: NVIDIA's (/dev/nvidia*) and DRM's (/dev/dri),
-    and with ``amd`` AMD's compute node (/dev/kfd)."""
-    return _GPU_DEVICES + ("DeviceAllow=char-kfd rw\n" if amd else "")
-
-
-_SANDBOX = """\
-NoNewPrivileges=yes
-CapabilityBoundingSet=
-AmbientCapabilities=
-ProtectSystem=strict
-ProtectHome={protect_home}
-PrivateTmp=yes
-PrivateMounts=yes
-ProtectClock=yes
-ProtectHostname=yes
-ProtectProc=invisible
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectKernelLogs=yes
-ProtectControlGroups=yes
-RestrictNamespaces=yes
-RestrictRealtime=yes
-RestrictSUIDSGID=yes
-LockPersonality=yes
-SystemCallArchitectures=native
-SystemCallFilter=@system-service
-SystemCallFilter=~@privileged
-SystemCallErrorNumber=EPERM
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
-"""
-_GPU_DEVICES = """\
-DevicePolicy=closed
-DeviceAllow=char-nvidia-frontend rw
-DeviceAllow=char-nvidia-uvm rw
-DeviceAllow=char-nvidia-caps r
-DeviceAllow=char-drm rw
-"""
-
-
-_SYSTEM_HARDENING = (
-    """\
-# Hardening (systemd-analyze security scores it below 3.5) that leaves the engine what it
-# needs: reading the model (everything is read-only but the cache folder), its port, and the
-# GPU device nodes of the classes NVIDIA (/dev/nvidia*), DRM (/dev/dri) and AMD (/dev/kfd)
-# cards use; every other device is closed. Left out on purpose: PrivateDevices= (a private
-# /dev without the GPU), MemoryDenyWriteExecute= (breaks the CUDA JIT), ProcSubset=pid
-# (libcuda reads /proc/driver/nvidia), RemoveIPC= (User= is often the desktop user, whose
-# shared memory it would delete). With NoNewPrivileges= the setuid nvidia-modprobe cannot
-# create /dev/nvidia-uvm: load nvidia-uvm at boot.
-"""
-    + sandbox_lines(protect_home="read-only")
-    + gpu_device_lines(amd=True)
-)
+def unit_context(shape: UnitShape) -> dict[str, Any]:
+    """What ``templates/units/{system,user}.service.j2`` are rendered with."""
+    return {
+        "unit_name": shape.unit_name,
+        "description": shape.description,
+        "notes": shape.notes,
+        "warnings": shape.warnings,
+        "user": shape.user,
+        "env_path": shape.env_path,
+        "argv": shape.argv,
+        "arg_groups": shape.arg_groups,
+        "placement": _placement_context(shape),
+        "prestart": _prestart_context(shape),
+        "mlock": shape.mlock,
+        "loopback": shape.loopback,
+        "session_variables": SESSION_VARIABLES,
+    }
 
 
 def render_unit(shape: UnitShape) -> str:
-    """The unit's text (system or user), exactly as mtpstudio writes it."""
-    header = comment_header(shape.unit_name, shape.description, shape.notes, shape.warnings)
-    description = systemd_text(shape.description)
-    env_path = systemd_path(shape.env_path)
-    exec_start = _exec_start(shape)
-    if not shape.system:
-        return (
-            f"{header}\n"
-            "[Unit]\n"
-            f"Description={description}\n"
-            "# Give up after 3 failed starts in 10 minutes (e.g. out of memory at every load).\n"
-            "StartLimitIntervalSec=600\n"
-            "StartLimitBurst=3\n"
-            "\n"
-            "[Service]\n"
-            "Type=exec\n"
-            f"EnvironmentFile={env_path}\n"
-            "# A software-rendering login session copies these into the user manager; "
-            "llama-server\n"
-            "# does not need them (and a Vulkan build would otherwise pick the software driver).\n"
-            f"UnsetEnvironment={' '.join(SESSION_VARIABLES)}\n"
-            f"{_placement_lines(shape)}"
-            f"{_exec_start_pre(shape)}"
-            f"ExecStart={exec_start}\n"
-            f"{_exec_start_post(shape)}"
-            "Restart=on-failure\n"
-            "RestartSec=15s\n"
-            "TimeoutStopSec=30s\n"
-            "# Light hardening only: in a user manager the file-system options would switch on\n"
-            "# PrivateUsers= and hide other users' files.\n"
-            "NoNewPrivileges=yes\n"
-            "RestrictRealtime=yes\n"
-            "LockPersonality=yes\n"
-            "SystemCallArchitectures=native\n"
-            "\n"
-            "[Install]\n"
-            "WantedBy=default.target\n"
-        )
-    if shape.user is None:
+    """The unit's text (system or user), exactly as mtpstudio writes it: its template rendered
+    from the shape, then read back and compared with the shape field by field."""
+    if shape.system and shape.user is None:
         raise RenderError("a system unit needs the account it runs as")
-    mlock = (
-        "# The weights are locked in RAM (mlock); without this limit locking fails.\n"
-        "LimitMEMLOCK=infinity\n"
-        if shape.mlock
-        else ""
-    )
-    loopback = (
-        "# It listens on loopback only: no other address may reach it.\n"
-        "IPAddressDeny=any\n"
-        "IPAddressAllow=localhost\n"
-        if shape.loopback
-        else ""
-    )
-    return (
-        f"{header}\n"
-        "[Unit]\n"
-        f"Description={description}\n"
-        "After=network-online.target\n"
-        "Wants=network-online.target\n"
-        "# Give up after 3 failed starts in 10 minutes (e.g. out of memory at every load).\n"
-        "StartLimitIntervalSec=600\n"
-        "StartLimitBurst=3\n"
-        "\n"
-        "[Service]\n"
-        "Type=exec\n"
-        f"User={shape.user}\n"
-        "# Access to the GPU device nodes on distributions that give them to these groups.\n"
-        "SupplementaryGroups=video render\n"
-        f"EnvironmentFile={env_path}\n"
-        f"{_placement_lines(shape)}"
-        f"{_exec_start_pre(shape)}"
-        f"ExecStart={exec_start}\n"
-        f"{_exec_start_post(shape)}"
-        "Restart=on-failure\n"
-        "RestartSec=15s\n"
-        "TimeoutStopSec=30s\n"
-        f"{mlock}"
-        "# The CUDA JIT cache needs a writable place: the home folder is read-only here.\n"
-        "CacheDirectory=mtpstudio\n"
-        "Environment=CUDA_CACHE_PATH=%C/mtpstudio\n"
-        "\n"
-        f"{_SYSTEM_HARDENING}"
-        f"{loopback}"
-        "UMask=0077\n"
-        "\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
-    )
+    template = "units/system.service.j2" if shape.system else "units/user.service.j2"
+    text = render_template(template, **unit_context(shape))
+    check_rendered_unit(text, shape)
+    return text
 
 
 def render_env(unit_name: str, env: Sequence[tuple[str, str]]) -> str:
-    """The unit's environment file (``EnvironmentFile=``)."""
-    lines = [
-        f"# Environment for {unit_name} (EnvironmentFile=), written by mtpstudio.",
-        '# One NAME=value per line; double-quote values and write \\\\ \\" \\` \\$ inside the '
-        "quotes.",
-        "# llama-server reads LLAMA_ARG_* variables too, but the unit's command line wins over "
-        "them.",
-        *(env_file_assignment(name, value) for name, value in env),
-    ]
-    return "\n".join(lines) + "\n"
+    """The unit's environment file (``EnvironmentFile=``), read back and compared with ``env``."""
+    text = render_template("units/environment.env.j2", unit_name=unit_name, env=tuple(env))
+    try:
+        written = parse_env_file(text)
+    except ValueError as exc:
+        raise RenderError(f"the environment file does not read back ({exc})") from None
+    if list(written.items()) != list(dict(env).items()):
+        raise RenderError("the environment file does not read back as its variables")
+    return text
 
 
 def check_account(value: Any, what: str = "the unit's User=") -> str:
@@ -540,6 +369,75 @@ def _placement_words(entries: list[tuple[str, str, str]]) -> tuple[str, ...]:
             if name == PLACEMENT_VAR:
                 return tuple(words.split())
     return ()
+
+
+def _unit_fields(entries: list[tuple[str, str, str]]) -> dict[str, tuple[Any, ...]]:
+    """What a unit's text says, per field, read with systemd's rules (ValueError: it does not
+    read back)."""
+    got: dict[tuple[str, str], list[str]] = {}
+    for section, key, value in entries:
+        got.setdefault((section, key), []).append(value)
+
+    def raw(section: str, key: str) -> tuple[str, ...]:
+        return tuple(got.get((section, key), []))
+
+    def command(value: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        head, ref = without_placement_ref(value)
+        return tuple(split_systemd_command_line(head)), tuple(ref)
+
+    return {
+        "Description": tuple(v.replace("%%", "%") for v in raw("Unit", "Description")),
+        "User": raw("Service", "User"),
+        "EnvironmentFile": tuple(v.replace("%%", "%") for v in raw("Service", "EnvironmentFile")),
+        "MTPSTUDIO_PLACEMENT": _placement_words(entries),
+        "ExecStartPre": tuple(command(v) for v in raw("Service", "ExecStartPre")),
+        "ExecStart": tuple(command(v) for v in raw("Service", "ExecStart")),
+        "ExecStartPost": tuple(
+            (v.startswith("-"), command(v.removeprefix("-")))
+            for v in raw("Service", "ExecStartPost")
+        ),
+        "LimitMEMLOCK": raw("Service", "LimitMEMLOCK"),
+        "IPAddressDeny": raw("Service", "IPAddressDeny"),
+        "WantedBy": raw("Install", "WantedBy"),
+    }
+
+
+def _shape_fields(shape: UnitShape) -> dict[str, tuple[Any, ...]]:
+    """What a unit built from ``shape`` must say, per field (as ``_unit_fields`` reads it)."""
+    placement = _placement_context(shape)
+    ref = (PLACEMENT_REF,) if placement else ()
+    pre = _prestart_context(shape)
+    return {
+        "Description": (shape.description.strip(),),
+        "User": (shape.user,) if shape.system else (),
+        "EnvironmentFile": (shape.env_path,)
+        + ((f"-%t/{placement['folder']}/{PLACEMENT_FILE}",) if placement else ()),
+        "MTPSTUDIO_PLACEMENT": tuple(placement["words"].split()) if placement else (),
+        "ExecStartPre": ((tuple(pre["argv"]), ()),) if pre else (),
+        "ExecStart": ((tuple(shape.argv), ref),),
+        "ExecStartPost": ((True, (tuple(pre["post_argv"]), ())),)
+        if pre and pre["post_argv"]
+        else (),
+        "LimitMEMLOCK": ("infinity",) if shape.system and shape.mlock else (),
+        "IPAddressDeny": ("any",) if shape.system and shape.loopback else (),
+        "WantedBy": ("multi-user.target",) if shape.system else ("default.target",),
+    }
+
+
+def check_rendered_unit(text: str, shape: UnitShape) -> None:
+    """A unit rendered from its template, read back with systemd's rules, says what ``shape``
+    says in every field that varies (the command, the account, the files, the check, the
+    limits); RenderError names the first field that does not."""
+    try:
+        fields = _unit_fields(parse_unit_file(text))
+    except ValueError as exc:
+        raise RenderError(f"the unit {shape.unit_name} does not read back ({exc})") from None
+    for name, expected in _shape_fields(shape).items():
+        if fields[name] != expected:
+            raise RenderError(
+                f"the unit {shape.unit_name} written from its template does not say what its "
+                f"plan says ({name}=)"
+            )
 
 
 def check_installed_unit(text: str, name: str, env_name: str | None, *, system: bool) -> None:

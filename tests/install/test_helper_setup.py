@@ -21,7 +21,7 @@ from mtpstudio.core.desktop.helper_setup import (
     HelperCall,
     HelperStatus,
     InProcessSetup,
-    helper_modules,
+    helper_files,
     helper_state,
     set_up_helper,
 )
@@ -45,7 +45,7 @@ def run_setup(root: Path, request: bytes, euid: int = 0) -> tuple[int, str, str]
 
 
 def request(modules: dict[str, bytes] | None = None, runs: list[object] | None = None) -> bytes:
-    mods = helper_modules() if modules is None else modules
+    mods = helper_files() if modules is None else modules
     data = {"modules": {k: base64.b64encode(v).decode() for k, v in mods.items()},
             "runs": runs or []}  # fmt: skip
     return json.dumps(data).encode()
@@ -65,15 +65,20 @@ def test_one_run_sets_the_helper_up_and_makes_the_call(tmp_path: Path) -> None:
     assert (root / "etc/nvidia/nvidia-application-profiles-rc.d" / PROFILE.name).is_file()
     # the launcher and the policy, as the policy names them
     launcher = (root / HELPER).read_text()
-    digest = self_install.modules_digest(helper_modules())
+    digest = self_install.modules_digest(helper_files())
     assert launcher.startswith(f"#!{sys.executable} -I\n# mtpstudio-helper-setup sha256={digest}")
     assert (root / HELPER).stat().st_mode & 0o777 == 0o755
     assert (root / POLICY).read_bytes() == (
         REPO / "packaging" / POLICY.rsplit("/")[-1]
     ).read_bytes()
     lib = root / "usr/lib/mtpstudio" / f"python-{digest[:12]}"
-    copied = sorted(p.relative_to(lib).as_posix() for p in lib.rglob("*.py"))
-    assert copied == sorted(helper_modules())
+    copied = sorted(
+        p.relative_to(lib).as_posix() for p in lib.rglob("*") if p.suffix in (".py", ".j2")
+    )
+    assert copied == sorted(helper_files())
+    # the copy renders from its own templates and libraries (the launcher's -I, its folder)
+    assert "mtpstudio/templates/units/system.service.j2" in copied
+    assert "jinja2/sandbox.py" in copied and "markupsafe/__init__.py" in copied
     assert all(p.stat().st_mode & 0o022 == 0 for p in lib.rglob("*"))  # nobody else writes
     assert helper_state(root, which=lambda _: "pkexec").status is HelperStatus.READY
 
@@ -106,7 +111,7 @@ def test_the_copied_helper_runs_without_the_venv(tmp_path: Path) -> None:
 
 def test_another_version_is_replaced_and_its_copy_removed(tmp_path: Path) -> None:
     root = make_root(tmp_path / "root")
-    older = dict(helper_modules())
+    older = dict(helper_files())
     older["mtpstudio/helper/main.py"] += b"\n# an older release\n"
     code, _, err = run_setup(root, request(older))
     assert code == 0, err
@@ -135,21 +140,48 @@ def test_a_packaged_helper_is_never_replaced(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        ({"../evil.py": b"x = 1\n"}, "is not a module path of mtpstudio"),
-        ({"mtpstudio/helper/run.sh": b"#!/bin/sh\n"}, "is not a module path of mtpstudio"),
+        ({"../evil.py": b"x = 1\n"}, "is not a module or template path"),
+        ({"mtpstudio/helper/run.sh": b"#!/bin/sh\n"}, "is not a module or template path"),
         ({"mtpstudio/helper/main.py": b"def (:\n"}, "is not Python source"),
         ({"mtpstudio/other/x.py": b"x = 1\n"}, "lacks mtpstudio/other/__init__.py"),
         ({"mtpstudio/helper/big.py": b"#" * (513 * 1024)}, "larger than 512 KiB"),
+        ({"requests/__init__.py": b"x = 1\n"}, "is not a module or template path"),
+        ({"mtpstudio/templates/export/x.j2": b"x\n"}, "is not a module or template path"),
+        ({"mtpstudio/templates/units/../x.j2": b"x\n"}, "is not a module or template path"),
+        ({"mtpstudio/templates/units/a.service.j2": b"\xff\n"}, "is not UTF-8 text"),
     ],
-    ids=["dot-dot", "not-python-name", "not-python", "no-package", "too-big"],
+    ids=[
+        "dot-dot",
+        "not-python-name",
+        "not-python",
+        "no-package",
+        "too-big",
+        "other-library",
+        "other-template-folder",
+        "template-dot-dot",
+        "template-not-text",
+    ],
 )
 def test_a_bad_module_is_refused_and_nothing_written(
     tmp_path: Path, change: dict[str, bytes], said: str
 ) -> None:
     root = make_root(tmp_path / "root")
     before = snapshot(root)
-    code, out, err = run_setup(root, request({**helper_modules(), **change}))
+    code, out, err = run_setup(root, request({**helper_files(), **change}))
     assert code == 2 and said in err and out == ""
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("missing", ["jinja2/__init__.py", "markupsafe/__init__.py",
+                                     "mtpstudio/templates/__init__.py"])  # fmt: skip
+def test_a_request_without_what_the_helper_renders_with_is_refused(
+    tmp_path: Path, missing: str
+) -> None:
+    root = make_root(tmp_path / "root")
+    before = snapshot(root)
+    files = {k: v for k, v in helper_files().items() if k != missing}
+    code, out, err = run_setup(root, request(files))
+    assert code == 2 and f"lacks {missing}" in err and out == ""
     assert snapshot(root) == before
 
 

@@ -39,7 +39,8 @@ from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.quoting.env_file import parse_env_file
 from mtpstudio.core.quoting.systemd import parse_unit_file, split_systemd_command_line
 from mtpstudio.core.rendered_file import RenderedFile
-from mtpstudio.core.service.render import UnitScope, render_service_files, template_environment
+from mtpstudio.core.service.render import UnitScope, render_service_files
+from mtpstudio.helper.templating import template_environment
 
 IGPU = "/dev/dri/by-path/pci-0000:00:02.0-card"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import base64
 import enum
+import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from mtpstudio.core.distro import polkit_package, read_os_release
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.helper import self_install
 from mtpstudio.helper.constants import HELPER_INSTALL_PATH, POLICY_FILE_NAME, POLICY_INSTALL_DIR
+from mtpstudio.helper.templating import HELPER_TEMPLATE_FOLDERS, TEMPLATE_PACKAGE
 
 PKEXEC_TIMEOUT_S = 300.0
 SYSTEM_PYTHONS = ("/usr/bin/python3",)
@@ -141,8 +144,47 @@ def helper_modules() -> dict[str, bytes]:
     return files
 
 
+HELPER_LIBRARIES = ("jinja2", "markupsafe")
+"""The libraries the helper renders its templates with (jinja2 and its one dependency): their
+pure-Python sources go along (markupsafe's C speedups never: it falls back to its Python)."""
+
+
+def _library_sources(name: str) -> dict[str, bytes]:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise HelperSetupError(
+            f"the helper renders with {name}, which this installation lacks",
+            hint="Reinstall mtpstudio (its install brings jinja2), then try again.",
+        )
+    folder = Path(spec.origin).parent
+    return {
+        f"{name}/{path.relative_to(folder).as_posix()}": path.read_bytes()
+        for path in sorted(folder.rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
+
+
+def _template_sources() -> dict[str, bytes]:
+    root = resources.files(TEMPLATE_PACKAGE)
+    files = {"mtpstudio/templates/__init__.py": root.joinpath("__init__.py").read_bytes()}
+    for folder in HELPER_TEMPLATE_FOLDERS:
+        for entry in sorted(root.joinpath(folder).iterdir(), key=lambda e: e.name):
+            if entry.name.endswith(".j2") and entry.is_file():
+                files[f"mtpstudio/templates/{folder}/{entry.name}"] = entry.read_bytes()
+    return files
+
+
+def helper_files() -> dict[str, bytes]:
+    """Everything the helper's set-up copies: its modules, the libraries it renders with and
+    its templates (path below the copy's folder -> bytes)."""
+    files = helper_modules()
+    for name in HELPER_LIBRARIES:
+        files |= _library_sources(name)
+    return files | _template_sources()
+
+
 def modules_digest() -> str:
-    return self_install.modules_digest(helper_modules())
+    return self_install.modules_digest(helper_files())
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,7 +254,7 @@ class SetupResult:
 
 def setup_request(calls: Sequence[HelperCall]) -> bytes:
     """The JSON the root side reads: the modules and the calls."""
-    modules = {k: base64.b64encode(v).decode() for k, v in helper_modules().items()}
+    modules = {k: base64.b64encode(v).decode() for k, v in helper_files().items()}
     runs = [{"args": list(c.args), "stdin": base64.b64encode(c.payload).decode()} for c in calls]
     return json.dumps({"modules": modules, "runs": runs}).encode()
 

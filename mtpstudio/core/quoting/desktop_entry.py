@@ -45,7 +45,8 @@ def desktop_exec_line(argv: Sequence[str]) -> str:
     return line.replace("\\", "\\\\")
 
 
-def _desktop_unescape_string(value: str) -> str:
+def desktop_unescape_string(value: str) -> str:
+    """A ``.desktop`` string value as it reads (its ``\\s \\n \\t \\r \\\\`` escapes undone)."""
     out: list[str] = []
     i = 0
     table = {"s": " ", "n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
@@ -64,7 +65,7 @@ def _desktop_unescape_string(value: str) -> str:
 
 def split_desktop_exec(value: str) -> list[str]:
     """The argv of an ``Exec=`` value per the Desktop Entry spec (field codes: only ``%%``)."""
-    line = _desktop_unescape_string(value)
+    line = desktop_unescape_string(value)
     args: list[str] = []
     i, n = 0, len(line)
     while True:

@@ -11,9 +11,10 @@ from mtpstudio.core.desktop.session_files import SessionSettings, render_reclaim
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.rendered_file import RenderedFile
-from mtpstudio.core.service.render import UnitScope, render_service_files, template_environment
+from mtpstudio.core.service.render import UnitScope, render_service_files
 from mtpstudio.core.service.rpc_unit import render_rpc_server_unit
 from mtpstudio.helper.prestart_shape import PrestartShape
+from mtpstudio.helper.templating import template_environment
 
 README_NAME = "README.md"
 

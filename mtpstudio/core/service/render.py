@@ -2,55 +2,45 @@
 session files: ``core.desktop.session_files``).
 
 Pure: nothing here writes files or runs commands (``core.service.export.write_files`` does that).
-Templates are Jinja2 files shipped as package data (``mtpstudio.templates``), rendered with
-``StrictUndefined``, autoescape off and quoting filters from ``core.quoting``; every rendered
-``ExecStart=`` is split back with systemd's rules and compared with the LaunchSpec's argv
-before it is returned.
+Templates are Jinja2 files shipped as package data (``mtpstudio.templates``), rendered in the
+helper's sandboxed environment (``helper.templating``: ``StrictUndefined``, autoescape off, the
+quoting filters of ``core.quoting``); the unit and its environment file are the helper's own
+renders (``helper.unit_shape``), and every rendered ``ExecStart=`` is split back with systemd's
+rules and compared with the LaunchSpec's argv before it is returned.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import jinja2
 
 from mtpstudio.core import paths
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.errors import RenderError
 from mtpstudio.core.plan.choices import LoadMode
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.quoting.desktop_entry import desktop_exec_line, desktop_string
-from mtpstudio.core.quoting.env_file import env_file_assignment
-from mtpstudio.core.quoting.shell import shell_join, shell_quote
+from mtpstudio.core.quoting.shell import shell_join
 from mtpstudio.core.quoting.systemd import (
     parse_unit_file,
     split_systemd_command_line,
-    systemd_path,
-    systemd_text,
 )
 from mtpstudio.core.rendered_file import RenderedFile
 from mtpstudio.core.service.prestart import placement_words, without_placement
 from mtpstudio.helper import unit_shape
 from mtpstudio.helper.prestart_shape import PrestartShape
-from mtpstudio.helper.shape_common import comment, comment_wrap
+from mtpstudio.helper.templating import render_template
 from mtpstudio.helper.unit_shape import UnitShape
 
 __all__ = [
     "ServiceLayout",
     "UnitScope",
     "render_service_files",
-    "template_environment",
 ]
 
-TEMPLATE_PACKAGE = "mtpstudio.templates"
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 
 
@@ -94,50 +84,6 @@ class ServiceLayout:
             unit = config / "systemd" / "user" / unit_name
             env = config / "mtpstudio" / out.env_file
         return cls(scope, unit, env, export / out.launch_script)
-
-
-# --------------------------------------------------------------------------------------------
-# Jinja
-
-
-def _load_template(name: str) -> str:
-    try:
-        return resources.files(TEMPLATE_PACKAGE).joinpath(name).read_text(encoding="utf-8")
-    except (FileNotFoundError, IsADirectoryError):
-        raise jinja2.TemplateNotFound(name) from None
-
-
-@lru_cache(maxsize=1)
-def template_environment() -> jinja2.Environment:
-    """The Jinja environment for mtpstudio's templates (shared, read-only after creation)."""
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load_template),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    filters: Mapping[str, Callable[..., Any]] = {
-        "comment": comment,
-        "comment_wrap": comment_wrap,
-        "shell": shell_quote,
-        "shell_join": shell_join,
-        "systemd_path": systemd_path,
-        "systemd_text": systemd_text,
-        "env_file_assignment": lambda pair: env_file_assignment(*pair),
-        "desktop_string": desktop_string,
-        "desktop_exec": desktop_exec_line,
-    }
-    env.filters.update(filters)
-    return env
-
-
-def _render(template: str, **context: Any) -> str:
-    try:
-        return template_environment().get_template(template).render(**context)
-    except jinja2.TemplateError as exc:  # a bug in a template, not bad input
-        raise RenderError(f"template {template} failed: {exc}") from exc
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,7 +252,7 @@ def render_service_files(
         ),
         "script": RenderedFile(
             name=out.launch_script,
-            text=_render("launch.sh.j2", **context),
+            text=render_template("launch.sh.j2", **context),
             mode=0o755,
             install_path=layout.script_path,
             explanation="The same command as a bash script, for running by hand.",

@@ -3,8 +3,9 @@ from the variant, the session folder, the distribution's Plasma command (read by
 Plasma's own root-owned session file), the iGPU's DRM node and llvmpipe's thread count.
 
 ``render_session_desktop``/``render_session_wrapper`` write them from ``templates/sessions/`` and
-read each back against its shape (mtpstudio's renderer and the helper both call them); ``session_from_params`` checks what a caller hands the helper for
-``install-session``; ``check_installed_*`` read installed files back before a revert.
+read each back against its shape (mtpstudio's renderer and the helper both call them);
+``session_from_params`` checks what a caller hands the helper for ``install-session``;
+``check_installed_*`` read installed files back before a revert.
 """
 
 from __future__ import annotations

@@ -55,38 +55,14 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     """Options shared by commands that build a Plan; defaults are None = 'not given'."""
     src = p.add_argument_group("model and target")
     which = src.add_mutually_exclusive_group()
-    which.add_argument("--model", "-m", type=Path, help="GGUF file (first part of a split model)")
-    which.add_argument(
-        "--demo",
-        nargs="?",
-        const="",
-        metavar="CARD",
-        help=_demo_help(),
-    )
-    src.add_argument(
-        "--gpu",
-        action="append",
-        metavar="GPU",
-        help="auto, cpu, a device id (CUDA0) or a catalogue GPU id; repeat it to split the "
-        "model over several GPUs (plan --demo --gpu rtx-4070-super --gpu rtx-3060-12gb); "
-        "`--gpu list` lists the catalogue by vendor",
-    )
-    src.add_argument(
-        "--rpc",
-        action="append",
-        metavar="HOST:PORT[=MIB]",
-        help="a machine running llama.cpp's rpc-server, as one more device (repeatable); it is "
-        "probed for its memory now, or planned with =MIB without reaching it",
-    )
+    _add_own(which, "model.path", type=Path)
+    _add_own(which, "model.card", nargs="?", const="", help=_demo_help())
+    _add_own(src, "device", action="append")  # repeated: split.gpus
+    _add_own(src, "split.rpc", action="append")
     _add_settings(src, "split.mode")
-    src.add_argument(
-        "--tensor-split",
-        "-ts",
-        metavar="N,N,...",
-        help="layers (or shares) per device in the engine's order: RPC endpoints, then GPUs",
-    )
+    _add_own(src, "split.tensor_split")
     src.add_argument("--plan", type=Path, help="start from this plan file")
-    src.add_argument("--engine", help="upstream, ik, or the path of a llama-server binary")
+    _add_own(src, "engine.flavour")  # a flavour, or a binary: engine.binary too
     pc = p.add_argument_group(
         "the PC (for a plan for another computer than this one)",
         f"--cpu takes a catalogue CPU id: {_catalogue_ids('cpus')}",
@@ -97,22 +73,15 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     _add_settings(rt, "runtime.ctx", "runtime.cache_type_k", "runtime.cache_type_v")
     _add_settings(rt, "runtime.flash_attn", "runtime.batch", "runtime.ubatch")
     _add_settings(rt, "runtime.parallel", "runtime.threads", "runtime.n_cpu_moe")
+    fit, *all_cpu = setting("runtime.moe").cli  # two options for the expert placement
+    rt.add_argument(*all_cpu, action="store_true", default=None, help="all experts on CPU")
     rt.add_argument(
-        "--cpu-moe", "-cmoe", action="store_true", default=None, help="all experts on CPU"
-    )
-    rt.add_argument(
-        "--fit",
+        fit,
         action=argparse.BooleanOptionalAction,
         default=None,
         help="let the engine's fit place experts (and shrink an auto context)",
     )
-    rt.add_argument(
-        "--fit-margin",
-        "--fit-target",
-        metavar="MIB[,MIB...]",
-        help="VRAM the fit leaves free (upstream spells it --fit-target, ik --fit-margin); one "
-        "value per device for a split plan",
-    )
+    _add_own(rt, "split.fit_margins_mib")  # one value: runtime.fit_margin_mib
     _add_settings(rt, "runtime.n_gpu_layers", "runtime.load_mode")
 
     mtp = p.add_argument_group("multi-token prediction")
@@ -165,6 +134,14 @@ def setting_options(path: str) -> dict[str, Any]:
     return options
 
 
+def _add_own(group: Any, path: str, **keywords: Any) -> None:
+    """The option of a setting the CLI reads with its own steps (``own``): its spellings, help
+    line and placeholder from its declaration, how it is read (``keywords``) from here."""
+    declared = setting(path)
+    options: dict[str, Any] = {"help": declared.cli_help, "metavar": declared.metavar}
+    group.add_argument(*declared.cli, **(options | keywords))
+
+
 def _add_settings(group: Any, *paths: str) -> None:
     """The declared settings' options, in this order (the help lists them so)."""
     for path in paths:
@@ -173,7 +150,9 @@ def _add_settings(group: Any, *paths: str) -> None:
 
 def _unplaced_settings(parser: argparse.ArgumentParser) -> list[str]:
     taken = {flag for action in parser._actions for flag in action.option_strings}
-    return [path for path, s in SETTINGS.items() if s.cli and s.cli[0] not in taken]
+    return [
+        path for path, s in SETTINGS.items() if s.cli and s.kind != "own" and s.cli[0] not in taken
+    ]
 
 
 def setting_changes(args: argparse.Namespace) -> dict[str, Any]:
@@ -181,7 +160,8 @@ def setting_changes(args: argparse.Namespace) -> dict[str, Any]:
     ``runtime.ctx: 131072``); an option not given (None) is no change."""
     changes: dict[str, Any] = {}
     for path, declared in SETTINGS.items():
-        value = getattr(args, declared.dest, None) if declared.cli else None
+        own = declared.kind == "own"  # read by the command's own steps
+        value = getattr(args, declared.dest, None) if declared.cli and not own else None
         if value is None:
             continue
         if declared.kind == "tokens":

@@ -54,6 +54,16 @@ def is_host(value: str) -> bool:
     return 0 < len(value) <= 253 and all(_HOST_LABEL.match(label) for label in labels)
 
 
+def entry(path: str, **extra: Any) -> Any:
+    """The field of the Plan setting at ``path``: its default and description from its one
+    declaration (``plan.settings``); ``extra``: the field's own validation (strict, a
+    pattern)."""
+    declared_here = setting(path)
+    if declared_here.default == ():
+        return Field(default_factory=list, description=declared_here.tooltip, **extra)
+    return Field(default=declared_here.default, description=declared_here.tooltip, **extra)
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
 
@@ -69,13 +79,8 @@ class _Section(BaseModel):
 class ModelChoice(_Section):
     """The model: a GGUF file on disk or a demo card from the catalogue."""
 
-    path: Path | None = Field(
-        default=None, description="GGUF file (the first part of a split model)."
-    )
-    card: str | None = Field(
-        default="qwen3.6-35b-a3b-iq4_xs",
-        description="Demo model card id, used when no path is given.",
-    )
+    path: Annotated[Path | None, setting("model.path")] = entry("model.path")
+    card: Annotated[str | None, setting("model.card")] = entry("model.card")
 
     @field_validator("path")
     @classmethod
@@ -98,13 +103,8 @@ class ModelChoice(_Section):
 class EngineChoice(_Section):
     """The inference engine build."""
 
-    flavour: EngineFlavour = Field(
-        default=EngineFlavour.UPSTREAM,
-        description="upstream llama.cpp or the ik_llama.cpp fork; they spell flags differently.",
-    )
-    binary: Path | None = Field(
-        default=None, description="Path of the llama-server binary; none means found by detection."
-    )
+    flavour: Annotated[EngineFlavour, setting("engine.flavour")] = entry("engine.flavour")
+    binary: Annotated[Path | None, setting("engine.binary")] = entry("engine.binary")
 
     @field_validator("binary")
     @classmethod
@@ -117,40 +117,15 @@ class EngineChoice(_Section):
 class MtpOptions(_Section):
     """Multi-token prediction: the model's own nextn layer drafts tokens."""
 
-    enabled: Annotated[bool | None, setting("mtp.enabled")] = Field(
-        default=None,
-        strict=True,
-        description=(
-            "Draft tokens with the model's MTP layer: true (on), false (off) or null (auto: on "
-            "when the model has an MTP layer and the chosen build can run it)."
-        ),
+    enabled: Annotated[bool | None, setting("mtp.enabled")] = entry("mtp.enabled", strict=True)
+    draft_max: Annotated[int, setting("mtp.draft_max")] = entry("mtp.draft_max", strict=True)
+    draft_min: Annotated[int, setting("mtp.draft_min")] = entry("mtp.draft_min", strict=True)
+    draft_p_min: Annotated[float, setting("mtp.draft_p_min")] = entry(
+        "mtp.draft_p_min", strict=True
     )
-    draft_max: Annotated[int, setting("mtp.draft_max")] = Field(
-        default=2,
-        strict=True,
-        description="Most tokens drafted per step (--spec-draft-n-max / --draft-max).",
-    )
-    draft_min: Annotated[int, setting("mtp.draft_min")] = Field(
-        default=0, strict=True, description="Fewest tokens drafted per step."
-    )
-    draft_p_min: Annotated[float, setting("mtp.draft_p_min")] = Field(
-        default=0.75,
-        strict=True,
-        description="Stop drafting when the draft's probability falls below this.",
-    )
-    acceptance: Annotated[float | None, setting("mtp.acceptance")] = Field(
-        default=None,
-        description=(
-            "The share of drafted tokens accepted the speed estimate assumes (null: this "
-            "model's last benchmark on this engine, else a published figure). Changes no flag."
-        ),
-    )
-    cache_type_k: Annotated[CacheType, setting("mtp.cache_type_k")] = Field(
-        default=CacheType.F16, description="K cache type of the draft context."
-    )
-    cache_type_v: Annotated[CacheType, setting("mtp.cache_type_v")] = Field(
-        default=CacheType.F16, description="V cache type of the draft context."
-    )
+    acceptance: Annotated[float | None, setting("mtp.acceptance")] = entry("mtp.acceptance")
+    cache_type_k: Annotated[CacheType, setting("mtp.cache_type_k")] = entry("mtp.cache_type_k")
+    cache_type_v: Annotated[CacheType, setting("mtp.cache_type_v")] = entry("mtp.cache_type_v")
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> Self:
@@ -167,14 +142,9 @@ class DraftModelOptions(_Section):
     Its depth, p-min and K/V cache types are the ``mtp`` section's draft settings.
     """
 
-    path: Annotated[Path | None, setting("draft.path")] = Field(
-        default=None,
-        description="Draft GGUF sharing the model's vocabulary; none means no draft model.",
-    )
-    gpu_layers: Annotated[int | None, setting("draft.gpu_layers")] = Field(
-        default=None,
-        strict=True,
-        description="Draft layers on the GPU (-ngld); none means all of them on a GPU plan.",
+    path: Annotated[Path | None, setting("draft.path")] = entry("draft.path")
+    gpu_layers: Annotated[int | None, setting("draft.gpu_layers")] = entry(
+        "draft.gpu_layers", strict=True
     )
 
     @field_validator("path")
@@ -188,70 +158,38 @@ class DraftModelOptions(_Section):
 class RuntimeOptions(_Section):
     """What the engine is asked to allocate and how it places weights."""
 
-    ctx: Annotated[int, setting("runtime.ctx")] = Field(
-        default=32768, strict=True, description="Context size in tokens (-c)."
+    ctx: Annotated[int, setting("runtime.ctx")] = entry("runtime.ctx", strict=True)
+    cache_type_k: Annotated[CacheType, setting("runtime.cache_type_k")] = entry(
+        "runtime.cache_type_k"
     )
-    cache_type_k: Annotated[CacheType, setting("runtime.cache_type_k")] = Field(
-        default=CacheType.Q8_0, description="K cache type (-ctk)."
+    cache_type_v: Annotated[CacheType, setting("runtime.cache_type_v")] = entry(
+        "runtime.cache_type_v"
     )
-    cache_type_v: Annotated[CacheType, setting("runtime.cache_type_v")] = Field(
-        default=CacheType.Q8_0, description="V cache type (-ctv)."
+    flash_attn: Annotated[FlashAttention, setting("runtime.flash_attn")] = entry(
+        "runtime.flash_attn"
     )
-    flash_attn: Annotated[FlashAttention, setting("runtime.flash_attn")] = Field(
-        default=FlashAttention.ON, description="Flash attention (-fa); quantized V needs it."
+    batch: Annotated[int, setting("runtime.batch")] = entry("runtime.batch", strict=True)
+    ubatch: Annotated[int, setting("runtime.ubatch")] = entry("runtime.ubatch", strict=True)
+    parallel: Annotated[int, setting("runtime.parallel")] = entry("runtime.parallel", strict=True)
+    threads: Annotated[int | None, setting("runtime.threads")] = entry(
+        "runtime.threads", strict=True
     )
-    batch: Annotated[int, setting("runtime.batch")] = Field(
-        default=2048, strict=True, description="Logical batch size (-b)."
+    moe: Annotated[MoePlacement, setting("runtime.moe")] = entry("runtime.moe")
+    n_cpu_moe: Annotated[int, setting("runtime.n_cpu_moe")] = entry(
+        "runtime.n_cpu_moe", strict=True
     )
-    ubatch: Annotated[int, setting("runtime.ubatch")] = Field(
-        default=512, strict=True, description="Physical batch size (-ub); drives compute buffers."
+    moe_cache_mib: Annotated[int, setting("runtime.moe_cache_mib")] = entry(
+        "runtime.moe_cache_mib", strict=True
     )
-    parallel: Annotated[int, setting("runtime.parallel")] = Field(
-        default=1,
-        strict=True,
-        description="Server slots (-np); more slots multiply the recurrent state.",
+    fit_margin_mib: Annotated[int, setting("runtime.fit_margin_mib")] = entry(
+        "runtime.fit_margin_mib", strict=True
     )
-    threads: Annotated[int | None, setting("runtime.threads")] = Field(
-        default=None, strict=True, description="CPU threads (-t); none lets the engine choose."
+    load_mode: Annotated[LoadMode, setting("runtime.load_mode")] = entry("runtime.load_mode")
+    n_gpu_layers: Annotated[int | None, setting("runtime.n_gpu_layers")] = entry(
+        "runtime.n_gpu_layers", strict=True
     )
-    moe: MoePlacement = Field(
-        default=MoePlacement.FIT,
-        description="Expert placement: engine fit, N layers on CPU, all on CPU, or all on GPU.",
-    )
-    n_cpu_moe: Annotated[int, setting("runtime.n_cpu_moe")] = Field(
-        default=0,
-        strict=True,
-        description="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe).",
-    )
-    moe_cache_mib: Annotated[int, setting("runtime.moe_cache_mib")] = Field(
-        default=0,
-        strict=True,
-        description="GPU cache for the experts of the layers whose experts stay in RAM (MiB; "
-        "--moe-cache-mib, upstream b11549 on); 0: off.",
-    )
-    fit_margin_mib: Annotated[int, setting("runtime.fit_margin_mib")] = Field(
-        default=1024,
-        strict=True,
-        description="VRAM left free by the fit (MiB; --fit-target / --fit-margin).",
-    )
-    load_mode: Annotated[LoadMode, setting("runtime.load_mode")] = Field(
-        default=LoadMode.MMAP, description="Weights memory-mapped, read in, or locked in RAM."
-    )
-    n_gpu_layers: Annotated[int | None, setting("runtime.n_gpu_layers")] = Field(
-        default=None,
-        strict=True,
-        description="Layers on the GPU (-ngl); none means all (or fit's choice).",
-    )
-    op_offload: bool = Field(
-        default=True,
-        strict=True,
-        description=(
-            "Offload host-tensor work to the GPU (upstream's default): with experts in system "
-            "RAM, prompt batches of 32+ tokens copy one layer's experts at a time to the GPU and "
-            "run them there. Much faster prompt processing, but the GPU compute buffer grows by "
-            "about one layer's expert tensors. Off (--no-op-offload) saves that VRAM and runs "
-            "the RAM experts on the CPU, so long prompts are processed several times slower."
-        ),
+    op_offload: Annotated[bool, setting("runtime.op_offload")] = entry(
+        "runtime.op_offload", strict=True
     )
 
     @model_validator(mode="after")
@@ -264,18 +202,11 @@ class RuntimeOptions(_Section):
 class HostOptions(_Section):
     """The PC the plan is for, when not this computer: it changes only the speed estimate."""
 
-    cpu: Annotated[str | None, setting("host.cpu")] = Field(
-        default=None,
-        pattern=r"^[a-z0-9][a-z0-9-]{1,40}$",
-        description="A catalogue CPU id (null: this computer's CPU, as probed).",
+    cpu: Annotated[str | None, setting("host.cpu")] = entry(
+        "host.cpu", pattern=r"^[a-z0-9][a-z0-9-]{1,40}$"
     )
-    ram: Annotated[str | None, setting("host.ram")] = Field(
-        default=None,
-        pattern=r"^[A-Za-z0-9./ -]{1,32}$",
-        description=(
-            "That PC's RAM: ddr5-6000x2 (type-MT/s x channels) or a read bandwidth such as "
-            "65GB/s (null: the CPU's commonly run RAM, or this computer's)."
-        ),
+    ram: Annotated[str | None, setting("host.ram")] = entry(
+        "host.ram", pattern=r"^[A-Za-z0-9./ -]{1,32}$"
     )
 
     @property
@@ -286,18 +217,10 @@ class HostOptions(_Section):
 class ServerOptions(_Section):
     """Where the server listens."""
 
-    host: Annotated[str, setting("server.host")] = Field(
-        default="127.0.0.1", description="Listen address; loopback by default."
-    )
-    port: Annotated[int, setting("server.port")] = Field(
-        default=DEFAULT_PORT, strict=True, description="TCP port."
-    )
-    api_key_file: Annotated[Path | None, setting("server.api_key_file")] = Field(
-        default=None,
-        description=(
-            "File holding the API key (user-only, 0600); the key itself is never stored in the "
-            "plan. Required when listening beyond loopback."
-        ),
+    host: Annotated[str, setting("server.host")] = entry("server.host")
+    port: Annotated[int, setting("server.port")] = entry("server.port", strict=True)
+    api_key_file: Annotated[Path | None, setting("server.api_key_file")] = entry(
+        "server.api_key_file"
     )
 
     @field_validator("host")
@@ -332,19 +255,11 @@ class ServerOptions(_Section):
 class OutputPaths(_Section):
     """Where generated files go (relative paths are under the export directory)."""
 
-    export_dir: Path | None = Field(
-        default=None, description="Folder for exported files; none means the XDG data dir."
-    )
-    service_name: str = Field(
-        default="mtpstudio-llama", description="systemd unit name, without .service."
-    )
-    env_file: str = Field(default="mtpstudio-llama.env", description="EnvironmentFile name.")
-    launch_script: str = Field(default="mtpstudio-llama.sh", description="Launch script name.")
-    short_vram: Annotated[ShortVram, setting("outputs.short_vram")] = Field(
-        default=ShortVram.REFUSE,
-        description="What the service's check before the engine starts does when a GPU has "
-        "less free memory than the plan needs then.",
-    )
+    export_dir: Annotated[Path | None, setting("outputs.export_dir")] = entry("outputs.export_dir")
+    service_name: Annotated[str, setting("outputs.service_name")] = entry("outputs.service_name")
+    env_file: Annotated[str, setting("outputs.env_file")] = entry("outputs.env_file")
+    launch_script: Annotated[str, setting("outputs.launch_script")] = entry("outputs.launch_script")
+    short_vram: Annotated[ShortVram, setting("outputs.short_vram")] = entry("outputs.short_vram")
 
     @field_validator("service_name")
     @classmethod
@@ -448,39 +363,14 @@ class RpcServer(_Section):
 class SplitOptions(_Section):
     """More than one device: further local GPUs, remote rpc-server endpoints, and the split."""
 
-    gpus: list[str] = Field(
-        default_factory=list,
-        description=(
-            "Further local GPUs beside 'device' (detected ids such as 'CUDA1', or catalogue "
-            "GPU ids), in the engine's order."
-        ),
+    gpus: Annotated[list[str], setting("split.gpus")] = entry("split.gpus")
+    rpc: Annotated[list[RpcServer], setting("split.rpc")] = entry("split.rpc")
+    mode: Annotated[SplitMode, setting("split.mode")] = entry("split.mode")
+    tensor_split: Annotated[list[int] | None, setting("split.tensor_split")] = entry(
+        "split.tensor_split", strict=True
     )
-    rpc: list[RpcServer] = Field(
-        default_factory=list,
-        description="rpc-server endpoints on other machines (--rpc); the engine puts them first.",
-    )
-    mode: Annotated[SplitMode, setting("split.mode")] = Field(
-        default=SplitMode.LAYER,
-        description=(
-            "-sm: 'layer' deals whole layers to the devices; 'row' splits each weight matrix "
-            "by rows over CUDA cards (RPC devices cannot)."
-        ),
-    )
-    tensor_split: list[int] | None = Field(
-        default=None,
-        strict=True,
-        description=(
-            "-ts: layers (or shares) per device in the engine's order (RPC servers, then "
-            "local GPUs); none lets the engine's fit, or the devices' free memory, decide."
-        ),
-    )
-    fit_margins_mib: list[int] | None = Field(
-        default=None,
-        strict=True,
-        description=(
-            "--fit-target per device in the engine's order (MiB); none: the fit margin for "
-            "every device."
-        ),
+    fit_margins_mib: Annotated[list[int] | None, setting("split.fit_margins_mib")] = entry(
+        "split.fit_margins_mib", strict=True
     )
 
     @field_validator("gpus")
@@ -532,24 +422,11 @@ class SplitOptions(_Section):
         return self == SplitOptions()
 
 
-DeviceChoice = Annotated[
-    str,
-    Field(
-        description=(
-            "'auto' (the detected GPU with most VRAM), 'cpu', a detected device id such as "
-            "'CUDA0', or a catalogue GPU id such as 'rtx-4070-super'."
-        )
-    ),
-]
-
-
 class Plan(_Section):
     """Everything mtpstudio needs to plan, render, launch and benchmark one server."""
 
-    schema_version: Literal[2] = Field(
-        default=SCHEMA_VERSION, description="Version of this file's layout."
-    )
-    device: DeviceChoice = "auto"
+    schema_version: Annotated[Literal[2], setting("schema_version")] = entry("schema_version")
+    device: Annotated[str, setting("device")] = entry("device")
     model: ModelChoice = Field(default_factory=ModelChoice, description="The model to serve.")
     engine: EngineChoice = Field(default_factory=EngineChoice, description="The engine build.")
     runtime: RuntimeOptions = Field(
@@ -565,9 +442,7 @@ class Plan(_Section):
         description="Another PC's CPU and RAM for the speed estimate (default: this computer).",
     )
 
-    desktop: Annotated[DesktopReclaim, setting("desktop")] = Field(
-        default=DesktopReclaim.NONE, description="How desktop VRAM is reclaimed."
-    )
+    desktop: Annotated[DesktopReclaim, setting("desktop")] = entry("desktop")
     outputs: OutputPaths = Field(default_factory=OutputPaths, description="Generated files.")
     split: SplitOptions = Field(
         default_factory=SplitOptions,

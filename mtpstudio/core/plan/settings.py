@@ -17,14 +17,16 @@ from typing import Any, Literal
 from mtpstudio.core.plan.choices import (
     CacheType,
     DesktopReclaim,
+    EngineFlavour,
     FlashAttention,
     LoadMode,
+    MoePlacement,
     ShortVram,
     SplitMode,
 )
 
 Number = int | float
-Kind = Literal["int", "float", "tokens", "path", "choice", "switch", "text"]
+Kind = Literal["int", "float", "tokens", "path", "choice", "switch", "text", "own"]
 
 CTX_STEP = 256
 """The engine pads the context to 256 cells: the context's step everywhere."""
@@ -47,7 +49,9 @@ class Setting:
         path: the field's dotted path in the Plan (``runtime.ctx``).
         kind: how its value is read: ``int``/``float`` (argparse's type), ``tokens`` (an int
             read like ``128k`` or ``1e6``), ``path``, ``choice`` (``choices``' values),
-            ``switch`` (``--x``/``--no-x``: on, off, or auto when not given) or ``text``.
+            ``switch`` (``--x``/``--no-x``: on, off, or auto when not given), ``text``, or
+            ``own``: a value the CLI reads with its own option (several values, or one option
+            for several fields: ``--gpu``, ``--engine``) or not at all.
         low: the smallest value the Plan accepts (None: no lower bound).
         high: the largest value the Plan accepts (None: no upper bound).
         step: one step of a spin box or a slider.
@@ -62,6 +66,15 @@ class Setting:
         cli_help: the CLI's help line.
         metavar: the CLI's placeholder.
         choices: the enumeration a ``choice`` setting takes.
+        default: the Plan's default (``()`` for a list: an empty one).
+        tooltip: the sentence that explains it: the Plan field's description, the window's
+            tooltip.
+        label: its name on a form (``Context``); empty where no form shows it.
+        labels: the words a control shows for its values, (value, words) in the order
+            offered; a value left out is shown as itself.
+        none_label: what a control shows for None, when None is a choice (``all``).
+        engine: the engine options (``engines.flags.Option`` values) it becomes on the command
+            line; empty when it changes no flag.
     """
 
     path: str
@@ -79,6 +92,12 @@ class Setting:
     cli_help: str = ""
     metavar: str | None = None
     choices: type[StrEnum] | None = None
+    default: Any = None
+    tooltip: str = ""
+    label: str = ""
+    labels: tuple[tuple[Any, str], ...] = ()
+    none_label: str | None = None
+    engine: tuple[str, ...] = ()
 
     def check(self, value: Any) -> Any:
         """``value`` when within the bounds (None passes: the field's type says whether it may
@@ -109,10 +128,6 @@ def _number(value: Number | None) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _choice(path: str, flags: tuple[str, ...], enum: type[StrEnum], help_: str) -> Setting:
-    return Setting(path, "choice", cli=flags, cli_help=help_, choices=enum)
-
-
 _DECLARED = (
     Setting(
         "runtime.ctx",
@@ -124,10 +139,44 @@ _DECLARED = (
         above="ctx must be at most {high}",
         cli=("--ctx", "-c"),
         cli_help="context size in tokens (32768, 128k, 1e6)",
+        label="Context",
+        engine=("ctx",),
+        default=32768,
+        tooltip="Context size in tokens (-c).",
     ),
-    _choice("runtime.cache_type_k", ("--cache-type-k", "-ctk"), CacheType, "K cache type"),
-    _choice("runtime.cache_type_v", ("--cache-type-v", "-ctv"), CacheType, "V cache type"),
-    _choice("runtime.flash_attn", ("--flash-attn", "-fa"), FlashAttention, "flash attention"),
+    Setting(
+        "runtime.cache_type_k",
+        "choice",
+        cli=("--cache-type-k", "-ctk"),
+        cli_help="K cache type",
+        choices=CacheType,
+        label="K cache",
+        engine=("cache-type-k",),
+        default=CacheType.Q8_0,
+        tooltip="K cache type (-ctk).",
+    ),
+    Setting(
+        "runtime.cache_type_v",
+        "choice",
+        cli=("--cache-type-v", "-ctv"),
+        cli_help="V cache type",
+        choices=CacheType,
+        label="V cache",
+        engine=("cache-type-v",),
+        default=CacheType.Q8_0,
+        tooltip="V cache type (-ctv).",
+    ),
+    Setting(
+        "runtime.flash_attn",
+        "choice",
+        cli=("--flash-attn", "-fa"),
+        cli_help="flash attention",
+        choices=FlashAttention,
+        label="Flash attention",
+        engine=("flash-attn",),
+        default=FlashAttention.ON,
+        tooltip="Flash attention (-fa); quantized V needs it.",
+    ),
     Setting(
         "runtime.batch",
         low=1,
@@ -136,6 +185,10 @@ _DECLARED = (
         name="batch sizes",
         cli=("--batch", "-b"),
         cli_help="logical batch size",
+        label="Batch",
+        engine=("batch",),
+        default=2048,
+        tooltip="Logical batch size (-b).",
     ),
     Setting(
         "runtime.ubatch",
@@ -145,6 +198,10 @@ _DECLARED = (
         name="batch sizes",
         cli=("--ubatch", "-ub"),
         cli_help="physical batch size",
+        label="Ubatch",
+        engine=("ubatch",),
+        default=512,
+        tooltip="Physical batch size (-ub); drives compute buffers.",
     ),
     Setting(
         "runtime.parallel",
@@ -153,6 +210,10 @@ _DECLARED = (
         name="parallel (slots)",
         cli=("--parallel", "-np"),
         cli_help="server slots (default 1)",
+        label="Slots",
+        engine=("parallel",),
+        default=1,
+        tooltip="Server slots (-np); more slots multiply the recurrent state.",
     ),
     Setting(
         "runtime.threads",
@@ -161,6 +222,11 @@ _DECLARED = (
         name="threads",
         cli=("--threads", "-t"),
         cli_help="CPU threads",
+        label="Threads",
+        none_label="engine default",
+        engine=("threads",),
+        default=None,
+        tooltip="CPU threads (-t); none lets the engine choose.",
     ),
     Setting(
         "runtime.n_cpu_moe",
@@ -169,6 +235,10 @@ _DECLARED = (
         name="n_cpu_moe",
         cli=("--n-cpu-moe", "-ncmoe"),
         cli_help="expert tensors of layers 0..N-1 on CPU",
+        label="CPU expert layers",
+        engine=("n-cpu-moe",),
+        default=0,
+        tooltip="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe).",
     ),
     Setting(
         "runtime.moe_cache_mib",
@@ -180,15 +250,26 @@ _DECLARED = (
         slider_high=8192,
         cli=("--moe-cache-mib",),
         cli_help="GPU cache (MiB) for the experts kept in RAM (upstream b11549 on; 0: off)",
+        label="MoE cache",
+        engine=("moe-cache-mib",),
+        default=0,
+        tooltip=(
+            "GPU cache for the experts of the layers whose experts stay in RAM (MiB; "
+            "--moe-cache-mib, upstream b11549 on); 0: off."
+        ),
     ),
-    Setting(  # the CLI's --fit-margin also takes one value per device: its own option
-        "runtime.fit_margin_mib",
+    Setting(
+        "runtime.fit_margin_mib",  # the CLI: --fit-margin with one value (split.fit_margins_mib)
         low=0,
         high=MAX_MARGIN_MIB,
         step=MARGIN_STEP_MIB,
         name="fit margin",
         unit=" MiB (1 TiB)",
         slider_high=4096,
+        label="Margin",
+        engine=("fit-target", "fit-margin"),
+        default=1024,
+        tooltip="VRAM left free by the fit (MiB; --fit-target / --fit-margin).",
     ),
     Setting(
         "runtime.n_gpu_layers",
@@ -197,16 +278,45 @@ _DECLARED = (
         name="gpu layers",
         cli=("--n-gpu-layers", "-ngl"),
         cli_help="layers on the GPU",
+        label="GPU layers",
+        none_label="all",
+        engine=("gpu-layers",),
+        default=None,
+        tooltip="Layers on the GPU (-ngl); none means all (or fit's choice).",
     ),
-    _choice("runtime.load_mode", ("--load-mode",), LoadMode, "mmap, no-mmap, mlock"),
+    Setting(
+        "runtime.load_mode",
+        "choice",
+        cli=("--load-mode",),
+        cli_help="mmap, no-mmap, mlock",
+        choices=LoadMode,
+        label="Weights",
+        labels=(
+            (LoadMode.MMAP, "memory-mapped (default)"),
+            (LoadMode.NO_MMAP, "read into RAM (no mmap)"),
+            (LoadMode.MLOCK, "locked in RAM (mlock)"),
+        ),
+        engine=("load-mode", "mlock", "no-mmap"),
+        default=LoadMode.MMAP,
+        tooltip="Weights memory-mapped, read in, or locked in RAM.",
+    ),
     Setting(
         "mtp.enabled",
         "switch",
         cli=("--mtp", "-mtp"),
-        cli_help="MTP drafting (default auto: on when the model has an MTP layer and the build "
-        "can run it)",
+        cli_help=(
+            "MTP drafting (default auto: on when the model has an MTP layer and the build can "
+            "run it)"
+        ),
+        label="MTP",
+        labels=((None, "auto"), (True, "on"), (False, "off")),
+        engine=("spec-type", "mtp"),
+        default=None,
+        tooltip=(
+            "Draft tokens with the model's MTP layer: true (on), false (off) or null (auto: on "
+            "when the model has an MTP layer and the chosen build can run it)."
+        ),
     ),
-    # the engines' own spellings are accepted too (upstream --spec-draft-*, ik --draft-*)
     Setting(
         "mtp.draft_max",
         low=1,
@@ -214,6 +324,10 @@ _DECLARED = (
         name="draft max",
         cli=("--draft-max", "--spec-draft-n-max"),
         cli_help="most drafted tokens per step",
+        label="Draft depth (max)",
+        engine=("draft-max",),
+        default=2,
+        tooltip="Most tokens drafted per step (--spec-draft-n-max / --draft-max).",
     ),
     Setting(
         "mtp.draft_min",
@@ -223,6 +337,10 @@ _DECLARED = (
         bounded_by="mtp.draft_max",
         cli=("--draft-min", "--spec-draft-n-min"),
         cli_help="fewest drafted tokens per step",
+        label="Draft min",
+        engine=("draft-min",),
+        default=0,
+        tooltip="Fewest tokens drafted per step.",
     ),
     Setting(
         "mtp.draft_p_min",
@@ -233,18 +351,32 @@ _DECLARED = (
         name="draft p-min",
         cli=("--draft-p-min", "--spec-draft-p-min"),
         cli_help="draft probability threshold",
+        label="p-min",
+        engine=("draft-p-min",),
+        default=0.75,
+        tooltip="Stop drafting when the draft's probability falls below this.",
     ),
-    _choice(
+    Setting(
         "mtp.cache_type_k",
-        ("--draft-cache-type-k", "--spec-draft-type-k", "-ctkd"),
-        CacheType,
-        "draft K cache type",
+        "choice",
+        cli=("--draft-cache-type-k", "--spec-draft-type-k", "-ctkd"),
+        cli_help="draft K cache type",
+        choices=CacheType,
+        label="Draft K cache",
+        engine=("draft-cache-type-k",),
+        default=CacheType.F16,
+        tooltip="K cache type of the draft context.",
     ),
-    _choice(
+    Setting(
         "mtp.cache_type_v",
-        ("--draft-cache-type-v", "--spec-draft-type-v", "-ctvd"),
-        CacheType,
-        "draft V cache type",
+        "choice",
+        cli=("--draft-cache-type-v", "--spec-draft-type-v", "-ctvd"),
+        cli_help="draft V cache type",
+        choices=CacheType,
+        label="Draft V cache",
+        engine=("draft-cache-type-v",),
+        default=CacheType.F16,
+        tooltip="V cache type of the draft context.",
     ),
     Setting(
         "draft.path",
@@ -252,6 +384,10 @@ _DECLARED = (
         cli=("--draft-model",),
         cli_help="a separate draft model (turns MTP off)",
         metavar="GGUF",
+        label="Draft model",
+        engine=("draft-model",),
+        default=None,
+        tooltip="Draft GGUF sharing the model's vocabulary; none means no draft model.",
     ),
     Setting(
         "draft.gpu_layers",
@@ -260,6 +396,11 @@ _DECLARED = (
         name="draft gpu layers",
         cli=("--draft-gpu-layers", "-ngld"),
         cli_help="draft model layers on the GPU",
+        label="Draft GPU layers",
+        none_label="all",
+        engine=("draft-gpu-layers",),
+        default=None,
+        tooltip="Draft layers on the GPU (-ngld); none means all of them on a GPU plan.",
     ),
     Setting(
         "host.cpu",
@@ -268,15 +409,26 @@ _DECLARED = (
         cli=("--cpu",),
         cli_help="plan for another PC's CPU: a catalogue CPU id (default: this computer's)",
         metavar="CPU",
+        label="CPU",
+        default=None,
+        tooltip="A catalogue CPU id (null: this computer's CPU, as probed).",
     ),
     Setting(
         "host.ram",
         "text",
         name="RAM",
         cli=("--ram",),
-        cli_help="that PC's RAM: ddr5-6000x2, ddr4-3200x2 (type-MT/s x channels) or a read "
-        "bandwidth such as 65GB/s (default: what the CPU's owners commonly run)",
+        cli_help=(
+            "that PC's RAM: ddr5-6000x2, ddr4-3200x2 (type-MT/s x channels) or a read bandwidth "
+            "such as 65GB/s (default: what the CPU's owners commonly run)"
+        ),
         metavar="SPEC",
+        label="RAM",
+        default=None,
+        tooltip=(
+            "That PC's RAM: ddr5-6000x2 (type-MT/s x channels) or a read bandwidth such as "
+            "65GB/s (null: the CPU's commonly run RAM, or this computer's)."
+        ),
     ),
     Setting(
         "mtp.acceptance",
@@ -286,11 +438,30 @@ _DECLARED = (
         step=0.01,
         name="acceptance",
         cli=("--acceptance",),
-        cli_help="the share of drafted tokens accepted (accepted / drafted) the speed estimate "
-        "assumes (default: this model's last benchmark on this engine, else a published figure)",
+        cli_help=(
+            "the share of drafted tokens accepted (accepted / drafted) the speed estimate "
+            "assumes (default: this model's last benchmark on this engine, else a published "
+            "figure)"
+        ),
         metavar="A",
+        label="Acceptance (estimate)",
+        none_label="measured or published",
+        default=None,
+        tooltip=(
+            "The share of drafted tokens accepted the speed estimate assumes (null: this "
+            "model's last benchmark on this engine, else a published figure). Changes no flag."
+        ),
     ),
-    Setting("server.host", "text", cli=("--host",), cli_help="listen address (default 127.0.0.1)"),
+    Setting(
+        "server.host",
+        "text",
+        cli=("--host",),
+        cli_help="listen address (default 127.0.0.1)",
+        label="Host",
+        engine=("host",),
+        default="127.0.0.1",
+        tooltip="Listen address; loopback by default.",
+    ),
     Setting(
         "server.port",
         low=1,
@@ -298,28 +469,260 @@ _DECLARED = (
         name="port",
         cli=("--port",),
         cli_help="TCP port (default 8080)",
+        label="Port",
+        engine=("port",),
+        default=8080,
+        tooltip="TCP port.",
     ),
     Setting(
         "server.api_key_file",
         "path",
         cli=("--api-key-file",),
-        cli_help="the API key file the plan names (default beyond loopback: "
-        "~/.config/mtpstudio/server-api-key, generated when missing)",
+        cli_help=(
+            "the API key file the plan names (default beyond loopback: "
+            "~/.config/mtpstudio/server-api-key, generated when missing)"
+        ),
         metavar="FILE",
+        label="API key file",
+        engine=("api-key-file",),
+        default=None,
+        tooltip=(
+            "File holding the API key (user-only, 0600); the key itself is never stored in the "
+            "plan. Required when listening beyond loopback."
+        ),
     ),
-    _choice("desktop", ("--desktop",), DesktopReclaim, "desktop VRAM reclamation"),
-    _choice("split.mode", ("--split-mode", "-sm"), SplitMode, "layer or row split"),
-    _choice(
+    Setting(
+        "desktop",
+        "choice",
+        cli=("--desktop",),
+        cli_help="desktop VRAM reclamation",
+        choices=DesktopReclaim,
+        label="Desktop",
+        default=DesktopReclaim.NONE,
+        tooltip="How desktop VRAM is reclaimed.",
+    ),
+    Setting(
+        "split.mode",
+        "choice",
+        cli=("--split-mode", "-sm"),
+        cli_help="layer or row split",
+        choices=SplitMode,
+        label="Split",
+        engine=("split-mode",),
+        default=SplitMode.LAYER,
+        tooltip=(
+            "-sm: 'layer' deals whole layers to the devices; 'row' splits each weight matrix by "
+            "rows over CUDA cards (RPC devices cannot)."
+        ),
+    ),
+    Setting(
         "outputs.short_vram",
-        ("--short-vram",),
-        ShortVram,
-        "what the service's check before the engine starts does when a GPU has too little "
-        "free memory for the plan (default refuse)",
+        "choice",
+        cli=("--short-vram",),
+        cli_help=(
+            "what the service's check before the engine starts does when a GPU has too little "
+            "free memory for the plan (default refuse)"
+        ),
+        choices=ShortVram,
+        label="When VRAM is short",
+        default=ShortVram.REFUSE,
+        tooltip=(
+            "What the service's check before the engine starts does when a GPU has less free "
+            "memory than the plan needs then."
+        ),
+    ),
+    Setting(
+        "schema_version",
+        "own",
+        default=2,
+        tooltip="Version of this file's layout.",
+    ),
+    Setting(
+        "device",
+        "own",
+        cli=("--gpu",),
+        cli_help=(
+            "auto, cpu, a device id (CUDA0) or a catalogue GPU id; repeat it to split the "
+            "model over several GPUs (plan --demo --gpu rtx-4070-super --gpu rtx-3060-12gb); "
+            "`--gpu list` lists the catalogue by vendor"
+        ),
+        metavar="GPU",
+        label="Device",
+        engine=("device",),
+        default="auto",
+        tooltip=(
+            "'auto' (the detected GPU with most VRAM), 'cpu', a detected device id such as "
+            "'CUDA0', or a catalogue GPU id such as 'rtx-4070-super'."
+        ),
+    ),
+    Setting(
+        "model.path",
+        "own",
+        cli=("--model", "-m"),
+        cli_help="GGUF file (first part of a split model)",
+        label="Model",
+        engine=("model",),
+        default=None,
+        tooltip="GGUF file (the first part of a split model).",
+    ),
+    Setting(
+        "model.card",
+        "own",
+        cli=("--demo",),
+        metavar="CARD",
+        label="Demo model",
+        default="qwen3.6-35b-a3b-iq4_xs",
+        tooltip="Demo model card id, used when no path is given.",
+    ),
+    Setting(
+        "engine.flavour",
+        "own",
+        cli=("--engine",),
+        cli_help="upstream, ik, or the path of a llama-server binary",
+        label="Engine",
+        default=EngineFlavour.UPSTREAM,
+        tooltip="upstream llama.cpp or the ik_llama.cpp fork; they spell flags differently.",
+    ),
+    Setting(
+        "engine.binary",  # the CLI: --engine with a path (engine.flavour)
+        "own",
+        label="Engine binary",
+        default=None,
+        tooltip="Path of the llama-server binary; none means found by detection.",
+    ),
+    Setting(
+        "runtime.moe",
+        "own",
+        cli=("--fit", "--cpu-moe", "-cmoe"),
+        choices=MoePlacement,
+        label="Experts",
+        labels=(
+            (MoePlacement.N_CPU_MOE, "first N layers on the CPU"),
+            (MoePlacement.FIT, "the engine's fit decides"),
+            (MoePlacement.ALL_CPU, "all on the CPU"),
+            (MoePlacement.GPU, "all on the GPU"),
+        ),
+        engine=("fit", "cpu-moe", "override-tensor"),
+        default=MoePlacement.FIT,
+        tooltip="Expert placement: engine fit, N layers on CPU, all on CPU, or all on GPU.",
+    ),
+    Setting(
+        "runtime.op_offload",
+        "own",
+        label="Op offload",
+        engine=("no-op-offload",),
+        default=True,
+        tooltip=(
+            "Offload host-tensor work to the GPU (upstream's default): with experts in system "
+            "RAM, prompt batches of 32+ tokens copy one layer's experts at a time to the GPU "
+            "and run them there. Much faster prompt processing, but the GPU compute buffer "
+            "grows by about one layer's expert tensors. Off (--no-op-offload) saves that VRAM "
+            "and runs the RAM experts on the CPU, so long prompts are processed several times "
+            "slower."
+        ),
+    ),
+    Setting(
+        "outputs.export_dir",
+        "own",
+        label="Export folder",
+        default=None,
+        tooltip="Folder for exported files; none means the XDG data dir.",
+    ),
+    Setting(
+        "outputs.service_name",
+        "own",
+        label="Service name",
+        default="mtpstudio-llama",
+        tooltip="systemd unit name, without .service.",
+    ),
+    Setting(
+        "outputs.env_file",
+        "own",
+        label="Environment file",
+        default="mtpstudio-llama.env",
+        tooltip="EnvironmentFile name.",
+    ),
+    Setting(
+        "outputs.launch_script",
+        "own",
+        label="Launch script",
+        default="mtpstudio-llama.sh",
+        tooltip="Launch script name.",
+    ),
+    Setting(
+        "split.gpus",
+        "own",  # the CLI: the device's --gpu, repeated
+        label="Further GPUs",
+        engine=("device",),
+        default=(),
+        tooltip=(
+            "Further local GPUs beside 'device' (detected ids such as 'CUDA1', or catalogue GPU "
+            "ids), in the engine's order."
+        ),
+    ),
+    Setting(
+        "split.rpc",
+        "own",
+        cli=("--rpc",),
+        cli_help=(
+            "a machine running llama.cpp's rpc-server, as one more device (repeatable); it is "
+            "probed for its memory now, or planned with =MIB without reaching it"
+        ),
+        metavar="HOST:PORT[=MIB]",
+        label="RPC servers",
+        engine=("rpc",),
+        default=(),
+        tooltip="rpc-server endpoints on other machines (--rpc); the engine puts them first.",
+    ),
+    Setting(
+        "split.tensor_split",
+        "own",
+        cli=("--tensor-split", "-ts"),
+        cli_help="layers (or shares) per device in the engine's order: RPC endpoints, then GPUs",
+        metavar="N,N,...",
+        label="Tensor split",
+        engine=("tensor-split",),
+        default=None,
+        tooltip=(
+            "-ts: layers (or shares) per device in the engine's order (RPC servers, then local "
+            "GPUs); none lets the engine's fit, or the devices' free memory, decide."
+        ),
+    ),
+    Setting(
+        "split.fit_margins_mib",
+        "own",
+        cli=("--fit-margin", "--fit-target"),
+        cli_help=(
+            "VRAM the fit leaves free (upstream spells it --fit-target, ik --fit-margin); one "
+            "value per device for a split plan"
+        ),
+        metavar="MIB[,MIB...]",
+        label="Fit margin per device",
+        engine=("fit-target", "fit-margin"),
+        default=None,
+        tooltip=(
+            "--fit-target per device in the engine's order (MiB); none: the fit margin for "
+            "every device."
+        ),
     ),
 )
 
 SETTINGS: Mapping[str, Setting] = MappingProxyType({s.path: s for s in _DECLARED})
 """Every declared setting by dotted path, in the order the CLI's help lists them."""
+
+
+def label_of(path: str) -> str:
+    """The setting's name on a form (its dotted path where it declares none)."""
+    return SETTINGS[path].label or path
+
+
+def value_choices(path: str) -> tuple[tuple[Any, str], ...]:
+    """(value, words) for each value a control offers for the setting at ``path``: its
+    declared ``labels`` in their order, then every other member of its enumeration as itself."""
+    declared = SETTINGS[path]
+    listed = {value for value, _ in declared.labels}
+    rest = [(m, m.value) for m in declared.choices or () if m not in listed]
+    return (*declared.labels, *rest)
 
 
 def setting(path: str) -> Setting:

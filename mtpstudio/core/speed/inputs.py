@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import setting
 from mtpstudio.core.speed.acceptance import Acceptance, default_acceptance, from_counters
 from mtpstudio.core.speed.decode_rules import UPSTREAM_RULES, DecodeRules
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, HostRates
@@ -119,6 +120,12 @@ def _number(value: Any, low: float, high: float) -> float | None:
     return value if math.isfinite(value) and low <= value <= high else None
 
 
+def _declared(value: Any, path: str) -> float | None:
+    """``value`` when a number within the Plan setting's declared bounds, else None."""
+    declared = setting(path)
+    return _number(value, float(declared.low or 0), float(declared.high or math.inf))
+
+
 def _decode_rate(categories: Any) -> float | None:
     """The median of the categories' decode rates (None: none readable)."""
     if not isinstance(categories, list):
@@ -149,8 +156,8 @@ def run_from_entry(
         return None
     rate = _number(aggregate.get("aggregate_accept_rate"), 0.0, 1.0) if drafted else None
     mtp = plan.get("mtp")
-    depth = _number(mtp.get("draft_max"), 1, 64) if isinstance(mtp, dict) else None
-    p_min = _number(mtp.get("draft_p_min"), 0.0, 1.0) if isinstance(mtp, dict) else None
+    depth = _declared(mtp.get("draft_max"), "mtp.draft_max") if isinstance(mtp, dict) else None
+    p_min = _declared(mtp.get("draft_p_min"), "mtp.draft_p_min") if isinstance(mtp, dict) else None
     predicted = _number(aggregate.get("total_predicted"), 0, 1e12)
     accepted = _number(aggregate.get("total_draft_accepted"), 0, 1e12)
     engine = plan.get("engine")

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -29,9 +28,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.plan.choices import CacheType, FlashAttention, LoadMode, MoePlacement
+from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.plan.settings import setting
+from mtpstudio.core.plan.settings import SETTINGS, label_of, setting, value_choices
 from mtpstudio.core.usecases.workbench import (
     BuildChoice,
     EngineBuild,
@@ -47,48 +46,14 @@ from mtpstudio.ui.widgets.common import Badge, Notice, Tone
 from mtpstudio.ui.widgets.engine_picker import EnginePicker
 from mtpstudio.ui.widgets.number_box import NumberBox
 
-MOE_CHOICES = (
-    (MoePlacement.N_CPU_MOE, "first N layers on the CPU"),
-    (MoePlacement.FIT, "the engine's fit decides"),
-    (MoePlacement.ALL_CPU, "all on the CPU"),
-    (MoePlacement.GPU, "all on the GPU"),
-)
-SETTING_NAMES = MappingProxyType(
-    {
-        "mtp.enabled": "MTP",
-        "mtp.draft_min": "Draft min",
-        "mtp.cache_type_k": "Draft K cache",
-        "mtp.cache_type_v": "Draft V cache",
-        "runtime.moe": "Experts",
-        "runtime.n_cpu_moe": "CPU expert layers",
-        "runtime.moe_cache_mib": "MoE cache",
-        "runtime.n_gpu_layers": "GPU layers",
-        "runtime.load_mode": "Weights",
-        "draft.gpu_layers": "Draft GPU layers",
-    }
-)
+_MTP_DATA = {None: "auto", True: "on", False: "off"}
 
 
 def setting_name(key: str) -> str:
-    """``runtime.moe=fit`` -> ``Experts: fit``, for the 'not available' line."""
+    """``runtime.moe=fit`` -> ``Experts (fit)``, for the 'not available' line."""
     path, _, choice = key.partition("=")
-    name = SETTING_NAMES.get(path, path)
+    name = (SETTINGS[path].label if path in SETTINGS else "") or path
     return f"{name} ({choice})" if choice else name
-
-
-LOAD_CHOICES = (
-    (LoadMode.MMAP, "memory-mapped (default)"),
-    (LoadMode.NO_MMAP, "read into RAM (no mmap)"),
-    (LoadMode.MLOCK, "locked in RAM (mlock)"),
-)
-FLASH_CHOICES = tuple((f, f.value) for f in FlashAttention)
-MTP_CHOICES = (
-    (None, "auto"),
-    (True, "on"),
-    (False, "off"),
-)
-_MTP_DATA = {None: "auto", True: "on", False: "off"}
-CACHE_CHOICES = tuple((c, c.value) for c in CacheType)
 
 
 def plan_value(plan: Plan, path: str) -> Any:
@@ -148,13 +113,13 @@ class EnginePage(PlanPage):
         context = QGroupBox("Context && cache", self)
         cf = QFormLayout(context)
         self.ctx = self._spin("runtime.ctx", " tokens", kind="tokens")
-        cf.addRow("Context", self.ctx)
-        self.cache_k = self._combo("runtime.cache_type_k", CACHE_CHOICES)
-        self.cache_v = self._combo("runtime.cache_type_v", CACHE_CHOICES)
-        cf.addRow("K cache", self.cache_k)
-        cf.addRow("V cache", self.cache_v)
-        self.flash_attn = self._combo("runtime.flash_attn", FLASH_CHOICES)
-        cf.addRow("Flash attention", self.flash_attn)
+        cf.addRow(label_of("runtime.ctx"), self.ctx)
+        self.cache_k = self._combo("runtime.cache_type_k")
+        self.cache_v = self._combo("runtime.cache_type_v")
+        cf.addRow(label_of("runtime.cache_type_k"), self.cache_k)
+        cf.addRow(label_of("runtime.cache_type_v"), self.cache_v)
+        self.flash_attn = self._combo("runtime.flash_attn")
+        cf.addRow(label_of("runtime.flash_attn"), self.flash_attn)
         self.batch = self._spin("runtime.batch")
         self.ubatch = self._spin("runtime.ubatch")
         for box in (self.batch, self.ubatch):
@@ -168,29 +133,29 @@ class EnginePage(PlanPage):
         self.port.setGroupSeparatorShown(False)
         self.api_key_file = self._line("server.api_key_file", optional=True)
         self.api_key_file.setPlaceholderText("none")
-        sf.addRow("Host", self.host)
-        sf.addRow("Port", self.port)
-        sf.addRow("API key file", self.api_key_file)
+        sf.addRow(label_of("server.host"), self.host)
+        sf.addRow(label_of("server.port"), self.port)
+        sf.addRow(label_of("server.api_key_file"), self.api_key_file)
 
         mtp = QGroupBox("Drafting: MTP or a draft model", self)
         mf = QFormLayout(mtp)
-        self.mtp_enabled = self._tristate("mtp.enabled", MTP_CHOICES)
-        mf.addRow("MTP", self.mtp_enabled)
+        self.mtp_enabled = self._tristate("mtp.enabled")
+        mf.addRow(label_of("mtp.enabled"), self.mtp_enabled)
         self.mtp_state = QLabel(self)
         self.mtp_state.setWordWrap(True)
         self.mtp_state.setStyleSheet("color: #374151;")
         mf.addRow(self.mtp_state)
         self.draft_max = self._spin("mtp.draft_max")
-        mf.addRow("Draft depth (max)", self.draft_max)
+        mf.addRow(label_of("mtp.draft_max"), self.draft_max)
         self.draft_min = self._spin("mtp.draft_min")
-        mf.addRow("Draft min", self.draft_min)
+        mf.addRow(label_of("mtp.draft_min"), self.draft_min)
         self.draft_p_min = self._double("mtp.draft_p_min")
-        mf.addRow("p-min", self.draft_p_min)
-        self.acceptance = self._double("mtp.acceptance", special="measured or published")
+        mf.addRow(label_of("mtp.draft_p_min"), self.draft_p_min)
+        self.acceptance = self._double("mtp.acceptance")
         self.acceptance.setToolTip(field_description("mtp.acceptance"))
-        mf.addRow("Acceptance (estimate)", self.acceptance)
-        self.draft_cache_k = self._combo("mtp.cache_type_k", CACHE_CHOICES)
-        self.draft_cache_v = self._combo("mtp.cache_type_v", CACHE_CHOICES)
+        mf.addRow(label_of("mtp.acceptance"), self.acceptance)
+        self.draft_cache_k = self._combo("mtp.cache_type_k")
+        self.draft_cache_v = self._combo("mtp.cache_type_v")
         mf.addRow("Draft K / V cache", self._pair(self.draft_cache_k, self.draft_cache_v))
         self.draft_file = QLineEdit(self)
         self.draft_file.setReadOnly(True)
@@ -205,23 +170,23 @@ class EnginePage(PlanPage):
         draft_buttons.addWidget(self.draft_choose)
         draft_buttons.addWidget(self.draft_clear)
         draft_buttons.addStretch(1)
-        mf.addRow("Draft model", self.draft_file)
+        mf.addRow(label_of("draft.path"), self.draft_file)
         mf.addRow("", draft_buttons)
-        self.draft_gpu_layers = self._spin("draft.gpu_layers", special="all")
-        mf.addRow("Draft GPU layers", self.draft_gpu_layers)
+        self.draft_gpu_layers = self._spin("draft.gpu_layers")
+        mf.addRow(label_of("draft.gpu_layers"), self.draft_gpu_layers)
         self.draft_note = QLabel(self)
         self.draft_note.setWordWrap(True)
         mf.addRow(self.draft_note)
 
         placement = QGroupBox("Placement && threads", self)
         pf = QFormLayout(placement)
-        self.moe = self._combo("runtime.moe", MOE_CHOICES)
-        pf.addRow("Experts", self.moe)
+        self.moe = self._combo("runtime.moe")
+        pf.addRow(label_of("runtime.moe"), self.moe)
         self.n_cpu_moe = self._spin("runtime.n_cpu_moe", " layers")
-        pf.addRow("CPU expert layers", self.n_cpu_moe)
+        pf.addRow(label_of("runtime.n_cpu_moe"), self.n_cpu_moe)
         self.margin = self._spin("runtime.fit_margin_mib", " MiB", kind="mib")
         self.margin.size_for(16384)  # as wide as 16 GiB, not the 1 TiB the Plan allows
-        pf.addRow("Margin", self.margin)
+        pf.addRow(label_of("runtime.fit_margin_mib"), self.margin)
         self.moe_cache = self._spin("runtime.moe_cache_mib", " MiB", kind="mib")
         self.moe_cache.size_for(16384)
         self.moe_cache.setToolTip(
@@ -229,15 +194,15 @@ class EnginePage(PlanPage):
             "b11549 and newer, on a GPU): 0 is off. The budget shows what it takes, the "
             "estimate what it does for speed."
         )
-        pf.addRow("MoE cache", self.moe_cache)
-        self.gpu_layers = self._spin("runtime.n_gpu_layers", special="all")
-        pf.addRow("GPU layers", self.gpu_layers)
-        self.load_mode = self._combo("runtime.load_mode", LOAD_CHOICES)
-        pf.addRow("Weights", self.load_mode)
-        self.threads = self._spin("runtime.threads", special="engine default")
-        pf.addRow("Threads", self.threads)
+        pf.addRow(label_of("runtime.moe_cache_mib"), self.moe_cache)
+        self.gpu_layers = self._spin("runtime.n_gpu_layers")
+        pf.addRow(label_of("runtime.n_gpu_layers"), self.gpu_layers)
+        self.load_mode = self._combo("runtime.load_mode")
+        pf.addRow(label_of("runtime.load_mode"), self.load_mode)
+        self.threads = self._spin("runtime.threads")
+        pf.addRow(label_of("runtime.threads"), self.threads)
         self.parallel = self._spin("runtime.parallel")
-        pf.addRow("Slots", self.parallel)
+        pf.addRow(label_of("runtime.parallel"), self.parallel)
 
         left = QVBoxLayout()
         left.addWidget(context)
@@ -276,11 +241,10 @@ class EnginePage(PlanPage):
         self.controls[control.path] = control
         signal.connect(lambda *_: self._on_control_changed(control.path))
 
-    def _spin(
-        self, path: str, suffix: str = "", special: str | None = None, kind: str = "count"
-    ) -> NumberBox:
-        """A spin box over the setting's declared range and step; with ``special``, one step
-        below the range is None (the engine's own choice), shown as ``special``."""
+    def _spin(self, path: str, suffix: str = "", kind: str = "count") -> NumberBox:
+        """A spin box over the setting's declared range and step; where None is a choice (the
+        engine's own), one step below the range, shown as the setting's ``none_label``."""
+        special = setting(path).none_label
         low, high, step = setting(path).whole_range()
         none = low - 1 if special is not None else None
         spin = NumberBox(kind, self)
@@ -302,10 +266,11 @@ class EnginePage(PlanPage):
         self._register(Control(path, spin, read, write), spin.valueChanged)
         return spin
 
-    def _double(self, path: str, special: str | None = None) -> QDoubleSpinBox:
-        """A spin box over the setting's declared range; with ``special``, one step below the
-        range is None (shown as ``special``)."""
+    def _double(self, path: str) -> QDoubleSpinBox:
+        """A spin box over the setting's declared range; where None is a choice, one step below
+        the range, shown as the setting's ``none_label``."""
         declared = setting(path)
+        special = declared.none_label
         spin = QDoubleSpinBox(self)
         low, step = float(declared.low or 0.0), float(declared.step)
         none = low - step if special is not None else None
@@ -326,9 +291,10 @@ class EnginePage(PlanPage):
         self._register(Control(path, spin, read, write), spin.valueChanged)
         return spin
 
-    def _combo(self, path: str, choices: tuple[tuple[Enum, str], ...]) -> QComboBox:
+    def _combo(self, path: str) -> QComboBox:
+        """A combo over the setting's values, in its declared words."""
         combo = QComboBox(self)
-        for value, label in choices:
+        for value, label in value_choices(path):
             combo.addItem(label, value.value)
 
         def write(value: Any) -> None:
@@ -337,10 +303,10 @@ class EnginePage(PlanPage):
         self._register(Control(path, combo, combo.currentData, write), combo.currentIndexChanged)
         return combo
 
-    def _tristate(self, path: str, choices: tuple[tuple[bool | None, str], ...]) -> QComboBox:
-        """A combo for auto (None) / on (True) / off (False)."""
+    def _tristate(self, path: str) -> QComboBox:
+        """A combo for auto (None) / on (True) / off (False), in the setting's words."""
         combo = QComboBox(self)
-        for value, label in choices:
+        for value, label in setting(path).labels:
             combo.addItem(label, _MTP_DATA[value])
         by_data = {data: value for value, data in _MTP_DATA.items()}
 

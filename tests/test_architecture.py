@@ -323,7 +323,7 @@ def cycle_dodging_late_imports(root: Path, package: str) -> list[tuple[str, str]
 FLAVOUR_MEMBERS = frozenset(f.name for f in EngineFlavour)
 # Where a flavour may be named outside its profile: as a default, never to branch on.
 FLAVOUR_NAMED_ALLOWED = {
-    ("mtpstudio/core/plan/schema.py", "UPSTREAM"): "the Plan's default engine",
+    ("mtpstudio/core/plan/settings.py", "UPSTREAM"): "the Plan's default engine (its entry)",
     ("mtpstudio/cli/bench.py", "UPSTREAM"): "the default engine behind `bench --url`",
     ("mtpstudio/core/bench/target.py", "UPSTREAM"): "BenchTarget's default flavour",
 }

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.cli.plan import add_plan_options, plan_and_changes
-from mtpstudio.core.usecases.words import HubError, PlanError
+from mtpstudio.core.usecases.words import PlanError
 
 
 def register(sub: Any) -> None:
@@ -51,16 +51,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_models_hf(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.hub import (
-        HubClient,
-        list_models,
-        parse_repo_id,
-        planned_table,
-        read_remote_headers,
-    )
-    from mtpstudio.core.usecases.machine import detect_for
+    from mtpstudio.core.usecases.hub import HubClient, parse_repo_id, plan_repository
     from mtpstudio.core.usecases.words import models_dir
-    from mtpstudio.core.usecases.workbench import machine_for
 
     if args.model is not None or args.demo is not None:
         raise PlanError(
@@ -73,17 +65,10 @@ def cmd_models_hf(args: argparse.Namespace) -> int:
     repo_id = parse_repo_id(args.repo)
     client = HubClient()
     started = time.monotonic()
-    repo, models, notes = list_models(client, repo_id, args.revision)
-    commit = repo.revision or ""  # the commit the revision points at now
-    if not models:
-        raise HubError(
-            f"{repo_id} has no GGUF files at {args.revision or 'main'}",
-            hint="Choose a repository of GGUF quants (their names usually end in -GGUF).",
-        )
-    headers = read_remote_headers(client, repo, models)
     folder = args.to if args.to is not None else models_dir() / repo_id
-    machine = machine_for(detect_for(plan))
-    rows, best = planned_table(headers, plan, machine, folder)
+    planned = plan_repository(client, repo_id, args.revision, plan, folder)
+    repo, rows, best, notes = planned.repo, planned.rows, planned.best, list(planned.notes)
+    commit = repo.revision or ""  # the commit the revision points at now
     elapsed = time.monotonic() - started
     where = f"{repo_id} @ {args.revision or 'main'} (commit {commit[:7]})"
     if args.json and args.download is None:
@@ -209,12 +194,13 @@ def _pick(rows: Sequence[Any], wanted: str, best: int | None) -> int:
 def _download(
     args: argparse.Namespace, client: Any, repo: Any, row: Any, folder: Path, out: Any
 ) -> int:
-    from mtpstudio.core.plan.io import plan_with, save_plan
-    from mtpstudio.core.usecases.hub import DownloadProgress, download_model, size_text
-    from mtpstudio.core.usecases.machine import detect_for
-    from mtpstudio.core.usecases.model_files import read_model_info
-    from mtpstudio.core.usecases.planning_context import planning_context_for
-    from mtpstudio.core.usecases.workbench import evaluate, machine_for
+    from mtpstudio.core.plan.io import save_plan
+    from mtpstudio.core.usecases.hub import (
+        DownloadProgress,
+        download_model,
+        plan_downloaded,
+        size_text,
+    )
 
     model = row.header.model
     tty = sys.stderr.isatty()
@@ -254,11 +240,8 @@ def _download(
         file=out,
     )
     local = result.paths[0]
-    info = read_model_info(local)
-    plan = row.fit.plan if row.fit is not None else plan_and_changes(args)[0]
-    plan = plan_with(plan, {"model.path": str(local), "model.card": None})
-    pctx = planning_context_for(plan, machine_for(detect_for(plan)), info)
-    result_plan = evaluate(plan, pctx)
+    planned = row.fit.plan if row.fit is not None else plan_and_changes(args)[0]
+    plan, result_plan = plan_downloaded(planned, local)
     print(f"Plan for {local}:", file=out)
     for line in result_plan.verdict.lines():
         print(f"  {line}", file=out)

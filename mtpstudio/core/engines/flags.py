@@ -1,9 +1,10 @@
-"""Every llama-server flag mtpstudio knows: options, the spellings both engines share, probe table.
+"""Every llama-server flag mtpstudio knows, one row each (``ENGINE_FLAGS``).
 
-``Option`` names an engine option independently of its spelling; each engine profile
-(``engines/profiles/``) says how its flavour spells it (the argv builder emits only those), with
-``SHARED_SPELLINGS`` for the flags every flavour spells alike; ``CANDIDATE_FLAGS`` is the probe
-table: every profile's spelling plus the flags detection reports.
+``Option`` names an engine option independently of its spelling; a row says what the probe asks
+a build about and, when both flavours spell it alike, that spelling (``SHARED_SPELLINGS`` is
+read off the rows); each engine profile (``engines/profiles/``) spells the rest its own way (the
+argv builder emits only those). ``CANDIDATE_FLAGS``, the probe table, is every row's probed
+spellings.
 """
 
 from __future__ import annotations
@@ -41,84 +42,6 @@ class FlagSpec:
     flag: str
     forms: tuple[tuple[str, ...], ...]
     purpose: str
-
-
-def _flags(
-    spellings: Sequence[str], forms: Sequence[Sequence[str]], purpose: str
-) -> list[FlagSpec]:
-    frozen = tuple(tuple(f) for f in forms)
-    return [FlagSpec(s, frozen, purpose) for s in spellings]
-
-
-SWITCH: tuple[tuple[str, ...], ...] = ((),)
-
-CANDIDATE_FLAGS: tuple[FlagSpec, ...] = tuple(
-    [
-        *_flags(["-m", "--model"], [["model.gguf"]], "model file"),
-        *_flags(
-            ["-md", "--model-draft", "--spec-draft-model"], [["draft.gguf"]], "draft/MTP model"
-        ),
-        *_flags(["-c", "--ctx-size"], [["4096"]], "context size"),
-        *_flags(["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"], [["q8_0"]], "K/V cache"),
-        *_flags(
-            [
-                "-ctkd",
-                "--cache-type-k-draft",
-                "--spec-draft-type-k",
-                "-ctvd",
-                "--cache-type-v-draft",
-                "--spec-draft-type-v",
-            ],
-            [["f16"]],
-            "draft K/V cache",
-        ),
-        *_flags(["-fa", "--flash-attn"], [["on"], ["1"]], "flash attention"),
-        *_flags(["-no-fa", "--no-flash-attn"], SWITCH, "flash attention off"),
-        *_flags(["-b", "--batch-size"], [["2048"]], "logical batch"),
-        *_flags(["-ub", "--ubatch-size"], [["512"]], "physical batch"),
-        *_flags(["-np", "--parallel"], [["1"]], "server slots"),
-        *_flags(["-t", "--threads", "-tb", "--threads-batch"], [["4"]], "CPU threads"),
-        *_flags(["-ngl", "--gpu-layers", "--n-gpu-layers"], [["99"]], "GPU layers"),
-        *_flags(["-ngld", "--gpu-layers-draft", "--spec-draft-ngl"], [["99"]], "draft GPU layers"),
-        *_flags(["-ncmoe", "--n-cpu-moe"], [["4"]], "experts of the first N layers on CPU"),
-        *_flags(["-cmoe", "--cpu-moe"], SWITCH, "all experts on CPU"),
-        *_flags(["-ot", "--override-tensor"], [["x=CPU"]], "tensor placement override"),
-        *_flags(["-fit", "--fit"], [["on"], []], "engine's own fit"),
-        *_flags(["-fitt", "--fit-target"], [["1024"]], "fit margin per device (upstream)"),
-        *_flags(["-fitc", "--fit-ctx"], [["4096"]], "fit's smallest context (upstream)"),
-        *_flags(["--fit-margin"], [["1024"]], "fit margin (ik)"),
-        *_flags(["-lm", "--load-mode"], [["mmap"]], "load mode (upstream)"),
-        *_flags(["--mlock"], SWITCH, "lock weights in RAM"),
-        *_flags(["--no-mmap"], SWITCH, "read weights instead of mapping"),
-        *_flags(["--no-op-offload"], SWITCH, "keep RAM experts' work on the CPU (upstream)"),
-        *_flags(["--moe-cache-mib"], [["0"]], "GPU cache of the RAM experts (upstream b11549)"),
-        *_flags(["--spec-type"], [["none"]], "speculative decoding type"),
-        *_flags(["--spec-draft-n-max"], [["3"]], "draft depth (upstream)"),
-        *_flags(["--spec-draft-n-min"], [["0"]], "fewest drafted tokens (upstream)"),
-        *_flags(["--spec-draft-p-min", "--draft-p-min"], [["0.75"]], "draft p-min"),
-        *_flags(["--draft-max", "--draft", "--draft-n"], [["3"]], "draft depth (ik)"),
-        *_flags(["--draft-min", "--draft-n-min"], [["0"]], "fewest drafted tokens (ik)"),
-        *_flags(["-mtp", "--multi-token-prediction"], SWITCH, "MTP on (ik)"),
-        *_flags(["-no-mtp", "--no-multi-token-prediction"], SWITCH, "MTP off (ik)"),
-        *_flags(["--host"], [["127.0.0.1"]], "listen address"),
-        *_flags(["--port"], [["8080"]], "listen port"),
-        *_flags(["--api-key"], [["probe-key"]], "API key"),
-        *_flags(["--api-key-file"], [["/dev/null"]], "API key file"),
-        *_flags(["-a", "--alias"], [["probe"]], "model alias"),
-        *_flags(["-lv", "--log-verbosity", "--verbosity"], [["4"]], "log verbosity"),
-        *_flags(["-v", "--verbose"], SWITCH, "log everything"),
-        *_flags(["--metrics"], SWITCH, "Prometheus /metrics"),
-        *_flags(["-kvu", "--kv-unified"], SWITCH, "unified KV cache (upstream)"),
-        *_flags(["--jinja"], SWITCH, "chat template engine"),
-        *_flags(["-nkvo", "--no-kv-offload"], SWITCH, "KV cache on the CPU"),
-        *_flags(["--no-warmup"], SWITCH, "skip warm-up"),
-        *_flags(["-cram", "--cache-ram"], [["0"]], "host prompt cache"),
-        *_flags(["-dev", "--device"], [["none"]], "device list"),
-        *_flags(["-sm", "--split-mode"], [["layer"]], "multi-GPU split"),
-        *_flags(["-mg", "--main-gpu"], [["0"]], "main GPU"),
-        *_flags(["-ts", "--tensor-split"], [["1"]], "multi-GPU proportions"),
-    ]
-)
 
 
 class Option(StrEnum):
@@ -179,32 +102,142 @@ class FlagSpelling:
     probe_value: str | None
 
 
+@dataclass(frozen=True)
+class Probe:
+    """Spellings the ``--version`` probe asks a build about, with the values to try."""
+
+    spellings: tuple[str, ...]
+    forms: tuple[tuple[str, ...], ...]
+    purpose: str
+
+
+@dataclass(frozen=True)
+class EngineFlag:
+    """One engine flag, its one row: the option it serves (None: a flag detection reports
+    that no plan sets), the spellings the probe asks about, and the spelling both flavours
+    share (None: each profile in ``engines/profiles/`` spells it its own way)."""
+
+    option: Option | None
+    probes: tuple[Probe, ...]
+    shared: FlagSpelling | None = None
+
+
+SWITCH: tuple[tuple[str, ...], ...] = ((),)
+
+
+def _probe(spellings: Sequence[str], forms: Sequence[Sequence[str]], purpose: str) -> Probe:
+    return Probe(tuple(spellings), tuple(tuple(f) for f in forms), purpose)
+
+
+def _flag(
+    option: Option | None,
+    spellings: Sequence[str],
+    forms: Sequence[Sequence[str]],
+    purpose: str,
+    *,
+    shared: tuple[Sequence[str], str | None] | None = None,
+    also: Sequence[Probe] = (),
+) -> EngineFlag:
+    spelled = None if shared is None else FlagSpelling(tuple(shared[0]), shared[1])
+    return EngineFlag(option, (_probe(spellings, forms, purpose), *also), spelled)
+
+
+ENGINE_FLAGS: tuple[EngineFlag, ...] = (
+    _flag(Option.MODEL, ["-m", "--model"], [["model.gguf"]], "model file",
+          shared=(["-m", "--model"], "model.gguf")),
+    _flag(Option.DRAFT_MODEL, ["-md", "--model-draft", "--spec-draft-model"], [["draft.gguf"]],
+          "draft/MTP model"),
+    _flag(Option.CTX, ["-c", "--ctx-size"], [["4096"]], "context size",
+          shared=(["-c", "--ctx-size"], "4096")),
+    _flag(Option.CACHE_K, ["-ctk", "--cache-type-k"], [["q8_0"]], "K/V cache",
+          shared=(["-ctk", "--cache-type-k"], "f16")),
+    _flag(Option.CACHE_V, ["-ctv", "--cache-type-v"], [["q8_0"]], "K/V cache",
+          shared=(["-ctv", "--cache-type-v"], "f16")),
+    _flag(Option.DRAFT_CACHE_K, ["-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"],
+          [["f16"]], "draft K/V cache"),
+    _flag(Option.DRAFT_CACHE_V, ["-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"],
+          [["f16"]], "draft K/V cache"),
+    _flag(Option.FLASH_ATTN, ["-fa", "--flash-attn"], [["on"], ["1"]], "flash attention",
+          shared=(["-fa", "--flash-attn"], "on"),
+          also=[_probe(["-no-fa", "--no-flash-attn"], SWITCH, "flash attention off")]),
+    _flag(Option.BATCH, ["-b", "--batch-size"], [["2048"]], "logical batch",
+          shared=(["-b", "--batch-size"], "2048")),
+    _flag(Option.UBATCH, ["-ub", "--ubatch-size"], [["512"]], "physical batch",
+          shared=(["-ub", "--ubatch-size"], "512")),
+    _flag(Option.PARALLEL, ["-np", "--parallel"], [["1"]], "server slots",
+          shared=(["--parallel", "-np"], "1")),
+    _flag(Option.THREADS, ["-t", "--threads", "-tb", "--threads-batch"], [["4"]], "CPU threads",
+          shared=(["-t", "--threads"], "4")),
+    _flag(Option.GPU_LAYERS, ["-ngl", "--gpu-layers", "--n-gpu-layers"], [["99"]], "GPU layers",
+          shared=(["-ngl", "--n-gpu-layers", "--gpu-layers"], "999")),
+    _flag(Option.DRAFT_GPU_LAYERS, ["-ngld", "--gpu-layers-draft", "--spec-draft-ngl"], [["99"]],
+          "draft GPU layers"),
+    _flag(Option.N_CPU_MOE, ["-ncmoe", "--n-cpu-moe"], [["4"]],
+          "experts of the first N layers on CPU", shared=(["--n-cpu-moe", "-ncmoe"], "1")),
+    _flag(Option.CPU_MOE, ["-cmoe", "--cpu-moe"], SWITCH, "all experts on CPU",
+          shared=(["--cpu-moe", "-cmoe"], None)),
+    _flag(Option.OVERRIDE_TENSOR, ["-ot", "--override-tensor"], [["x=CPU"]],
+          "tensor placement override", shared=(["-ot", "--override-tensor"], "x=CPU")),
+    _flag(Option.FIT, ["-fit", "--fit"], [["on"], []], "engine's own fit"),
+    _flag(Option.FIT_TARGET, ["-fitt", "--fit-target"], [["1024"]],
+          "fit margin per device (upstream)"),
+    _flag(None, ["-fitc", "--fit-ctx"], [["4096"]], "fit's smallest context (upstream)"),
+    _flag(Option.FIT_MARGIN, ["--fit-margin"], [["1024"]], "fit margin (ik)"),
+    _flag(Option.LOAD_MODE, ["-lm", "--load-mode"], [["mmap"]], "load mode (upstream)"),
+    _flag(Option.MLOCK, ["--mlock"], SWITCH, "lock weights in RAM"),
+    _flag(Option.NO_MMAP, ["--no-mmap"], SWITCH, "read weights instead of mapping"),
+    _flag(Option.NO_OP_OFFLOAD, ["--no-op-offload"], SWITCH,
+          "keep RAM experts' work on the CPU (upstream)"),
+    _flag(Option.MOE_CACHE_MIB, ["--moe-cache-mib"], [["0"]],
+          "GPU cache of the RAM experts (upstream b11549)"),
+    _flag(Option.SPEC_TYPE, ["--spec-type"], [["none"]], "speculative decoding type"),
+    _flag(Option.DRAFT_MAX, ["--spec-draft-n-max"], [["3"]], "draft depth (upstream)",
+          also=[_probe(["--draft-max", "--draft", "--draft-n"], [["3"]], "draft depth (ik)")]),
+    _flag(Option.DRAFT_MIN, ["--spec-draft-n-min"], [["0"]], "fewest drafted tokens (upstream)",
+          also=[_probe(["--draft-min", "--draft-n-min"], [["0"]], "fewest drafted tokens (ik)")]),
+    _flag(Option.DRAFT_P_MIN, ["--spec-draft-p-min", "--draft-p-min"], [["0.75"]], "draft p-min"),
+    _flag(Option.MTP, ["-mtp", "--multi-token-prediction"], SWITCH, "MTP on (ik)",
+          also=[_probe(["-no-mtp", "--no-multi-token-prediction"], SWITCH, "MTP off (ik)")]),
+    _flag(Option.HOST, ["--host"], [["127.0.0.1"]], "listen address",
+          shared=(["--host"], "127.0.0.1")),
+    _flag(Option.PORT, ["--port"], [["8080"]], "listen port", shared=(["--port"], "8080")),
+    _flag(Option.API_KEY, ["--api-key"], [["probe-key"]], "API key",
+          shared=(["--api-key"], "probe")),
+    _flag(Option.API_KEY_FILE, ["--api-key-file"], [["/dev/null"]], "API key file",
+          shared=(["--api-key-file"], "/dev/null")),
+    _flag(None, ["-a", "--alias"], [["probe"]], "model alias"),
+    _flag(Option.VERBOSITY, ["-lv", "--log-verbosity", "--verbosity"], [["4"]], "log verbosity",
+          also=[_probe(["-v", "--verbose"], SWITCH, "log everything")]),
+    _flag(None, ["--metrics"], SWITCH, "Prometheus /metrics"),
+    _flag(None, ["-kvu", "--kv-unified"], SWITCH, "unified KV cache (upstream)"),
+    _flag(None, ["--jinja"], SWITCH, "chat template engine"),
+    _flag(None, ["-nkvo", "--no-kv-offload"], SWITCH, "KV cache on the CPU"),
+    _flag(None, ["--no-warmup"], SWITCH, "skip warm-up"),
+    _flag(None, ["-cram", "--cache-ram"], [["0"]], "host prompt cache"),
+    _flag(Option.DEVICE, ["-dev", "--device"], [["none"]], "device list",
+          shared=(["-dev", "--device"], "none")),
+    _flag(Option.SPLIT_MODE, ["-sm", "--split-mode"], [["layer"]], "multi-GPU split",
+          shared=(["-sm", "--split-mode"], "layer")),
+    _flag(None, ["-mg", "--main-gpu"], [["0"]], "main GPU"),
+    _flag(Option.TENSOR_SPLIT, ["-ts", "--tensor-split"], [["1"]], "multi-GPU proportions",
+          shared=(["-ts", "--tensor-split"], "1")),
+    # not probed with --version: upstream's parser connects to the server at once (and
+    # aborts when none answers); a build has it when its RPC backend is in the file
+    EngineFlag(Option.RPC, (), FlagSpelling(("--rpc",), None)),
+)  # fmt: skip
+"""Every llama-server flag mtpstudio knows, one row each: a new flag is one row here, its
+spelling in a profile when the flavours differ, and its step in the argv builder."""
+
+CANDIDATE_FLAGS: tuple[FlagSpec, ...] = tuple(
+    FlagSpec(spelling, probe.forms, probe.purpose)
+    for flag in ENGINE_FLAGS
+    for probe in flag.probes
+    for spelling in probe.spellings
+)
+"""The probe table: every spelling of every row, with the values to try."""
+
 SHARED_SPELLINGS: Mapping[Option, FlagSpelling] = MappingProxyType(
-    {
-        Option.MODEL: FlagSpelling(("-m", "--model"), "model.gguf"),
-        Option.HOST: FlagSpelling(("--host",), "127.0.0.1"),
-        Option.PORT: FlagSpelling(("--port",), "8080"),
-        Option.API_KEY: FlagSpelling(("--api-key",), "probe"),
-        Option.API_KEY_FILE: FlagSpelling(("--api-key-file",), "/dev/null"),
-        Option.CTX: FlagSpelling(("-c", "--ctx-size"), "4096"),
-        Option.CACHE_K: FlagSpelling(("-ctk", "--cache-type-k"), "f16"),
-        Option.CACHE_V: FlagSpelling(("-ctv", "--cache-type-v"), "f16"),
-        Option.FLASH_ATTN: FlagSpelling(("-fa", "--flash-attn"), "on"),
-        Option.BATCH: FlagSpelling(("-b", "--batch-size"), "2048"),
-        Option.UBATCH: FlagSpelling(("-ub", "--ubatch-size"), "512"),
-        Option.PARALLEL: FlagSpelling(("--parallel", "-np"), "1"),
-        Option.THREADS: FlagSpelling(("-t", "--threads"), "4"),
-        Option.GPU_LAYERS: FlagSpelling(("-ngl", "--n-gpu-layers", "--gpu-layers"), "999"),
-        Option.N_CPU_MOE: FlagSpelling(("--n-cpu-moe", "-ncmoe"), "1"),
-        Option.CPU_MOE: FlagSpelling(("--cpu-moe", "-cmoe"), None),
-        Option.OVERRIDE_TENSOR: FlagSpelling(("-ot", "--override-tensor"), "x=CPU"),
-        Option.DEVICE: FlagSpelling(("-dev", "--device"), "none"),
-        Option.SPLIT_MODE: FlagSpelling(("-sm", "--split-mode"), "layer"),
-        Option.TENSOR_SPLIT: FlagSpelling(("-ts", "--tensor-split"), "1"),
-        # not probed with --version: upstream's parser connects to the server at once (and
-        # aborts when none answers); a build has it when its RPC backend is in the file
-        Option.RPC: FlagSpelling(("--rpc",), None),
-    }
+    {f.option: f.shared for f in ENGINE_FLAGS if f.option is not None and f.shared is not None}
 )
 """The flags both engines spell alike (server, context, cache, batching, offload, devices)."""
 

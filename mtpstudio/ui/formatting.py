@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-from mtpstudio.core.usecases.words import GIB, MIB, error_sentence
+from mtpstudio.core.usecases.budget_words import gib, mib
+from mtpstudio.core.usecases.words import GIB, error_sentence
 
 __all__ = ["error_sentence", "gb_gib", "gib", "mib", "signed_mib"]
-
-
-def mib(n_bytes: int | None) -> str:
-    """``12,282 MiB`` (or ``unknown``)."""
-    if n_bytes is None:
-        return "unknown"
-    return f"{n_bytes / MIB:,.0f} MiB"
-
-
-def gib(n_bytes: int | None) -> str:
-    """``11.99 GiB`` (or ``unknown``)."""
-    if n_bytes is None:
-        return "unknown"
-    return f"{n_bytes / GIB:,.2f} GiB"
 
 
 def gb_gib(n_bytes: int) -> str:

@@ -22,11 +22,9 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.plan.settings import native_context, setting
+from mtpstudio.core.usecases.budget_words import faster_line, host_line, speed_line, verdict
 from mtpstudio.core.usecases.plan_text import (
-    NOT_MODELLED,
     TRUST_LEGEND,
-    speed_summary,
-    step_words,
     where_words,
 )
 from mtpstudio.core.usecases.words import MtpStudioError
@@ -37,14 +35,14 @@ from mtpstudio.core.usecases.workbench import (
     follows_published_setup,
     published_setup_text,
 )
-from mtpstudio.ui.formatting import error_sentence, gib, mib
+from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
 from mtpstudio.ui.widgets.command_box import CommandBox
 from mtpstudio.ui.widgets.common import Notice, Tone
 from mtpstudio.ui.widgets.number_box import NumberBox
-from mtpstudio.ui.widgets.vram_bar import VramBar, mapped_in_ram
+from mtpstudio.ui.widgets.vram_bar import VramBar
 
 NO_MODEL_CTX_TOP = 262144
 """The context slider's top before a model names its native context."""
@@ -297,7 +295,7 @@ class BudgetPage(PlanPage):
                 "fits this card." if fits else "does NOT fit this card."
             )
         self.target_label.setText(text)
-        self._show_verdict(plan, budget, evaluation)
+        self._show_verdict(budget, evaluation)
         self._show_speed(evaluation)
         self._show_host(budget)
         self._show_command(evaluation)
@@ -332,37 +330,11 @@ class BudgetPage(PlanPage):
         if state.note is not None:
             row.note.setText(state.note)
 
-    def _show_verdict(
-        self, plan: Plan, budget: Budget, evaluation: Evaluation | None = None
-    ) -> None:
-        parts: list[str] = []
-        tone = Tone.GOOD
+    def _show_verdict(self, budget: Budget, evaluation: Evaluation | None = None) -> None:
+        info = self.state.model_info
         result = evaluation.result if evaluation is not None else None
-        if result is not None and result.verdict.blockers:
-            verdict = result.verdict
-            parts.append(f"Will NOT run as planned: {'; '.join(verdict.blockers)}.")
-            parts += [f"Instead: {a}." for a in verdict.alternatives]
-            tone = Tone.BAD
-        for device in budget.devices:
-            free = device.free_bytes
-            if free is None:
-                parts.append(f"{device.id}: total unknown")
-                tone = Tone.INFO if tone is Tone.GOOD else tone
-            elif free < 0:
-                info = self.state.model_info
-                what = "expert layers" if info is not None and info.is_moe else "layers"
-                parts.append(
-                    f"{device.id} is {mib(-free)} short: lower the context, use smaller cache "
-                    f"types or move {what} to the CPU (or press a Fit button)."
-                )
-                tone = Tone.BAD
-            elif device.id == "CPU":
-                parts.append(f"The CPU fits, with {mib(free)} of RAM to spare.")
-            else:
-                margin = device.segments.get("margin", 0)
-                beyond = f" beyond the {mib(margin)} margin" if margin else " (no margin kept)"
-                parts.append(f"{device.id} fits with {mib(free)} to spare{beyond}.")
-        self.verdict.show_text(" ".join(parts), tone)
+        said = verdict(budget, result, info is not None and info.is_moe)
+        self.verdict.show_text(said.text, Tone(said.tone))
 
     def _show_fit_label(self, evaluation: Evaluation | None) -> None:
         """The text beside the Fit buttons: always the current plan's placement and spare,
@@ -408,33 +380,16 @@ class BudgetPage(PlanPage):
 
     def _show_faster(self, faster: list[FitSuggestion]) -> None:
         self.faster = faster
-        if not faster:
-            self.faster_label.setVisible(False)
-            return
-        shown = " · ".join(
-            f"{i}. {s.label}: {s.buys} ({s.outcome()})" for i, s in enumerate(faster[:3], 1)
-        )
-        text = f"Faster for this plan, best first: {shown}. Every lever… applies one."
+        text = faster_line(faster)
         self.faster_label.setText(text)
         self.faster_label.setToolTip(text)
-        self.faster_label.setVisible(True)
+        self.faster_label.setVisible(bool(text))
 
     def _show_speed(self, evaluation: Evaluation) -> None:
         """The plan's estimated tokens/s beside the bar; what it rests on in the tooltip."""
-        speed = evaluation.result.speed if evaluation.result is not None else None
-        if speed is None:
-            self.speed_label.setText("")
-            self.speed_label.setToolTip("")
-            return
-        label = "measured" if speed.trust == "measured" else "estimate"
-        self.speed_label.setText(f"<b>Speed ({label}):</b> {speed_summary(speed)}.")
-        self.speed_label.setToolTip(
-            "One decoding step: "
-            + step_words(speed)
-            + ".\n\nBasis:\n"
-            + "\n".join(f"• {line}" for line in speed.basis)
-            + f"\n\nNot known to the estimate: {NOT_MODELLED}."
-        )
+        line, tip = speed_line(evaluation.result.speed if evaluation.result is not None else None)
+        self.speed_label.setText(line)
+        self.speed_label.setToolTip(tip)
 
     def _on_speed_inputs_changed(self) -> None:
         self._levers_for = None  # the levers' gains are re-estimated too
@@ -442,27 +397,9 @@ class BudgetPage(PlanPage):
             self.refresh()
 
     def _show_host(self, budget: Budget) -> None:
-        host = budget.host
-        kept, cache = mapped_in_ram(host, budget.parts)
-        experts = budget.parts.get("weights_cpu_experts", 0)
-        text = f"System RAM: the engine needs {mib(host.needed_bytes)} for its buffers"
-        if kept:
-            text += f", and keeps {mib(kept)} of memory-mapped weights in RAM"
-            if experts:
-                text += f" ({mib(experts)} of them experts)"
-        if cache:
-            text += f"; the other {mib(cache)} it maps are page cache, dropped when RAM is needed"
-        if host.available_bytes is not None:
-            text += f"; {gib(host.available_bytes)} of {gib(host.total_bytes)} available now"
-        else:
-            text += "; the RAM size is not known yet"
-        if host.fits is False:
-            text += " — not enough."
-            self.host_label.setStyleSheet("color: #991b1b;")
-        else:
-            text += "."
-            self.host_label.setStyleSheet("")
-        self.host_label.setText(text)
+        said = host_line(budget)
+        self.host_label.setStyleSheet("color: #991b1b;" if said.tone == "bad" else "")
+        self.host_label.setText(said.text)
 
     def _show_command(self, evaluation: Evaluation) -> None:
         argv = evaluation.argv

@@ -28,6 +28,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from mtpstudio.core.usecases.budget_words import mapped_in_ram
 from mtpstudio.core.usecases.plan_text import budget_trust, combined_trust, trust_meaning
 from mtpstudio.core.usecases.words import MIB
 from mtpstudio.core.usecases.workbench import Budget, DeviceBudget, HostBudget
@@ -265,18 +266,6 @@ def device_row(device: DeviceBudget, trust: Mapping[str, str] | None = None) -> 
     same = not device.name or device.name == device.id
     title = device.id if same else f"{device.id} · {device.name}"
     return BarRow(title, device.total_bytes, segments)
-
-
-def mapped_in_ram(host: HostBudget, parts: dict[str, int]) -> tuple[int, int]:
-    """(bytes of the memory-mapped range that stay in RAM, the rest: page cache).
-
-    The engine maps the file from its first to its last CPU tensor; only the CPU tensors are
-    read while it serves (they stay resident), the GPU tensors in between were read once at
-    the load and are page cache the kernel drops when it needs the room.
-    """
-    mapped = host.segments["weights_mapped"]
-    kept = min(mapped, parts.get("weights_cpu_tensors", mapped))
-    return kept, mapped - kept
 
 
 def host_row(host: HostBudget, parts: dict[str, int] | None = None) -> BarRow:

@@ -766,7 +766,7 @@ def test_the_test_import_checker_finds_every_form() -> None:
 PAGE_CLASS_LINES = 300
 """A page class paints what the use cases decide: it stays under this many lines."""
 PAGES_STILL_LARGE = {
-    "BudgetPage": 425,
+    "BudgetPage": 418,
     "DesktopPage": 520,
     "HardwarePage": 574,
     "HubModelsDialog": 406,

@@ -8,11 +8,13 @@ from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.usecases.budget_words import (
     faster_line,
+    fit_line,
     gib,
     host_line,
     mapped_in_ram,
     mib,
     speed_line,
+    target_line,
     verdict,
 )
 from mtpstudio.core.usecases.workbench import Evaluation, Workbench
@@ -70,3 +72,28 @@ def test_the_speed_line_and_its_basis() -> None:
     assert tip.startswith("One decoding step: ") and "Not known to the estimate:" in tip
     assert speed_line(None) == ("", "")
     assert faster_line([]) == ""
+
+
+def test_the_fit_line_says_what_the_lever_did_then_where_the_plan_stands() -> None:
+    plan = Plan()
+    bench = Workbench()
+    bench.set_model(load_model_info(plan.model))
+    evaluation = bench.evaluation(plan)
+    assert evaluation is not None
+    now = bench.standing(evaluation)
+    assert now is not None and now.fits
+    said = fit_line(now, "Applied 2 fewer expert layers on the CPU.")
+    assert said.text.startswith("Applied 2 fewer expert layers on the CPU. Now: ")
+    assert said.text.endswith(f"{mib(now.spare_bytes)} spare.") and said.tone == "info"
+    assert fit_line(now, None).text.startswith("Now: ")
+
+
+def test_the_target_line_says_whether_the_published_setup_fits() -> None:
+    evaluation = _evaluated(Plan())
+    budget = evaluation.budget
+    assert budget is not None
+    text = target_line("the RTX 4070 SUPER (catalogue)", True, budget)
+    assert text.startswith("Planning for the RTX 4070 SUPER (catalogue). Demo defaults: ")
+    fits = all(d.fits for d in budget.devices)
+    assert text.endswith("fits this card." if fits else "does NOT fit this card.")
+    assert target_line(None, False, budget) == ""

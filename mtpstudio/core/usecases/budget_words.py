@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mtpstudio.core.memory.budget_types import Budget, HostBudget
+from mtpstudio.core.planner.advice import Standing, where_words
 from mtpstudio.core.planner.levers import FitSuggestion
-from mtpstudio.core.planner.resolve import PlanResult
+from mtpstudio.core.planner.resolve import PlanResult, published_setup_text
 from mtpstudio.core.speed.estimate import SpeedEstimate
 from mtpstudio.core.speed.words import NOT_MODELLED, speed_summary, step_words
 from mtpstudio.core.units import GIB, MIB
@@ -125,3 +126,26 @@ def faster_line(faster: Sequence[FitSuggestion]) -> str:
         f"{i}. {s.label}: {s.buys} ({s.outcome()})" for i, s in enumerate(faster[:3], 1)
     )
     return f"Faster for this plan, best first: {shown}. Every lever… applies one."
+
+
+def fit_line(now: Standing, applied: str | None) -> Said:
+    """The line beside the Fit buttons: what the last lever did while its plan stands
+    (``applied``), then where the plan's weights run now, MTP, and its spare (tone ``bad``
+    when it does not fit)."""
+    spare = f"{mib(now.spare_bytes)} spare" if now.fits else "does not fit"
+    mtp = "MTP on" if now.mtp else "MTP off"
+    parts = [applied] if applied else []
+    parts.append(f"Now: {where_words(now)}, {mtp}, {spare}.")
+    return Said(" ".join(parts), "info" if now.fits else "bad")
+
+
+def target_line(target: str | None, published: bool, budget: Budget) -> str:
+    """Who the plan is for; for the demo's published setup (``published``), whether it fits
+    this card."""
+    text = f"Planning for {target}." if target else ""
+    if published:
+        fits = all(d.fits for d in budget.devices)
+        text += f" Demo defaults: the published setup ({published_setup_text()}), which " + (
+            "fits this card." if fits else "does NOT fit this card."
+        )
+    return text

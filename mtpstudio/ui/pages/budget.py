@@ -22,10 +22,16 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.plan.settings import native_context, setting
-from mtpstudio.core.usecases.budget_words import faster_line, host_line, speed_line, verdict
+from mtpstudio.core.usecases.budget_words import (
+    faster_line,
+    fit_line,
+    host_line,
+    speed_line,
+    target_line,
+    verdict,
+)
 from mtpstudio.core.usecases.plan_text import (
     TRUST_LEGEND,
-    where_words,
 )
 from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.core.usecases.workbench import (
@@ -33,9 +39,8 @@ from mtpstudio.core.usecases.workbench import (
     ControlState,
     FitSuggestion,
     follows_published_setup,
-    published_setup_text,
 )
-from mtpstudio.ui.formatting import error_sentence, mib
+from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import Evaluation, WizardState
@@ -287,14 +292,9 @@ class BudgetPage(PlanPage):
             self.warnings_label.setText("")
             return
         self.bar.set_budget(budget)
-        target = evaluation.target
-        text = f"Planning for {target.source}." if target else ""
-        if plan.model.path is None and follows_published_setup(plan):
-            fits = all(d.fits for d in budget.devices)
-            text += f" Demo defaults: the published setup ({published_setup_text()}), which " + (
-                "fits this card." if fits else "does NOT fit this card."
-            )
-        self.target_label.setText(text)
+        target = evaluation.target.source if evaluation.target else None
+        published = plan.model.path is None and follows_published_setup(plan)
+        self.target_label.setText(target_line(target, published, budget))
         self._show_verdict(budget, evaluation)
         self._show_speed(evaluation)
         self._show_host(budget)
@@ -347,17 +347,15 @@ class BudgetPage(PlanPage):
         if now is None:
             return
         applied = self.last_suggestion
-        parts = []
+        said_before = None
         if applied is not None and applied.plan == self.state.plan:
-            parts.append(self.last_message or f"Applied {applied.message}.")
+            said_before = self.last_message or f"Applied {applied.message}."
         else:
             self.last_suggestion, self.last_message = None, ""
-        spare = f"{mib(now.spare_bytes)} spare" if now.fits else "does not fit"
-        mtp = "MTP on" if now.mtp else "MTP off"
-        parts.append(f"Now: {where_words(now)}, {mtp}, {spare}.")
-        self.fit_label.setText(" ".join(parts))
-        self.fit_label.setToolTip(" ".join(parts))
-        self.fit_label.setStyleSheet("" if now.fits else "color: #991b1b;")
+        said = fit_line(now, said_before)
+        self.fit_label.setText(said.text)
+        self.fit_label.setToolTip(said.text)
+        self.fit_label.setStyleSheet("color: #991b1b;" if said.tone == "bad" else "")
 
     def _start_levers(self, evaluation: Evaluation) -> None:
         """Rank every lever for this plan in the background (tens of budgets, ~0.1 s) and show

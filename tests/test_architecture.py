@@ -13,72 +13,6 @@ from mtpstudio.core.plan.choices import EngineFlavour
 PACKAGE_DIR = Path(mtpstudio.__file__).parent
 REPO = PACKAGE_DIR.parent
 
-# What the UI may import from the core. The memory model (core.memory.*) and the engines
-# (core.engines.*) are reached only through core.planning, which re-exports the plain data types
-# it returns (Budget, LaunchSpec, EngineBuild, FitSuggestion …); launching, benchmarking and
-# tuning only through the use cases (core.usecases.*), which the CLI drives too. What the UI
-# takes from core.server and core.bench directly is what its QProcess needs to watch a server
-# (health, log, diagnosis, state) and plain data (history, results, cancel and progress types).
-UI_MAY_IMPORT = frozenset(
-    {
-        "mtpstudio.core.plan.schema",
-        "mtpstudio.core.plan.io",
-        "mtpstudio.core.plan.choices",
-        "mtpstudio.core.plan.settings",
-        "mtpstudio.core.errors",
-        "mtpstudio.core.atomic",
-        "mtpstudio.core.state_files",  # settings read back with limits, damaged ones set aside
-        "mtpstudio.core.paths",
-        "mtpstudio.core.units",
-        "mtpstudio.core.cancel",  # the task manager's cancel flag
-        "mtpstudio.core.outside_text",  # the one way outside text is shown (errors, log lines)
-        "mtpstudio.core.planner.resolve",
-        "mtpstudio.core.planner.text",
-        "mtpstudio.core.engines.availability",  # badges and reasons, phrased for people
-        "mtpstudio.core.detect.models",
-        "mtpstudio.core.detect.gather",
-        "mtpstudio.core.detect.processes",
-        # the Desktop VRAM and Service pages: the same core calls as `mtpstudio apply/render`
-        "mtpstudio.core.desktop.install",
-        "mtpstudio.core.desktop.reclaim",
-        "mtpstudio.core.service.render",
-        "mtpstudio.core.desktop.session_files",
-        "mtpstudio.core.rendered_file",
-        "mtpstudio.core.runner",
-        "mtpstudio.core.server.systemd",
-        "mtpstudio.core.service.service_files",
-        "mtpstudio.core.desktop.session_apply",
-        "mtpstudio.core.desktop.session_check",
-        # issue 34: the helper set up by the first privileged action, the exported set, the
-        # speed standing of a plan, the engine picker (probe a chosen binary, how to build one)
-        "mtpstudio.core.desktop.helper_setup",
-        "mtpstudio.core.service.export",
-        "mtpstudio.core.planner.advice",
-        "mtpstudio.core.detect.engines",
-        "mtpstudio.core.distro",
-        "mtpstudio.core.engines.build_hint",
-        # issue 37: the speed estimate in words beside the bar
-        "mtpstudio.core.speed.words",
-        # the GUI's QProcess watches the server with the same pieces `mtpstudio launch` uses
-        "mtpstudio.core.server",  # procfs, through the package
-        "mtpstudio.core.server.procfs",
-        "mtpstudio.core.server.health",
-        "mtpstudio.core.server.process",
-        "mtpstudio.core.server.load_log",
-        "mtpstudio.core.server.diagnosis",
-        "mtpstudio.core.server.state",
-        "mtpstudio.core.server.watchdog",  # kills a loading server if the window dies
-        # plain data: stored runs, results, progress and cancel types
-        "mtpstudio.core.bench.history",
-        "mtpstudio.core.bench.target",
-    }
-)
-UI_MAY_IMPORT_PREFIXES = (
-    "mtpstudio.core.model.",  # gguf facts, model source, catalogue
-    "mtpstudio.core.usecases.",  # launch and measure, benchmark, tune (the CLI's own path)
-    "mtpstudio.core.hub.",  # the Model page's Hugging Face dialog: table and download
-)
-
 # The helper runs as root through pkexec: the standard library, core.atomic and the quoting
 # of each syntax only.
 HELPER_MAY_IMPORT = frozenset(
@@ -203,24 +137,6 @@ def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
-
-
-def ui_violations(graph: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
-    """UI modules -> the core modules they import that the UI may not."""
-    bad: dict[str, list[str]] = {}
-    for module, targets in graph.items():
-        if not module.startswith("mtpstudio.ui"):
-            continue
-        hits = sorted(
-            t
-            for t in targets
-            if t.startswith("mtpstudio.core.")
-            and t not in UI_MAY_IMPORT
-            and not t.startswith(UI_MAY_IMPORT_PREFIXES)
-        )
-        if hits:
-            bad[module] = hits
-    return bad
 
 
 def helper_violations(source: str, module: str, known: Iterable[str]) -> list[str]:
@@ -356,127 +272,111 @@ def flavour_branches(source: str) -> list[tuple[int, str]]:
 # -- the rules -----------------------------------------------------------------------------------
 
 
-def test_the_ui_reaches_the_core_only_through_planning_and_the_use_cases() -> None:
-    graph = import_graph(PACKAGE_DIR, "mtpstudio")
-    ui_modules = [m for m in graph if m.startswith("mtpstudio.ui.")]
-    assert len(ui_modules) > 10, ui_modules  # the walk really found the UI
-    assert any("mtpstudio.core.usecases.workbench" in graph[m] for m in ui_modules)
-    assert ui_violations(graph) == {}
-
-
-def test_the_ui_checker_catches_a_direct_import_of_the_memory_model() -> None:
-    graph = {
-        "mtpstudio.ui.pages.x": {
-            "mtpstudio.core.memory.budget",
-            "mtpstudio.core.planner.resolve",
-            "mtpstudio.core.model.info",
-        },
-        "mtpstudio.ui.y": {
-            "mtpstudio.core.engines.registry",
-            "mtpstudio.core.engines.availability",
-        },
-        "mtpstudio.ui.z": {  # orchestration: only through the use cases
-            "mtpstudio.core.server.launch",
-            "mtpstudio.core.bench.runner",
-            "mtpstudio.core.server.health",
-            "mtpstudio.core.usecases.bench",
-        },
-        "mtpstudio.cli.plan": {"mtpstudio.core.memory.budget"},  # the CLI is not the UI
-    }
-    assert ui_violations(graph) == {
-        "mtpstudio.ui.pages.x": ["mtpstudio.core.memory.budget"],
-        "mtpstudio.ui.y": ["mtpstudio.core.engines.registry"],
-        "mtpstudio.ui.z": ["mtpstudio.core.bench.runner", "mtpstudio.core.server.launch"],
-    }
-
-
-# The faces (the CLI and the GUI) enter the core through the use-case layer and the Plan schema
-# only: the workbench, launch/bench/tune, the service files, the model files, their words.
+# The faces (the CLI and the GUI) take from the core its types, enumerations and constants, each
+# from the module that defines it, and its verbs from the use cases (core/usecases), defined
+# there. Functions still taken from elsewhere (or re-exported by a use-case module) are listed
+# in tests/fixtures/architecture/face_functions_elsewhere.txt: the list only shrinks.
 FACES = ("mtpstudio.cli", "mtpstudio.ui")
-PLAN_ROOM = frozenset(f"mtpstudio.core.plan.{m}" for m in ("schema", "io", "choices", "settings"))
-"""The Plan's room: its schema, how it is read and written, its choices and its settings."""
-FACE_MAY_ENTER = PLAN_ROOM
-FACE_MAY_ENTER_PREFIX = "mtpstudio.core.usecases."
-
-# The planning path (plan, budget, levers, engine options, service files, launch): no exception.
-PLANNING_PATH = frozenset(
-    {
-        "mtpstudio.ui.state",
-        "mtpstudio.ui.pages.budget",
-        "mtpstudio.ui.pages.engine",
-        "mtpstudio.ui.pages.model",
-        "mtpstudio.ui.widgets.vram_bar",
-        "mtpstudio.ui.app",
-        "mtpstudio.ui.wizard",
-        "mtpstudio.cli.plan",
-        "mtpstudio.cli.render",
-        "mtpstudio.cli.launch",
-        "mtpstudio.ui.pages.launch",
-        "mtpstudio.ui.server_process",
-    }
-)
-
-# Not routed yet, face module -> the core modules (less ``mtpstudio.core.``) it still imports
-# directly. Empty: every face enters the core through the use cases and the Plan schema, and a
-# new direct import fails.
-NOT_YET_ROUTED: dict[str, frozenset[str]] = {}
+USECASES = "mtpstudio.core.usecases"
+FUNCTIONS_ELSEWHERE = REPO / "tests" / "fixtures" / "architecture" / "face_functions_elsewhere.txt"
 
 
-def face_entries(graph: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
-    """Face modules -> the core modules they import outside the use cases and the Plan schema
-    (less ``mtpstudio.core.``)."""
-    out: dict[str, set[str]] = {}
-    for module, targets in graph.items():
+def _top_level(path: Path) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """A module's own top-level names (name -> ``type``, ``function`` or ``constant``) and
+    what it imports by name (name -> (module, name there))."""
+    own: dict[str, str] = {}
+    imported: dict[str, tuple[str, str]] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            own[node.name] = "type"
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            own[node.name] = "function"
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            own.update({t.id: "constant" for t in targets if isinstance(t, ast.Name)})
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.update({a.asname or a.name: (node.module, a.name) for a in node.names})
+    return own, imported
+
+
+def name_home(module: str, name: str, modules: Mapping[str, Path]) -> tuple[str, str]:
+    """(the module that defines ``name`` as ``module`` offers it, what it is there:
+    ``type``, ``function``, ``constant``, ``module`` or ``unknown``), following re-exports."""
+    for _ in range(20):
+        if f"{module}.{name}" in modules:
+            return f"{module}.{name}", "module"
+        if module not in modules:
+            return module, "unknown"
+        own, imported = _top_level(modules[module])
+        if name in own:
+            return module, own[name]
+        if name not in imported or not imported[name][0].startswith("mtpstudio"):
+            return module, "unknown"
+        module, name = imported[name]
+    return module, "unknown"
+
+
+def face_name_violations(modules: Mapping[str, Path]) -> dict[str, set[str]]:
+    """What each face imports from the core against the rule: ``types`` a type or constant
+    not from its home, ``functions`` a function (``home.name``) not defined in the use cases
+    it is imported from, ``others`` anything else by name (a module, a value of no kind)."""
+    found: dict[str, set[str]] = {"types": set(), "functions": set(), "others": set()}
+    for module, path in modules.items():
         if not module.startswith(FACES):
             continue
-        hits = {
-            t.removeprefix("mtpstudio.core.")
-            for t in targets
-            if t.startswith("mtpstudio.core.")
-            and t not in FACE_MAY_ENTER
-            and not t.startswith(FACE_MAY_ENTER_PREFIX)
-        }
-        if hits:
-            out[module] = hits
-    return out
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+                continue
+            if not node.module.startswith("mtpstudio.core"):
+                continue
+            for alias in node.names:
+                home, kind = name_home(node.module, alias.name, modules)
+                what = f"{home.removeprefix('mtpstudio.core.')}.{alias.name}"
+                if kind in ("type", "constant"):
+                    if home != node.module:
+                        found["types"].add(f"{module}: {what} through {node.module}")
+                elif kind == "function":
+                    if not (home == node.module and home.startswith(USECASES)):
+                        found["functions"].add(what)
+                else:
+                    found["others"].add(f"{module}: {what} ({kind})")
+    return found
 
 
-def test_the_faces_enter_the_core_only_through_the_use_cases_and_the_plan() -> None:
-    graph = import_graph(PACKAGE_DIR, "mtpstudio")
-    faces = [m for m in graph if m.startswith(FACES)]
-    assert len(faces) > 30, faces  # the walk really found both faces
-    entries = face_entries(graph)
-    planning = {m: sorted(t) for m, t in entries.items() if m in PLANNING_PATH}
-    assert planning == {}, (
-        "the planning path takes the plan, its budget, levers and files from the use cases"
+def test_the_faces_take_types_from_home_and_verbs_from_the_use_cases() -> None:
+    modules = source_modules(PACKAGE_DIR, "mtpstudio")
+    assert sum(m.startswith(FACES) for m in modules) > 30  # the walk really found both faces
+    found = face_name_violations(modules)
+    assert found["types"] == set(), "import a type or constant from the module defining it"
+    listed = set(FUNCTIONS_ELSEWHERE.read_text(encoding="utf-8").split())
+    new = sorted(found["functions"] - listed)
+    assert new == [], f"a face calls the core's functions through the use cases: {new}"
+    mended = sorted(listed - found["functions"])
+    assert mended == [], f"strike these from {FUNCTIONS_ELSEWHERE.name}: {mended}"
+    assert found["others"] <= {"mtpstudio.ui.server_process: server.procfs.procfs (module)"}
+
+
+def test_the_face_rule_sees_a_re_exported_type_and_a_function_from_elsewhere(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "mtpstudio"
+    for folder in ("core/usecases", "core/memory", "cli"):
+        (root / folder).mkdir(parents=True)
+    for init in ("", "core", "core/usecases", "core/memory", "cli"):
+        (root / init / "__init__.py").write_text("")
+    (root / "core/memory/budget.py").write_text("class Budget: ...\ndef compute(): ...\n")
+    (root / "core/usecases/door.py").write_text(
+        "from mtpstudio.core.memory.budget import Budget, compute\ndef plan(): ...\n"
     )
-    for module in ("mtpstudio.ui.state", "mtpstudio.ui.pages.budget", "mtpstudio.ui.pages.engine"):
-        assert "mtpstudio.core.usecases.workbench" in graph[module], module
-        inner = (
-            "mtpstudio.core.planner.resolve",
-            "mtpstudio.core.memory",
-            "mtpstudio.core.engines",
-        )
-        assert not any(t.startswith(inner) for t in graph[module]), module
-    assert {m: sorted(t) for m, t in entries.items()} == {
-        m: sorted(t) for m, t in NOT_YET_ROUTED.items()
+    (root / "cli/plan.py").write_text(
+        "from mtpstudio.core.usecases.door import Budget, compute, plan\n"
+        "from mtpstudio.core.memory.budget import Budget as Home\n"
+    )
+    found = face_name_violations(source_modules(root, "mtpstudio"))
+    assert found["types"] == {
+        "mtpstudio.cli.plan: memory.budget.Budget through mtpstudio.core.usecases.door"
     }
-
-
-def test_the_face_checker_catches_a_direct_import_of_the_planner() -> None:
-    graph = {
-        "mtpstudio.ui.state": {
-            "mtpstudio.core.planner.resolve",
-            "mtpstudio.core.usecases.workbench",
-        },
-        "mtpstudio.cli.plan": {"mtpstudio.core.plan.schema", "mtpstudio.core.memory.budget"},
-        "mtpstudio.cli.x": {"mtpstudio.core.plan.choices", "mtpstudio.core.usecases.launch"},
-        "mtpstudio.core.usecases.workbench": {"mtpstudio.core.planner.resolve"},  # not a face
-    }
-    assert face_entries(graph) == {
-        "mtpstudio.ui.state": {"planner.resolve"},
-        "mtpstudio.cli.plan": {"memory.budget"},
-    }
+    assert found["functions"] == {"memory.budget.compute"}  # plan is a verb of the door
 
 
 def test_the_helper_imports_only_the_stdlib_atomic_and_quoting() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.usecases.words import MtpStudioError
+from mtpstudio.core.errors import MtpStudioError
 
 
 def register(sub: Any) -> None:
@@ -128,7 +128,8 @@ def _root(args: argparse.Namespace) -> Path | None:
 
 
 def _detect(include_engines: bool = False) -> Any:
-    from mtpstudio.core.usecases.machine import DetectionSources, detect_all
+    from mtpstudio.core.detect.gather import DetectionSources
+    from mtpstudio.core.usecases.machine import detect_all
 
     return detect_all(DetectionSources.system(), include_engines=include_engines)
 
@@ -151,13 +152,9 @@ def _ask(question: str) -> bool:
 def _transport(args: argparse.Namespace, root: Path | None, doing: str) -> Any:
     """The helper to use: in-process with --root; else the installed one through pkexec, set
     up first (same password) when it is missing or another version's and the user agrees."""
-    from mtpstudio.core.usecases.system_install import (
-        HelperNotSetUp,
-        HelperStatus,
-        helper_for,
-        helper_state,
-        setup_note,
-    )
+    from mtpstudio.core.desktop.helper_setup import HelperStatus
+    from mtpstudio.core.desktop.install import HelperNotSetUp
+    from mtpstudio.core.usecases.system_install import helper_for, helper_state, setup_note
 
     if root is not None:
         return helper_for(root)
@@ -183,19 +180,16 @@ def _transport(args: argparse.Namespace, root: Path | None, doing: str) -> Any:
 
 
 def _said_setup(transport: Any) -> None:
-    from mtpstudio.core.usecases.system_install import SetupFirstTransport, describe_written
+    from mtpstudio.core.desktop.helper_setup import SetupFirstTransport
+    from mtpstudio.core.usecases.system_install import describe_written
 
     if isinstance(transport, SetupFirstTransport) and transport.written:
         print(f"Set up the helper: {describe_written(transport.written)}")
 
 
 def cmd_setup_helper(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.system_install import (
-        PkexecSetup,
-        describe_written,
-        helper_state,
-        set_up_helper,
-    )
+    from mtpstudio.core.desktop.helper_setup import PkexecSetup
+    from mtpstudio.core.usecases.system_install import describe_written, helper_state, set_up_helper
 
     state = helper_state()
     problem = state.pkexec_problem()
@@ -238,14 +232,10 @@ def _print_changes(changes: Sequence[tuple[str, str]]) -> None:
 
 
 def cmd_apply_session(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.desktop import (
-        SessionVariant,
-        default_session,
-        desktop_facts,
-        prepare_session,
-    )
+    from mtpstudio.core.desktop.session_files import SessionVariant
+    from mtpstudio.core.units import MIB
+    from mtpstudio.core.usecases.desktop import default_session, desktop_facts, prepare_session
     from mtpstudio.core.usecases.system_install import apply_plan
-    from mtpstudio.core.usecases.words import MIB
 
     root = _root(args)
     report = _detect()
@@ -295,7 +285,8 @@ def cmd_apply_session(args: argparse.Namespace) -> int:
 
 def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list[str]]:
     from mtpstudio.core.plan.io import load_plan
-    from mtpstudio.core.usecases.service import UnitScope, install_files
+    from mtpstudio.core.service.render import UnitScope
+    from mtpstudio.core.usecases.service import install_files
     from mtpstudio.core.usecases.workbench import resolved_for
 
     plan = load_plan(args.plan)
@@ -305,8 +296,8 @@ def _service_files(args: argparse.Namespace, scope_name: str) -> tuple[Any, list
 
 
 def cmd_apply_unit(args: argparse.Namespace) -> int:
+    from mtpstudio.core.runner import SubprocessRunner
     from mtpstudio.core.usecases.system_install import (
-        SubprocessRunner,
         apply_plan,
         install_user_unit,
         preview,
@@ -398,8 +389,8 @@ def cmd_apply_nvidia(args: argparse.Namespace) -> int:
 
 
 def cmd_revert(args: argparse.Namespace) -> int:
+    from mtpstudio.core.runner import SubprocessRunner
     from mtpstudio.core.usecases.system_install import (
-        SubprocessRunner,
         revert_groups,
         revert_user_group,
         system_status,
@@ -515,8 +506,8 @@ def _unit_checks(data: dict[str, Any], root: Path | None) -> dict[str, list[str]
 
 
 def cmd_verify_session(args: argparse.Namespace) -> int:
+    from mtpstudio.core.runner import SubprocessRunner
     from mtpstudio.core.usecases.desktop import check_session, stored_measurement
-    from mtpstudio.core.usecases.system_install import SubprocessRunner
 
     root = _root(args)
     session = os.environ.get("DESKTOP_SESSION") or None

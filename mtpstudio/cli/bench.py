@@ -11,29 +11,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mtpstudio.core.bench.choices import EXPORT_FORMATS, PRESET_NAMES
+from mtpstudio.core.errors import BenchError, MtpStudioError
 from mtpstudio.core.plan.choices import EngineFlavour
-from mtpstudio.core.usecases.command_defaults import EXPORT_FORMATS, PRESET_NAMES
 from mtpstudio.core.usecases.files import write_text_atomic
-from mtpstudio.core.usecases.words import BenchError, MtpStudioError
 
 if TYPE_CHECKING:  # the command's body imports what it runs: registering it stays light
+    from mtpstudio.core.bench.ab import ABReport, ABVariant, TargetOpener
+    from mtpstudio.core.bench.client import CompletionSample
+    from mtpstudio.core.bench.concurrency import ConcurrencyReport
+    from mtpstudio.core.bench.gate import GateReport
+    from mtpstudio.core.bench.history import BenchHistory
+    from mtpstudio.core.bench.prompts import BenchPrompt
+    from mtpstudio.core.bench.results import BenchReport, BenchSettings
+    from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
     from mtpstudio.core.plan.schema import Plan
-    from mtpstudio.core.usecases.bench import (
-        ABReport,
-        ABVariant,
-        BenchHistory,
-        BenchProgress,
-        BenchPrompt,
-        BenchReport,
-        BenchSettings,
-        BenchTarget,
-        CompletionSample,
-        ConcurrencyReport,
-        GateReport,
-        ServerLauncher,
-        TargetOpener,
-    )
-    from mtpstudio.core.usecases.workbench import PlanningContext
+    from mtpstudio.core.planner.resolve import PlanningContext
 
 # The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
 DEFAULT_LAUNCHER: ServerLauncher | None = None
@@ -139,7 +132,7 @@ def register(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> BenchSettings:
-    from mtpstudio.core.usecases.bench import BenchSettings
+    from mtpstudio.core.bench.results import BenchSettings
 
     if args.repeat < 1 or args.n_predict < 1 or args.concurrency < 1:
         raise BenchError("--repeat, --n-predict and --concurrency must be at least 1")
@@ -342,9 +335,9 @@ def _on_samples(report: BenchReport) -> list[CompletionSample]:
 
 def run_bench_command(args: argparse.Namespace) -> int:
     """``mtpstudio bench``: run, print, store; exit 2 on a server failure, 1 on a failed gate."""
+    from mtpstudio.core.bench.history import BenchHistory
+    from mtpstudio.core.bench.vram import VramSampler
     from mtpstudio.core.usecases.bench import (
-        BenchHistory,
-        VramSampler,
         gate_against,
         load_prompts,
         run_ab,
@@ -397,8 +390,8 @@ def _run_plans_in_turn(
     out: _Output,
 ) -> BenchReport:
     """Plans one server at a time (two big models rarely fit one GPU together)."""
+    from mtpstudio.core.bench.vram import VramSampler
     from mtpstudio.core.usecases.bench import (
-        VramSampler,
         drafting_off_variant,
         gate_against,
         run_ab_rounds,
@@ -441,8 +434,8 @@ def _run_plans_in_turn(
 
 
 def _variants(args: argparse.Namespace) -> tuple[ABVariant, ...]:
+    from mtpstudio.core.bench.ab import PRESETS, ABVariant
     from mtpstudio.core.plan.io import load_plan
-    from mtpstudio.core.usecases.bench import PRESETS, ABVariant
 
     plan = load_plan(args.plan)
     if args.preset:
@@ -479,7 +472,7 @@ def _categories(text: str | None) -> list[str] | None:
 
 
 def run_history_command(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.bench import BenchHistory
+    from mtpstudio.core.bench.history import BenchHistory
 
     entries = BenchHistory().entries()
     if args.json:
@@ -505,7 +498,8 @@ def run_history_command(args: argparse.Namespace) -> int:
 
 
 def run_show_command(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.bench import BenchHistory, export_entry
+    from mtpstudio.core.bench.history import BenchHistory
+    from mtpstudio.core.usecases.bench import export_entry
 
     entry = BenchHistory().get(args.id)
     sys.stdout.write(export_entry(entry, args.format))

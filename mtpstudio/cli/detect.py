@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.usecases.words import GIB, MIB
+from mtpstudio.core.units import GIB, MIB
 
 if TYPE_CHECKING:  # the report's pydantic models load with the command, not its registration
-    from mtpstudio.core.usecases.machine import DetectionReport, EngineInfo, GpuInfo, GpuProcess
+    from mtpstudio.core.detect.models import DetectionReport, EngineInfo, GpuInfo, GpuProcess
 
 WIDTH = 100
 INDENT = " " * 11
@@ -62,7 +62,8 @@ def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_detection(args: argparse.Namespace) -> DetectionReport:
     """Detection on this machine with the command's options."""
-    from mtpstudio.core.usecases.machine import DetectionSources, detect_all
+    from mtpstudio.core.detect.gather import DetectionSources
+    from mtpstudio.core.usecases.machine import detect_all
 
     return detect_all(
         DetectionSources.system(),
@@ -73,7 +74,7 @@ def run_detection(args: argparse.Namespace) -> DetectionReport:
 
 def cmd_detect(args: argparse.Namespace, detector: Detector = run_detection) -> int:
     """Print the report (human or JSON); a partial report is still exit status 0."""
-    from mtpstudio.core.usecases.machine import DetectionReport
+    from mtpstudio.core.detect.models import DetectionReport
 
     if getattr(args, "schema", False):
         print(json.dumps(DetectionReport.model_json_schema(), indent=2))

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtpstudio.core.usecases.words import MtpStudioError
+from mtpstudio.core.errors import MtpStudioError
 
 if TYPE_CHECKING:
     from mtpstudio.core.plan.schema import Plan

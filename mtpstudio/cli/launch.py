@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.usecases.command_defaults import DEFAULT_STARTUP_TIMEOUT_S
+from mtpstudio.core.server.health import DEFAULT_STARTUP_TIMEOUT_S
 from mtpstudio.core.usecases.words import visible
 
 

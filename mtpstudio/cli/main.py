@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from mtpstudio import __version__
-from mtpstudio.core.usecases.words import MtpStudioError, visible
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.usecases.words import visible
 
 # The module (mtpstudio/cli/<name>.py) that registers each subcommand, in help order, so a
 # command imports only its own module (launch stays quick); a test checks it is complete.

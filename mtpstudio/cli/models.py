@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpstudio.cli.plan import add_plan_options, plan_and_changes
-from mtpstudio.core.usecases.words import PlanError
+from mtpstudio.core.errors import PlanError
 
 
 def register(sub: Any) -> None:
@@ -51,7 +51,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_models_hf(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.hub import HubClient, parse_repo_id, plan_repository
+    from mtpstudio.core.hub.client import HubClient
+    from mtpstudio.core.usecases.hub import parse_repo_id, plan_repository
     from mtpstudio.core.usecases.words import models_dir
 
     if args.model is not None or args.demo is not None:
@@ -100,7 +101,8 @@ def _json(
 def _print_table(
     out: Any, where: str, rows: Sequence[Any], best: int | None, notes: list[str], elapsed: float
 ) -> None:
-    from mtpstudio.core.usecases.hub import BEST_RULE, COLUMN_LEGEND, size_text
+    from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND
+    from mtpstudio.core.usecases.hub import size_text
 
     fit = next((r.fit for r in rows if r.fit is not None), None)
     target = f"{fit.target}, ctx {fit.ctx:,}" if fit is not None else "the chosen card"
@@ -194,13 +196,9 @@ def _pick(rows: Sequence[Any], wanted: str, best: int | None) -> int:
 def _download(
     args: argparse.Namespace, client: Any, repo: Any, row: Any, folder: Path, out: Any
 ) -> int:
+    from mtpstudio.core.hub.download import DownloadProgress
     from mtpstudio.core.plan.io import save_plan
-    from mtpstudio.core.usecases.hub import (
-        DownloadProgress,
-        download_model,
-        plan_downloaded,
-        size_text,
-    )
+    from mtpstudio.core.usecases.hub import download_model, plan_downloaded, size_text
 
     model = row.header.model
     tty = sys.stderr.isatty()

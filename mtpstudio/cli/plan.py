@@ -10,9 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mtpstudio.core.errors import PlanError
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.plan.settings import SETTINGS, setting
-from mtpstudio.core.usecases.words import PlanError, parse_token_count
+from mtpstudio.core.usecases.words import parse_token_count
 
 if TYPE_CHECKING:
     from mtpstudio.core.plan.schema import Plan
@@ -22,7 +23,8 @@ EXIT_DOES_NOT_FIT = 3
 
 
 def _demo_help() -> str:
-    from mtpstudio.core.usecases.model_cards import DEFAULT_MODEL_CARD, model_cards
+    from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
+    from mtpstudio.core.usecases.model_cards import model_cards
 
     models = ", ".join(sorted({c.model_id for c in model_cards()}))
     return (
@@ -187,7 +189,7 @@ def plan_and_changes(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     if args.model is not None:
         changes["model.path"], changes["model.card"] = str(args.model), None
     elif args.demo is not None:
-        from mtpstudio.core.usecases.model_cards import DEFAULT_MODEL_CARD
+        from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
 
         changes["model.path"], changes["model.card"] = None, args.demo or DEFAULT_MODEL_CARD
     if args.engine is not None:
@@ -228,8 +230,8 @@ def _host_changes(changes: dict[str, Any]) -> dict[str, Any]:
 def _gpu_choice(text: str) -> str:
     """``--gpu``: auto, cpu, a device id, or a catalogue GPU by id or name (any case); anything
     else is refused with the catalogue's ids."""
+    from mtpstudio.core.errors import CatalogError
     from mtpstudio.core.usecases.model_files import catalogue_gpu_id, similar_gpu_ids
-    from mtpstudio.core.usecases.words import CatalogError
 
     found = catalogue_gpu_id(text)
     if found is not None:
@@ -246,7 +248,8 @@ def _gpu_choice(text: str) -> str:
 
 
 def _list_gpu_cards() -> int:
-    from mtpstudio.core.usecases.model_files import VENDOR_TITLES, gpu_cards_by_vendor
+    from mtpstudio.core.catalog.gpus import VENDOR_TITLES
+    from mtpstudio.core.usecases.model_files import gpu_cards_by_vendor
 
     for vendor, cards in gpu_cards_by_vendor().items():
         print(f"{VENDOR_TITLES[vendor]}:")
@@ -311,7 +314,8 @@ def rpc_entry(text: str) -> dict[str, Any]:
 
 
 def _probed_engine(text: str) -> dict[str, Any]:
-    from mtpstudio.core.usecases.engine_files import SubprocessRunner, probe_engine_file
+    from mtpstudio.core.runner import SubprocessRunner
+    from mtpstudio.core.usecases.engine_files import probe_engine_file
 
     path = Path(text).expanduser()
     if "/" not in text and not path.exists():
@@ -350,11 +354,8 @@ def _check_device(device: str) -> None:
 
 
 def _list_demo_cards() -> int:
-    from mtpstudio.core.usecases.model_cards import (
-        DEFAULT_MODEL_CARD,
-        card_weight_bytes,
-        model_cards_by_model,
-    )
+    from mtpstudio.core.catalog.models import DEFAULT_MODEL_CARD
+    from mtpstudio.core.usecases.model_cards import card_weight_bytes, model_cards_by_model
 
     for model, cards in model_cards_by_model().items():
         print(f"{cards[0].name} ({model}):")

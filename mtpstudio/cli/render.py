@@ -35,9 +35,10 @@ def register(sub: Any) -> None:
 def _export_files(args: argparse.Namespace) -> Any:
     """Render the plan's files the way the GUI's Export does (service_files.export_files)."""
     from mtpstudio.core.plan.io import load_plan
+    from mtpstudio.core.service.render import UnitScope
     from mtpstudio.core.usecases.desktop import desktop_facts
     from mtpstudio.core.usecases.machine import detect_for
-    from mtpstudio.core.usecases.service import UnitScope, export_files
+    from mtpstudio.core.usecases.service import export_files
     from mtpstudio.core.usecases.workbench import resolved_for
 
     plan = load_plan(args.plan)
@@ -63,7 +64,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_export_unit(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.service import UnitScope, write_service_set
+    from mtpstudio.core.service.render import UnitScope
+    from mtpstudio.core.usecases.service import write_service_set
 
     out = _export_files(args)
     files = dict(out.files)

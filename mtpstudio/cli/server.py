@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mtpstudio.core.usecases.words import ServerError, visible
+from mtpstudio.core.errors import ServerError
+from mtpstudio.core.usecases.words import visible
 
 
 def register(sub: Any) -> None:
@@ -64,7 +65,7 @@ def _states(port: int | None) -> tuple[list[Any], list[Any]]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.server_units import SubprocessRunner
+    from mtpstudio.core.runner import SubprocessRunner
     from mtpstudio.core.usecases.server_watch import probe_health
 
     if args.unit:
@@ -113,7 +114,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from mtpstudio.core.usecases.server_watch import remove_state, stop_pid
 
     if args.unit:
-        from mtpstudio.core.usecases.server_units import SubprocessRunner, stop_unit
+        from mtpstudio.core.runner import SubprocessRunner
+        from mtpstudio.core.usecases.server_units import stop_unit
 
         unit = _unit(args)
         stop_unit(unit, SubprocessRunner())
@@ -133,7 +135,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from mtpstudio.core.usecases.server_units import SubprocessRunner, start_unit, unit_status
+    from mtpstudio.core.runner import SubprocessRunner
+    from mtpstudio.core.usecases.server_units import start_unit, unit_status
 
     if not args.unit:
         raise ServerError(
@@ -172,12 +175,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
         unit = _unit(args)
         if args.follow:
             return subprocess.call(journal_argv(unit, args.lines, follow=True))
-        from mtpstudio.core.usecases.server_units import SubprocessRunner, journal_tail
+        from mtpstudio.core.runner import SubprocessRunner
+        from mtpstudio.core.usecases.server_units import journal_tail
 
         text = journal_tail(unit, SubprocessRunner(), args.lines)
         sys.stdout.writelines(visible(line, keep_tabs=True) + "\n" for line in text.splitlines())
         return 0
-    from mtpstudio.core.usecases.server_watch import LogFollower
+    from mtpstudio.core.server.process import LogFollower
 
     path = _log_path(args.port)
     follower = LogFollower(path)

@@ -13,9 +13,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from mtpstudio.core.errors import BenchError
 from mtpstudio.core.plan.choices import CacheType
 from mtpstudio.core.usecases.files import write_text_atomic
-from mtpstudio.core.usecases.words import BenchError
 
 
 def register(sub: Any) -> None:
@@ -116,13 +116,13 @@ def _progress(step: Any) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from mtpstudio.core.bench.history import BenchHistory
+    from mtpstudio.core.bench.results import BenchSettings
+    from mtpstudio.core.bench.target import CancelToken
+    from mtpstudio.core.bench.tune import TuneConstraints
     from mtpstudio.core.plan.io import load_plan, save_plan
     from mtpstudio.core.plan.settings import MIN_CTX
     from mtpstudio.core.usecases.tune import (
-        BenchHistory,
-        BenchSettings,
-        CancelToken,
-        TuneConstraints,
         load_prompts,
         render_tune_text,
         run_tuning,

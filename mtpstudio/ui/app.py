@@ -9,9 +9,9 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.usecases.model_files import DEFAULT_GPU_CARD
-from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.ui.icons import app_icon
 from mtpstudio.ui.smoke import arm_smoke_screenshot
 

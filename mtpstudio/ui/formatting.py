@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from mtpstudio.core.units import GIB
 from mtpstudio.core.usecases.budget_words import gib, mib
-from mtpstudio.core.usecases.words import GIB, error_sentence
+from mtpstudio.core.usecases.words import error_sentence
 
 __all__ = ["error_sentence", "gb_gib", "gib", "mib", "signed_mib"]
 

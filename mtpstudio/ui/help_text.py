@@ -6,8 +6,8 @@ import shlex
 
 from pydantic import BaseModel
 
+from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.usecases.workbench import LaunchSpec
 
 
 def field_description(path: str) -> str:

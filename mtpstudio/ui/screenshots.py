@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QSize
 
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.usecases.workbench import SpeedInputs
+from mtpstudio.core.speed.inputs import SpeedInputs
 from mtpstudio.ui.state import Detector
 from mtpstudio.ui.wizard import MtpWizard
 

@@ -31,10 +31,24 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
+from mtpstudio.core.engines.build import EngineBuild
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.memory.measured import Reconciliation
 from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.planner.resolve import ResolvedPlan
+from mtpstudio.core.server.diagnosis import Diagnosis
+from mtpstudio.core.server.health import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    HealthAnswer,
+    HealthResult,
+    HealthState,
+)
+from mtpstudio.core.server.launch import LaunchResult, PreparedLaunch
+from mtpstudio.core.server.load_log import LoadReport
+from mtpstudio.core.server.process import STOP_GRACE_S, LogFollower, ProcessOutcome
+from mtpstudio.core.server.state import ServerState
+from mtpstudio.core.server.watchdog import Watchdog
 from mtpstudio.core.usecases.launch import (
-    LaunchResult,
-    PreparedLaunch,
     find_build,
     measure_launch,
     prepare_launch,
@@ -43,17 +57,6 @@ from mtpstudio.core.usecases.launch import (
     replan_for_here,
 )
 from mtpstudio.core.usecases.server_watch import (
-    DEFAULT_STARTUP_TIMEOUT_S,
-    STOP_GRACE_S,
-    Diagnosis,
-    HealthAnswer,
-    HealthResult,
-    HealthState,
-    LoadReport,
-    LogFollower,
-    ProcessOutcome,
-    ServerState,
-    Watchdog,
     diagnose,
     parse_load_log,
     probe_health,
@@ -62,8 +65,6 @@ from mtpstudio.core.usecases.server_watch import (
     state_path,
     wait_healthy,
 )
-from mtpstudio.core.usecases.words import MtpStudioError
-from mtpstudio.core.usecases.workbench import EngineBuild, Reconciliation, ResolvedPlan
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskManager
 

@@ -13,10 +13,11 @@ import json
 import logging
 from pathlib import Path
 
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan.io import load_plan, save_plan
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.usecases.files import SchemaError, load_cache, set_aside, write_text_atomic
-from mtpstudio.core.usecases.words import MtpStudioError
+from mtpstudio.core.state_files import SchemaError
+from mtpstudio.core.usecases.files import load_cache, set_aside, write_text_atomic
 from mtpstudio.core.usecases.words import config_dir as core_config_dir
 
 log = logging.getLogger(__name__)

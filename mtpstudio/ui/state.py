@@ -17,21 +17,18 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD
+from mtpstudio.core.detect.models import DetectionReport, EngineInfo
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.memory.machine import MachineFacts
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import ModelChoice, Plan
-from mtpstudio.core.usecases.words import MtpStudioError
+from mtpstudio.core.planner.levers import FitSuggestion
+from mtpstudio.core.planner.resolve import BuildChoice, PlanningContext, ResolvedPlan
+from mtpstudio.core.speed.inputs import SpeedInputs
 from mtpstudio.core.usecases.workbench import (
-    DEFAULT_GPU_CARD,
-    BuildChoice,
-    DetectionReport,
-    EngineInfo,
     Evaluation,
-    FitSuggestion,
-    MachineFacts,
-    ModelInfo,
-    PlanningContext,
-    ResolvedPlan,
-    SpeedInputs,
     Workbench,
     catalogue_ids,
     discrete_gpu_ids,

@@ -16,20 +16,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpstudio.core.usecases.server_units import SYSTEM_UNIT_DIR
-from mtpstudio.core.usecases.system_install import (
+from mtpstudio.core.desktop.helper_setup import (
     HelperState,
     HelperStatus,
-    HelperTransport,
-    InProcessHelper,
     InProcessSetup,
-    Runner,
     SetupFirstTransport,
-    SubprocessRunner,
-    helper_for,
-    helper_state,
-    polkit_package,
 )
+from mtpstudio.core.desktop.install import HelperTransport, InProcessHelper
+from mtpstudio.core.runner import Runner, SubprocessRunner
+from mtpstudio.core.server.systemd import SYSTEM_UNIT_DIR
+from mtpstudio.core.usecases.system_install import helper_for, helper_state, polkit_package
 from mtpstudio.helper.constants import HELPER_INSTALL_PATH
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
 
-from mtpstudio.core.usecases.cancel import CancelToken as BaseCancelToken
+from mtpstudio.core.cancel import CancelToken as BaseCancelToken
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ from PySide6.QtWidgets import (
     QWizard,
 )
 
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan.io import load_plan, save_plan
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.usecases.model_files import load_model_info
-from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.core.usecases.workbench import detect_for
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.icons import app_icon

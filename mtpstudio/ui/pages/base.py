@@ -6,8 +6,8 @@ from typing import Any
 
 from PySide6.QtWidgets import QWidget, QWizardPage
 
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState
 

@@ -19,9 +19,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.memory.budget_types import Budget
 from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.plan.settings import native_context, setting
+from mtpstudio.core.planner.levers import FitSuggestion
+from mtpstudio.core.planner.text import TRUST_LEGEND
+from mtpstudio.core.usecases.budget_controls import ControlState
 from mtpstudio.core.usecases.budget_words import (
     faster_line,
     fit_line,
@@ -30,16 +35,7 @@ from mtpstudio.core.usecases.budget_words import (
     target_line,
     verdict,
 )
-from mtpstudio.core.usecases.plan_text import (
-    TRUST_LEGEND,
-)
-from mtpstudio.core.usecases.words import MtpStudioError
-from mtpstudio.core.usecases.workbench import (
-    Budget,
-    ControlState,
-    FitSuggestion,
-    follows_published_setup,
-)
+from mtpstudio.core.usecases.workbench import follows_published_setup
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.help_text import field_description
 from mtpstudio.ui.pages.base import PlanPage

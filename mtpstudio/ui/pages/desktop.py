@@ -29,13 +29,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.catalog.gpus import GpuCard
+from mtpstudio.core.desktop.helper_setup import HelperState, SetupFirstTransport
+from mtpstudio.core.desktop.install import HelperAnswer, InstallPlan
+from mtpstudio.core.desktop.reclaim import DesktopUsage, ReclaimOption
+from mtpstudio.core.desktop.session_check import SessionCheckReport
+from mtpstudio.core.desktop.session_files import SessionVariant
+from mtpstudio.core.detect.models import DetectionReport
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan.choices import DesktopReclaim
 from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.planner.levers import FitSuggestion
+from mtpstudio.core.units import MIB
 from mtpstudio.core.usecases.desktop import (
-    DesktopUsage,
-    ReclaimOption,
-    SessionCheckReport,
-    SessionVariant,
     check_session,
     desktop_usage,
     installed_groups,
@@ -47,12 +53,8 @@ from mtpstudio.core.usecases.desktop import (
     stored_measurement,
     switch_back_name,
 )
-from mtpstudio.core.usecases.model_files import GpuCard, gpu_card
+from mtpstudio.core.usecases.model_files import gpu_card
 from mtpstudio.core.usecases.system_install import (
-    HelperAnswer,
-    HelperState,
-    InstallPlan,
-    SetupFirstTransport,
     apply_plan,
     describe_written,
     nvidia_profile_plan,
@@ -60,8 +62,6 @@ from mtpstudio.core.usecases.system_install import (
     revert_groups,
     setup_note,
 )
-from mtpstudio.core.usecases.words import MIB, MtpStudioError
-from mtpstudio.core.usecases.workbench import DetectionReport, FitSuggestion
 from mtpstudio.ui.formatting import error_sentence, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids

@@ -25,19 +25,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.cancel import CancelToken
+from mtpstudio.core.catalog.gpus import DEFAULT_GPU_CARD, GpuCard
+from mtpstudio.core.detect.models import DetectionReport, GpuInfo
+from mtpstudio.core.detect.processes import ProcessCategory
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan.choices import SplitMode
-from mtpstudio.core.usecases.cancel import CancelToken
-from mtpstudio.core.usecases.machine import ProcessCategory
-from mtpstudio.core.usecases.model_files import (
-    DEFAULT_GPU_CARD,
-    GpuCard,
-    gpu_card,
-    gpu_cards_by_vendor,
-)
+from mtpstudio.core.units import MIB
+from mtpstudio.core.usecases.model_files import gpu_card, gpu_cards_by_vendor
 from mtpstudio.core.usecases.pc_choice import checked_ram, cpu_choices
 from mtpstudio.core.usecases.rpc_endpoint import ProbedEndpoint, probe_endpoint
-from mtpstudio.core.usecases.words import MIB, MtpStudioError
-from mtpstudio.core.usecases.workbench import DetectionReport, GpuInfo
 from mtpstudio.ui.formatting import error_sentence, gib, mib
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState, catalogue_ids, discrete_gpu_ids

@@ -30,17 +30,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.hub.client import HubClient, Repo
+from mtpstudio.core.hub.download import DownloadProgress, DownloadResult
+from mtpstudio.core.hub.fit_table import BEST_RULE, COLUMN_LEGEND, TableRow
+from mtpstudio.core.hub.remote_header import RemoteHeader
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import ModelChoice, Plan
 from mtpstudio.core.usecases.hub import (
-    BEST_RULE,
-    COLUMN_LEGEND,
-    DownloadProgress,
-    DownloadResult,
-    HubClient,
-    RemoteHeader,
-    Repo,
-    TableRow,
     download_model,
     list_models,
     parse_repo_id,
@@ -48,7 +45,7 @@ from mtpstudio.core.usecases.hub import (
     read_remote_headers,
     size_text,
 )
-from mtpstudio.core.usecases.words import MtpStudioError, models_dir
+from mtpstudio.core.usecases.words import models_dir
 from mtpstudio.core.usecases.workbench import engine_name
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState

@@ -31,24 +31,27 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.bench.doctor import Finding
+from mtpstudio.core.bench.history import BenchHistory, HistoryEntry
+from mtpstudio.core.bench.results import BenchReport, BenchSettings
+from mtpstudio.core.bench.target import BenchProgress
+from mtpstudio.core.bench.target import CancelToken as BenchCancelToken
+from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.server.diagnosis import Diagnosis
+from mtpstudio.core.server.health import HealthAnswer
+from mtpstudio.core.server.launch import LaunchResult
+from mtpstudio.core.server.process import ProcessOutcome
+from mtpstudio.core.server.state import ServerState
 from mtpstudio.core.usecases.bench import (
-    BenchHistory,
-    BenchProgress,
-    BenchReport,
-    BenchSettings,
-    Finding,
-    HistoryEntry,
     export_entry,
     prompts_for,
     run_benchmark,
     runs_of_plans,
     vram_sampler,
 )
-from mtpstudio.core.usecases.bench import CancelToken as BenchCancelToken
 from mtpstudio.core.usecases.files import write_text_atomic
 from mtpstudio.core.usecases.launch import (
-    LaunchResult,
     attached_target,
     bench_target,
     card_not_here,
@@ -57,13 +60,6 @@ from mtpstudio.core.usecases.launch import (
     stop_elsewhere,
 )
 from mtpstudio.core.usecases.prestart import service_load_lines
-from mtpstudio.core.usecases.server_watch import (
-    Diagnosis,
-    HealthAnswer,
-    ProcessOutcome,
-    ServerState,
-)
-from mtpstudio.core.usecases.words import MtpStudioError
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.pages.launch_bench import EXPORT_FORMATS, BenchTab

@@ -25,7 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.usecases.bench import BenchProgress, BenchReport, Finding, HistoryEntry
+from mtpstudio.core.bench.doctor import Finding
+from mtpstudio.core.bench.history import HistoryEntry
+from mtpstudio.core.bench.results import BenchReport
+from mtpstudio.core.bench.target import BenchProgress
 from mtpstudio.ui.widgets.charts import BarChart, Series
 from mtpstudio.ui.widgets.common import Notice, Tone
 

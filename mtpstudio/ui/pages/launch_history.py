@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QWidget
 
-from mtpstudio.core.usecases.bench import HistoryEntry
+from mtpstudio.core.bench.history import HistoryEntry
 from mtpstudio.ui.pages.launch_bench import cell, number
 from mtpstudio.ui.widgets.charts import BarChart, LineChart, Series
 

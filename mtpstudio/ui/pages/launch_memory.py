@@ -12,8 +12,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.memory.measured import Reconciliation
 from mtpstudio.core.usecases.prestart import load_mark
-from mtpstudio.core.usecases.workbench import Reconciliation
 from mtpstudio.ui.formatting import signed_mib
 
 MEMORY_COLUMNS = ("Segment", "Device", "Predicted MiB", "Logged MiB", "Difference")

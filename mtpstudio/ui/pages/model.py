@@ -20,14 +20,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import describe_validation_error
 from mtpstudio.core.plan.schema import ModelChoice
 from mtpstudio.core.usecases.model_cards import card_weight_bytes, model_cards_by_model
-from mtpstudio.core.usecases.model_files import (
-    ModelInfo,
-    ctx_for_model,
-    file_state_text,
-)
+from mtpstudio.core.usecases.model_files import ctx_for_model, file_state_text
 from mtpstudio.core.usecases.plan_text import model_summary_lines
 from mtpstudio.ui.formatting import gb_gib
 from mtpstudio.ui.pages.base import PlanPage

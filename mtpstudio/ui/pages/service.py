@@ -32,11 +32,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.desktop.helper_setup import SetupFirstTransport
+from mtpstudio.core.desktop.install import FilePreview, HelperAnswer, InstallPlan, UserInstallResult
+from mtpstudio.core.desktop.session_files import SessionSettings
+from mtpstudio.core.errors import MtpStudioError, ServerError
 from mtpstudio.core.plan.choices import ShortVram
-from mtpstudio.core.usecases.desktop import SessionSettings, desktop_facts
+from mtpstudio.core.rendered_file import RenderedFile
+from mtpstudio.core.server.systemd import UnitRef, UnitStatus
+from mtpstudio.core.service.export import ServiceSet
+from mtpstudio.core.service.render import UnitScope
+from mtpstudio.core.service.service_files import EngineNotHereError, RootAccountError, ServiceFiles
+from mtpstudio.core.usecases.desktop import desktop_facts
 from mtpstudio.core.usecases.server_units import (
-    UnitRef,
-    UnitStatus,
     journal_tail,
     require_installed,
     start_unit,
@@ -44,23 +51,12 @@ from mtpstudio.core.usecases.server_units import (
     unit_status,
 )
 from mtpstudio.core.usecases.service import (
-    EngineNotHereError,
-    RenderedFile,
-    RootAccountError,
-    ServiceFiles,
-    ServiceSet,
-    UnitScope,
     check_exportable,
     export_files,
     install_files,
     write_service_set,
 )
 from mtpstudio.core.usecases.system_install import (
-    FilePreview,
-    HelperAnswer,
-    InstallPlan,
-    SetupFirstTransport,
-    UserInstallResult,
     apply_plan,
     describe_written,
     install_user_unit,
@@ -68,7 +64,6 @@ from mtpstudio.core.usecases.system_install import (
     setup_note,
     system_unit_plan,
 )
-from mtpstudio.core.usecases.words import MtpStudioError, ServerError
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState

@@ -29,25 +29,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.bench.history import BenchHistory
+from mtpstudio.core.bench.results import BenchSettings
+from mtpstudio.core.bench.target import CancelToken as TuneCancelToken
+from mtpstudio.core.bench.tune import TuneConstraints, TuneProgress, TuneResult, TuneRow
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.memory.machine import MachineFacts
+from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.choices import CacheType
 from mtpstudio.core.plan.io import plan_with
 from mtpstudio.core.plan.schema import Plan
 from mtpstudio.core.plan.settings import MIN_CTX
-from mtpstudio.core.usecases.bench import BenchSettings, prompts_for
-from mtpstudio.core.usecases.model_files import ModelInfo
-from mtpstudio.core.usecases.tune import (
-    BenchHistory,
-    TuneConstraints,
-    TuneOutcome,
-    TuneProgress,
-    TuneResult,
-    TuneRow,
-    run_tuning,
-    tune_setup,
-)
-from mtpstudio.core.usecases.tune import CancelToken as TuneCancelToken
-from mtpstudio.core.usecases.words import MIB, MtpStudioError
-from mtpstudio.core.usecases.workbench import MachineFacts, SpeedInputs
+from mtpstudio.core.speed.inputs import SpeedInputs
+from mtpstudio.core.units import MIB
+from mtpstudio.core.usecases.bench import prompts_for
+from mtpstudio.core.usecases.tune import TuneOutcome, run_tuning, tune_setup
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken, TaskManager

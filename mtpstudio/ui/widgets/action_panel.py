@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.usecases.words import MtpStudioError, visible
+from mtpstudio.core.errors import MtpStudioError
+from mtpstudio.core.usecases.words import visible
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.tasks import CancelToken, TaskHandle, TaskManager
 from mtpstudio.ui.widgets.common import Notice, Tone

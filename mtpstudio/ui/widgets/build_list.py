@@ -14,8 +14,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mtpstudio.core.model.info import ModelInfo
+from mtpstudio.core.planner.resolve import BuildChoice
 from mtpstudio.core.usecases.engine_controls import build_card
-from mtpstudio.core.usecases.workbench import BuildChoice, ModelInfo
 from mtpstudio.ui.widgets.common import Badge, Tone
 
 

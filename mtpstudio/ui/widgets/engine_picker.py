@@ -9,13 +9,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from mtpstudio.core.usecases.engine_files import (
-    SubprocessRunner,
-    build_steps,
-    probe_engine_file,
-    read_os_release,
-)
-from mtpstudio.core.usecases.workbench import EngineInfo
+from mtpstudio.core.detect.models import EngineInfo
+from mtpstudio.core.runner import SubprocessRunner
+from mtpstudio.core.usecases.engine_files import build_steps, probe_engine_file, read_os_release
 from mtpstudio.ui.formatting import error_sentence
 from mtpstudio.ui.state import WizardState
 from mtpstudio.ui.tasks import CancelToken

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.usecases.system_install import FilePreview
+from mtpstudio.core.desktop.install import FilePreview
 from mtpstudio.ui.widgets.code_view import CodeView
 
 EXPLANATION_COLUMN = 2

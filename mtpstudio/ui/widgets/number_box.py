@@ -9,7 +9,8 @@ from PySide6.QtCore import QSize
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QSpinBox, QWidget
 
-from mtpstudio.core.usecases.words import PlanError, parse_mib, parse_token_count
+from mtpstudio.core.errors import PlanError
+from mtpstudio.core.usecases.words import parse_mib, parse_token_count
 
 
 def _plain(text: str) -> int:

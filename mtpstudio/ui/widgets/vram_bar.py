@@ -28,10 +28,10 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from mtpstudio.core.memory.budget_types import Budget, DeviceBudget, HostBudget
+from mtpstudio.core.units import MIB
 from mtpstudio.core.usecases.budget_words import mapped_in_ram
 from mtpstudio.core.usecases.plan_text import budget_trust, combined_trust, trust_meaning
-from mtpstudio.core.usecases.words import MIB
-from mtpstudio.core.usecases.workbench import Budget, DeviceBudget, HostBudget
 
 
 @dataclass(frozen=True)

@@ -100,3 +100,18 @@ def test_a_box_sized_for_typical_values_keeps_its_width_and_its_range(qtbot: QtB
     assert capped.minimumSizeHint().width() == narrow.minimumSizeHint().width()
     capped.setValue(high)
     assert capped.value() == high  # the range is the declared one
+
+
+def test_the_engine_page_shows_a_control_for_each_setting_of_its_groups(
+    make_wizard: WizardFactory,
+) -> None:
+    wizard = make_wizard(Plan(device=DEFAULT_GPU_CARD))
+    go_to(wizard, 2)
+    page = wizard.engine_page
+    assert set(page.controls) == {p for p, s in SETTINGS.items() if s.form}
+    # each under its entry's label
+    assert page.factory.by_path is page.controls
+    combo = page.controls["runtime.load_mode"].widget
+    assert [combo.itemText(i) for i in range(combo.count())] == [  # type: ignore[attr-defined]
+        words for _, words in setting("runtime.load_mode").labels
+    ]

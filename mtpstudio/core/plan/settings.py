@@ -8,7 +8,7 @@ the same declaration, so a bound, a step or an option name is written here only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -75,6 +75,9 @@ class Setting:
         none_label: what a control shows for None, when None is a choice (``all``).
         engine: the engine options (``engines.flags.Option`` values) it becomes on the command
             line; empty when it changes no flag.
+        form: the Engine page's group that shows a control for it (``context``, ``server``,
+            ``drafting``, ``placement``); empty where that page shows none. A setting the page
+            does not place itself gets the control of its kind there.
     """
 
     path: str
@@ -98,6 +101,7 @@ class Setting:
     labels: tuple[tuple[Any, str], ...] = ()
     none_label: str | None = None
     engine: tuple[str, ...] = ()
+    form: str = ""
 
     def check(self, value: Any) -> Any:
         """``value`` when within the bounds (None passes: the field's type says whether it may
@@ -141,6 +145,7 @@ _DECLARED = (
         cli_help="context size in tokens (32768, 128k, 1e6)",
         label="Context",
         engine=("ctx",),
+        form="context",
         default=32768,
         tooltip="Context size in tokens (-c).",
     ),
@@ -152,6 +157,7 @@ _DECLARED = (
         choices=CacheType,
         label="K cache",
         engine=("cache-type-k",),
+        form="context",
         default=CacheType.Q8_0,
         tooltip="K cache type (-ctk).",
     ),
@@ -163,6 +169,7 @@ _DECLARED = (
         choices=CacheType,
         label="V cache",
         engine=("cache-type-v",),
+        form="context",
         default=CacheType.Q8_0,
         tooltip="V cache type (-ctv).",
     ),
@@ -174,6 +181,7 @@ _DECLARED = (
         choices=FlashAttention,
         label="Flash attention",
         engine=("flash-attn",),
+        form="context",
         default=FlashAttention.ON,
         tooltip="Flash attention (-fa); quantized V needs it.",
     ),
@@ -187,6 +195,7 @@ _DECLARED = (
         cli_help="logical batch size",
         label="Batch",
         engine=("batch",),
+        form="context",
         default=2048,
         tooltip="Logical batch size (-b).",
     ),
@@ -200,6 +209,7 @@ _DECLARED = (
         cli_help="physical batch size",
         label="Ubatch",
         engine=("ubatch",),
+        form="context",
         default=512,
         tooltip="Physical batch size (-ub); drives compute buffers.",
     ),
@@ -212,6 +222,7 @@ _DECLARED = (
         cli_help="server slots (default 1)",
         label="Slots",
         engine=("parallel",),
+        form="placement",
         default=1,
         tooltip="Server slots (-np); more slots multiply the recurrent state.",
     ),
@@ -225,6 +236,7 @@ _DECLARED = (
         label="Threads",
         none_label="engine default",
         engine=("threads",),
+        form="placement",
         default=None,
         tooltip="CPU threads (-t); none lets the engine choose.",
     ),
@@ -237,6 +249,7 @@ _DECLARED = (
         cli_help="expert tensors of layers 0..N-1 on CPU",
         label="CPU expert layers",
         engine=("n-cpu-moe",),
+        form="placement",
         default=0,
         tooltip="Layers 0..N-1 keep their expert tensors on the CPU (--n-cpu-moe).",
     ),
@@ -252,6 +265,7 @@ _DECLARED = (
         cli_help="GPU cache (MiB) for the experts kept in RAM (upstream b11549 on; 0: off)",
         label="MoE cache",
         engine=("moe-cache-mib",),
+        form="placement",
         default=0,
         tooltip=(
             "GPU cache for the experts of the layers whose experts stay in RAM (MiB; "
@@ -268,6 +282,7 @@ _DECLARED = (
         slider_high=4096,
         label="Margin",
         engine=("fit-target", "fit-margin"),
+        form="placement",
         default=1024,
         tooltip="VRAM left free by the fit (MiB; --fit-target / --fit-margin).",
     ),
@@ -281,6 +296,7 @@ _DECLARED = (
         label="GPU layers",
         none_label="all",
         engine=("gpu-layers",),
+        form="placement",
         default=None,
         tooltip="Layers on the GPU (-ngl); none means all (or fit's choice).",
     ),
@@ -297,6 +313,7 @@ _DECLARED = (
             (LoadMode.MLOCK, "locked in RAM (mlock)"),
         ),
         engine=("load-mode", "mlock", "no-mmap"),
+        form="placement",
         default=LoadMode.MMAP,
         tooltip="Weights memory-mapped, read in, or locked in RAM.",
     ),
@@ -311,6 +328,7 @@ _DECLARED = (
         label="MTP",
         labels=((None, "auto"), (True, "on"), (False, "off")),
         engine=("spec-type", "mtp"),
+        form="drafting",
         default=None,
         tooltip=(
             "Draft tokens with the model's MTP layer: true (on), false (off) or null (auto: on "
@@ -326,6 +344,7 @@ _DECLARED = (
         cli_help="most drafted tokens per step",
         label="Draft depth (max)",
         engine=("draft-max",),
+        form="drafting",
         default=2,
         tooltip="Most tokens drafted per step (--spec-draft-n-max / --draft-max).",
     ),
@@ -339,6 +358,7 @@ _DECLARED = (
         cli_help="fewest drafted tokens per step",
         label="Draft min",
         engine=("draft-min",),
+        form="drafting",
         default=0,
         tooltip="Fewest tokens drafted per step.",
     ),
@@ -353,6 +373,7 @@ _DECLARED = (
         cli_help="draft probability threshold",
         label="p-min",
         engine=("draft-p-min",),
+        form="drafting",
         default=0.75,
         tooltip="Stop drafting when the draft's probability falls below this.",
     ),
@@ -364,6 +385,7 @@ _DECLARED = (
         choices=CacheType,
         label="Draft K cache",
         engine=("draft-cache-type-k",),
+        form="drafting",
         default=CacheType.F16,
         tooltip="K cache type of the draft context.",
     ),
@@ -375,6 +397,7 @@ _DECLARED = (
         choices=CacheType,
         label="Draft V cache",
         engine=("draft-cache-type-v",),
+        form="drafting",
         default=CacheType.F16,
         tooltip="V cache type of the draft context.",
     ),
@@ -399,6 +422,7 @@ _DECLARED = (
         label="Draft GPU layers",
         none_label="all",
         engine=("draft-gpu-layers",),
+        form="drafting",
         default=None,
         tooltip="Draft layers on the GPU (-ngld); none means all of them on a GPU plan.",
     ),
@@ -446,6 +470,7 @@ _DECLARED = (
         metavar="A",
         label="Acceptance (estimate)",
         none_label="measured or published",
+        form="drafting",
         default=None,
         tooltip=(
             "The share of drafted tokens accepted the speed estimate assumes (null: this "
@@ -459,6 +484,7 @@ _DECLARED = (
         cli_help="listen address (default 127.0.0.1)",
         label="Host",
         engine=("host",),
+        form="server",
         default="127.0.0.1",
         tooltip="Listen address; loopback by default.",
     ),
@@ -471,6 +497,7 @@ _DECLARED = (
         cli_help="TCP port (default 8080)",
         label="Port",
         engine=("port",),
+        form="server",
         default=8080,
         tooltip="TCP port.",
     ),
@@ -485,6 +512,7 @@ _DECLARED = (
         metavar="FILE",
         label="API key file",
         engine=("api-key-file",),
+        form="server",
         default=None,
         tooltip=(
             "File holding the API key (user-only, 0600); the key itself is never stored in the "
@@ -603,6 +631,7 @@ _DECLARED = (
             (MoePlacement.GPU, "all on the GPU"),
         ),
         engine=("fit", "cpu-moe", "override-tensor"),
+        form="placement",
         default=MoePlacement.FIT,
         tooltip="Expert placement: engine fit, N layers on CPU, all on CPU, or all on GPU.",
     ),
@@ -723,6 +752,12 @@ def value_choices(path: str) -> tuple[tuple[Any, str], ...]:
     listed = {value for value, _ in declared.labels}
     rest = [(m, m.value) for m in declared.choices or () if m not in listed]
     return (*declared.labels, *rest)
+
+
+def unplaced(forms: Mapping[str, object], placed: Container[str]) -> list[Setting]:
+    """The settings of these ``forms`` no control of ``placed`` shows yet, in declared order:
+    a form adds the control of their kind (a new setting needs no line on the page)."""
+    return [s for s in SETTINGS.values() if s.form in forms and s.path not in placed]
 
 
 def setting(path: str) -> Setting:

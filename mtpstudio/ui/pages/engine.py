@@ -21,10 +21,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.schema import Plan
+from mtpstudio.core.plan.settings import unplaced
 from mtpstudio.core.planner.resolve import BuildChoice
 from mtpstudio.core.usecases.engine_controls import choice_state, chosen_row, unavailable_line
 from mtpstudio.ui.help_text import field_description, setting_tooltip
@@ -149,6 +149,10 @@ class EnginePage(PlanPage):
         self.parallel = self.factory.spin("runtime.parallel")
         self.factory.row(pf, "runtime.parallel", self.parallel)
 
+        forms = {"context": cf, "server": sf, "drafting": mf, "placement": pf}
+        for extra in unplaced(forms, self.controls):  # declared since: its kind's control
+            self.factory.row(forms[extra.form], extra.path, self.factory.of_kind(extra.path))
+
         left = QVBoxLayout()
         left.addWidget(context)
         left.addWidget(server)
@@ -182,21 +186,13 @@ class EnginePage(PlanPage):
 
     # -- builds ------------------------------------------------------------------------------------
 
-    def build_choices(self) -> list[BuildChoice]:
-        """Every probed build, then each flavour without one as its documented flags."""
-        return self.state.workbench.build_choices()
-
-    def current_build(self) -> EngineBuild:
-        """The probed build the plan uses, else the documented flags of its flavour."""
-        return self.state.build().build
-
     @property
     def choices(self) -> list[BuildChoice]:
         """The builds listed, in their rows' order."""
         return self.build_list.choices
 
     def _fill_builds(self) -> None:
-        self.build_list.fill(self.build_choices(), self.state.model_info)
+        self.build_list.fill(self.state.workbench.build_choices(), self.state.model_info)
         self.build_list.select(chosen_row(self.choices, self.state.build()))
 
     # -- filling -----------------------------------------------------------------------------------
@@ -211,7 +207,7 @@ class EnginePage(PlanPage):
     def _update_dynamic(self) -> None:
         """Enabled states, reasons and tooltips for the current Plan and build."""
         plan = self.state.plan
-        build = self.current_build()
+        build = self.state.build().build  # the probed build, else its documented flags
         self.reasons = self.state.workbench.disabled_reasons(plan, build)
         evaluation = self.state.evaluation()
         spec: LaunchSpec | None = (

@@ -167,6 +167,20 @@ class SettingControls:
         )
         return edit
 
+    def of_kind(self, path: str) -> QWidget:
+        """The control a setting's kind calls for: a spin box for a number, a combo for a
+        choice or a switch, a line for text or a path."""
+        kind = setting(path).kind
+        if kind in ("int", "tokens"):
+            return self.spin(path, kind="tokens" if kind == "tokens" else "count")
+        if kind == "float":
+            return self.double(path)
+        if kind == "choice":
+            return self.combo(path)
+        if kind == "switch":
+            return self.tristate(path)
+        return self.line(path, optional=True)
+
     def pair(self, first: QWidget, second: QWidget) -> QWidget:
         """Two controls side by side on one form row."""
         box = QWidget(self.parent)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtpstudio.core.bench.choices import EXPORT_FORMATS, PRESET_NAMES
-from mtpstudio.core.errors import BenchError, MtpStudioError
+from mtpstudio.core.errors import BenchError
 from mtpstudio.core.plan.choices import EngineFlavour
 from mtpstudio.core.usecases.files import write_text_atomic
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # the command's body imports what it runs: registering it sta
     from mtpstudio.core.bench.results import BenchReport, BenchSettings
     from mtpstudio.core.bench.target import BenchProgress, BenchTarget, ServerLauncher
     from mtpstudio.core.plan.schema import Plan
-    from mtpstudio.core.planner.resolve import PlanningContext
 
 # The launcher `bench --plan` uses; None: the use case's PlanServerLauncher (made when needed).
 DEFAULT_LAUNCHER: ServerLauncher | None = None
@@ -233,41 +232,19 @@ class _Output:
 
     def __init__(self, history: BenchHistory | None) -> None:
         from mtpstudio.core.usecases.bench import utc_now
+        from mtpstudio.core.usecases.speed import RunContexts
 
         self.history = history
         self.document: dict[str, Any] = {"started_at": utc_now()}
         self.failed = False
         self.gate_failed = False
-        self._contexts: dict[str, PlanningContext | None] = {}
-
-    def _context(self, report: BenchReport) -> PlanningContext | None:
-        """The machine and model of the plan a run benchmarked (its estimate goes beside it);
-        None for a server without a plan, or a model that cannot be read here."""
-        from mtpstudio.core.plan.io import plan_from_json
-        from mtpstudio.core.usecases.machine import detect_for
-        from mtpstudio.core.usecases.planning_context import planning_context_for
-        from mtpstudio.core.usecases.speed import load_speed_inputs
-        from mtpstudio.core.usecases.workbench import machine_for
-
-        if report.plan_json is None:
-            return None
-        try:
-            plan = plan_from_json(report.plan_json)
-            key = plan.model.model_dump_json() + str(plan.draft.path)
-            if key not in self._contexts:
-                self._contexts[key] = planning_context_for(
-                    plan, machine_for(detect_for(plan)), speed=load_speed_inputs()
-                )
-        except MtpStudioError:
-            return None
-        return self._contexts[key]
+        self.contexts = RunContexts()  # the estimate beside each run, planned here
 
     def ab(self, ab: ABReport, plan: Plan | None) -> BenchReport:
         from mtpstudio.core.usecases.bench import diagnose, render_ab_text
-        from mtpstudio.core.usecases.speed import with_estimate
 
         for side in (ab.a, ab.b):
-            with_estimate(side, self._context(side))
+            self.contexts.estimated(side)
         findings = diagnose(ab.a, plan, ab)
         _clear_progress()
         print(render_ab_text(ab, findings))
@@ -282,9 +259,8 @@ class _Output:
 
     def bench(self, report: BenchReport, plan: Plan | None) -> BenchReport:
         from mtpstudio.core.usecases.bench import conclude, render_text
-        from mtpstudio.core.usecases.speed import with_estimate
 
-        outcome = conclude(with_estimate(report, self._context(report)), plan, self.history)
+        outcome = conclude(self.contexts.estimated(report), plan, self.history)
         _clear_progress()
         print(render_text(report, outcome.findings))
         self.document["bench"] = report.to_dict()

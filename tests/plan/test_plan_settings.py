@@ -24,7 +24,6 @@ from mtpstudio.core.plan.settings import (
     Setting,
     native_context,
     setting,
-    unplaced,
     within_native,
 )
 
@@ -290,14 +289,3 @@ def test_a_default_context_follows_the_rule_on_a_real_card() -> None:
     info = load_model_info(Plan().model)
     assert ctx_for_model(10**6, info) == within_native(10**6, info.context_length)
     assert ctx_for_model(10**6, info) == info.context_length
-
-
-def test_every_engine_page_setting_names_a_group_and_a_new_one_is_placed() -> None:
-    forms = {"context": None, "server": None, "drafting": None, "placement": None}
-    on_page = [s.path for s in SETTINGS.values() if s.form]
-    assert all(SETTINGS[p].form in forms for p in on_page) and len(on_page) == 25
-    # the page places each of these itself; one it does not place gets its kind's control
-    assert unplaced(forms, set(on_page)) == []
-    left_out = set(on_page) - {"runtime.threads"}
-    assert [s.path for s in unplaced(forms, left_out)] == ["runtime.threads"]
-    assert unplaced({"server": None}, set()) == [SETTINGS[p] for p in on_page if "server." in p]

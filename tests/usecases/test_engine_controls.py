@@ -8,6 +8,7 @@ from pathlib import Path
 from mtpstudio.core.engines.build import EngineBuild
 from mtpstudio.core.engines.registry import documented_build
 from mtpstudio.core.plan.choices import EngineFlavour
+from mtpstudio.core.plan.settings import SETTINGS
 from mtpstudio.core.planner.resolve import BuildChoice
 from mtpstudio.core.usecases.engine_controls import (
     build_card,
@@ -15,6 +16,7 @@ from mtpstudio.core.usecases.engine_controls import (
     chosen_row,
     setting_name,
     unavailable_line,
+    unplaced,
 )
 
 UP, IK = EngineFlavour.UPSTREAM, EngineFlavour.IK
@@ -83,3 +85,14 @@ def test_the_plan_runs_on_its_probed_binary_else_its_flavours_documented_flags()
     assert chosen_row(choices, BuildChoice(IK, documented_build(IK), probed=False)) == 1
     other = BuildChoice(UP, documented_build(UP), probed=False)
     assert chosen_row(choices, other) == 0  # none matches: the first
+
+
+def test_every_engine_page_setting_names_a_group_and_a_new_one_is_placed() -> None:
+    forms = {"context": None, "server": None, "drafting": None, "placement": None}
+    on_page = [s.path for s in SETTINGS.values() if s.form]
+    assert all(SETTINGS[p].form in forms for p in on_page) and len(on_page) == 25
+    # the page places each of these itself; one it does not place gets its kind's control
+    assert unplaced(forms, set(on_page)) == []
+    left_out = set(on_page) - {"runtime.threads"}
+    assert [s.path for s in unplaced(forms, left_out)] == ["runtime.threads"]
+    assert unplaced({"server": None}, set()) == [SETTINGS[p] for p in on_page if "server." in p]

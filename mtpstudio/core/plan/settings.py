@@ -8,7 +8,7 @@ the same declaration, so a bound, a step or an option name is written here only.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -752,12 +752,6 @@ def value_choices(path: str) -> tuple[tuple[Any, str], ...]:
     listed = {value for value, _ in declared.labels}
     rest = [(m, m.value) for m in declared.choices or () if m not in listed]
     return (*declared.labels, *rest)
-
-
-def unplaced(forms: Mapping[str, object], placed: Container[str]) -> list[Setting]:
-    """The settings of these ``forms`` no control of ``placed`` shows yet, in declared order:
-    a form adds the control of their kind (a new setting needs no line on the page)."""
-    return [s for s in SETTINGS.values() if s.form in forms and s.path not in placed]
 
 
 def setting(path: str) -> Setting:

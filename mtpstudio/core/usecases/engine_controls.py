@@ -7,12 +7,12 @@ this module says how it reads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mtpstudio.core.engines.availability import build_capabilities, engine_name, mtp_reason
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan.settings import SETTINGS
+from mtpstudio.core.plan.settings import SETTINGS, Setting
 from mtpstudio.core.planner.resolve import BuildChoice
 
 _SAID_FOR_MTP = ("MTP is off", "MTP cannot be used")
@@ -110,3 +110,9 @@ def chosen_row(choices: Sequence[BuildChoice], using: BuildChoice) -> int:
         if same_binary or same_flavour:
             selected = row
     return selected
+
+
+def unplaced(forms: Mapping[str, object], placed: Container[str]) -> list[Setting]:
+    """The settings of these ``forms`` no control of ``placed`` shows yet, in declared order:
+    a form adds the control of their kind (a new setting needs no line on the page)."""
+    return [s for s in SETTINGS.values() if s.form in forms and s.path not in placed]

@@ -7,16 +7,24 @@ from pathlib import Path
 
 from mtpstudio.core.bench.history import BenchHistory
 from mtpstudio.core.bench.results import BenchReport
+from mtpstudio.core.detect.gather import detect_for
 from mtpstudio.core.engines.profiles import documented_profile
 from mtpstudio.core.errors import MtpStudioError
 from mtpstudio.core.model.info import ModelInfo
 from mtpstudio.core.plan.io import plan_from_json
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.planner.resolve import PlanningContext, SpeedEstimate, resolve, speed_for
+from mtpstudio.core.planner.resolve import (
+    PlanningContext,
+    SpeedEstimate,
+    machine_for,
+    resolve,
+    speed_for,
+)
 from mtpstudio.core.speed.acceptance import Acceptance, from_counters
 from mtpstudio.core.speed.estimate import DEFAULT_DEPTH
 from mtpstudio.core.speed.host_rates import ASSUMED_HOST, load_host_rates
 from mtpstudio.core.speed.inputs import SpeedInputs, runs_from_history
+from mtpstudio.core.usecases.planning_context import planning_context_for
 
 log = logging.getLogger(__name__)
 
@@ -108,3 +116,30 @@ def with_estimate(report: BenchReport, pctx: PlanningContext | None) -> BenchRep
         if speed is not None:
             report.speed_estimate = speed.to_json()
     return report
+
+
+class RunContexts:
+    """What each benchmarked plan is planned with here (this machine, its model, the speed
+    inputs), read once per model: the estimate printed beside a run's measured figures."""
+
+    def __init__(self) -> None:
+        self._by_model: dict[str, PlanningContext | None] = {}
+
+    def of(self, report: BenchReport) -> PlanningContext | None:
+        """None for a server without a plan, or a model that cannot be read here."""
+        if report.plan_json is None:
+            return None
+        try:
+            plan = plan_from_json(report.plan_json)
+            key = plan.model.model_dump_json() + str(plan.draft.path)
+            if key not in self._by_model:  # the speed inputs as stored now (runs just added too)
+                machine = machine_for(detect_for(plan))
+                speed = load_speed_inputs()
+                self._by_model[key] = planning_context_for(plan, machine, speed=speed)
+        except MtpStudioError:
+            return None
+        return self._by_model[key]
+
+    def estimated(self, report: BenchReport) -> BenchReport:
+        """``report`` with the estimate for its plan beside it (unchanged without one)."""
+        return with_estimate(report, self.of(report))

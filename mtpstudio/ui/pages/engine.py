@@ -24,9 +24,13 @@ from PySide6.QtWidgets import (
 from mtpstudio.core.engines.spec import LaunchSpec
 from mtpstudio.core.plan.choices import MoePlacement
 from mtpstudio.core.plan.schema import Plan
-from mtpstudio.core.plan.settings import unplaced
 from mtpstudio.core.planner.resolve import BuildChoice
-from mtpstudio.core.usecases.engine_controls import choice_state, chosen_row, unavailable_line
+from mtpstudio.core.usecases.engine_controls import (
+    choice_state,
+    chosen_row,
+    unavailable_line,
+    unplaced,
+)
 from mtpstudio.ui.help_text import field_description, setting_tooltip
 from mtpstudio.ui.pages.base import PlanPage
 from mtpstudio.ui.state import WizardState

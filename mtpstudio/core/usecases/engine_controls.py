@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from mtpstudio.core.engines.availability import build_capabilities, engine_name, mtp_reason
 from mtpstudio.core.model.info import ModelInfo
-from mtpstudio.core.plan.settings import SETTINGS, Setting
+from mtpstudio.core.plan.settings import SETTINGS, Setting, label_of
 from mtpstudio.core.planner.resolve import BuildChoice
 
 _SAID_FOR_MTP = ("MTP is off", "MTP cannot be used")
@@ -76,7 +76,7 @@ def build_card(choice: BuildChoice, model: ModelInfo | None) -> BuildCard:
 def setting_name(key: str) -> str:
     """``runtime.moe=fit`` -> ``Experts (fit)``: a setting, or one choice of it, by its label."""
     path, _, choice = key.partition("=")
-    name = (SETTINGS[path].label if path in SETTINGS else "") or path
+    name = label_of(path) if path in SETTINGS else path
     return f"{name} ({choice})" if choice else name
 
 
@@ -112,7 +112,7 @@ def chosen_row(choices: Sequence[BuildChoice], using: BuildChoice) -> int:
     return selected
 
 
-def unplaced(forms: Mapping[str, object], placed: Container[str]) -> list[Setting]:
+def unplaced(forms: Container[str], placed: Container[str]) -> list[Setting]:
     """The settings of these ``forms`` no control of ``placed`` shows yet, in declared order:
     a form adds the control of their kind (a new setting needs no line on the page)."""
     return [s for s in SETTINGS.values() if s.form in forms and s.path not in placed]

@@ -28,6 +28,7 @@ from mtpstudio.core.planner.resolve import (
     resolve,
     speed_for,
 )
+from mtpstudio.core.speed import host_rates
 from mtpstudio.core.speed.acceptance import Acceptance, position_rate
 from mtpstudio.core.speed.estimate import CardRates, DecodeShape, SpeedRates, estimate
 from mtpstudio.core.speed.host_probe import PROBE_VERSION
@@ -222,7 +223,10 @@ PROBE = {"version": PROBE_VERSION, "read_bytes_per_s": {"1": 20e9, "2": 30e9},
          "gemv_flop_per_s": 5e10, "gemm_flop_per_s": 1e11, "seconds": 0.5}  # fmt: skip
 
 
-def test_the_probe_runs_once_and_is_cached() -> None:
+def test_the_probe_runs_once_and_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the machine's load is held still: a probe's words say when it was busy, and the test
+    # suite's own load on a 2-core machine must not make the re-measured rates read otherwise
+    monkeypatch.setattr(host_rates, "load_per_cpu", lambda: 0.0)
     cache_path().unlink(missing_ok=True)
     runner = FixedRunner(json.dumps(PROBE))
     first = load_host_rates(runner=runner)
